@@ -1,0 +1,346 @@
+"""StreamLoader: the whole pipeline, from streams to batches of torch tensors."""
+
+from __future__ import annotations
+
+import hashlib
+import weakref
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ._tree import nbytes, tree_map
+from .background import Background
+from .batch import Batch
+from .interleave import Row, interleave_streams
+from .pin import assemble, can_pin, to_torch
+from .prefetch import METHODS, Prefetched, prefetch
+from .split import split_by_worker
+from .streams import as_refs
+from .tbin import tbin
+from .zip_batch import ZipBatch, check_pad
+
+STATE_VERSION = 1
+
+
+def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """Rank and world size: as given, else from torch.distributed when initialised, else 0, 1.
+
+    Example:
+        >>> resolve_rank(None, None)
+        (0, 1)
+        >>> resolve_rank(1, 4)
+        (1, 4)
+    """
+    if rank is None and world_size is None:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+        return 0, 1
+    if rank is None or world_size is None:
+        raise ValueError("give both rank and world_size, or neither")
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+    return int(rank), int(world_size)
+
+
+class _Plan:
+    """What one epoch delivers on this rank: its rows, number of batches and data spec."""
+
+    def __init__(self, loader: StreamLoader, epoch: int):
+        b, w, t = loader.batch_size, loader.world_size, loader.tbins
+        rows = interleave_streams(
+            loader.refs,
+            b * w,
+            lengths=loader.lengths,
+            shuffle=loader.shuffle,
+            seed=loader.seed,
+            epoch=epoch,
+        )
+        chunks = np.array([int(np.sum(-(-r.lengths // t))) for r in rows])
+        self.length = int(chunks.min() if loader.pad == "drop" else chunks.max())
+        self.rows: list[Row] = rows[loader.rank * b : (loader.rank + 1) * b]
+        first = next(i for i, n in enumerate(loader.lengths) if n > 0)
+        ref = loader.refs[first]
+        self.spec = tree_map(lambda a: np.asarray(a)[:0].copy(), ref.read(0, 1))
+        ref.close()
+
+    def group(self, rows: Sequence[Row], loader: StreamLoader) -> ZipBatch:
+        """The sequence of micro-batches of a group of rows."""
+        parts = [tbin(r, loader.tbins) for r in rows]
+        return ZipBatch(parts, pad=loader.pad, length=self.length, spec=self.spec)
+
+    def nbytes(self, rows: int, tbins: int) -> int:
+        """Size of a micro-batch of ``rows`` rows."""
+        step = nbytes(tree_map(lambda a: np.zeros((1, *a.shape[1:]), a.dtype), self.spec))
+        return rows * tbins * (step + 8 + 8 + 1) + rows
+
+
+class StreamLoader:
+    """Temporally coherent batches of streams: row r of batch i+1 continues row r of batch i.
+
+    Streams are assigned to rows by a deterministic plan (:func:`interleave_streams`);
+    rows are cut into chunks of ``tbins`` steps (:func:`tbin`), split into one contiguous
+    group per worker (:func:`split_by_worker`), each group read in order by one worker
+    (:func:`prefetch`), and the micro-batches assembled into batches of torch tensors with
+    one copy (page-locked when ``pin_memory``). The batches are a pure function of
+    (streams, lengths, batch_size, tbins, pad, shuffle, seed, epoch, rank, world_size):
+    the number of workers and the backend change nothing.
+
+    Args:
+        streams: streams (``len`` and slicing) or picklable zero-argument openers.
+        batch_size: rows per batch on this rank.
+        tbins: steps per row and batch.
+        num_workers: worker processes (or threads), one per group of rows; 0 reads in
+            the calling process.
+        shuffle: draw a new stream order every epoch (see :meth:`set_epoch`).
+        seed: seed of the shuffle.
+        pad: ``"zeros"`` (run until the longest row ends), ``"drop"`` (stop before any
+            row would be all padding) or ``"wrap"`` (rows that end start again).
+        pin_memory: deliver page-locked tensors, prepared by one background thread.
+        lengths: declared stream lengths, sparing the probe of openers.
+        rank: this process' rank; with ``world_size``, defaults to torch.distributed's.
+        world_size: number of ranks sharing one global plan.
+        time_major: deliver ``data`` as ``[T, B, ...]`` instead of ``[B, T, ...]``.
+        method: ``"process"`` or ``"thread"`` workers.
+        max_buffered: micro-batches in flight per worker (shared-memory slots).
+
+    Raises:
+        ValueError: no streams, ``batch_size`` or ``tbins`` < 1, ``num_workers`` < 0, an
+            unknown pad mode or method, or a bad rank.
+        StreamError: an opener failed while its length was measured.
+
+    Example:
+        >>> import numpy as np
+        >>> streams = [np.arange(5), np.arange(100, 103), np.arange(200, 204)]
+        >>> loader = StreamLoader(streams, batch_size=2, tbins=2)
+        >>> len(loader)
+        4
+        >>> for batch in loader:
+        ...     print(batch.data.tolist(), batch.reset.tolist())
+        [[0, 1], [100, 101]] [True, True]
+        [[2, 3], [102, 0]] [False, False]
+        [[4, 0], [200, 201]] [False, True]
+        [[0, 0], [202, 203]] [False, False]
+    """
+
+    def __init__(
+        self,
+        streams: Sequence[Any],
+        batch_size: int,
+        tbins: int,
+        *,
+        num_workers: int = 0,
+        shuffle: bool = False,
+        seed: int = 0,
+        pad: str = "zeros",
+        pin_memory: bool = False,
+        lengths: Sequence[int] | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        time_major: bool = False,
+        method: str = "process",
+        max_buffered: int = 6,
+    ):
+        for name, value in (("batch_size", batch_size), ("tbins", tbins)):
+            if int(value) < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        if method not in METHODS:
+            raise ValueError(f"unknown method {method!r}: expected one of {METHODS}")
+        self.pad = check_pad(pad)
+        self.batch_size, self.tbins = int(batch_size), int(tbins)
+        self.num_workers, self.method, self.max_buffered = int(num_workers), method, max_buffered
+        self.shuffle, self.seed = bool(shuffle), int(seed)
+        self.pin_memory, self.time_major = bool(pin_memory), bool(time_major)
+        self.rank, self.world_size = resolve_rank(rank, world_size)
+        self.refs = as_refs(streams, lengths)
+        self.lengths = np.array([len(r) for r in self.refs], dtype=np.int64)
+        if not self.lengths.any():
+            raise ValueError(f"all {len(self.refs)} streams are empty")
+        self.epoch = 0
+        self._plan_cache: tuple[int, _Plan] | None = None
+        self._resume: int | None = None
+        self._delivered = 0
+        self._active: weakref.ref | None = None
+        self._whole: tuple[int, ZipBatch] | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"StreamLoader({len(self.refs)} streams, batch_size={self.batch_size}, "
+            f"tbins={self.tbins}, num_workers={self.num_workers}, pad={self.pad!r}, "
+            f"rank={self.rank}/{self.world_size})"
+        )
+
+    @property
+    def fingerprint(self) -> str:
+        """Hash of everything that decides the plan, except the epoch and the rank."""
+        h = hashlib.sha256(self.lengths.tobytes())
+        key = (self.batch_size, self.tbins, self.pad, self.shuffle, self.seed, self.world_size)
+        h.update(repr(key).encode())
+        return h.hexdigest()[:16]
+
+    def plan(self) -> _Plan:
+        """The plan of the current epoch (computed once per epoch)."""
+        if self._plan_cache is None or self._plan_cache[0] != self.epoch:
+            self._plan_cache = (self.epoch, _Plan(self, self.epoch))
+            self._whole = None
+        return self._plan_cache[1]
+
+    def __len__(self) -> int:
+        return self.plan().length
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch (and so the shuffle); the next iteration starts at batch 0."""
+        self.close()
+        self.epoch, self._resume, self._delivered = int(epoch), None, 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the run stands: epoch, next batch and the plan's fingerprint.
+
+        Example:
+            >>> import numpy as np
+            >>> loader = StreamLoader([np.arange(6)], batch_size=1, tbins=2)
+            >>> it = iter(loader); _ = next(it)
+            >>> {k: v for k, v in loader.state_dict().items() if k != "fingerprint"}
+            {'version': 1, 'epoch': 0, 'next_batch': 1, 'length': 3}
+        """
+        return {
+            "version": STATE_VERSION,
+            "epoch": self.epoch,
+            "next_batch": self._delivered,
+            "length": len(self),
+            "fingerprint": self.fingerprint,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume: the next iteration starts at the batch after the last one delivered.
+
+        Raises:
+            ValueError: the state is malformed, or was made with other streams, batch
+                size, tbins, pad, shuffle, seed or world size.
+        """
+        missing = {"epoch", "next_batch", "fingerprint"} - set(state)
+        if missing:
+            raise ValueError(f"not a StreamLoader state: missing {sorted(missing)}")
+        if state["fingerprint"] != self.fingerprint:
+            raise ValueError(
+                "this state was made by a loader with other streams, lengths, batch size, "
+                f"tbins, pad, shuffle, seed or world size (fingerprint {state['fingerprint']} "
+                f"!= {self.fingerprint}); resuming would silently change the run"
+            )
+        self.close()
+        self.epoch = int(state["epoch"])
+        nxt = int(state["next_batch"])
+        if not 0 <= nxt <= len(self):
+            raise ValueError(f"next_batch {nxt} out of range for {len(self)} batches")
+        self._resume = self._delivered = nxt
+
+    def __getitem__(self, i: int) -> Batch:
+        """Batch ``i`` of the current epoch, computed in this process."""
+        plan = self.plan()
+        if self._whole is None:
+            self._whole = (self.epoch, plan.group(plan.rows, self))
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"batch {i} out of range for {n} batches")
+        return self._finish(self._whole[1][i])
+
+    def _finish(self, batch: Batch) -> Batch:
+        pin = self.pin_memory and can_pin()
+        if pin or self.time_major:
+            return assemble([batch], pin, self.time_major)
+        return to_torch(batch)
+
+    def __iter__(self) -> Iterator[Batch]:
+        self.close()
+        start = self._resume or 0
+        self._resume = None
+        self._delivered = start
+        it = _Iteration(self, start)
+        self._active = weakref.ref(it)
+        return it
+
+    def close(self) -> None:
+        """Stop the workers of the iteration in progress, if any."""
+        it = self._active() if self._active is not None else None
+        if it is not None:
+            it.close()
+        self._active = None
+
+
+class _Iteration:
+    """One pass over the batches of a StreamLoader, from ``start``."""
+
+    def __init__(self, loader: StreamLoader, start: int):
+        self.loader = loader
+        plan = loader.plan()
+        self.stop = len(loader)
+        self.next = start
+        workers = min(loader.num_workers, len(plan.rows))
+        self.pin = loader.pin_memory and can_pin()
+        self.prefetchers: list[Prefetched] = []
+        self.background: Background | None = None
+        if workers == 0:
+            self.groups = [plan.group(plan.rows, loader)]
+            return
+        self.groups = [plan.group(g, loader) for g in split_by_worker(plan.rows, workers)]
+        for g in self.groups:
+            shm = plan.nbytes(g.num_rows, loader.tbins) * loader.max_buffered
+            pf = prefetch(
+                g,
+                1,
+                method=loader.method,
+                max_buffered=loader.max_buffered,
+                shm_size=int(shm * 1.1) + 65536 * loader.max_buffered,
+            )
+            self.prefetchers.append(pf)
+        if self.pin:
+            self.background = Background(self._produce, max_buffered=2)
+
+    def _batch(self, i: int) -> Batch:
+        if not self.prefetchers:
+            return self.loader._finish(self.groups[0][i])
+        parts = [pf[i] for pf in self.prefetchers]
+        return assemble(parts, self.pin, self.loader.time_major)
+
+    def _produce(self) -> Iterator[Batch]:
+        for i in range(self.next, self.stop):
+            yield self._batch(i)
+
+    def __iter__(self) -> _Iteration:
+        return self
+
+    def __next__(self) -> Batch:
+        if self.next >= self.stop:
+            self.close()
+            raise StopIteration
+        try:
+            batch = next(self.background) if self.background else self._batch(self.next)
+        except BaseException:
+            self.close()
+            raise
+        self.next += 1
+        self.loader._delivered = self.next
+        return batch
+
+    def close(self) -> None:
+        """Stop the pinning thread and the worker processes."""
+        if self.background is not None:
+            self.background.close()
+            self.background = None
+        for pf in self.prefetchers:
+            pf.close()
+        self.prefetchers = []
+        for g in self.groups:
+            g.release()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,176 @@
+"""Streams and file openers, and the reference that reads one of them safely.
+
+A *stream* is a lazy sequence of timesteps: ``len(s)`` and ``s[a:b]`` returning an array
+(or a tuple/dict of arrays) whose first axis has ``b - a`` steps. numpy arrays and memmaps
+are streams. A *file opener* is a picklable zero-argument callable returning a stream; it
+is called lazily, in the process that reads it.
+"""
+
+from __future__ import annotations
+
+import os
+import reprlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ._tree import leaves, num_steps
+from .errors import StreamError
+
+_repr = reprlib.Repr()
+_repr.maxstring = 80
+_repr.maxother = 80
+
+
+def is_stream(obj: Any) -> bool:
+    """Tell a stream (``len`` and indexing) from an opener (a callable).
+
+    Example:
+        >>> import numpy as np
+        >>> is_stream(np.arange(3)), is_stream(lambda: np.arange(3))
+        (True, False)
+    """
+    return hasattr(obj, "__len__") and hasattr(obj, "__getitem__")
+
+
+def describe(obj: Any) -> str:
+    """A short ``repr`` of a stream or opener, for error messages.
+
+    Example:
+        >>> describe(list(range(100)))[:20]
+        '[0, 1, 2, 3, 4, 5, ...'
+    """
+    if hasattr(obj, "shape") and hasattr(obj, "dtype") and not hasattr(obj, "path"):
+        return f"{type(obj).__name__}(shape={tuple(obj.shape)}, dtype={obj.dtype})"
+    return _repr.repr(obj)
+
+
+class StreamRef:
+    """The stream at ``index`` of the user's list, opened lazily and read with checks.
+
+    Errors while opening or reading become :class:`StreamError` naming the stream, with
+    the original error chained. A read that returns fewer steps than asked, or a stream
+    whose ``len`` differs from the declared length, is an error too. The opened stream is
+    cached per process (never shared across a fork) and dropped when pickled.
+
+    Args:
+        index: index of the stream in the list the user gave.
+        source: a stream or a zero-argument opener.
+        length: declared number of steps, or ``None`` to measure it on first use.
+
+    Example:
+        >>> import numpy as np
+        >>> ref = StreamRef(0, np.arange(10) * 10)
+        >>> len(ref), ref.read(2, 5).tolist()
+        (10, [20, 30, 40])
+    """
+
+    def __init__(self, index: int, source: Any, length: int | None = None):
+        if not is_stream(source) and not callable(source):
+            raise TypeError(
+                f"stream {index} ({describe(source)}): expected a stream (len and slicing) "
+                f"or a zero-argument opener, got {type(source).__name__}"
+            )
+        self.index = index
+        self.source = source
+        self.length = length
+        self._opened: Any = None
+        self._pid = -1
+
+    def __repr__(self) -> str:
+        return f"StreamRef({self.index}, {describe(self.source)})"
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_opened"], state["_pid"] = None, -1
+        return state
+
+    def error(self, message: str) -> StreamError:
+        """Build a :class:`StreamError` that names this stream."""
+        return StreamError(message, self.index, describe(self.source))
+
+    def open(self) -> Any:
+        """Return the stream, calling the opener once per process if needed."""
+        if self._opened is not None and self._pid == os.getpid():
+            return self._opened
+        if is_stream(self.source):
+            stream = self.source
+        else:
+            try:
+                stream = self.source()
+            except Exception as e:
+                raise self.error(f"opening failed: {type(e).__name__}: {e}") from e
+            if not is_stream(stream):
+                raise self.error(f"the opener returned {type(stream).__name__}, not a stream")
+        try:
+            actual = len(stream)
+        except Exception as e:
+            raise self.error(f"len() failed: {type(e).__name__}: {e}") from e
+        if self.length is not None and actual != self.length:
+            raise self.error(f"declared length {self.length} but the stream has {actual} steps")
+        self.length = actual
+        self._opened, self._pid = stream, os.getpid()
+        return stream
+
+    def close(self) -> None:
+        """Forget the opened stream (closing it when it has a ``close`` method)."""
+        opened, self._opened = self._opened, None
+        if opened is not None and opened is not self.source and hasattr(opened, "close"):
+            opened.close()
+
+    def __len__(self) -> int:
+        if self.length is None:
+            self.open()
+            if not is_stream(self.source):  # measured: do not keep the file open for it
+                self.close()
+        return self.length  # type: ignore[return-value]
+
+    def read(self, start: int, stop: int) -> Any:
+        """Read steps ``start:stop`` and check that exactly that many came back."""
+        stream = self.open()
+        try:
+            data = stream[start:stop]
+        except Exception as e:
+            raise self.error(
+                f"reading steps {start}:{stop} failed: {type(e).__name__}: {e}"
+            ) from e
+        try:
+            got = num_steps(data) if leaves(data) else 0
+        except (TypeError, ValueError) as e:
+            raise self.error(f"steps {start}:{stop} are not arrays with a step axis: {e}") from e
+        if got != stop - start:
+            raise self.error(
+                f"steps {start}:{stop} returned {got} steps: the stream is shorter than "
+                f"its declared length {self.length}"
+            )
+        return data
+
+
+def as_refs(streams: Sequence[Any], lengths: Sequence[int] | None = None) -> list[StreamRef]:
+    """Wrap the user's streams or openers (and optional declared lengths) in references.
+
+    Raises:
+        ValueError: no streams, or ``lengths`` of the wrong size or negative.
+
+    Example:
+        >>> [len(r) for r in as_refs([[1, 2], [3]])]
+        [2, 1]
+    """
+    streams = list(streams)
+    if not streams:
+        raise ValueError("no streams given")
+    if lengths is not None:
+        lengths = [int(n) for n in lengths]
+        if len(lengths) != len(streams):
+            raise ValueError(f"{len(lengths)} lengths given for {len(streams)} streams")
+        bad = [i for i, n in enumerate(lengths) if n < 0]
+        if bad:
+            raise ValueError(f"negative length for stream {bad[0]}: {lengths[bad[0]]}")
+    else:
+        lengths = [None] * len(streams)  # type: ignore[list-item]
+    return [
+        s if isinstance(s, StreamRef) else StreamRef(i, s, n)
+        for i, (s, n) in enumerate(zip(streams, lengths, strict=True))
+    ]
+
+
+Opener = Callable[[], Any]

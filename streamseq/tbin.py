@@ -1,0 +1,111 @@
+"""Cut a row into chunks of ``tbins`` steps that never span two streams."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._tree import leaves, tree_map
+from .batch import Chunk
+from .interleave import Row
+
+
+class TBinned:
+    """Chunks of a row; see :func:`tbin`.
+
+    The plan is two small arrays computed once (chunks per stream and their running
+    total); locating chunk ``c`` is a binary search, so memory stays O(streams).
+    """
+
+    num_rows = 1
+
+    def __init__(self, row: Row, tbins: int):
+        if tbins < 1:
+            raise ValueError(f"tbins must be >= 1, got {tbins}")
+        self.row = row
+        self.tbins = int(tbins)
+        counts = -(-row.lengths // self.tbins)
+        self.chunk_ends = np.cumsum(counts, dtype=np.int64)
+
+    def __repr__(self) -> str:
+        return f"tbin({self.row!r}, {self.tbins})"
+
+    def __len__(self) -> int:
+        return int(self.chunk_ends[-1]) if len(self.chunk_ends) else 0
+
+    def locate(self, c: int) -> tuple[int, int, int]:
+        """Return ``(j, start, stop)``: chunk ``c`` covers steps start:stop of stream j."""
+        j = int(np.searchsorted(self.chunk_ends, c, side="right"))
+        first = int(self.chunk_ends[j - 1]) if j else 0
+        start = (c - first) * self.tbins
+        return j, start, min(start + self.tbins, int(self.row.lengths[j]))
+
+    def read(self, c: int) -> tuple[Any, int, int]:
+        """Read the valid steps of chunk ``c``: ``(data, stream index, first step)``."""
+        j, start, stop = self.locate(c)
+        return self.row.read(j, start, stop), int(self.row.stream_ids[j]), start
+
+    def spec(self) -> Any:
+        """Zero-step arrays with the dtype and step shape of the data, or None if empty."""
+        if len(self) == 0:
+            return None
+        return tree_map(lambda a: np.asarray(a)[:0], self.row.read(0, 0, 1))
+
+    def release(self) -> None:
+        """Close the file the row has open."""
+        self.row.release()
+
+    def __getitem__(self, c: int) -> Chunk:
+        n = len(self)
+        if c < 0:
+            c += n
+        if not 0 <= c < n:
+            raise IndexError(f"chunk {c} out of range for {n} chunks")
+        data, sid, start = self.read(c)
+        t = self.tbins
+        k = len(leaves(data)[0]) if leaves(data) else 0
+
+        def pad(a: Any) -> np.ndarray:
+            a = np.asarray(a)
+            out = np.zeros((t, *a.shape[1:]), dtype=a.dtype)
+            out[:k] = a
+            return out
+
+        valid = np.arange(t) < k
+        return Chunk(
+            data=tree_map(pad, data),
+            reset=start == 0,
+            valid=valid,
+            stream=np.where(valid, sid, -1).astype(np.int64),
+            step=np.where(valid, start + np.arange(t), -1).astype(np.int64),
+        )
+
+
+def tbin(row: Row, tbins: int) -> TBinned:
+    """Cut a row into chunks of ``tbins`` steps; a chunk never spans two streams.
+
+    The last chunk of a stream is padded (zeros, ``valid`` False) and the next chunk
+    starts the next stream at its step 0, with ``reset`` set.
+
+    Args:
+        row: a row from :func:`interleave_streams`.
+        tbins: steps per chunk.
+
+    Returns:
+        A lazy sequence of :class:`Chunk`.
+
+    Raises:
+        ValueError: ``tbins < 1``.
+
+    Example:
+        >>> import numpy as np
+        >>> from streamseq import interleave_streams
+        >>> (row,) = interleave_streams([np.arange(5), np.arange(100, 102)], 1)
+        >>> chunks = tbin(row, 3)
+        >>> [c.data.tolist() for c in chunks]
+        [[0, 1, 2], [3, 4, 0], [100, 101, 0]]
+        >>> [bool(c.reset) for c in chunks]
+        [True, False, True]
+    """
+    return TBinned(row, tbins)

@@ -1,0 +1,232 @@
+"""Check stream continuity of any batch sequence, and hypothesis strategies for layouts.
+
+Use these to property-test your own pipelines::
+
+    from hypothesis import given
+    from streamseq.testing import check_continuity, coded_streams, layouts
+
+    @given(layouts())
+    def test_my_pipeline(layout):
+        streams = coded_streams(layout.lengths)
+        batches = my_pipeline(streams, layout.batch_size, layout.tbins)
+        check_continuity(batches, layout.lengths, sources=streams)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._tree import leaves, tree_map
+from .batch import Batch
+
+CODE = 1 << 32
+
+
+def _np(x: Any) -> np.ndarray:
+    return x.numpy() if hasattr(x, "numpy") and not isinstance(x, np.ndarray) else np.asarray(x)
+
+
+def _batch_major(batch: Batch, time_major: bool) -> Batch:
+    fields = [tree_map(_np, f) for f in batch]
+    if time_major:
+        fields = [fields[0] and tree_map(lambda a: np.swapaxes(a, 0, 1), fields[0]), fields[1]]
+        fields += [np.swapaxes(_np(f), 0, 1) for f in batch[2:]]
+    return Batch(*fields)
+
+
+def check_continuity(
+    batches: Iterable[Batch],
+    lengths: Sequence[int],
+    *,
+    sources: Sequence[Any] | None = None,
+    complete: bool = True,
+    allow_repeats: bool = False,
+    time_major: bool = False,
+) -> int:
+    """Assert that batches stream every stream whole, in order, within one row.
+
+    Checks, batch by batch and row by row: valid steps of a stream are consecutive across
+    batches; a new stream starts at step 0, only at the start of a chunk, with ``reset``
+    set, and ``reset`` is never set otherwise; a stream never moves to another row and
+    never comes back (unless ``allow_repeats``, for ``pad="wrap"``); a stream ends before
+    padding starts; padding has ``stream == step == -1`` and zero data; and, when
+    ``complete``, every non-empty stream was delivered whole by the end.
+
+    Args:
+        batches: the batches (numpy arrays or torch tensors, ``[B, T, ...]``).
+        lengths: the length of every stream, by source index.
+        sources: the streams themselves; data at (stream s, step k) must equal
+            ``sources[s][k]``.
+        complete: require every non-empty stream to be delivered whole (False for
+            ``pad="drop"``, which may cut the streams still running at the end).
+        allow_repeats: allow a stream to start again in its row (``pad="wrap"``).
+        time_major: the batches are laid out ``[T, B, ...]``.
+
+    Returns:
+        The number of batches checked.
+
+    Raises:
+        AssertionError: naming the first batch and row that break continuity.
+
+    Example:
+        >>> from streamseq import StreamLoader
+        >>> streams = [np.arange(n) for n in (5, 3, 4)]
+        >>> check_continuity(StreamLoader(streams, 2, 2), [5, 3, 4], sources=streams)
+        4
+    """
+    lengths = [int(n) for n in lengths]
+    current: dict[int, int] = {}  # row -> stream being read
+    expected: dict[int, int] = {}  # row -> next step of that stream
+    owner: dict[int, int] = {}  # stream -> row
+    done: dict[int, int] = {}  # stream -> times completed
+    count = 0
+    for i, raw in enumerate(batches):
+        b = _batch_major(raw, time_major)
+        valid, stream, step, reset = b.valid.astype(bool), b.stream, b.step, b.reset.astype(bool)
+        data = leaves(b.data)
+        for r in range(valid.shape[0]):
+            where = f"batch {i}, row {r}"
+            v, s, k = valid[r], stream[r], step[r]
+            n = int(v.sum())
+            assert v[:n].all(), f"{where}: valid steps are not a prefix of the chunk: {v.tolist()}"
+            assert (s[n:] == -1).all() and (k[n:] == -1).all(), (
+                f"{where}: padding must have stream and step -1"
+            )
+            for a in data:
+                assert not np.any(a[r, n:]), f"{where}: padding data is not zero"
+            if n == 0:
+                assert not reset[r], f"{where}: reset set on a chunk of padding"
+                if r in current:
+                    sid = current.pop(r)
+                    assert expected[r] == lengths[sid], (
+                        f"{where}: stream {sid} stopped at step {expected[r]} of {lengths[sid]}"
+                        " and the row went on with padding"
+                    )
+                    done[sid] = done.get(sid, 0) + 1
+                continue
+            sid = int(s[0])
+            assert (s[:n] == sid).all(), f"{where}: a chunk spans two streams: {s.tolist()}"
+            assert 0 <= sid < len(lengths), f"{where}: unknown stream index {sid}"
+            assert (k[:n] == k[0] + np.arange(n)).all(), (
+                f"{where}: steps are not consecutive: {k[:n].tolist()}"
+            )
+            starts = int(k[0]) == 0 and current.get(r) != sid
+            if current.get(r) == sid and expected[r] == lengths[sid] and int(k[0]) == 0:
+                starts = True  # the same stream again (wrap)
+            if starts:
+                assert reset[r], f"{where}: stream {sid} starts without reset"
+                if r in current:
+                    prev = current[r]
+                    assert expected[r] == lengths[prev], (
+                        f"{where}: stream {prev} left at step {expected[r]} of {lengths[prev]}"
+                        f" for stream {sid}"
+                    )
+                    done[prev] = done.get(prev, 0) + 1
+                assert owner.get(sid, r) == r, (
+                    f"{where}: stream {sid} was already read in row {owner[sid]}"
+                )
+                assert allow_repeats or sid not in done, f"{where}: stream {sid} delivered twice"
+                current[r], expected[r], owner[sid] = sid, 0, r
+            else:
+                assert not reset[r], f"{where}: reset set in the middle of stream {sid}"
+                assert current.get(r) == sid, (
+                    f"{where}: stream {sid} appears at step {int(k[0])} without its start "
+                    f"(row was reading {current.get(r)})"
+                )
+            assert int(k[0]) == expected[r], (
+                f"{where}: stream {sid} jumps from step {expected[r]} to {int(k[0])}"
+            )
+            expected[r] += n
+            assert expected[r] <= lengths[sid], (
+                f"{where}: stream {sid} goes past its length {lengths[sid]}"
+            )
+            assert n == valid.shape[1] or expected[r] == lengths[sid], (
+                f"{where}: stream {sid} padded at step {expected[r]} before its end"
+            )
+            if sources is not None:
+                want = sources[sid][int(k[0]) : int(k[0]) + n]
+                for got, ref in zip(data, leaves(want), strict=True):
+                    assert np.array_equal(got[r, :n], np.asarray(ref)), (
+                        f"{where}: data of stream {sid} steps {int(k[0])}:{int(k[0]) + n} "
+                        "differ from the source"
+                    )
+        count += 1
+    for r, sid in current.items():
+        if expected[r] == lengths[sid]:
+            done[sid] = done.get(sid, 0) + 1
+    if complete:
+        for sid, n in enumerate(lengths):
+            if n > 0:
+                assert sid in done, (
+                    f"stream {sid} ({n} steps) was not delivered whole "
+                    f"(row {owner.get(sid)}, reached step "
+                    f"{expected.get(owner.get(sid, -1), 0) if sid in owner else 0})"
+                )
+    return count
+
+
+def coded_streams(lengths: Sequence[int], shape: tuple[int, ...] = ()) -> list[np.ndarray]:
+    """In-memory int64 streams whose value at (stream s, step k) is ``s * 2**32 + k + 1``.
+
+    Never zero, so padding is told from data; extra ``shape`` dimensions repeat the code.
+
+    Example:
+        >>> [a.tolist() for a in coded_streams([2, 1])]
+        [[1, 2], [4294967297]]
+    """
+    return [
+        np.broadcast_to(
+            (s * CODE + np.arange(n, dtype=np.int64) + 1).reshape(n, *[1] * len(shape)),
+            (n, *shape),
+        ).copy()
+        for s, n in enumerate(lengths)
+    ]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A stream layout for property tests: stream lengths, batch size and chunk size."""
+
+    lengths: tuple[int, ...]
+    batch_size: int
+    tbins: int
+
+
+def stream_lengths(max_streams: int = 12, max_length: int = 20, min_streams: int = 1) -> Any:
+    """Hypothesis strategy: lists of stream lengths with at least one non-empty stream.
+
+    Example:
+        >>> from hypothesis import find
+        >>> lengths = find(stream_lengths(), lambda ls: len(ls) > 2)
+        >>> len(lengths), sum(lengths) > 0
+        (3, True)
+    """
+    from hypothesis import strategies as st
+
+    return st.lists(st.integers(0, max_length), min_size=min_streams, max_size=max_streams).filter(
+        any
+    )
+
+
+def layouts(
+    max_streams: int = 12, max_length: int = 20, max_batch: int = 6, max_tbins: int = 6
+) -> Any:
+    """Hypothesis strategy: :class:`Layout` values (lengths, batch size, tbins).
+
+    Example:
+        >>> from hypothesis import find
+        >>> find(layouts(), lambda lay: lay.batch_size > 1).batch_size
+        2
+    """
+    from hypothesis import strategies as st
+
+    return st.builds(
+        Layout,
+        lengths=stream_lengths(max_streams, max_length).map(tuple),
+        batch_size=st.integers(1, max_batch),
+        tbins=st.integers(1, max_tbins),
+    )

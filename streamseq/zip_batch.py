@@ -1,0 +1,215 @@
+"""Zip sequences of chunks (or of batches) into batches, row by row."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ._tree import leaves, tree_map
+from .batch import Batch, Chunk
+from .tbin import TBinned
+
+PAD_MODES = ("zeros", "drop", "wrap")
+
+
+def check_pad(pad: str) -> str:
+    """Return ``pad`` if it is a known pad mode, else raise ValueError.
+
+    Example:
+        >>> check_pad("wrap")
+        'wrap'
+    """
+    if pad not in PAD_MODES:
+        raise ValueError(f"unknown pad mode {pad!r}: expected one of {PAD_MODES}")
+    return pad
+
+
+def _rows_of(part: Any) -> int:
+    rows = getattr(part, "num_rows", None)
+    if rows is not None:
+        return int(rows)
+    if len(part) == 0:
+        raise ValueError(f"cannot tell how many rows the empty part {part!r} has")
+    first = part[0]
+    return 1 if isinstance(first, Chunk) else len(first.reset)
+
+
+def _tbins_of(part: Any) -> int | None:
+    t = getattr(part, "tbins", None)
+    if t is not None:
+        return int(t)
+    if len(part) == 0:
+        return None
+    return int(np.shape(part[0].valid)[-1])
+
+
+class ZipBatch:
+    """Batches zipped from parts; see :func:`zip_batch`."""
+
+    def __init__(
+        self,
+        parts: Sequence[Any],
+        pad: str = "zeros",
+        length: int | None = None,
+        spec: Any = None,
+    ):
+        self.parts = list(parts)
+        if not self.parts:
+            raise ValueError("zip_batch needs at least one part")
+        self.pad = check_pad(pad)
+        self.spec_ = spec
+        self.part_rows = [_rows_of(p) for p in self.parts]
+        self.offsets = np.concatenate([[0], np.cumsum(self.part_rows)]).astype(int)
+        self.num_rows = int(self.offsets[-1])
+        tbins = {t for t in map(_tbins_of, self.parts) if t is not None}
+        if len(tbins) > 1:
+            raise ValueError(f"parts have different numbers of steps per chunk: {sorted(tbins)}")
+        if not tbins:
+            raise ValueError("cannot tell the number of steps per chunk: every part is empty")
+        self.tbins = tbins.pop()
+        sizes = [len(p) for p in self.parts]
+        natural = min(sizes) if pad == "drop" else max(sizes)
+        self.length = natural if length is None else int(length)
+        if self.length < 0:
+            raise ValueError(f"length must be >= 0, got {length}")
+
+    def __repr__(self) -> str:
+        return f"zip_batch({len(self.parts)} parts, rows={self.num_rows}, pad={self.pad!r})"
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i: int) -> Batch:
+        if not isinstance(i, (int, np.integer)):
+            raise TypeError(f"batch index must be an integer, got {type(i).__name__}")
+        i = int(i)
+        if i < 0:
+            i += self.length
+        if not 0 <= i < self.length:
+            raise IndexError(f"batch {i} out of range for {self.length} batches")
+        return self.item(i)
+
+    def spec(self) -> Any:
+        """Zero-step arrays describing the data, from ``spec`` or from the parts."""
+        if self.spec_ is None:
+            for p in self.parts:
+                s = p.spec() if hasattr(p, "spec") else None
+                if s is not None:
+                    self.spec_ = s
+                    break
+        return self.spec_
+
+    def release(self) -> None:
+        """Close the files the parts hold open."""
+        for p in self.parts:
+            if hasattr(p, "release"):
+                p.release()
+
+    def _source_index(self, part: Any, i: int) -> int | None:
+        n = len(part)
+        if i < n:
+            return i
+        if self.pad == "wrap" and n > 0:
+            return i % n
+        return None
+
+    def item(self, i: int) -> Batch:
+        """Batch ``i`` for any ``i >= 0``: beyond its end each row pads or wraps alone."""
+        b, t = self.num_rows, self.tbins
+        reset = np.zeros(b, dtype=bool)
+        valid = np.zeros((b, t), dtype=bool)
+        stream = np.full((b, t), -1, dtype=np.int64)
+        step = np.full((b, t), -1, dtype=np.int64)
+        writes = []  # (row offset, number of steps or None for a full item, data)
+        for part, o, k in zip(self.parts, self.offsets, self.part_rows, strict=False):
+            if isinstance(part, ZipBatch):
+                sub = part.item(i)
+            else:
+                c = self._source_index(part, i)
+                if c is None:
+                    continue
+                if isinstance(part, TBinned):
+                    data, sid, start = part.read(c)
+                    n = len(leaves(data)[0]) if leaves(data) else 0
+                    reset[o] = start == 0
+                    valid[o, :n] = True
+                    stream[o, :n] = sid
+                    step[o, :n] = np.arange(start, start + n)
+                    writes.append((o, n, data))
+                    continue
+                sub = part[c]
+            if isinstance(sub, Chunk):
+                reset[o], valid[o], stream[o], step[o] = sub.reset, sub.valid, sub.stream, sub.step
+                writes.append((o, t, sub.data))
+            else:
+                reset[o : o + k] = np.asarray(sub.reset)
+                valid[o : o + k] = np.asarray(sub.valid)
+                stream[o : o + k] = np.asarray(sub.stream)
+                step[o : o + k] = np.asarray(sub.step)
+                writes.append((o, None, sub.data))
+        template, skip = self.spec_, 1
+        if template is None and writes:
+            template, skip = writes[0][2], (2 if writes[0][1] is None else 1)
+        if template is None:
+            template = self.spec()
+        if template is None:
+            raise ValueError(
+                "every row is padding in this batch and no part can describe the data: "
+                "pass spec= (zero-step arrays of the data's dtype and step shape)"
+            )
+        data = tree_map(
+            lambda a: np.zeros((b, t, *np.shape(a)[skip:]), np.asarray(a).dtype), template
+        )
+        for o, n, d in writes:
+            if n is None:
+                rows = len(leaves(d)[0])
+
+                def put(out: np.ndarray, a: Any, o: int = o, rows: int = rows) -> None:
+                    out[o : o + rows] = a
+
+            else:
+
+                def put(out: np.ndarray, a: Any, o: int = o, n: int = n) -> None:
+                    out[o, :n] = a
+
+            tree_map(put, data, d)
+        return Batch(data, reset, valid, stream, step)
+
+
+def zip_batch(
+    parts: Sequence[Any], *, pad: str = "zeros", length: int | None = None, spec: Any = None
+) -> ZipBatch:
+    """Zip parts into batches: item i concatenates item i of every part along the batch axis.
+
+    Each part is a sequence of chunks (from :func:`tbin`, one row) or of batches (from
+    ``zip_batch``, several rows), so zipping groups of rows equals zipping all rows.
+
+    Args:
+        parts: the parts, in row order.
+        pad: ``"zeros"`` runs until the longest part ends, padding rows that ended;
+            ``"drop"`` stops before any row would be all padding; ``"wrap"`` restarts a
+            row that ended from its first chunk (same length as ``"zeros"``).
+        length: number of batches, overriding the one ``pad`` gives (the loader uses it to
+            give every worker group and every rank the same length).
+        spec: zero-step arrays with the data's dtype and step shape, for batches in which
+            every row is padding (read from the parts when not given).
+
+    Returns:
+        A lazy sequence of :class:`Batch` with numpy arrays.
+
+    Raises:
+        ValueError: no parts, an unknown pad mode, or parts with different chunk sizes.
+
+    Example:
+        >>> import numpy as np
+        >>> from streamseq import interleave_streams, tbin
+        >>> rows = interleave_streams([np.arange(4), np.arange(10, 12)], 2)
+        >>> batches = zip_batch([tbin(r, 2) for r in rows])
+        >>> [b.data.tolist() for b in batches]
+        [[[0, 1], [10, 11]], [[2, 3], [0, 0]]]
+        >>> [b.reset.tolist() for b in batches]
+        [[True, True], [False, False]]
+    """
+    return ZipBatch(parts, pad=pad, length=length, spec=spec)
