@@ -115,8 +115,12 @@ class ZipBatch:
             return i % n
         return None
 
-    def item(self, i: int) -> Batch:
-        """Batch ``i`` for any ``i >= 0``: beyond its end each row pads or wraps alone."""
+    def item(self, i: int, need_data: bool = True) -> Batch:
+        """Batch ``i`` for any ``i >= 0``: beyond its end each row pads or wraps alone.
+
+        With ``need_data=False`` a batch of padding whose data cannot be described has
+        ``data=None`` instead of raising (an enclosing zip knows the data).
+        """
         b, t = self.num_rows, self.tbins
         reset = np.zeros(b, dtype=bool)
         valid = np.zeros((b, t), dtype=bool)
@@ -125,7 +129,7 @@ class ZipBatch:
         writes = []  # (row offset, number of steps or None for a full item, data)
         for part, o, k in zip(self.parts, self.offsets, self.part_rows, strict=False):
             if isinstance(part, ZipBatch):
-                sub = part.item(i)
+                sub = part.item(i, need_data=False)
             else:
                 c = self._source_index(part, i)
                 if c is None:
@@ -148,12 +152,15 @@ class ZipBatch:
                 valid[o : o + k] = np.asarray(sub.valid)
                 stream[o : o + k] = np.asarray(sub.stream)
                 step[o : o + k] = np.asarray(sub.step)
-                writes.append((o, None, sub.data))
+                if sub.data is not None:
+                    writes.append((o, None, sub.data))
         template, skip = self.spec_, 1
         if template is None and writes:
             template, skip = writes[0][2], (2 if writes[0][1] is None else 1)
         if template is None:
             template = self.spec()
+        if template is None and not need_data:
+            return Batch(None, reset, valid, stream, step)
         if template is None:
             raise ValueError(
                 "every row is padding in this batch and no part can describe the data: "

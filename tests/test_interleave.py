@@ -1,0 +1,119 @@
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streamseq import interleave_streams
+from streamseq.interleave import Row, assign_rows
+from streamseq.streams import as_refs
+from streamseq.testing import coded_streams, stream_lengths
+
+
+@given(stream_lengths(max_streams=30), st.integers(1, 8), st.booleans(), st.integers(0, 3))
+def test_each_stream_in_exactly_one_row_and_rows_balanced(lengths, rows, shuffle, epoch):
+    out = interleave_streams(
+        coded_streams(lengths), rows, shuffle=shuffle, seed=7, epoch=epoch
+    )
+    assert len(out) == rows
+    ids = np.concatenate([r.stream_ids for r in out])
+    assert sorted(ids.tolist()) == [i for i, n in enumerate(lengths) if n > 0]
+    totals = [len(r) for r in out]
+    assert max(totals) - min(totals) <= max(lengths)
+    assert sum(totals) == sum(lengths)
+
+
+@given(stream_lengths(max_streams=20), st.integers(1, 5))
+def test_assignment_is_deterministic_and_lengths_spare_probing(lengths, rows):
+    a = interleave_streams(coded_streams(lengths), rows, shuffle=True, seed=3, epoch=2)
+    b = interleave_streams(
+        coded_streams(lengths), rows, lengths=lengths, shuffle=True, seed=3, epoch=2
+    )
+    assert [r.stream_ids.tolist() for r in a] == [r.stream_ids.tolist() for r in b]
+
+
+def test_shuffle_order_changes_with_epoch_and_seed():
+    lengths = np.full(40, 5)
+    plans = {
+        (seed, epoch): tuple(np.concatenate(assign_rows(lengths, 4, shuffle=True, seed=seed,
+                                                        epoch=epoch)).tolist())
+        for seed in (0, 1)
+        for epoch in (0, 1)
+    }
+    assert len(set(plans.values())) == 4
+    unshuffled = np.concatenate(assign_rows(lengths, 4)).tolist()
+    assert sorted(unshuffled) == list(range(40))
+
+
+def test_first_streams_start_rows_in_order():
+    rows = interleave_streams([np.arange(n) for n in (5, 5, 5, 5)], 4)
+    assert [r.stream_ids.tolist() for r in rows] == [[0], [1], [2], [3]]
+
+
+def test_openers_are_probed_once_when_lengths_missing():
+    calls = []
+
+    def make(n):
+        def opener():
+            calls.append(n)
+            return np.arange(n)
+
+        return opener
+
+    rows = interleave_streams([make(3), make(0), make(2)], 2)
+    assert sorted(calls) == [0, 2, 3]
+    assert [r.stream_ids.tolist() for r in rows] == [[0], [2]]
+    calls.clear()
+    interleave_streams([make(3), make(0), make(2)], 2, lengths=[3, 0, 2])
+    assert calls == []
+
+
+@pytest.mark.parametrize("rows", [0, -2])
+def test_bad_row_count(rows):
+    with pytest.raises(ValueError, match="num_rows"):
+        interleave_streams([np.arange(3)], rows)
+
+
+def test_no_streams():
+    with pytest.raises(ValueError, match="no streams"):
+        interleave_streams([], 2)
+
+
+@given(stream_lengths(max_streams=6), st.data())
+def test_row_slicing_concatenates_streams(lengths, data):
+    streams = coded_streams(lengths)
+    row = Row(as_refs(streams))
+    flat = np.concatenate(streams)
+    a = data.draw(st.integers(0, len(flat)))
+    b = data.draw(st.integers(a, len(flat)))
+    if b > a:
+        assert row[a:b].tolist() == flat[a:b].tolist()
+        assert row[a] == flat[a]
+    assert len(row) == len(flat)
+
+
+def test_row_keeps_one_stream_open():
+    opened = []
+
+    class Tracked:
+        def __init__(self, n):
+            self.n = n
+            opened.append(self)
+
+        def __len__(self):
+            return self.n
+
+        def __getitem__(self, key):
+            return np.arange(self.n)[key]
+
+        def close(self):
+            opened.remove(self)
+
+    def make(n):
+        return lambda: Tracked(n)
+
+    row = Row(as_refs([make(3), make(4), make(2)], [3, 4, 2]))
+    for start in range(0, len(row), 2):
+        row[start : start + 2]
+        assert len(opened) <= 2  # a slice across a boundary touches two streams
+    row.release()
+    assert len(opened) <= 1

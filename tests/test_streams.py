@@ -1,0 +1,122 @@
+import functools
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+from streamseq.errors import StreamError
+from streamseq.streams import StreamRef, as_refs, describe, is_stream
+
+
+def failing_opener():
+    raise OSError("disk on fire")
+
+
+def test_array_and_opener_are_told_apart():
+    assert is_stream(np.arange(3))
+    assert not is_stream(functools.partial(np.arange, 3))
+
+
+def test_opener_is_called_lazily_and_once_per_process():
+    calls = []
+
+    def opener():
+        calls.append(os.getpid())
+        return np.arange(5)
+
+    ref = StreamRef(0, opener, length=5)
+    assert calls == []
+    assert ref.read(1, 3).tolist() == [1, 2]
+    assert ref.read(3, 5).tolist() == [3, 4]
+    assert calls == [os.getpid()]
+
+
+def test_length_is_measured_without_keeping_the_opener_open():
+    ref = StreamRef(0, functools.partial(np.arange, 7))
+    assert len(ref) == 7
+    assert ref._opened is None
+
+
+def test_opener_error_names_the_stream_and_chains_the_cause():
+    ref = StreamRef(4, failing_opener, length=3)
+    with pytest.raises(StreamError, match=r"stream 4 \(.*failing_opener.*\): opening failed") as e:
+        ref.read(0, 1)
+    assert isinstance(e.value.__cause__, OSError)
+    assert e.value.index == 4
+
+
+def test_short_stream_is_an_error_naming_it():
+    ref = StreamRef(2, np.arange(3), length=5)
+    with pytest.raises(StreamError, match="stream 2.*declared length 5 but the stream has 3"):
+        ref.read(0, 1)
+
+
+class Shrinking:
+    """A stream that claims 10 steps but returns fewer past step 6."""
+
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, key):
+        return np.arange(10)[key][: max(0, 6 - key.start)]
+
+
+def test_read_returning_too_few_steps_is_an_error():
+    ref = StreamRef(1, Shrinking())
+    assert ref.read(0, 4).tolist() == [0, 1, 2, 3]
+    with pytest.raises(StreamError, match="stream 1.*returned 2 steps.*shorter"):
+        ref.read(4, 8)
+
+
+def test_non_stream_non_callable_is_a_type_error():
+    with pytest.raises(TypeError, match="stream 0"):
+        StreamRef(0, 42)
+
+
+def test_opener_returning_a_non_stream_is_an_error():
+    with pytest.raises(StreamError, match="not a stream"):
+        StreamRef(0, functools.partial(int, 3)).read(0, 1)
+
+
+def test_pickling_drops_the_open_stream():
+    ref = StreamRef(0, functools.partial(np.arange, 4))
+    ref.read(0, 1)
+    clone = pickle.loads(pickle.dumps(ref))
+    assert clone._opened is None
+    assert clone.read(2, 4).tolist() == [2, 3]
+
+
+def test_dict_and_tuple_steps():
+    stream = (np.arange(6).reshape(3, 2), np.arange(3))
+    ref = StreamRef(0, _TupleStream(stream))
+    a, b = ref.read(1, 3)
+    assert a.tolist() == [[2, 3], [4, 5]] and b.tolist() == [1, 2]
+
+
+class _TupleStream:
+    def __init__(self, arrays):
+        self.arrays = arrays
+
+    def __len__(self):
+        return len(self.arrays[0])
+
+    def __getitem__(self, key):
+        return tuple(a[key] for a in self.arrays)
+
+
+@pytest.mark.parametrize(
+    "streams, lengths, message",
+    [
+        ([], None, "no streams"),
+        ([np.arange(2)], [1, 2], "2 lengths given for 1 streams"),
+        ([np.arange(2)], [-1], "negative length for stream 0"),
+    ],
+)
+def test_as_refs_bad_input(streams, lengths, message):
+    with pytest.raises(ValueError, match=message):
+        as_refs(streams, lengths)
+
+
+def test_describe_is_short_for_big_arrays():
+    assert describe(np.zeros((1000, 3))) == "ndarray(shape=(1000, 3), dtype=float64)"
