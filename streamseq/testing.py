@@ -33,8 +33,8 @@ def _np(x: Any) -> np.ndarray:
 def _batch_major(batch: Batch, time_major: bool) -> Batch:
     fields = [tree_map(_np, f) for f in batch]
     if time_major:
-        fields = [fields[0] and tree_map(lambda a: np.swapaxes(a, 0, 1), fields[0]), fields[1]]
-        fields += [np.swapaxes(_np(f), 0, 1) for f in batch[2:]]
+        data = tree_map(lambda a: np.swapaxes(a, 0, 1), fields[0])
+        fields = [data, fields[1], *(np.swapaxes(f, 0, 1) for f in fields[2:])]
     return Batch(*fields)
 
 

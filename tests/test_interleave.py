@@ -11,9 +11,7 @@ from streamseq.testing import coded_streams, stream_lengths
 
 @given(stream_lengths(max_streams=30), st.integers(1, 8), st.booleans(), st.integers(0, 3))
 def test_each_stream_in_exactly_one_row_and_rows_balanced(lengths, rows, shuffle, epoch):
-    out = interleave_streams(
-        coded_streams(lengths), rows, shuffle=shuffle, seed=7, epoch=epoch
-    )
+    out = interleave_streams(coded_streams(lengths), rows, shuffle=shuffle, seed=7, epoch=epoch)
     assert len(out) == rows
     ids = np.concatenate([r.stream_ids for r in out])
     assert sorted(ids.tolist()) == [i for i, n in enumerate(lengths) if n > 0]
@@ -34,8 +32,9 @@ def test_assignment_is_deterministic_and_lengths_spare_probing(lengths, rows):
 def test_shuffle_order_changes_with_epoch_and_seed():
     lengths = np.full(40, 5)
     plans = {
-        (seed, epoch): tuple(np.concatenate(assign_rows(lengths, 4, shuffle=True, seed=seed,
-                                                        epoch=epoch)).tolist())
+        (seed, epoch): tuple(
+            np.concatenate(assign_rows(lengths, 4, shuffle=True, seed=seed, epoch=epoch)).tolist()
+        )
         for seed in (0, 1)
         for epoch in (0, 1)
     }

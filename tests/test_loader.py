@@ -1,0 +1,251 @@
+import functools
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import psutil
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamseq import StreamError, StreamLoader
+from streamseq.testing import check_continuity, coded_streams, layouts
+
+
+def as_numpy(batches):
+    return [tuple(f.numpy() for f in b) for b in batches]
+
+
+def assert_same(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        for f, g in zip(x, y, strict=True):
+            np.testing.assert_array_equal(f, g)
+
+
+def no_children(timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = [
+            c
+            for c in psutil.Process().children(recursive=True)
+            if c.is_running() and c.status() != psutil.STATUS_ZOMBIE
+        ]
+        if not alive:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@given(layouts(), st.sampled_from(["zeros", "drop", "wrap"]), st.booleans())
+def test_in_process_continuity_and_data(layout, pad, shuffle):
+    streams = coded_streams(layout.lengths, (2,))
+    loader = StreamLoader(streams, layout.batch_size, layout.tbins, pad=pad, shuffle=shuffle)
+    batches = list(loader)
+    assert len(batches) == len(loader)
+    assert all(isinstance(b.data, torch.Tensor) for b in batches)
+    check_continuity(
+        batches,
+        layout.lengths,
+        sources=streams,
+        complete=pad != "drop",
+        allow_repeats=pad == "wrap",
+    )
+
+
+@settings(max_examples=8)
+@given(layouts(max_streams=10), st.sampled_from(["zeros", "drop", "wrap"]), st.booleans())
+def test_batches_do_not_depend_on_workers_or_backend(layout, pad, shuffle):
+    streams = coded_streams(layout.lengths)
+    kwargs = dict(pad=pad, shuffle=shuffle, seed=5)
+    reference = as_numpy(StreamLoader(streams, layout.batch_size, layout.tbins, **kwargs))
+    for workers, method in [
+        (1, "process"),
+        (2, "process"),
+        (3, "process"),
+        (2, "thread"),
+        (3, "thread"),
+    ]:
+        loader = StreamLoader(
+            streams, layout.batch_size, layout.tbins, num_workers=workers, method=method, **kwargs
+        )
+        assert_same(as_numpy(loader), reference)
+
+
+@given(layouts(max_streams=10), st.data())
+def test_random_access_equals_iteration(layout, data):
+    streams = coded_streams(layout.lengths)
+    loader = StreamLoader(streams, layout.batch_size, layout.tbins)
+    batches = as_numpy(loader)
+    i = data.draw(st.integers(-len(batches), len(batches) - 1))
+    assert_same([tuple(f.numpy() for f in loader[i])], [batches[i]])
+
+
+def test_text_rows_continue_across_batches_with_two_workers():
+    texts = [
+        np.frombuffer("".join(f"{c}_{i};" for i in range(30)).encode(), np.uint8)
+        for c in "abcdefghij"
+    ]
+    loader = StreamLoader(texts, batch_size=4, tbins=8, num_workers=2)
+    rows = ["" for _ in range(4)]
+    for batch in loader:
+        for r in range(4):
+            rows[r] += bytes(batch.data[r][batch.valid[r]].tolist()).decode()
+    assert rows[0].startswith("a_0;a_1;a_2;")
+    assert sorted("".join(rows)) == sorted(b"".join(t.tobytes() for t in texts).decode())
+
+
+def test_time_major_layout():
+    streams = coded_streams([5, 3, 4], (2,))
+    a = list(StreamLoader(streams, 2, 3))
+    b = list(StreamLoader(streams, 2, 3, time_major=True, num_workers=2))
+    for x, y in zip(a, b, strict=True):
+        assert y.data.shape == (3, 2, 2)
+        assert torch.equal(x.data.transpose(0, 1), y.data)
+        assert torch.equal(x.valid.T, y.valid) and torch.equal(x.reset, y.reset)
+    check_continuity(b, [5, 3, 4], sources=streams, time_major=True)
+
+
+def test_pin_memory_without_cuda_warns_and_delivers_tensors():
+    streams = coded_streams([5, 3, 4])
+    loader = StreamLoader(streams, 2, 3, pin_memory=True, num_workers=1)
+    import streamseq.pin
+
+    streamseq.pin._warned.clear()
+    if torch.cuda.is_available():
+        batches = list(loader)
+        assert all(b.data.is_pinned() for b in batches)
+    else:
+        with pytest.warns(RuntimeWarning, match="CUDA is not available"):
+            batches = list(loader)
+    check_continuity(batches, [5, 3, 4], sources=streams)
+
+
+def test_dict_data_streams():
+    class Pairs:
+        def __init__(self, n):
+            self.n = n
+
+        def __len__(self):
+            return self.n
+
+        def __getitem__(self, key):
+            k = np.arange(self.n)[key]
+            return {"frame": np.stack([k, k], axis=1).astype(np.float32), "label": k}
+
+    loader = StreamLoader([Pairs(5), Pairs(3)], 2, 2, num_workers=2)
+    batches = list(loader)
+    assert batches[0].data["frame"].shape == (2, 2, 2)
+    assert batches[2].data["label"].tolist() == [[4, 0], [0, 0]]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"batch_size": 0}, "batch_size"),
+        ({"tbins": 0}, "tbins"),
+        ({"num_workers": -1}, "num_workers"),
+        ({"pad": "reflect"}, "unknown pad mode"),
+        ({"method": "gpu"}, "unknown method"),
+        ({"rank": 2, "world_size": 2}, "rank"),
+        ({"rank": 0}, "both rank and world_size"),
+        ({"lengths": [1]}, "lengths given"),
+    ],
+)
+def test_bad_arguments_are_value_errors(kwargs, message):
+    args = dict(streams=coded_streams([3, 4]), batch_size=2, tbins=2)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=message):
+        StreamLoader(**args)
+
+
+def test_no_streams_and_only_empty_streams():
+    with pytest.raises(ValueError, match="no streams"):
+        StreamLoader([], 2, 2)
+    with pytest.raises(ValueError, match="empty"):
+        StreamLoader([np.arange(0)], 2, 2)
+
+
+def broken_opener(path):
+    raise FileNotFoundError(f"no such recording: {path}")
+
+
+def test_opener_failing_in_the_main_process_names_the_stream():
+    openers = [functools.partial(np.arange, 4), functools.partial(broken_opener, "x.bin")]
+    with pytest.raises(StreamError, match=r"stream 1 \(.*broken_opener.*x\.bin.*\)") as e:
+        StreamLoader(openers, 2, 2)
+    assert isinstance(e.value.__cause__, FileNotFoundError)
+
+
+@pytest.mark.parametrize("method", ["process", "thread"])
+def test_opener_failing_in_a_worker_names_the_stream_and_leaves_no_worker(method):
+    openers = [
+        functools.partial(np.arange, 4),
+        functools.partial(broken_opener, "y.bin"),
+        functools.partial(np.arange, 6),
+    ]
+    loader = StreamLoader(openers, 3, 2, num_workers=3, lengths=[4, 5, 6], method=method)
+    with pytest.raises(StreamError, match=r"stream 1 \(.*y\.bin.*\): opening failed") as e:
+        list(loader)
+    assert isinstance(e.value.__cause__, FileNotFoundError)
+    assert "no such recording: y.bin" in str(e.value.__cause__)
+    assert no_children()
+
+
+def test_stream_shorter_than_declared_fails_in_a_worker():
+    streams = [np.arange(4), np.arange(3)]
+    loader = StreamLoader(streams, 2, 2, num_workers=2, lengths=[4, 6])
+    with pytest.raises(StreamError, match="stream 1.*declared length 6 but the stream has 3"):
+        list(loader)
+    assert no_children()
+
+
+def test_workers_stop_when_the_loop_breaks():
+    loader = StreamLoader(coded_streams([50] * 8), 4, 2, num_workers=2)
+    for i, _ in enumerate(loader):
+        if i == 2:
+            assert len(psutil.Process().children()) >= 2
+            break
+    assert no_children()
+
+
+def test_openers_run_in_the_worker_process():
+    loader = StreamLoader(
+        [functools.partial(_pid_stream, 6)] * 2, 2, 3, num_workers=2, lengths=[6, 6]
+    )
+    pids = {int(p) for b in loader for p in b.data[b.valid].tolist()}
+    assert os.getpid() not in pids and len(pids) == 2
+
+
+def _pid_stream(n):
+    return np.full(n, os.getpid(), dtype=np.int64)
+
+
+SPAWN_SCRIPT = """
+import functools, multiprocessing
+import numpy as np
+from streamseq import StreamLoader
+from streamseq.testing import check_continuity
+
+if __name__ == "__main__":
+    multiprocessing.set_start_method("spawn")
+    lengths = [7, 5, 9]
+    streams = [functools.partial(np.arange, n) for n in lengths]
+    for method in ("process", "thread"):
+        batches = list(StreamLoader(streams, 2, 3, num_workers=2, method=method))
+        check_continuity(batches, lengths, sources=[np.arange(n) for n in lengths])
+    print("spawn ok", multiprocessing.get_start_method())
+"""
+
+
+def test_spawn_start_method_works(tmp_path):
+    script = tmp_path / "spawned.py"
+    script.write_text(SPAWN_SCRIPT)
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert "spawn ok spawn" in out.stdout
