@@ -1,0 +1,420 @@
+"""Measure the lengths of many streams in parallel, remembering them in a cache file.
+
+:class:`~streamseq.StreamLoader` plans from the stream lengths alone, so for a large
+collection of recordings the only cost at start-up is measuring them. :func:`probe_lengths`
+does it once, in worker processes, with a progress bar, and stores the lengths in a JSON
+file keyed by each file's path, size and modification time: the next run reads them back
+and measures only the files that are new or changed since.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import functools
+import json
+import os
+import signal
+import tempfile
+import threading
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from streamseq.errors import StreamError
+from streamseq.streams import describe, is_stream
+
+CACHE_FORMAT = "streamseq-lengths"
+CACHE_VERSION = 1
+_SIMPLE = (type(None), bool, int, float, str, bytes)
+
+
+def _simple(value: Any) -> bool:
+    """Whether ``repr(value)`` is a stable description (no addresses, no big arrays)."""
+    if isinstance(value, _SIMPLE):
+        return True
+    if isinstance(value, (tuple, list)):
+        return len(value) <= 16 and all(_simple(v) for v in value)
+    if isinstance(value, dict):
+        return len(value) <= 16 and all(_simple(k) and _simple(v) for k, v in value.items())
+    return False
+
+
+def _describe_value(value: Any) -> str:
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if _simple(value):
+        return repr(value)
+    return f"<{type(value).__module__}.{type(value).__qualname__}>"
+
+
+def _qualname(obj: Any) -> str:
+    name = getattr(obj, "__qualname__", None) or type(obj).__qualname__
+    return f"{getattr(obj, '__module__', None) or type(obj).__module__}.{name}"
+
+
+def _is_path(value: Any) -> bool:
+    return isinstance(value, (str, os.PathLike))
+
+
+def cache_key(opener: Any) -> tuple[str, str] | None:
+    """The file behind an opener and a description of how it is opened, or ``None``.
+
+    The file is the ``path`` attribute of a stream or opener (the sources of
+    :mod:`streamseq.io` have one), or the first positional argument (or ``path=``
+    keyword) of a :func:`functools.partial`. The description names the type or function
+    and its other settings, so two openers that read the same file differently (another
+    stream index, another window) are cached apart.
+
+    Args:
+        opener: a stream or a zero-argument opener.
+
+    Returns:
+        ``(absolute path, description)``, or ``None`` when no file can be told.
+
+    Example:
+        >>> import functools, numpy as np
+        >>> path, how = cache_key(functools.partial(np.load, "/data/a.npy", mmap_mode="r"))
+        >>> path, how
+        ('/data/a.npy', "numpy.load(mmap_mode='r')")
+        >>> cache_key(np.arange(3)) is None
+        True
+    """
+    path: Any = getattr(opener, "path", None)
+    if _is_path(path):
+        settings = {
+            k: v
+            for k, v in sorted(vars(opener).items() if hasattr(opener, "__dict__") else [])
+            if not k.startswith("_") and k != "path"
+        }
+        args = ", ".join(f"{k}={_describe_value(v)}" for k, v in settings.items())
+        how = f"{type(opener).__module__}.{type(opener).__qualname__}({args})"
+    elif isinstance(opener, functools.partial):
+        rest = list(opener.args)
+        keywords = dict(opener.keywords)
+        if rest and _is_path(rest[0]):
+            path = rest.pop(0)
+        elif _is_path(keywords.get("path")):
+            path = keywords.pop("path")
+        else:
+            return None
+        parts = [_describe_value(v) for v in rest]
+        parts += [f"{k}={_describe_value(v)}" for k, v in sorted(keywords.items())]
+        how = f"{_qualname(opener.func)}({', '.join(parts)})"
+    else:
+        return None
+    return os.path.abspath(os.fspath(path)), how
+
+
+def _stat(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return int(st.st_size), int(st.st_mtime_ns)
+
+
+def _load_cache(path: str) -> dict[str, dict[str, Any]]:
+    """Entries of a cache file; a missing file is empty, an unreadable one is warned about."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            content = json.load(f)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        warnings.warn(f"ignoring the unreadable length cache {path}: {e}", stacklevel=3)
+        return {}
+    if (
+        not isinstance(content, dict)
+        or content.get("format") != CACHE_FORMAT
+        or content.get("version") != CACHE_VERSION
+        or not isinstance(content.get("files"), dict)
+    ):
+        warnings.warn(
+            f"ignoring the length cache {path}: not a {CACHE_FORMAT} file of version "
+            f"{CACHE_VERSION}",
+            stacklevel=3,
+        )
+        return {}
+    files = {}
+    for name, entry in content["files"].items():
+        try:
+            lengths = {str(k): int(v) for k, v in entry["lengths"].items() if int(v) >= 0}
+            files[name] = {
+                "size": int(entry["size"]),
+                "mtime_ns": int(entry["mtime_ns"]),
+                "lengths": lengths,
+            }
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue  # a damaged entry: measured again
+    return files
+
+
+def _save_cache(path: str, files: dict[str, dict[str, Any]]) -> None:
+    """Write the cache atomically: a reader sees the old file or the new one, never half."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    content = {"format": CACHE_FORMAT, "version": CACHE_VERSION, "files": files}
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(path) + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(content, f, separators=(",", ":"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+class _Timeout(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float | None) -> Iterator[None]:
+    """Raise :class:`_Timeout` in this thread after ``seconds`` (main thread, Unix only)."""
+    usable = (
+        seconds is not None
+        and hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+    )
+    if not usable:
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise _Timeout
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _measure(opener: Any) -> int:
+    stream = opener if is_stream(opener) else opener()
+    if not is_stream(stream):
+        raise TypeError(f"the opener returned {type(stream).__name__}, not a stream")
+    try:
+        n = len(stream)
+    finally:
+        if stream is not opener and hasattr(stream, "close"):
+            stream.close()
+    if not isinstance(n, int) or n < 0:
+        raise ValueError(f"len() returned {n!r}, not a non-negative integer")
+    return int(n)
+
+
+def _probe_chunk(
+    chunk: list[tuple[int, Any]], timeout: float | None
+) -> list[tuple[int, int | None, str | None]]:
+    """Measure a few streams: ``(index, length, None)`` or ``(index, None, error)`` each."""
+    out: list[tuple[int, int | None, str | None]] = []
+    for index, opener in chunk:
+        try:
+            with _deadline(timeout):
+                out.append((index, _measure(opener), None))
+        except _Timeout:
+            out.append((index, None, f"timed out after {timeout} s"))
+        except Exception as e:
+            out.append((index, None, f"{type(e).__name__}: {e}"))
+    return out
+
+
+def _worker_init() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+
+
+def _check_openers(openers: Sequence[Any]) -> list[Any]:
+    openers = list(openers)
+    for i, o in enumerate(openers):
+        if _is_path(o) or isinstance(o, bytes):
+            raise TypeError(
+                f"stream {i} is a path ({o!r}), not a stream or opener: say how to open it, "
+                "e.g. functools.partial(numpy.load, path, mmap_mode='r') or "
+                "streamseq.io.video(path)"
+            )
+        if not is_stream(o) and not callable(o):
+            raise TypeError(
+                f"stream {i} ({describe(o)}): expected a stream (len and slicing) or a "
+                f"zero-argument opener, got {type(o).__name__}"
+            )
+    return openers
+
+
+def probe_lengths(
+    openers: Sequence[Any],
+    *,
+    num_workers: int = 0,
+    cache: str | os.PathLike | None = None,
+    progress: bool = True,
+    timeout: float | None = None,
+) -> list[int]:
+    """Measure the length of every stream, in parallel, reusing a cache file.
+
+    Each stream is measured as :class:`~streamseq.StreamLoader` would: an opener is
+    called and ``len()`` taken of what it returns (then closed); a stream is measured
+    directly. Give the result as ``lengths=`` to the loader, which then opens nothing
+    until it reads.
+
+    With ``cache``, lengths are stored in a JSON file, by file path (absolute), size and
+    modification time (ns), and by how the file is opened (see :func:`cache_key`). A
+    later call measures only the streams whose file is new, changed (other size or
+    modification time) or opened differently, and adds them to the file, which is
+    written atomically (also when probing fails or is interrupted, so that finished
+    measurements are kept). Streams whose file cannot be told (in-memory arrays,
+    arbitrary callables) are measured every time. Paths alone are refused: they do not
+    say how to open the file. An unreadable or foreign cache file is ignored with a
+    warning and replaced.
+
+    Args:
+        openers: streams (``len`` and slicing) or picklable zero-argument openers.
+        num_workers: worker processes measuring in parallel; 0 measures in this process.
+        cache: a JSON file to read lengths from and add new ones to.
+        progress: show a progress bar (tqdm) over the streams.
+        timeout: seconds one stream may take to measure (Unix; in this process only
+            from the main thread); a stream that takes longer is an error.
+
+    Returns:
+        The length of every stream, in order.
+
+    Raises:
+        TypeError: an entry is a path, or neither a stream nor a callable.
+        ValueError: ``num_workers`` < 0 or ``timeout`` <= 0.
+        streamseq.StreamError: a stream could not be measured (opening failed, ``len``
+            failed or timed out); the error names the stream's index and its file.
+
+    Example:
+        >>> import functools, os, tempfile, numpy as np
+        >>> folder = tempfile.mkdtemp()
+        >>> openers = []
+        >>> for i, n in enumerate([3, 5, 4]):
+        ...     path = os.path.join(folder, f"tokens{i}.npy")
+        ...     np.save(path, np.arange(n))
+        ...     openers.append(functools.partial(np.load, path, mmap_mode="r"))
+        >>> cache = os.path.join(folder, "lengths.json")
+        >>> probe_lengths(openers, cache=cache, progress=False)
+        [3, 5, 4]
+        >>> probe_lengths(openers, cache=cache, progress=False)  # read back, nothing opened
+        [3, 5, 4]
+    """
+    if num_workers < 0:
+        raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+    if timeout is not None and timeout <= 0:
+        raise ValueError(f"timeout must be > 0, got {timeout}")
+    openers = _check_openers(openers)
+    cache_path = None if cache is None else os.fspath(cache)
+    files = _load_cache(cache_path) if cache_path is not None else {}
+    lengths: list[int | None] = [None] * len(openers)
+    keys: list[tuple[str, str, tuple[int, int]] | None] = [None] * len(openers)
+    todo: list[tuple[int, Any]] = []
+    for i, opener in enumerate(openers):
+        key = cache_key(opener) if cache_path is not None else None
+        stat = None if key is None else _stat(key[0])
+        if key is not None and stat is not None:
+            keys[i] = (key[0], key[1], stat)
+            entry = files.get(key[0])
+            if entry is not None and (entry["size"], entry["mtime_ns"]) == stat:
+                lengths[i] = entry["lengths"].get(key[1])
+        if lengths[i] is None:
+            todo.append((i, opener))
+
+    bar = tqdm(
+        total=len(openers),
+        initial=len(openers) - len(todo),
+        desc="probing lengths",
+        unit="stream",
+        disable=not progress,
+    )
+    changed = False
+    results = _run(todo, num_workers, timeout)
+    try:
+        for index, n, error in results:
+            if error is not None:
+                key = keys[index]
+                where = key[0] if key is not None else describe(openers[index])
+                raise StreamError(f"measuring the length failed: {error}", index, where)
+            lengths[index] = n
+            bar.update(1)
+            key = keys[index]
+            if key is not None:
+                path, how, (size, mtime_ns) = key
+                entry = files.get(path)
+                if entry is None or (entry["size"], entry["mtime_ns"]) != (size, mtime_ns):
+                    entry = files[path] = {"size": size, "mtime_ns": mtime_ns, "lengths": {}}
+                entry["lengths"][how] = n
+                changed = True
+    finally:
+        results.close()  # ends the workers when measuring stops early
+        bar.close()
+        if changed and cache_path is not None:
+            _save_cache(cache_path, files)
+    return [int(n) for n in lengths]  # type: ignore[arg-type]
+
+
+def _run(
+    todo: list[tuple[int, Any]], num_workers: int, timeout: float | None
+) -> Iterator[tuple[int, int | None, str | None]]:
+    """Results of :func:`_probe_chunk` over ``todo``, in this process or in worker processes."""
+    workers = min(num_workers, len(todo))
+    if workers == 0:
+        for item in todo:
+            yield from _probe_chunk([item], timeout)
+        return
+    size = max(1, min(32, len(todo) // (workers * 8)))
+    chunks = [todo[k : k + size] for k in range(0, len(todo), size)]
+    # a worker stuck where the alarm cannot reach (in C code) still ends the wait
+    wait = None if timeout is None else timeout * size + 10.0
+    pool = ProcessPoolExecutor(workers, initializer=_worker_init)
+    try:
+        pending = {pool.submit(_probe_chunk, c, timeout): c for c in chunks}
+        while pending:
+            done, _ = concurrent.futures.wait(pending, wait, FIRST_COMPLETED)
+            if not done:
+                raise StreamError(
+                    f"no stream was measured for {wait:.0f} s: a worker is stuck on one of "
+                    f"streams {_indices(pending.values())}"
+                )
+            for future in done:
+                chunk = pending.pop(future)
+                try:
+                    results = future.result()
+                except BrokenProcessPool:
+                    raise StreamError(
+                        "a worker process died while measuring one of streams "
+                        f"{_indices([chunk, *pending.values()])}"
+                    ) from None
+                yield from results
+        pool.shutdown()
+    finally:
+        _stop(pool)
+
+
+def _indices(chunks: Iterable[list[tuple[int, Any]]], most: int = 10) -> str:
+    ids = sorted(i for chunk in chunks for i, _ in chunk)
+    more = f", ... ({len(ids)} in all)" if len(ids) > most else ""
+    return ", ".join(map(str, ids[:most])) + more
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Cancel what is queued and end the workers now, stuck ones included."""
+    terminate = getattr(pool, "terminate_workers", None)  # Python >= 3.14
+    if terminate is not None:
+        terminate()
+        return
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(5)

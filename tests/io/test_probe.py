@@ -1,0 +1,233 @@
+import functools
+import json
+import os
+import time
+
+import numpy as np
+import pytest
+
+import streamseq
+from streamseq.io import probe
+from streamseq.io.probe import cache_key, probe_lengths
+from streamseq.testing import check_continuity
+
+
+def write(folder, lengths):
+    paths = []
+    for i, n in enumerate(lengths):
+        path = os.path.join(folder, f"s{i}.npy")
+        np.save(path, np.arange(n, dtype=np.int64) + 1000 * i)
+        paths.append(path)
+    return paths
+
+
+def npy(path, **kw):
+    return functools.partial(np.load, path, mmap_mode="r", **kw)
+
+
+class Recording:
+    """A source-like stream with a ``path`` attribute."""
+
+    def __init__(self, path, scale=1):
+        self.path, self.scale = path, scale
+        self._cached = None
+
+    def __len__(self):
+        return len(np.load(self.path, mmap_mode="r")) * self.scale
+
+    def __getitem__(self, key):
+        return np.repeat(np.load(self.path, mmap_mode="r"), self.scale)[key]
+
+
+def slow(seconds):
+    time.sleep(seconds)
+    return np.arange(3)
+
+
+def die():
+    os._exit(3)
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """Count the streams actually measured (in this process)."""
+    calls = []
+    real = probe._measure
+
+    def measure(opener):
+        calls.append(opener)
+        return real(opener)
+
+    monkeypatch.setattr(probe, "_measure", measure)
+    return calls
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_lengths_in_order(tmp_path, workers):
+    lengths = [5, 0, 3, 7, 1, 4, 2]
+    openers = [npy(p) for p in write(tmp_path, lengths)]
+    assert probe_lengths(openers, num_workers=workers, progress=False) == lengths
+
+
+def test_streams_and_openers_mixed(tmp_path):
+    (path,) = write(tmp_path, [4])
+    got = probe_lengths([np.arange(6), npy(path), Recording(path, 2)], progress=False)
+    assert got == [6, 4, 8]
+
+
+def test_cache_reused(tmp_path, counted):
+    openers = [npy(p) for p in write(tmp_path, [3, 5, 2])]
+    cache = tmp_path / "cache" / "lengths.json"
+    assert probe_lengths(openers, cache=cache, progress=False) == [3, 5, 2]
+    assert len(counted) == 3
+    content = json.loads(cache.read_text())
+    assert content["format"] == "streamseq-lengths"
+    assert sorted(content["files"]) == sorted(os.path.abspath(o.args[0]) for o in openers)
+    assert probe_lengths(openers, cache=cache, progress=False) == [3, 5, 2]
+    assert len(counted) == 3  # nothing measured again
+    assert not list(cache.parent.glob("*.tmp"))
+
+
+def test_cache_from_workers(tmp_path, counted):
+    openers = [npy(p) for p in write(tmp_path, [3, 5, 2, 6])]
+    cache = tmp_path / "lengths.json"
+    assert probe_lengths(openers, num_workers=2, cache=cache, progress=False) == [3, 5, 2, 6]
+    assert probe_lengths(openers, cache=cache, progress=False) == [3, 5, 2, 6]
+    assert counted == []
+
+
+def test_changed_file_probed_again(tmp_path, counted):
+    paths = write(tmp_path, [3, 5, 2])
+    openers = [npy(p) for p in paths]
+    cache = tmp_path / "lengths.json"
+    probe_lengths(openers, cache=cache, progress=False)
+    np.save(paths[1], np.arange(9))  # other size
+    st = os.stat(paths[2])
+    os.utime(paths[2], ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # same size, touched
+    counted.clear()
+    assert probe_lengths(openers, cache=cache, progress=False) == [3, 9, 2]
+    assert sorted(o.args[0] for o in counted) == sorted(paths[1:])
+    counted.clear()
+    assert probe_lengths(openers, cache=cache, progress=False) == [3, 9, 2]
+    assert counted == []
+
+
+def test_opened_differently_cached_apart(tmp_path, counted):
+    (path,) = write(tmp_path, [4])
+    cache = tmp_path / "lengths.json"
+    assert probe_lengths([Recording(path, 1)], cache=cache, progress=False) == [4]
+    assert probe_lengths([Recording(path, 3)], cache=cache, progress=False) == [12]
+    assert probe_lengths([npy(path)], cache=cache, progress=False) == [4]
+    assert len(counted) == 3
+    counted.clear()
+    both = [Recording(path, 3), Recording(path, 1), npy(path)]
+    assert probe_lengths(both, cache=cache, progress=False) == [12, 4, 4]
+    assert counted == []
+
+
+def test_without_path_measured_every_time(tmp_path, counted):
+    cache = tmp_path / "lengths.json"
+    streams = [np.arange(3), functools.partial(np.arange, 4)]
+    assert probe_lengths(streams, cache=cache, progress=False) == [3, 4]
+    assert probe_lengths(streams, cache=cache, progress=False) == [3, 4]
+    assert len(counted) == 4
+    assert not cache.exists()
+
+
+def test_cache_key():
+    path, how = cache_key(functools.partial(np.load, "a.npy", mmap_mode="r"))
+    assert path == os.path.abspath("a.npy") and how == "numpy.load(mmap_mode='r')"
+    path, how = cache_key(functools.partial(np.load, path="b.npy"))
+    assert path == os.path.abspath("b.npy") and how == "numpy.load()"
+    path, how = cache_key(Recording("c.npy", 2))
+    assert path == os.path.abspath("c.npy")
+    assert how.endswith("Recording(scale=2)")  # private attributes left out
+    assert cache_key(functools.partial(np.arange, 3)) is None
+    assert cache_key(np.arange(3)) is None
+    _, how = cache_key(functools.partial(np.load, "a.npy", np.zeros(10**6)))
+    assert how == "numpy.load(<numpy.ndarray>)"
+
+
+@pytest.mark.parametrize("garbage", ["{not json", '{"format": "other", "files": {}}', "[1, 2]"])
+def test_corrupt_cache_rebuilt(tmp_path, garbage):
+    openers = [npy(p) for p in write(tmp_path, [3, 5])]
+    cache = tmp_path / "lengths.json"
+    cache.write_text(garbage)
+    with pytest.warns(UserWarning, match="length cache"):
+        assert probe_lengths(openers, cache=cache, progress=False) == [3, 5]
+    assert json.loads(cache.read_text())["format"] == "streamseq-lengths"
+
+
+def test_damaged_entry_measured_again(tmp_path, counted):
+    openers = [npy(p) for p in write(tmp_path, [3, 5])]
+    cache = tmp_path / "lengths.json"
+    probe_lengths(openers, cache=cache, progress=False)
+    content = json.loads(cache.read_text())
+    content["files"][os.path.abspath(openers[0].args[0])]["size"] = "big"
+    cache.write_text(json.dumps(content))
+    counted.clear()
+    assert probe_lengths(openers, cache=cache, progress=False) == [3, 5]
+    assert [o.args[0] for o in counted] == [openers[0].args[0]]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_error_names_file(tmp_path, workers):
+    paths = write(tmp_path, [3, 4, 5])
+    with open(paths[1], "wb") as f:
+        f.write(b"not an npy file")
+    openers = [npy(p) for p in paths]
+    cache = tmp_path / "lengths.json"
+    with pytest.raises(streamseq.StreamError, match="s1.npy") as info:
+        probe_lengths(openers, num_workers=workers, cache=cache, progress=False)
+    assert info.value.index == 1 and info.value.stream == os.path.abspath(paths[1])
+    assert "measuring the length failed" in str(info.value)
+    if workers == 0:  # what was measured before the error is kept
+        assert len(json.loads(cache.read_text())["files"]) == 1
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(streamseq.StreamError, match="nowhere.npy.*FileNotFoundError"):
+        probe_lengths([npy(str(tmp_path / "nowhere.npy"))], progress=False)
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_timeout(workers):
+    openers = [functools.partial(slow, 0), functools.partial(slow, 30)]
+    t0 = time.perf_counter()
+    with pytest.raises(streamseq.StreamError, match="stream 1 .*timed out after 0.3 s"):
+        probe_lengths(openers, num_workers=workers, timeout=0.3, progress=False)
+    assert time.perf_counter() - t0 < 10
+
+
+def test_dead_worker():
+    with pytest.raises(streamseq.StreamError, match="worker process died.*streams 0"):
+        probe_lengths([die], num_workers=1, progress=False)
+
+
+def test_bad_arguments(tmp_path):
+    with pytest.raises(TypeError, match="is a path"):
+        probe_lengths([str(tmp_path / "a.npy")])
+    with pytest.raises(TypeError, match="is a path"):
+        probe_lengths([tmp_path / "a.npy"])
+    with pytest.raises(TypeError, match="stream 0"):
+        probe_lengths([3])
+    with pytest.raises(ValueError, match="num_workers"):
+        probe_lengths([np.arange(2)], num_workers=-1)
+    with pytest.raises(ValueError, match="timeout"):
+        probe_lengths([np.arange(2)], timeout=0)
+
+
+def test_progress_bar(tmp_path, capsys):
+    openers = [npy(p) for p in write(tmp_path, [3, 5, 2])]
+    probe_lengths(openers, progress=True)
+    assert "probing lengths" in capsys.readouterr().err
+
+
+def test_feeds_the_loader(tmp_path, counted):
+    lengths = [5, 3, 0, 8, 2]
+    paths = write(tmp_path, lengths)
+    openers = [npy(p) for p in paths]
+    measured = probe_lengths(openers, cache=tmp_path / "lengths.json", progress=False)
+    loader = streamseq.StreamLoader(openers, batch_size=2, tbins=3, lengths=measured)
+    sources = [np.load(p) for p in paths]
+    assert check_continuity(loader, lengths, sources=sources) == len(loader)
