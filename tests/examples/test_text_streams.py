@@ -1,0 +1,29 @@
+import importlib.util
+from pathlib import Path
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "text_streams.py"
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("text_streams", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_rows_visibly_continue_across_batches(capsys):
+    shown = load().main(["--workers", "2", "--batches", "4", "--tbins", "12"])
+    out = capsys.readouterr().out
+    assert "27 texts" in out and "batch 3" in out
+    assert len(shown) == 4 and all(len(lines) == 8 for lines in shown)
+    assert [line[2:] for line in shown[0]][:2] == ["a_0;a_1;a_2;", "b_0;b_1;b_2;"]
+    assert shown[1][0][2:] == "a_3;a_4;a_5;"
+    assert all(line.startswith("*") for line in shown[0])
+    assert not any(line.startswith("*") for line in shown[1])
+
+
+def test_same_output_in_process():
+    module = load()
+    assert module.main(["--workers", "0", "--batches", "5"]) == module.main(
+        ["--workers", "2", "--batches", "5"]
+    )

@@ -1,0 +1,143 @@
+import threading
+
+import numpy as np
+import pytest
+
+from streamseq import WorkerError, prefetch
+
+
+class Squares:
+    def __init__(self, n, shape=(4,)):
+        self.n, self.shape = n, shape
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        return np.full(self.shape, i * i, dtype=np.int64)
+
+
+class NoLen:
+    def __getitem__(self, i):
+        return i
+
+
+@pytest.mark.parametrize(
+    "workers, method",
+    [(0, "process"), (1, "process"), (2, "process"), (1, "thread"), (3, "thread")],
+)
+def test_same_items_in_same_order(workers, method):
+    with prefetch(Squares(20), workers, method=method) as seq:
+        assert len(seq) == 20
+        assert [int(seq[i][0]) for i in range(20)] == [i * i for i in range(20)]
+
+
+def test_zero_workers_still_wraps_the_sequence():
+    seq = prefetch(Squares(3), 0)
+    assert type(seq).__name__ == "Prefetched" and int(seq[2][0]) == 4
+
+
+@pytest.mark.parametrize("method", ["process", "thread"])
+def test_out_of_order_access_restarts_and_stays_correct(method):
+    with prefetch(Squares(30), 1, method=method) as seq:
+        order = [0, 1, 2, 17, 18, 3, 29, -1, 5]
+        assert [int(seq[i][0]) for i in order] == [(i % 30) ** 2 for i in order]
+
+
+def test_no_len_is_a_type_error():
+    with pytest.raises(TypeError, match="len"):
+        prefetch(NoLen(), 1)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [({"method": "mpi"}, "unknown prefetch method"), ({"max_buffered": 2}, "max_buffered")],
+)
+def test_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        prefetch(Squares(3), 1, **kwargs)
+    with pytest.raises(ValueError, match="num_workers"):
+        prefetch(Squares(3), -1)
+
+
+def test_end_of_sequence_is_an_index_error_not_a_worker_error():
+    with prefetch(Squares(3), 1) as seq:
+        assert [int(x[0]) for x in seq] == [0, 1, 4]
+        with pytest.raises(IndexError):
+            seq[3]
+
+
+def test_shared_memory_slots_are_sized_from_the_first_item():
+    with prefetch(Squares(6, (1000,)), 1) as seq:
+        first = seq[0]
+        assert seq.slot_size >= first.nbytes
+        assert [int(seq[i][0]) for i in range(1, 6)] == [1, 4, 9, 16, 25]
+        assert seq.grown == 0
+
+
+class Growing(Squares):
+    def __getitem__(self, i):
+        return np.full(10 if i < 3 else 100_000, i, dtype=np.int64)
+
+
+def test_items_outgrowing_their_slot_make_the_slots_grow():
+    with prefetch(Growing(8), 1, shm_size=6 * 1024) as seq:
+        values = [int(seq[i][0]) for i in range(8)]
+        assert values == list(range(8))
+        assert seq.grown == 1 and seq.slot_size >= 800_000
+
+
+class Exiting(Squares):
+    def __getitem__(self, i):
+        if i == 2:
+            raise SystemExit("stop")
+        return super().__getitem__(i)
+
+
+def test_thread_worker_exit_is_an_error_not_a_hang():
+    with prefetch(Exiting(5), 1, method="thread") as seq:
+        assert int(seq[1][0]) == 1
+        with pytest.raises(WorkerError, match="SystemExit"):
+            seq[2]
+
+
+class Failing(Squares):
+    def __getitem__(self, i):
+        if i == 3:
+            raise KeyError("missing frame 3")
+        return super().__getitem__(i)
+
+
+@pytest.mark.parametrize("method", ["process", "thread"])
+def test_worker_errors_reach_the_caller_as_themselves(method):
+    with prefetch(Failing(6), 1, method=method) as seq:
+        with pytest.raises(KeyError, match="missing frame 3"):
+            [seq[i] for i in range(6)]
+
+
+def test_start_hook_gets_the_worker_index_with_threads():
+    seen = []
+    lock = threading.Lock()
+
+    def hook(index):
+        with lock:
+            seen.append(index)
+
+    with prefetch(Squares(10), 3, method="thread", start_hook=hook) as seq:
+        list(seq[i] for i in range(10))
+    assert sorted(seen) == [0, 1, 2]
+
+
+def test_close_stops_worker_processes():
+    seq = prefetch(Squares(50), 2)
+    seq[0]
+    seq[1]
+    pids = seq.pids
+    assert len(pids) == 2
+    seq.close()
+    assert seq.pids == []
+    import psutil
+
+    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in pids)

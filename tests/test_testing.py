@@ -1,0 +1,103 @@
+import numpy as np
+import pytest
+from hypothesis import given
+
+from streamseq import Batch, interleave_streams, tbin, zip_batch
+from streamseq.testing import Layout, check_continuity, coded_streams, layouts
+
+LENGTHS = [5, 3, 4, 2]
+
+
+def good():
+    streams = coded_streams(LENGTHS)
+    rows = interleave_streams(streams, 2)
+    return [
+        Batch(*(np.array(f, copy=True) for f in b)) for b in zip_batch([tbin(r, 2) for r in rows])
+    ], streams
+
+
+def test_accepts_a_correct_run():
+    batches, streams = good()
+    assert check_continuity(batches, LENGTHS, sources=streams) == len(batches)
+
+
+def mutate(fn):
+    batches, streams = good()
+    fn(batches)
+    return batches, streams
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda b: b[1].step.__setitem__((0, 0), 3), r"batch 1, row 0: .*not consecutive|jumps"),
+        (lambda b: b[1].reset.__setitem__(0, True), r"batch 1, row 0: reset set in the middle"),
+        (lambda b: b[0].reset.__setitem__(1, False), r"batch 0, row 1: stream 1 starts without"),
+        (lambda b: b[0].data.__setitem__((0, 0), 77), r"batch 0, row 0: data of stream 0"),
+        (lambda b: b[2].valid.__setitem__((0, 0), False), r"batch 2, row 0"),
+    ],
+)
+def test_names_the_first_broken_batch_and_row(change, message):
+    batches, streams = mutate(change)
+    with pytest.raises(AssertionError, match=message):
+        check_continuity(batches, LENGTHS, sources=streams)
+
+
+def test_lost_batch_is_a_jump():
+    batches, _ = good()
+    del batches[1]
+    with pytest.raises(AssertionError, match="batch 1, row 0: stream 0 jumps from step 2 to 4"):
+        check_continuity(batches, LENGTHS)
+
+
+def test_duplicated_batch_is_caught():
+    batches, _ = good()
+    batches.insert(1, batches[1])
+    with pytest.raises(AssertionError, match="batch 2, row 0: stream 0 jumps from step 4 to 2"):
+        check_continuity(batches, LENGTHS)
+
+
+def test_stream_split_across_rows_is_caught():
+    batches, _ = good()
+    b = batches[1]
+    b.stream[1], b.step[1], b.valid[1], b.reset[1] = [0, 0], [2, 3], [True, True], False
+    with pytest.raises(AssertionError, match="batch 1, row 1: stream 0 appears at step 2"):
+        check_continuity(batches, LENGTHS)
+
+
+def test_incomplete_stream_is_caught_unless_allowed():
+    batches, _ = good()
+    with pytest.raises(AssertionError, match="not delivered whole"):
+        check_continuity(batches[:2], LENGTHS)
+    check_continuity(batches[:2], LENGTHS, complete=False)
+
+
+def test_nonzero_padding_is_caught():
+    batches, _ = good()
+    i, r, t = next(
+        (i, *np.argwhere(~b.valid)[0]) for i, b in enumerate(batches) if (~b.valid).any()
+    )
+    batches[i].data[r, t] = 5
+    with pytest.raises(AssertionError, match="padding data is not zero"):
+        check_continuity(batches, LENGTHS)
+
+
+def test_repeated_stream_is_caught_unless_wrapping():
+    streams = coded_streams(LENGTHS)
+    rows = interleave_streams(streams, 2)
+    wrapped = list(zip_batch([tbin(r, 2) for r in rows], pad="wrap", length=6))
+    with pytest.raises(AssertionError, match="delivered twice"):
+        check_continuity(wrapped, LENGTHS)
+    check_continuity(wrapped, LENGTHS, sources=streams, allow_repeats=True)
+
+
+@given(layouts())
+def test_strategies_give_valid_layouts(layout):
+    assert isinstance(layout, Layout)
+    assert any(layout.lengths) and layout.batch_size >= 1 and layout.tbins >= 1
+
+
+def test_coded_streams_are_never_zero():
+    streams = coded_streams([3, 2], shape=(2,))
+    assert all((s != 0).all() for s in streams)
+    assert streams[1][1].tolist() == [2**32 + 2] * 2
