@@ -193,9 +193,21 @@ class StreamLoader:
         return self.plan().length
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch (and so the shuffle); the next iteration starts at batch 0."""
+        """Select the epoch (and so the shuffle); the next iteration starts at batch 0.
+
+        A position loaded by :meth:`load_state_dict` and not yet iterated survives
+        ``set_epoch`` with its own epoch, so the usual loop resumes where the run was::
+
+            loader.load_state_dict(state)
+            for epoch in range(loader.epoch, epochs):
+                loader.set_epoch(epoch)  # keeps the loaded position
+                for batch in loader: ...
+        """
+        epoch = int(epoch)
+        if self._resume is not None and epoch == self.epoch:
+            return
         self.close()
-        self.epoch, self._resume, self._delivered = int(epoch), None, 0
+        self.epoch, self._resume, self._delivered = epoch, None, 0
 
     def state_dict(self) -> dict[str, Any]:
         """Where the run stands: epoch, next batch and the plan's fingerprint.
@@ -218,13 +230,34 @@ class StreamLoader:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume: the next iteration starts at the batch after the last one delivered.
 
+        The state may come from any rank: all ranks of a run stand at the same batch.
+
         Raises:
             ValueError: the state is malformed, or was made with other streams, batch
                 size, tbins, pad, shuffle, seed or world size.
+
+        Example:
+            >>> import numpy as np
+            >>> streams = [np.arange(6), np.arange(10, 14)]
+            >>> loader = StreamLoader(streams, batch_size=1, tbins=2)
+            >>> it = iter(loader); _ = next(it); _ = next(it)
+            >>> state = loader.state_dict()
+            >>> again = StreamLoader(streams, batch_size=1, tbins=2)
+            >>> again.load_state_dict(state)
+            >>> [b.data.tolist() for b in again]
+            [[[4, 5]], [[10, 11]], [[12, 13]]]
+            >>> StreamLoader(streams, batch_size=2, tbins=2).load_state_dict(state)
+            Traceback (most recent call last):
+            ...
+            ValueError: this state was made by a loader with other streams, ...
         """
         missing = {"epoch", "next_batch", "fingerprint"} - set(state)
         if missing:
             raise ValueError(f"not a StreamLoader state: missing {sorted(missing)}")
+        if state.get("version", STATE_VERSION) != STATE_VERSION:
+            raise ValueError(
+                f"state of version {state['version']}, this streamseq reads {STATE_VERSION}"
+            )
         if state["fingerprint"] != self.fingerprint:
             raise ValueError(
                 "this state was made by a loader with other streams, lengths, batch size, "
@@ -232,10 +265,18 @@ class StreamLoader:
                 f"!= {self.fingerprint}); resuming would silently change the run"
             )
         self.close()
-        self.epoch = int(state["epoch"])
-        nxt = int(state["next_batch"])
-        if not 0 <= nxt <= len(self):
-            raise ValueError(f"next_batch {nxt} out of range for {len(self)} batches")
+        previous, self.epoch = self.epoch, int(state["epoch"])
+        try:
+            nxt, n = int(state["next_batch"]), len(self)
+            if "length" in state and int(state["length"]) != n:
+                raise ValueError(
+                    f"the state's epoch has {state['length']} batches, this loader's {n}"
+                )
+            if not 0 <= nxt <= n:
+                raise ValueError(f"next_batch {nxt} out of range for {n} batches")
+        except BaseException:
+            self.epoch = previous  # an invalid state changes nothing
+            raise
         self._resume = self._delivered = nxt
 
     def __getitem__(self, i: int) -> Batch:
