@@ -1,0 +1,12 @@
+"""Sources: recordings on disk (video, audio, tokens, events) and procedural streams.
+
+Each function returns a stream, a lazy sequence of timesteps: ``len(s)`` is its number of
+steps and ``s[a:b]`` an array whose first axis has ``b - a`` steps (slices are clamped
+like numpy's; only contiguous slices are supported). Streams are picklable and open their
+file on the first read in the process that reads it, so they can be handed to worker
+processes, forked or spawned.
+"""
+
+from streamseq.io.video import video
+
+__all__ = ["video"]

@@ -1,0 +1,192 @@
+import importlib
+import multiprocessing
+import operator
+import pickle
+
+import numpy as np
+import pytest
+from conftest import VIDEO_CLIPS, plain_video, truncate, write_video
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamseq.errors import SourceError
+from streamseq.io import video
+
+video_module = importlib.import_module("streamseq.io.video")
+
+
+@pytest.fixture(scope="module")
+def references(video_clips):
+    return {name: plain_video(path) for name, path in video_clips.items()}
+
+
+@pytest.fixture
+def seeks(monkeypatch):
+    """Count the seeks and the restarts from the beginning of the file."""
+    counts = {"seek": 0, "restart": 0}
+    real_seek, real_restart = video_module._Video._seek, video_module._Video._restart
+
+    def seek(self, reader, a):
+        counts["seek"] += 1
+        return real_seek(self, reader, a)
+
+    def restart(self):
+        counts["restart"] += 1
+        return real_restart(self)
+
+    monkeypatch.setattr(video_module._Video, "_seek", seek)
+    monkeypatch.setattr(video_module._Video, "_restart", restart)
+    return counts
+
+
+@pytest.mark.parametrize("name", VIDEO_CLIPS)
+def test_length_and_sequential_read(name, video_clips, references, seeks):
+    v = video(video_clips[name])
+    ref = references[name]
+    assert len(v) == len(ref) == 40
+    got = np.concatenate([v[a : a + 7] for a in range(0, len(v), 7)])
+    assert got.dtype == np.uint8 and got.shape == (40, 48, 64, 3)
+    np.testing.assert_array_equal(got, ref)
+    assert seeks == {"seek": 0, "restart": 0}  # one decoder, never repositioned
+
+
+@pytest.mark.parametrize("name", VIDEO_CLIPS)
+@settings(max_examples=12)
+@given(reads=st.lists(st.tuples(st.integers(0, 45), st.integers(0, 6)), min_size=1, max_size=8))
+def test_random_access_matches_plain_decode(name, video_clips, references, reads):
+    v = video(video_clips[name])
+    ref = references[name]
+    for a, n in reads:
+        np.testing.assert_array_equal(v[a : a + n], ref[a : a + n])
+
+
+def test_random_access_seeks_instead_of_restarting(video_clips, references, seeks):
+    v = video(video_clips["x264_gop5_b2"])
+    for a in [30, 10, 35, 20, 25, 5]:
+        np.testing.assert_array_equal(v[a : a + 2], references["x264_gop5_b2"][a : a + 2])
+    assert seeks["seek"] == 6
+    assert seeks["restart"] <= 1  # only the initial open, or a keyframe-0 target
+
+
+def test_unreliable_timestamps_fall_back_to_counting(video_clips, references):
+    # in AVI with B-frames, packet timestamps follow decode order: identification by
+    # timestamp would be wrong, reading must notice and count from the start instead
+    v = video(video_clips["x264_avi_b2"])
+    for a in [35, 3, 20, 19, 38]:
+        np.testing.assert_array_equal(v[a : a + 3], references["x264_avi_b2"][a : a + 3])
+
+
+def test_resize_and_pixel_formats(video_clips):
+    path = video_clips["x264_gop12_b2"]
+    v = video(path, size=(24, 40))
+    assert v[3:6].shape == (3, 24, 40, 3)
+    np.testing.assert_array_equal(v[10:20], plain_video(path, size=(24, 40))[10:20])
+    gray = video(path, format="gray")
+    assert gray[0:2].shape == (2, 48, 64) and gray[0:0].shape == (0, 48, 64)
+    np.testing.assert_array_equal(gray[5:8], plain_video(path, format="gray")[5:8])
+    assert video(path, format="bgra")[0].shape == (48, 64, 4)
+    with pytest.raises(ValueError, match="format"):
+        video(path, format="yuv420p")
+
+
+def test_slicing_rules(video_clips, references):
+    v = video(video_clips["x264_gop5_b2"])
+    ref = references["x264_gop5_b2"]
+    np.testing.assert_array_equal(v[-3:], ref[-3:])
+    np.testing.assert_array_equal(v[35:1000], ref[35:])
+    np.testing.assert_array_equal(v[-1], ref[-1])
+    np.testing.assert_array_equal(v[np.int64(4)], ref[4])
+    assert v[50:60].shape == (0, 48, 64, 3)
+    assert v[7:3].shape == (0, 48, 64, 3)
+    with pytest.raises(IndexError):
+        v[40]
+    with pytest.raises(IndexError):
+        v[-41]
+    with pytest.raises(ValueError, match="step"):
+        v[0:10:2]
+    with pytest.raises(TypeError):
+        v["a"]
+
+
+def test_declared_length_skips_the_probe(video_clips, references):
+    v = video(video_clips["x264_gop12_b2"], length=40)
+    assert len(v) == 40
+    np.testing.assert_array_equal(v[0:10], references["x264_gop12_b2"][:10])
+    assert v._info is None  # reading on from the start needs no timestamp table
+    np.testing.assert_array_equal(v[25:27], references["x264_gop12_b2"][25:27])
+
+
+def test_pickle_before_and_after_reading(video_clips, references):
+    v = video(video_clips["x264_gop12_b2"])
+    ref = references["x264_gop12_b2"]
+    fresh = pickle.loads(pickle.dumps(v))
+    np.testing.assert_array_equal(fresh[12:15], ref[12:15])
+    v[20:22]  # opens a decoder
+    data = pickle.dumps(v)
+    assert len(data) < 10_000  # no decoder state, no frames: the path and the probe
+    copy = pickle.loads(data)
+    assert copy._info is not None  # the probe travels, workers do not demux again
+    np.testing.assert_array_equal(copy[2:4], ref[2:4])
+    np.testing.assert_array_equal(v[22:24], ref[22:24])
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_read_in_worker_process(method, video_clips, references):
+    v = video(video_clips["x264_gop5_b2"])
+    ref = references["x264_gop5_b2"]
+    v[0:3]  # the parent holds an open decoder: a forked child must not use it
+    with multiprocessing.get_context(method).Pool(1) as pool:
+        got = pool.starmap(operator.getitem, [(v, slice(3, 9)), (v, slice(30, 33))])
+    np.testing.assert_array_equal(got[0], ref[3:9])
+    np.testing.assert_array_equal(got[1], ref[30:33])
+    np.testing.assert_array_equal(v[3:6], ref[3:6])  # the parent's decoder goes on
+
+
+def test_missing_file(tmp_path):
+    path = tmp_path / "nowhere.mp4"
+    with pytest.raises(FileNotFoundError, match="nowhere.mp4"):
+        video(path)
+
+
+def test_garbage_file(tmp_path):
+    path = tmp_path / "garbage.mp4"
+    path.write_bytes(np.random.default_rng(0).bytes(5000))
+    v = video(path)
+    with pytest.raises(SourceError, match="garbage.mp4") as info:
+        len(v)
+    assert info.value.path == str(path)
+
+
+@pytest.mark.parametrize(
+    "kind, fmt, options",
+    [
+        ("mp4", "mp4", None),  # index at the end: cannot open
+        ("mp4", "mp4", {"movflags": "faststart"}),  # index first: packets missing
+        ("mkv", "matroska", None),  # no frame count: frames cover less than the duration
+    ],
+)
+def test_truncated_file(tmp_path, kind, fmt, options):
+    whole = write_video(tmp_path / f"whole.{kind}", 40, fmt=fmt, options=options)
+    for fraction in [0.5, 0.9]:
+        path = truncate(whole, tmp_path / f"cut{fraction}.{kind}", fraction)
+        with pytest.raises(SourceError, match=f"cut{fraction}"):
+            video(path)[0:40]
+
+
+def test_file_shorter_than_declared(video_clips):
+    v = video(video_clips["x264_gop12_b0"], length=45)
+    v[30:40]
+    with pytest.raises(SourceError, match="truncated: decoding ends after 40 of 45 frames"):
+        v[38:42]
+    with pytest.raises(SourceError, match="40 of 45"):
+        v[44]
+
+
+def test_source_error_from_worker(tmp_path):
+    path = tmp_path / "garbage.mkv"
+    path.write_bytes(b"\x1a\x45\xdf\xa3" + bytes(3000))
+    v = video(path, length=10)
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        with pytest.raises(SourceError, match="garbage.mkv") as info:
+            pool.apply(operator.getitem, (v, slice(0, 2)))
+    assert info.value.path == str(path)
