@@ -1,0 +1,146 @@
+"""Train a small GRU with DistributedDataParallel, every rank reading its rows of one plan.
+
+Each stream is a noisy sine wave with its own frequency; the GRU predicts the next value,
+carrying its hidden state from batch to batch (truncated backpropagation through time) and
+resetting it in the rows that start a new stream. The loader takes rank and world size from
+torch.distributed: every rank computes the same global plan, keeps its own rows and gets the
+same number of batches (padding, never stopping early), so every rank takes part in every
+gradient all-reduce.
+
+Run on 2 CPU processes (gloo)::
+
+    torchrun --nproc_per_node=2 examples/ddp_train.py --out /tmp/ddp
+
+Without torchrun it trains in one process. With ``--out``, each rank writes what it saw
+(streams, batches, losses, final parameters) to ``rank<r>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+import streamseq
+
+
+def make_streams(count: int, min_len: int, max_len: int, seed: int = 0) -> list[np.ndarray]:
+    """Noisy sine waves ``[n, 1]`` (float32), each with its own frequency and phase."""
+    rng = np.random.default_rng(seed)
+    streams = []
+    for _ in range(count):
+        n = int(rng.integers(min_len, max_len + 1))
+        freq, phase = rng.uniform(0.02, 0.12), rng.uniform(0, 2 * np.pi)
+        wave = np.sin(2 * np.pi * freq * np.arange(n) + phase) + 0.05 * rng.normal(size=n)
+        streams.append(wave.astype(np.float32)[:, None])
+    return streams
+
+
+class Predictor(nn.Module):
+    """A GRU reading ``[B, T, 1]`` and predicting the next value at every step."""
+
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.gru = nn.GRU(1, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, 1)
+
+    def forward(self, x: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out, h = self.gru(x, h)
+        return self.head(out), h
+
+
+def masked_mse(pred: torch.Tensor, target: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Mean squared error over the valid steps (0 when there is none, e.g. all padding)."""
+    mask = valid.unsqueeze(-1).to(pred.dtype)
+    return ((pred - target) ** 2 * mask).sum() / mask.sum().clamp(min=1)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--streams", type=int, default=16, help="number of sine waves")
+    parser.add_argument("--min-len", type=int, default=40, help="shortest stream")
+    parser.add_argument("--max-len", type=int, default=160, help="longest stream")
+    parser.add_argument("--batch-size", type=int, default=2, help="rows per rank")
+    parser.add_argument("--tbins", type=int, default=20, help="steps per batch")
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--hidden", type=int, default=16, help="GRU units")
+    parser.add_argument("--lr", type=float, default=0.02)
+    parser.add_argument("--workers", type=int, default=0, help="loader workers per rank")
+    parser.add_argument("--out", default=None, help="folder for rank<r>.json")
+    args = parser.parse_args(argv)
+
+    torch.set_num_threads(1)
+    distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    if distributed and not dist.is_initialized():
+        dist.init_process_group("gloo")
+    try:
+        return train(args)
+    finally:
+        if distributed:
+            dist.destroy_process_group()
+
+
+def train(args: argparse.Namespace) -> dict:
+    streams = make_streams(args.streams, args.min_len, args.max_len)  # the same on every rank
+    # rank and world_size come from torch.distributed when it is initialised
+    loader = streamseq.StreamLoader(
+        streams, args.batch_size, args.tbins, num_workers=args.workers, shuffle=True, seed=1
+    )
+    rank, world = loader.rank, loader.world_size
+    torch.manual_seed(0)
+    model: nn.Module = Predictor(args.hidden)
+    if world > 1:
+        model = DistributedDataParallel(model)  # averages the gradients over the ranks
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+
+    record: dict = {"rank": rank, "world_size": world, "lengths": [], "batches": []}
+    record.update(streams=[], losses=[], valid=[])
+    for epoch in range(args.epochs):
+        loader.set_epoch(epoch)  # a new shuffle, the same on every rank
+        record["lengths"].append(len(loader))
+        h = torch.zeros(1, args.batch_size, args.hidden)
+        count, seen = 0, set()
+        for batch in loader:
+            h = h.detach()  # truncated backpropagation through time
+            h[:, batch.reset] = 0  # rows that start a new stream forget the last one
+            x = batch.data[:, :-1]
+            pred, h = model(x, h)
+            loss = masked_mse(pred, batch.data[:, 1:], batch.valid[:, 1:])
+            optimizer.zero_grad()
+            loss.backward()  # an all-reduce: every rank must get here as often
+            optimizer.step()
+            seen.update(batch.stream[batch.valid].unique().tolist())
+            record["losses"].append(loss.item())
+            record["valid"].append(int(batch.valid[:, 1:].sum()))
+            count += 1
+        record["batches"].append(count)
+        record["streams"].append(sorted(seen))  # this rank's streams in this epoch
+        first, last = epoch_loss(record, 0), epoch_loss(record, epoch)
+        if rank == 0:
+            print(f"epoch {epoch}: {count} batches, loss {last:.4f} (first epoch {first:.4f})")
+    params = [p.detach().flatten() for p in model.parameters()]
+    record["params"] = torch.cat(params).tolist()
+    if args.out is not None:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, f"rank{rank}.json"), "w") as f:
+            json.dump(record, f)
+    return record
+
+
+def epoch_loss(record: dict, epoch: int) -> float:
+    """Mean loss of one epoch, weighted by the number of valid steps."""
+    start = sum(record["batches"][:epoch])
+    stop = start + record["batches"][epoch]
+    losses = np.array(record["losses"][start:stop])
+    weights = np.array(record["valid"][start:stop])
+    return float((losses * weights).sum() / max(weights.sum(), 1))
+
+
+if __name__ == "__main__":
+    main()
