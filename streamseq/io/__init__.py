@@ -7,6 +7,7 @@ file on the first read in the process that reads it, so they can be handed to wo
 processes, forked or spawned.
 """
 
+from streamseq.io.audio import audio
 from streamseq.io.video import video
 
-__all__ = ["video"]
+__all__ = ["audio", "video"]

@@ -1,0 +1,597 @@
+"""Audio files as streams of fixed-size frames of samples (PyAV).
+
+The samples are those of a plain decode of the file from its start, converted to float32
+in the requested channel layout by ``av.AudioResampler(format="flt", layout=layout)`` and,
+when a sample rate is given, resampled by ``av.AudioResampler(format="flt", layout=layout,
+rate=sample_rate)`` fed with the converted samples. Step ``k`` holds samples
+``k * frame`` to ``(k + 1) * frame``; the last step is padded with zeros.
+
+Reading consecutive steps keeps the decoder going. Reading elsewhere seeks a few packets
+before the position (enough for the decoder to be exact again, for the codecs whose
+decoder state is known to be short: PCM, FLAC, ALAC, WavPack, AAC, MP2/MP3, Vorbis,
+AC-3) and, when resampling, restarts the resampler a fixed number of samples early at a
+position where its phase is the same as in a decode from the start. Files with other
+codecs, or whose timestamps do not locate samples exactly, are read again from the start
+on such reads: slower, still exact.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import av
+import numpy as np
+
+from streamseq.errors import SourceError
+from streamseq.io._base import Source, check_file
+
+#: packets to decode before the position sought, for the codecs whose decoder
+#: state after that many packets is the same as in a decode from the start
+_PREROLL = {
+    "flac": 0,
+    "alac": 0,
+    "wavpack": 0,
+    "tta": 0,
+    "aac": 2,
+    "mp2": 3,
+    "mp2float": 3,
+    "mp3": 12,
+    "mp3float": 12,
+    "vorbis": 2,
+    "ac3": 2,
+    "ac3_fixed": 2,
+    "eac3": 2,
+}
+_MAX_PHASES = 1 << 15  # resampling ratios with a longer period are not restarted mid-file
+_CONTINUE_SECONDS = 5.0  # decode on rather than seek for gaps up to this long
+
+
+def _preroll(codec: str) -> int | None:
+    if codec.startswith("pcm_"):
+        return 0
+    return _PREROLL.get(codec)
+
+
+def _open_container(path: str) -> Any:
+    check_file(path)
+    try:
+        return av.open(path, metadata_errors="ignore")
+    except av.error.FFmpegError as e:
+        raise SourceError(path, f"cannot open: {e}") from e
+
+
+def _audio_stream(container: Any, path: str, stream_index: int) -> Any:
+    try:
+        return container.streams.audio[stream_index]
+    except IndexError:
+        raise SourceError(path, f"no audio stream {stream_index}") from None
+
+
+#: containers whose audio stream duration is written by the muxer, not estimated
+_EXACT_DURATION = ("wav", "w64", "flac", "mov", "mp4", "ogg", "aiff", "caf", "matroska")
+
+
+def _sample_offset(
+    pts: int | None, first_pts: int | None, time_base: Fraction, rate: int
+) -> int | None:
+    """Sample offset of a timestamp from the first sample, if it is an exact sample."""
+    if pts is None or first_pts is None:
+        return None
+    x = (pts - first_pts) * time_base * rate
+    return int(x) if x.denominator == 1 else None
+
+
+@dataclass(frozen=True)
+class _Table:
+    """What demuxing tells about an audio stream, and where its first sample lies."""
+
+    rate: int  # sample rate of the file
+    layout: str  # channel layout of the file
+    codec: str
+    first_pts: int | None  # timestamp of the first decoded sample
+    time_base: Fraction
+    offsets: np.ndarray  # sample offset of each packet, in file order
+    seek_ts: np.ndarray  # timestamp of each packet
+    exact: bool  # packet timestamps locate samples exactly
+    declared: int | None  # number of samples the container declares, if it is reliable
+
+    def offset(self, pts: int | None, time_base: Fraction | None = None) -> int | None:
+        """Sample offset of a timestamp, if it is an exact sample."""
+        return _sample_offset(pts, self.first_pts, time_base or self.time_base, self.rate)
+
+
+def _declared_samples(container: Any, stream: Any) -> int | None:
+    names = container.format.name.split(",")
+    if not any(name in _EXACT_DURATION for name in names):
+        return None
+    rate = stream.codec_context.sample_rate
+    if stream.duration:
+        return round(stream.duration * stream.time_base * rate)
+    if container.duration and len(container.streams) == 1:
+        return round(container.duration * rate / av.time_base)
+    return None
+
+
+def _demux_table(path: str, stream_index: int) -> _Table:
+    container = _open_container(path)
+    try:
+        stream = _audio_stream(container, path, stream_index)
+        rate, layout = stream.codec_context.sample_rate, stream.codec_context.layout.name
+        codec, time_base = stream.codec_context.name, stream.time_base
+        try:
+            first = next(container.decode(stream), None)
+        except av.error.FFmpegError as e:
+            raise SourceError(path, f"decoding failed: {e}") from e
+        if first is None:
+            raise SourceError(path, "no audio sample")
+        first_pts = first.pts
+        if first.time_base is not None and first.time_base != time_base:
+            first_pts = None  # frames and packets do not share a time base: no seeking
+    finally:
+        container.close()
+    container = _open_container(path)  # afresh: seeking back could skip leading packets
+    try:
+        stream = _audio_stream(container, path, stream_index)
+        pts: list[int | None] = []
+        count = 0
+        try:
+            for packet in container.demux(stream):
+                if packet.size == 0:
+                    continue
+                if packet.is_corrupt:
+                    raise SourceError(path, f"corrupt packet after {count} packets")
+                count += 1
+                if not packet.is_discard:
+                    pts.append(packet.pts)
+        except av.error.FFmpegError as e:
+            raise SourceError(path, f"demuxing failed after {count} packets: {e}") from e
+        if stream.frames > count:
+            raise SourceError(path, f"truncated: {count} packets found, {stream.frames} declared")
+        declared = _declared_samples(container, stream)
+    finally:
+        container.close()
+    offsets = [_sample_offset(p, first_pts, time_base, rate) for p in pts]
+    exact = bool(pts) and None not in offsets
+    exact = exact and all(x < y for x, y in zip(offsets[:-1], offsets[1:], strict=True))
+    return _Table(
+        rate=rate,
+        layout=layout,
+        codec=codec,
+        first_pts=first_pts,
+        time_base=time_base,
+        offsets=np.asarray(offsets if exact else [-1] * len(pts), np.int64),
+        seek_ts=np.asarray([-1 if p is None else p for p in pts], np.int64),
+        exact=exact,
+        declared=declared,
+    )
+
+
+def _count_samples(path: str, stream_index: int, table: _Table) -> int:
+    """Number of samples a plain decode of the file gives.
+
+    It is read from the last packets when their timestamps locate samples exactly, and
+    counted by decoding the whole file otherwise.
+    """
+    container = _open_container(path)
+    try:
+        stream = _audio_stream(container, path, stream_index)
+        tail = len(table.offsets) - 8
+        frames = container.decode(stream)
+        if table.exact and tail > 0:
+            container.seek(int(table.seek_ts[tail]), backward=True, stream=stream)
+            frames = container.decode(stream)
+            end = None
+            try:
+                for frame in frames:
+                    offset = table.offset(frame.pts, frame.time_base)
+                    end = None if offset is None else offset + frame.samples
+            except av.error.FFmpegError as e:
+                raise SourceError(path, f"decoding failed: {e}") from e
+            if end is not None:
+                return end
+            container.seek(0, stream=stream)
+            frames = container.decode(stream)
+        try:
+            return sum(frame.samples for frame in frames)
+        except av.error.FFmpegError as e:
+            raise SourceError(path, f"decoding failed: {e}") from e
+    finally:
+        container.close()
+
+
+def _frame_to_array(frames: list[Any], channels: int) -> np.ndarray:
+    if not frames:
+        return np.zeros((0, channels), np.float32)
+    return np.concatenate([f.to_ndarray().reshape(-1, channels) for f in frames])
+
+
+def _array_to_frame(x: np.ndarray, layout: str, rate: int, pts: int) -> Any:
+    frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(x).reshape(1, -1), "flt", layout)
+    frame.sample_rate = rate
+    frame.pts = pts
+    frame.time_base = Fraction(1, rate)
+    return frame
+
+
+def _resampled_count(n: int, rate_in: int, rate_out: int, layout: str) -> int:
+    """Samples the resampler gives (flushed) for ``n`` input samples.
+
+    The count is periodic: ``p`` more input samples give ``q`` more output samples
+    (``p / q`` the reduced ratio), so only a short run of silence is resampled.
+    """
+    g = math.gcd(rate_in, rate_out)
+    p, q = rate_in // g, rate_out // g
+    base = 4096 + p
+    k = max(0, (n - base) // p)
+    n0 = n - k * p
+    resampler = av.AudioResampler(format="flt", layout=layout, rate=rate_out)
+    channels = av.AudioLayout(layout).nb_channels
+    count = 0
+    for start in range(0, n0, 1 << 16):
+        x = np.zeros((min(1 << 16, n0 - start), channels), np.float32)
+        count += sum(
+            f.samples for f in resampler.resample(_array_to_frame(x, layout, rate_in, start))
+        )
+    count += sum(f.samples for f in resampler.resample(None))
+    return count + k * q
+
+
+class _Inconsistent(Exception):
+    """Timestamps after a seek do not locate samples: read from the start instead."""
+
+
+class _Overshoot(Exception):
+    """A seek landed after the position asked for."""
+
+
+class _Reader:
+    """Decoder state of one process, and the samples decoded but not yet delivered."""
+
+    def __init__(self, container: Any, stream: Any, layout: str):
+        self.container = container
+        self.stream = stream
+        self.frames = container.decode(stream)
+        self.convert = av.AudioResampler(format="flt", layout=layout)
+        self.resampler: Any = None
+        self.counting = True  # decoding from the start: the count is the position
+        self.in_pos: int | None = 0  # input offset of the next decoded sample
+        self.target_in = 0  # after a seek: first input sample to keep
+        self.chunks: list[np.ndarray] = []  # output samples from ``start`` to ``end``
+        self.start: int | None = 0
+        self.end: int | None = 0
+        self.done = False
+
+    def drop(self, upto: int) -> None:
+        """Forget the output samples before ``upto``."""
+        while self.chunks and self.start + len(self.chunks[0]) <= upto:
+            self.start += len(self.chunks.pop(0))
+        if self.chunks and self.start < upto:
+            self.chunks[0] = self.chunks[0][upto - self.start :]
+            self.start = upto
+        if not self.chunks:
+            self.start = max(self.start, min(upto, self.end))
+
+    def close(self) -> None:
+        self.frames.close()
+        self.container.close()
+
+
+class _Audio(Source):
+    def __init__(
+        self,
+        path: str,
+        sample_rate: int | None,
+        frame: int,
+        layout: str | int | None,
+        length: int | None,
+        stream_index: int,
+    ):
+        super().__init__()
+        if frame < 1:
+            raise ValueError(f"frame must be positive, got {frame}")
+        if isinstance(layout, int):
+            layout = av.AudioLayout(f"{layout}c").name
+        elif layout is not None:
+            layout = av.AudioLayout(layout).name  # validates the name
+        self.path = check_file(path)
+        self.sample_rate = None if sample_rate is None else int(sample_rate)
+        self.frame = int(frame)
+        self.layout = layout
+        self.length = None if length is None else int(length)
+        self.stream_index = stream_index
+        self._table_: _Table | None = None
+        self._samples: int | None = None  # output samples, when counted
+        self._trusted = True
+
+    def __repr__(self) -> str:
+        return f"audio({self.path!r})"
+
+    # -- probing ---------------------------------------------------------------------------
+
+    def _table(self) -> _Table:
+        if self._table_ is None:
+            self._table_ = _demux_table(self.path, self.stream_index)
+        return self._table_
+
+    @property
+    def rate(self) -> int:
+        """Sample rate of the output."""
+        return self.sample_rate or self._table().rate
+
+    @property
+    def channels(self) -> int:
+        """Number of channels of the output."""
+        return av.AudioLayout(self._layout()).nb_channels
+
+    def _layout(self) -> str:
+        return self.layout or self._table().layout
+
+    def _resampling(self) -> bool:
+        return self.sample_rate is not None and self.sample_rate != self._table().rate
+
+    def num_samples(self) -> int:
+        """Number of samples of the output (the last step is padded beyond it)."""
+        if self._samples is None:
+            table = self._table()
+            n = _count_samples(self.path, self.stream_index, table)
+            if table.declared is not None:
+                spacing = np.diff(table.offsets)
+                # up to a packet of slack: encoder delay counted in some declared durations
+                tolerance = int(np.median(spacing)) if table.exact and len(spacing) else 2048
+                if n < table.declared - tolerance:
+                    raise SourceError(
+                        self.path, f"truncated: {n} samples decoded, {table.declared} declared"
+                    )
+            if self._resampling():
+                n = _resampled_count(n, table.rate, self.sample_rate, self._layout())
+            self._samples = n
+        return self._samples
+
+    def __len__(self) -> int:
+        if self.length is not None:
+            return self.length
+        return -(-self.num_samples() // self.frame)
+
+    def _empty(self) -> np.ndarray:
+        return np.zeros((0, self.frame, self.channels), np.float32)
+
+    # -- decoding --------------------------------------------------------------------------
+
+    def _open(self) -> _Reader:
+        container = _open_container(self.path)
+        try:
+            stream = _audio_stream(container, self.path, self.stream_index)
+            reader = _Reader(container, stream, self._layout())
+        except BaseException:
+            container.close()
+            raise
+        self._new_resampler(reader)
+        return reader
+
+    def _close(self, handle: _Reader) -> None:
+        handle.close()
+
+    def _restart(self) -> _Reader:
+        reader = self._open()
+        self._set_handle(reader)
+        return reader
+
+    def _new_resampler(self, reader: _Reader) -> None:
+        if self._resampling():
+            reader.resampler = av.AudioResampler(
+                format="flt", layout=self._layout(), rate=self.sample_rate
+            )
+
+    def _emit(self, reader: _Reader, x: np.ndarray) -> None:
+        if len(x):
+            reader.chunks.append(x)
+            reader.end += len(x)
+
+    def _pull(self, reader: _Reader) -> bool:
+        """Decode one more frame into the buffer; False at the end of the file."""
+        if reader.done:
+            return False
+        channels = self.channels
+        try:
+            frame = next(reader.frames)
+        except StopIteration:
+            if not reader.counting and reader.end is None:
+                raise _Inconsistent from None
+            reader.done = True
+            if reader.resampler is not None:
+                self._emit(reader, _frame_to_array(reader.resampler.resample(None), channels))
+            return False
+        except av.error.FFmpegError as e:
+            raise SourceError(self.path, f"decoding failed: {e}") from e
+        x = _frame_to_array(reader.convert.resample(frame), channels)
+        table = self._table_
+        offset = None if table is None else table.offset(frame.pts, frame.time_base)
+        if reader.counting:
+            if table is not None and offset != reader.in_pos:
+                self._trusted = False
+            offset = reader.in_pos
+        elif offset is None:
+            raise _Inconsistent
+        elif reader.in_pos is None:
+            if offset > reader.target_in:
+                raise _Overshoot
+        elif offset != reader.in_pos:
+            raise _Inconsistent
+        reader.in_pos = offset + len(x)
+        if reader.end is None:  # after a seek, before the first sample to keep
+            if reader.in_pos <= reader.target_in:
+                return True
+            x = x[reader.target_in - offset :]
+            offset = reader.target_in
+            reader.start = reader.end = self._out_offset(offset)
+        if reader.resampler is None:
+            self._emit(reader, x)
+        else:
+            frame = _array_to_frame(
+                x, self._layout(), table.rate if table else frame.sample_rate, offset
+            )
+            self._emit(reader, _frame_to_array(reader.resampler.resample(frame), channels))
+        return True
+
+    def _out_offset(self, in_offset: int) -> int:
+        if not self._resampling():
+            return in_offset
+        g = math.gcd(self._table().rate, self.sample_rate)
+        return in_offset // (self._table().rate // g) * (self.sample_rate // g)
+
+    def _skip_to(self, reader: _Reader, s0: int) -> _Reader:
+        while reader.end < s0 and self._pull(reader):
+            reader.drop(min(reader.end, s0))
+        reader.drop(s0)
+        return reader
+
+    def _seek_target(self, s0: int) -> int | None:
+        """Input sample to restart from to deliver output sample ``s0`` (None: the start)."""
+        table = self._table()
+        if not (self._trusted and table.exact) or _preroll(table.codec) is None:
+            return None
+        if not self._resampling():
+            return s0
+        g = math.gcd(table.rate, self.sample_rate)
+        p, q = table.rate // g, self.sample_rate // g
+        if p > _MAX_PHASES:
+            return None
+        margin = max(2048, 64 * -(-table.rate // self.sample_rate))
+        return max(0, (s0 * p // q - margin) // p * p)
+
+    def _seek(self, reader: _Reader, s0: int) -> _Reader:
+        target = self._seek_target(s0)
+        table = self._table()
+        if target:
+            preroll = _preroll(table.codec)
+            j = int(np.searchsorted(table.offsets, target, side="right")) - 1 - preroll
+            for _ in range(3):
+                if j <= 0:
+                    break
+                try:
+                    reader.container.seek(
+                        int(table.seek_ts[j]), backward=True, any_frame=False, stream=reader.stream
+                    )
+                except av.error.FFmpegError:
+                    break
+                reader.frames = reader.container.decode(reader.stream)
+                reader.counting, reader.in_pos, reader.target_in = False, None, target
+                reader.chunks, reader.start, reader.end, reader.done = [], None, None, False
+                self._new_resampler(reader)
+                try:
+                    while reader.end is None:
+                        self._pull(reader)
+                except _Overshoot:
+                    j -= preroll + 2
+                    continue
+                return self._skip_to(reader, s0)
+        return self._skip_to(self._restart(), s0)
+
+    def _position(self, reader: _Reader, s0: int) -> _Reader:
+        """Make output sample ``s0`` the first of the buffer."""
+        if reader.start is not None and reader.start <= s0 <= reader.end:
+            reader.drop(s0)
+            return reader
+        if reader.end is not None and reader.end < s0:
+            if s0 - reader.end <= _CONTINUE_SECONDS * self.rate or self._seek_target(s0) is None:
+                return self._skip_to(reader, s0)
+        elif self._seek_target(s0) is None:
+            return self._skip_to(self._restart(), s0)
+        return self._seek(reader, s0)
+
+    def _read(self, reader: _Reader, a: int, b: int) -> np.ndarray:
+        s0, s1 = a * self.frame, b * self.frame
+        if self.length is None:
+            s1 = min(s1, self.num_samples())
+        try:
+            reader = self._position(reader, s0)
+            while reader.end < s1 and self._pull(reader):
+                pass
+        except _Inconsistent:
+            self._trusted = False
+            reader = self._skip_to(self._restart(), s0)
+            while reader.end < s1 and self._pull(reader):
+                pass
+        if reader.end < s1 and (
+            self.length is None or reader.end <= (self.length - 1) * self.frame
+        ):
+            expected = f"{len(self)} steps" if self.length is not None else f"{s1} samples"
+            raise SourceError(
+                self.path, f"truncated: decoding ends at sample {reader.end}, expected {expected}"
+            )
+        got = max(0, min(s1, reader.end) - s0)
+        x = (
+            np.concatenate(reader.chunks)[:got]
+            if reader.chunks
+            else np.zeros((0, self.channels), np.float32)
+        )
+        reader.drop(s0 + got)
+        out = np.zeros(((b - a) * self.frame, self.channels), np.float32)
+        out[:got] = x
+        return out.reshape(b - a, self.frame, self.channels)
+
+
+def audio(
+    path: str | os.PathLike,
+    *,
+    sample_rate: int | None = None,
+    frame: int = 1024,
+    layout: str | int | None = None,
+    length: int | None = None,
+    stream_index: int = 0,
+) -> _Audio:
+    """Stream an audio file as frames of ``frame`` samples, decoded with PyAV.
+
+    The samples are those of a plain decode of the file from its start (``container.decode``),
+    converted to float32 in ``layout`` by ``av.AudioResampler(format="flt", layout=layout)``
+    and then, if ``sample_rate`` is given and differs from the file's, resampled by
+    ``av.AudioResampler(format="flt", layout=layout, rate=sample_rate)``. Step ``k`` holds
+    samples ``k * frame`` to ``(k + 1) * frame``; **the last step is padded with zeros**
+    when the number of samples is not a multiple of ``frame``. The file is opened on the
+    first read, separately in each process that reads.
+
+    The length comes from demuxing the file (no decoding) and decoding its first and last
+    few packets; when the timestamps of the file do not locate samples exactly, the whole
+    file is decoded once instead. This happens on the first ``len`` and is kept in the
+    object, pickles included.
+
+    Args:
+        path: an audio file (or a video file with an audio stream) that FFmpeg can read.
+        sample_rate: output sample rate; ``None`` keeps the rate of the file.
+        frame: samples per step.
+        layout: output channel layout (``"mono"``, ``"stereo"``, ...) or number of
+            channels; ``None`` keeps the layout of the file.
+        length: the number of steps, when known: it skips the measurement. A file that
+            ends before the last step raises :class:`~streamseq.errors.SourceError` on
+            the read that finds out.
+        stream_index: which audio stream of the file.
+
+    Returns:
+        A stream: ``s[a:b]`` is a float32 array ``[b - a, frame, channels]``.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        streamseq.errors.SourceError: the file cannot be opened, demuxed or decoded, or
+            ends before its length.
+
+    Example:
+        >>> import tempfile, os, av, numpy as np
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     path = os.path.join(tmp, "tone.wav")
+        ...     with av.open(path, "w") as out:
+        ...         s = out.add_stream("pcm_s16le", rate=8000, layout="mono")
+        ...         x = np.sin(np.arange(3000) * 0.1).astype(np.float32)[None]
+        ...         f = av.AudioFrame.from_ndarray(x, format="flt", layout="mono")
+        ...         f.sample_rate = 8000
+        ...         out.mux(s.encode(f))
+        ...         out.mux(s.encode())
+        ...     a = audio(path, frame=1000)
+        ...     b = audio(path, frame=512, sample_rate=16000)
+        ...     print(len(a), a[1:3].shape, b.num_samples(), len(b))
+        3 (2, 1000, 1) 6000 12
+    """
+    return _Audio(os.fspath(path), sample_rate, frame, layout, length, stream_index)
