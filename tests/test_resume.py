@@ -1,0 +1,294 @@
+"""Resuming from state_dict() gives exactly the rest of the uninterrupted run."""
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamseq import StreamLoader
+from streamseq.testing import coded_streams, layouts
+
+PADS = st.sampled_from(["zeros", "drop", "wrap"])
+
+
+def numpy_batch(batch):
+    return tuple(f.numpy().copy() for f in batch)
+
+
+def assert_same(a, b):
+    assert len(a) == len(b), f"{len(a)} batches != {len(b)}"
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
+        for f, g in zip(x, y, strict=True):
+            np.testing.assert_array_equal(f, g, err_msg=f"batch {i}")
+
+
+def run(loader, epochs, start=None):
+    """The usual loop: (epoch, batch) pairs; ``start`` resumes from the loader's epoch."""
+    out = []
+    first = loader.epoch if start is not None else 0
+    for epoch in range(first, epochs):
+        loader.set_epoch(epoch)
+        out += [(epoch, numpy_batch(b)) for b in loader]
+    return out
+
+
+def interrupted(loader, epochs, stop):
+    """Run the usual loop until ``stop`` batches were delivered, then save the state."""
+    count = 0
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)
+        it = iter(loader)
+        while count < stop:
+            if next(it, None) is None:
+                break
+            count += 1
+        else:
+            return loader.state_dict()
+    return loader.state_dict()
+
+
+def through_json(state):
+    return json.loads(json.dumps(state))
+
+
+@given(layouts(), PADS, st.booleans(), st.integers(0, 3), st.data())
+def test_resume_within_an_epoch(layout, pad, shuffle, epoch, data):
+    def make():
+        streams = coded_streams(layout.lengths)
+        kw = dict(pad=pad, shuffle=shuffle, seed=5)
+        return StreamLoader(streams, layout.batch_size, layout.tbins, **kw)
+
+    whole = make()
+    whole.set_epoch(epoch)
+    full = [numpy_batch(b) for b in whole]
+    cut = data.draw(st.integers(0, len(full)), label="cut")
+    first = make()
+    first.set_epoch(epoch)
+    it = iter(first)
+    for _ in range(cut):
+        next(it)
+    state = through_json(first.state_dict())
+    assert (state["epoch"], state["next_batch"], state["length"]) == (epoch, cut, len(full))
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert resumed.state_dict() == state  # nothing delivered yet: the same state
+    assert_same([numpy_batch(b) for b in resumed], full[cut:])
+
+
+@given(layouts(max_streams=10), st.booleans(), st.integers(1, 3), st.data())
+def test_resume_across_epochs(layout, shuffle, epochs, data):
+    def make():
+        return StreamLoader(
+            coded_streams(layout.lengths), layout.batch_size, layout.tbins, shuffle=shuffle
+        )
+
+    full = run(make(), epochs)
+    stop = data.draw(st.integers(0, len(full)), label="stop")
+    state = through_json(interrupted(make(), epochs, stop))
+    resumed = make()
+    resumed.load_state_dict(state)
+    rest = run(resumed, epochs, start=True)
+    assert [e for e, _ in rest] == [e for e, _ in full[stop:]]
+    assert_same([b for _, b in rest], [b for _, b in full[stop:]])
+
+
+@settings(max_examples=6)
+@given(
+    layouts(max_streams=8, max_length=14, max_batch=4),
+    st.booleans(),
+    st.sampled_from([(0, 2), (2, 2), (2, 0)]),
+    st.data(),
+)
+def test_resume_with_workers(layout, shuffle, workers, data):
+    """The state does not depend on the workers: save with some, resume with others."""
+
+    def make(num_workers):
+        return StreamLoader(
+            coded_streams(layout.lengths, (3,)),
+            layout.batch_size,
+            layout.tbins,
+            shuffle=shuffle,
+            num_workers=num_workers,
+        )
+
+    full = run(make(0), 2)
+    stop = data.draw(st.integers(0, len(full)), label="stop")
+    saver = make(workers[0])
+    state = interrupted(saver, 2, stop)
+    saver.close()
+    resumed = make(workers[1])
+    resumed.load_state_dict(state)
+    rest = run(resumed, 2, start=True)
+    assert_same([b for _, b in rest], [b for _, b in full[stop:]])
+
+
+@given(layouts(max_streams=12), st.integers(2, 3), st.data())
+def test_state_of_one_rank_resumes_every_rank(layout, world, data):
+    def make(rank):
+        streams = coded_streams(layout.lengths)
+        return StreamLoader(
+            streams, layout.batch_size, layout.tbins, rank=rank, world_size=world, shuffle=True
+        )
+
+    source = make(0)
+    source.set_epoch(1)
+    cut = data.draw(st.integers(0, len(source)), label="cut")
+    it = iter(source)
+    for _ in range(cut):
+        next(it)
+    state = source.state_dict()
+    for rank in range(world):
+        whole = make(rank)
+        whole.set_epoch(1)
+        resumed = make(rank)
+        resumed.load_state_dict(state)
+        assert_same([numpy_batch(b) for b in resumed], [numpy_batch(b) for b in whole][cut:])
+
+
+def test_state_counts_delivered_batches_only():
+    loader = StreamLoader(coded_streams([9, 7, 5, 8]), 2, 2, num_workers=2)
+    it = iter(loader)
+    assert loader.state_dict()["next_batch"] == 0
+    next(it)
+    next(it)
+    assert loader.state_dict()["next_batch"] == 2  # workers read ahead; that is not counted
+    loader.close()
+
+
+def test_end_of_epoch_resumes_into_the_next():
+    def make():
+        return StreamLoader(coded_streams([5, 3, 6]), 2, 2, shuffle=True)
+
+    loader = make()
+    loader.set_epoch(0)
+    list(loader)
+    state = loader.state_dict()
+    assert state["next_batch"] == state["length"] == len(loader)
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert list(resumed) == []  # nothing left of epoch 0
+    resumed = make()
+    resumed.load_state_dict(state)
+    rest = run(resumed, 2, start=True)  # the usual loop goes on with epoch 1
+    assert [e for e, _ in rest] == [1] * len(resumed)
+
+
+def test_set_epoch_keeps_the_loaded_position_only_for_its_epoch():
+    def make():
+        return StreamLoader(coded_streams([5, 3, 6, 4]), 2, 2, shuffle=True)
+
+    loader = make()
+    loader.set_epoch(1)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    resumed = make()
+    resumed.load_state_dict(state)
+    resumed.set_epoch(1)  # the usual loop: keeps the position
+    assert len(list(resumed)) == len(resumed) - 1
+    other = make()
+    other.load_state_dict(state)
+    other.set_epoch(2)  # another epoch: starts at batch 0
+    assert len(list(other)) == len(other)
+    again = make()
+    again.load_state_dict(state)
+    list(again)
+    again.set_epoch(1)  # the loaded position was used: epoch 1 starts over
+    assert len(list(again)) == len(again)
+
+
+def test_iterating_again_after_resuming_starts_at_zero():
+    loader = StreamLoader(coded_streams([6, 4]), 1, 2)
+    it = iter(loader)
+    next(it)
+    resumed = StreamLoader(coded_streams([6, 4]), 1, 2)
+    resumed.load_state_dict(loader.state_dict())
+    assert len(list(resumed)) == len(resumed) - 1
+    assert len(list(resumed)) == len(resumed)
+
+
+# -- states that must not load ------------------------------------------------------------
+
+BASE = dict(lengths=[5, 3, 0, 8, 2], batch_size=2, tbins=3)
+
+
+def make_loader(lengths=BASE["lengths"], batch_size=2, tbins=3, **kw):
+    return StreamLoader(coded_streams(lengths), batch_size, tbins, **kw)
+
+
+def saved_state(**kw):
+    loader = make_loader(**kw)
+    it = iter(loader)
+    next(it)
+    return loader.state_dict()
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        dict(lengths=[5, 3, 0, 8, 3]),  # a stream of another length
+        dict(lengths=[5, 3, 0, 8]),  # a stream less
+        dict(lengths=[5, 3, 0, 8, 2, 4]),  # a stream more
+        dict(lengths=[3, 5, 0, 8, 2]),  # the same streams in another order
+        dict(batch_size=3),
+        dict(tbins=2),
+        dict(rank=0, world_size=2),
+        dict(pad="drop"),
+        dict(shuffle=True),
+        dict(seed=1),  # refused even without shuffle: the seed is part of the run
+    ],
+)
+def test_state_of_another_run_is_an_error(changed):
+    state = saved_state()
+    loader = make_loader(**changed)
+    with pytest.raises(ValueError, match="other streams, lengths, batch size"):
+        loader.load_state_dict(state)
+    assert len(list(loader)) == len(loader)  # unchanged: iterates from the start
+
+
+def test_seed_matters_with_shuffle():
+    state = saved_state(shuffle=True, seed=0)
+    with pytest.raises(ValueError, match="silently change the run"):
+        make_loader(shuffle=True, seed=1).load_state_dict(state)
+
+
+def test_world_size_change_is_an_error_on_every_rank():
+    state = saved_state(rank=1, world_size=2)
+    make_loader(rank=0, world_size=2).load_state_dict(state)  # another rank: fine
+    for rank, world in [(0, 1), (0, 4), (3, 4)]:
+        with pytest.raises(ValueError, match="world size"):
+            make_loader(rank=rank, world_size=world).load_state_dict(state)
+
+
+@pytest.mark.parametrize(
+    "same", [dict(num_workers=2), dict(time_major=True), dict(method="thread", num_workers=1)]
+)
+def test_settings_that_do_not_change_the_batches_load(same):
+    loader = make_loader(**same)
+    loader.load_state_dict(saved_state())
+    assert len(list(loader)) == len(loader) - 1
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda s: s.pop("fingerprint"), "missing"),
+        (lambda s: s.pop("next_batch"), "missing"),
+        (lambda s: s.update(next_batch=10**6), "out of range"),
+        (lambda s: s.update(next_batch=-1), "out of range"),
+        (lambda s: s.update(length=99), "batches"),
+        (lambda s: s.update(version=99), "version"),
+    ],
+)
+def test_malformed_state_is_an_error_and_changes_nothing(edit, message):
+    state = saved_state(shuffle=True)
+    edit(state)
+    loader = make_loader(shuffle=True)
+    loader.set_epoch(2)
+    with pytest.raises(ValueError, match=message):
+        loader.load_state_dict(state)
+    assert loader.epoch == 2
+    assert loader.state_dict()["next_batch"] == 0
+    assert len(list(loader)) == len(loader)
