@@ -1,0 +1,113 @@
+import multiprocessing
+import operator
+import pickle
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streamseq.errors import SourceError
+from streamseq.io import tokens
+
+
+@pytest.fixture
+def flat(tmp_path):
+    path = tmp_path / "tokens.bin"
+    np.arange(1000, dtype=np.uint16).tofile(path)
+    return path
+
+
+@pytest.fixture
+def npy(tmp_path):
+    path = tmp_path / "tokens.npy"
+    np.save(path, np.arange(300, dtype=np.int32).reshape(100, 3))
+    return path
+
+
+def test_flat_file(flat):
+    t = tokens(flat, np.uint16)
+    assert len(t) == 1000
+    np.testing.assert_array_equal(t[10:20], np.arange(10, 20))
+    assert t[999] == 999 and t[-1] == 999
+    assert t[995:2000].tolist() == [995, 996, 997, 998, 999]
+    assert t[2000:3000].shape == (0,) and t[2000:3000].dtype == np.uint16
+
+
+def test_npy_file(npy):
+    t = tokens(npy)
+    assert len(t) == 100 and t.dtype == np.int32
+    np.testing.assert_array_equal(t[5:7], [[15, 16, 17], [18, 19, 20]])
+    assert t[99].tolist() == [297, 298, 299]
+    assert t[100:].shape == (0, 3)
+    assert tokens(npy, np.int32)[1].tolist() == [3, 4, 5]
+
+
+def test_fortran_order_npy(tmp_path):
+    path = tmp_path / "f.npy"
+    data = np.asfortranarray(np.arange(24).reshape(6, 4))
+    np.save(path, data)
+    np.testing.assert_array_equal(tokens(path)[2:5], data[2:5])
+
+
+@given(a=st.integers(-1200, 1200), b=st.integers(-1200, 1200))
+def test_slices_clamp_like_numpy(flat, a, b):
+    t = tokens(flat, np.uint16)
+    np.testing.assert_array_equal(t[a:b], np.arange(1000, dtype=np.uint16)[a:b])
+
+
+def test_slices_are_memmap_views(flat):
+    t = tokens(flat, np.uint16)
+    block = t[100:200]
+    assert isinstance(block, np.memmap)
+    assert np.shares_memory(block, t.array())
+    assert not block.flags.writeable
+
+
+def test_pickle_is_small_and_reopens(flat):
+    t = tokens(flat, np.uint16)
+    t[0:10]
+    data = pickle.dumps(t)
+    assert len(data) < 1000  # the path, not the data
+    np.testing.assert_array_equal(pickle.loads(data)[500:505], np.arange(500, 505))
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_read_in_worker_process(flat, method):
+    t = tokens(flat, np.uint16)
+    t[0:10]
+    with multiprocessing.get_context(method).Pool(1) as pool:
+        got = pool.apply(operator.getitem, (t, slice(40, 45)))
+    np.testing.assert_array_equal(got, np.arange(40, 45))
+
+
+def test_dtype_errors(flat, npy):
+    with pytest.raises(ValueError, match="dtype"):
+        tokens(flat)
+    with pytest.raises(ValueError, match="int64"):
+        tokens(npy, np.int64)
+
+
+def test_bad_files(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nowhere.bin"):
+        tokens(tmp_path / "nowhere.bin", np.uint16)
+    odd = tmp_path / "odd.bin"
+    odd.write_bytes(b"\x00" * 7)
+    with pytest.raises(SourceError, match="odd.bin"):
+        tokens(odd, np.uint16)
+    cut = tmp_path / "cut.npy"
+    np.save(cut, np.arange(100))
+    cut.write_bytes(cut.read_bytes()[:-8])
+    with pytest.raises(SourceError, match="cut.npy: truncated"):
+        tokens(cut)
+    bad = tmp_path / "bad.npy"
+    bad.write_bytes(b"\x93NUMPY\x01\x00garbage")
+    with pytest.raises(SourceError, match="bad.npy"):
+        tokens(bad)
+
+
+def test_empty_file(tmp_path):
+    path = tmp_path / "empty.bin"
+    path.write_bytes(b"")
+    t = tokens(path, np.int64)
+    assert len(t) == 0 and t[0:5].shape == (0,)
