@@ -1,0 +1,120 @@
+import math
+import multiprocessing
+import operator
+import pickle
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streamseq.errors import SourceError
+from streamseq.io import EVENT_DTYPE, events, synthetic_events
+
+H, W = 24, 32
+
+
+@pytest.fixture(scope="module")
+def recording():
+    return synthetic_events(height=H, width=W, duration_us=200_000, seed=3)
+
+
+def naive_histograms(ev, t0, window, steps):
+    """Per-window histograms with np.add.at (the stream uses bincount)."""
+    out = np.zeros((steps, 2, H, W), np.float32)
+    k = (ev["t"].astype(np.int64) - t0) // window
+    keep = (k >= 0) & (k < steps)
+    ev, k = ev[keep], k[keep]
+    np.add.at(out, (k, (ev["p"] > 0).astype(int), ev["y"].astype(int), ev["x"].astype(int)), 1)
+    return out
+
+
+def test_synthetic_events_look_like_a_recording(recording):
+    ev = recording
+    assert ev.dtype == EVENT_DTYPE
+    assert np.all(np.diff(ev["t"]) >= 0)
+    assert 0 <= ev["t"].min() and ev["t"].max() <= 200_000
+    assert ev["x"].max() < W and ev["y"].max() < H
+    assert set(np.unique(ev["p"])) == {-1, 1}
+    assert len(ev) > 1000  # moving balls produce many events
+    # both polarities in similar numbers (leading and trailing edges)
+    on = np.count_nonzero(ev["p"] > 0)
+    assert 0.3 < on / len(ev) < 0.7
+    np.testing.assert_array_equal(
+        ev, synthetic_events(height=H, width=W, duration_us=200_000, seed=3)
+    )
+    assert len(synthetic_events(height=H, width=W, duration_us=200_000, seed=4)) != len(ev)
+
+
+def test_histograms_match_a_naive_count(recording):
+    e = events(recording, window_us=10_000, height=H, width=W)
+    t_first, t_last = int(recording["t"][0]), int(recording["t"][-1])
+    assert len(e) == math.ceil((t_last - t_first + 1) / 10_000)
+    ref = naive_histograms(recording, t_first, 10_000, len(e))
+    got = e[0 : len(e)]
+    assert got.dtype == np.float32 and got.shape == (len(e), 2, H, W)
+    np.testing.assert_array_equal(got, ref)
+    assert got.sum() == len(recording)  # every event counted once
+
+
+@given(
+    window=st.integers(1, 50_000),
+    reads=st.lists(st.tuples(st.integers(0, 400), st.integers(0, 5)), min_size=1, max_size=5),
+)
+def test_random_windows(recording, window, reads):
+    e = events(recording, window_us=window, height=H, width=W)
+    for a, n in reads:
+        a = a % (len(e) + 2)
+        b = min(a + n, len(e))
+        got = e[a : a + n]
+        assert got.shape == (max(0, b - a), 2, H, W)
+        if b > a:
+            np.testing.assert_array_equal(
+                got, naive_histograms(recording, e.t0 + a * window, window, b - a)
+            )
+
+
+def test_t0_and_length(recording):
+    e = events(recording, window_us=50_000, height=H, width=W, t0=0, length=5)
+    assert len(e) == 5
+    got = e[0:5]
+    np.testing.assert_array_equal(got, naive_histograms(recording, 0, 50_000, 5))
+    assert got[4].sum() == np.count_nonzero(recording["t"] >= 200_000)
+
+
+def test_file_source_memory_maps(tmp_path, recording):
+    path = tmp_path / "rec.npy"
+    np.save(path, recording)
+    from_file = events(path, window_us=5000, height=H, width=W)
+    in_memory = events(recording, window_us=5000, height=H, width=W)
+    assert len(from_file) == len(in_memory)
+    np.testing.assert_array_equal(from_file[3:9], in_memory[3:9])
+    assert len(pickle.dumps(from_file)) < 1000  # the path, not the events
+    for method in ["fork", "spawn"]:
+        with multiprocessing.get_context(method).Pool(1) as pool:
+            got = pool.apply(operator.getitem, (from_file, slice(10, 12)))
+        np.testing.assert_array_equal(got, in_memory[10:12])
+
+
+def test_empty_recording():
+    e = events(np.zeros(0, EVENT_DTYPE), window_us=1000, height=H, width=W)
+    assert len(e) == 0 and e[0:3].shape == (0, 2, H, W)
+
+
+def test_bad_input(tmp_path, recording):
+    with pytest.raises(FileNotFoundError, match="nowhere.npy"):
+        events(tmp_path / "nowhere.npy", window_us=1000, height=H, width=W)
+    garbage = tmp_path / "garbage.npy"
+    garbage.write_bytes(b"not an array at all")
+    with pytest.raises(SourceError, match="garbage.npy"):
+        events(garbage, window_us=1000, height=H, width=W)
+    with pytest.raises(ValueError, match="fields"):
+        events(np.zeros(5), window_us=1000, height=H, width=W)
+    with pytest.raises(ValueError, match="window_us"):
+        events(recording, window_us=0, height=H, width=W)
+    with pytest.raises(ValueError, match="outside"):
+        events(recording, window_us=10_000, height=H, width=W - 5)[0:20]
+    shuffled = recording.copy()
+    shuffled["t"][[100, 200]] = shuffled["t"][[200, 100]]
+    with pytest.raises(ValueError, match="sorted"):
+        events(shuffled, window_us=1_000_000, height=H, width=W)[0:1]
