@@ -8,6 +8,18 @@ processes, forked or spawned.
 """
 
 from streamseq.io.audio import audio
+from streamseq.io.events import EVENT_DTYPE, events, synthetic_events
+from streamseq.io.procedural import texture, virtual_camera
+from streamseq.io.tokens import tokens
 from streamseq.io.video import video
 
-__all__ = ["audio", "video"]
+__all__ = [
+    "EVENT_DTYPE",
+    "audio",
+    "events",
+    "synthetic_events",
+    "texture",
+    "tokens",
+    "video",
+    "virtual_camera",
+]
