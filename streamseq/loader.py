@@ -299,8 +299,7 @@ class StreamLoader:
 
     def __iter__(self) -> Iterator[Batch]:
         self.close()
-        start = self._resume or 0
-        self._resume = None
+        start = self._resume or 0  # used up by the first batch (or the end) delivered
         self._delivered = start
         it = _Iteration(self, start)
         self._active = weakref.ref(it)
@@ -315,10 +314,15 @@ class StreamLoader:
 
 
 class _Iteration:
-    """One pass over the batches of a StreamLoader, from ``start``."""
+    """One pass over the batches of a StreamLoader, from ``start``.
+
+    Nothing starts before the first ``next()`` (``tqdm.auto`` makes an iterator it never
+    uses), and a closed pass delivers nothing more.
+    """
 
     def __init__(self, loader: StreamLoader, start: int):
         self.loader = loader
+        self.closed = False
         plan = loader.plan()
         self.stop = len(loader)
         self.next = start
@@ -340,8 +344,6 @@ class _Iteration:
                 shm_size=int(shm * 1.1) + 65536 * loader.max_buffered,
             )
             self.prefetchers.append(pf)
-        if self.pin:
-            self.background = Background(self._produce, max_buffered=2)
 
     def _batch(self, i: int) -> Batch:
         if not self.prefetchers:
@@ -357,20 +359,27 @@ class _Iteration:
         return self
 
     def __next__(self) -> Batch:
+        if self.closed:
+            raise StopIteration
         if self.next >= self.stop:
+            self.loader._resume = None
             self.close()
             raise StopIteration
+        if self.pin and self.prefetchers and self.background is None:
+            self.background = Background(self._produce, max_buffered=2)
         try:
             batch = next(self.background) if self.background else self._batch(self.next)
         except BaseException:
             self.close()
             raise
+        self.loader._resume = None  # a loaded position is used once
         self.next += 1
         self.loader._delivered = self.next
         return batch
 
     def close(self) -> None:
         """Stop the pinning thread and the worker processes."""
+        self.closed = True
         if self.background is not None:
             self.background.close()
             self.background = None

@@ -292,3 +292,28 @@ def test_malformed_state_is_an_error_and_changes_nothing(edit, message):
     assert loader.epoch == 2
     assert loader.state_dict()["next_batch"] == 0
     assert len(list(loader)) == len(loader)
+
+
+def test_an_unused_iterator_leaves_the_loaded_position():
+    state = saved_state()  # one batch delivered
+    loader = make_loader()
+    loader.load_state_dict(state)
+    unused = iter(loader)  # tqdm.auto makes one of these and never uses it
+    assert len(list(loader)) == len(loader) - 1
+    assert next(unused, None) is None  # closed by the pass after it: delivers nothing
+    assert len(list(loader)) == len(loader)  # the position was used once
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_tqdm_auto_over_a_resumed_loader(workers):
+    import io
+
+    from tqdm.auto import tqdm
+
+    state = saved_state()
+    loader = make_loader(num_workers=workers)
+    loader.load_state_dict(state)
+    bar = tqdm(loader, initial=state["next_batch"], file=io.StringIO())
+    count = sum(1 for _ in bar)
+    assert count == len(loader) - 1
+    assert bar.n == bar.total == len(loader)
