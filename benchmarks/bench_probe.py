@@ -1,7 +1,7 @@
 """Benchmark probe_lengths: measuring many small video clips, then reading the lengths back.
 
 Writes ``--count`` tiny H.264 clips (16x16 pixels, 5 to 24 frames) with PyAV into ``--dir``
-(kept for later runs), then times :func:`streamseq.io.probe.probe_lengths` over
+(kept for later runs), then times :func:`streamseq.io.probe_lengths` over
 ``streamseq.io.video`` streams of them:
 
 - cold, in this process (no cache);
@@ -27,8 +27,7 @@ from concurrent.futures import ProcessPoolExecutor
 import av
 import numpy as np
 
-from streamseq.io import video
-from streamseq.io.probe import probe_lengths
+from streamseq.io import probe_lengths, video
 
 TARGET_CACHED_S = 1.0
 

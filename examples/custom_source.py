@@ -11,7 +11,7 @@ A stream is anything with ``len(s)`` and ``s[a:b]`` returning an array whose fir
 
 Both go to :class:`streamseq.StreamLoader` as they are or through an opener
 (``functools.partial(SensorLog, path)``, called in the worker), and
-:func:`streamseq.io.probe.probe_lengths` measures the logs in parallel, caching by path.
+:func:`streamseq.io.probe_lengths` measures the logs in parallel, caching by path.
 
 Run: ``python examples/custom_source.py [--logs 6] [--workers 2]``
 """
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 import streamseq
-from streamseq.io.probe import probe_lengths
+from streamseq.io import probe_lengths
 from streamseq.testing import check_continuity
 
 

@@ -14,18 +14,6 @@ The task shows the difference: each recording starts with a cue (+1 or -1, its f
 only, then noise) and the model must output the cue at every step. Windows that do not
 hold the first step cannot know it; a carried state can.
 
-=======================================  ==============================================
-torch DataLoader                          streamseq
-=======================================  ==============================================
-``Dataset.__getitem__`` (one window)      a stream: ``len(s)`` and ``s[a:b]``
-``batch_size``, window length ``T``       ``batch_size``, ``tbins``
-``shuffle=True`` + ``sampler.set_epoch``  ``shuffle=True``, ``seed``, ``set_epoch``
-``DistributedSampler``                    automatic from torch.distributed
-``drop_last=True``                        ``pad="drop"`` (default ``"zeros"`` + ``valid``)
-``worker_init_fn`` opening files          openers, called in the worker
-``pin_memory=True``                       ``pin_memory=True``
-=======================================  ==============================================
-
 Run: ``python examples/migrate_from_dataloader.py [--epochs 6] [--workers 2]``
 """
 

@@ -3,7 +3,7 @@
 ``len(loader)`` is the exact number of batches of the epoch (it comes from the plan, before
 anything is read), so ``tqdm(loader)`` is a true progress bar with a true ETA, and so is
 a bar over a whole run (the lengths of all epochs are known up front). A resumed epoch
-starts its bar at the batch it resumes from. :func:`streamseq.io.probe.probe_lengths` shows
+starts its bar at the batch it resumes from. :func:`streamseq.io.probe_lengths` shows
 its own bar while it measures the files.
 
 Run: ``python examples/progress.py [--files 40] [--epochs 2] [--workers 2]``
@@ -20,7 +20,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 import streamseq
-from streamseq.io.probe import probe_lengths
+from streamseq.io import probe_lengths
 
 
 def write_token_files(folder: str, count: int) -> list[str]:

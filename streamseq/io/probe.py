@@ -23,6 +23,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+import numpy as np
 from tqdm.auto import tqdm
 
 from streamseq.errors import StreamError
@@ -47,6 +48,8 @@ def _simple(value: Any) -> bool:
 def _describe_value(value: Any) -> str:
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
+    if isinstance(value, np.dtype):
+        return repr(value)
     if _simple(value):
         return repr(value)
     return f"<{type(value).__module__}.{type(value).__qualname__}>"

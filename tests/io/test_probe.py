@@ -134,6 +134,22 @@ def test_without_path_measured_every_time(tmp_path, counted):
     assert not cache.exists()
 
 
+def test_tokens_source_cached(tmp_path, counted):
+    from streamseq.io import tokens
+
+    paths = write(tmp_path, [6, 2, 9])
+    cache = tmp_path / "lengths.json"
+    openers = [functools.partial(tokens, p) for p in paths]
+    assert probe_lengths(openers, num_workers=2, cache=cache, progress=False) == [6, 2, 9]
+    assert probe_lengths([tokens(p) for p in paths], cache=cache, progress=False) == [6, 2, 9]
+    assert len(counted) == 3  # the sources were measured, the openers came from the cache
+    counted.clear()
+    assert probe_lengths(openers, cache=cache, progress=False) == [6, 2, 9]
+    assert counted == []
+    _, how = cache_key(tokens(paths[0]))
+    assert "dtype=dtype('int64')" in how
+
+
 def test_cache_key():
     path, how = cache_key(functools.partial(np.load, "a.npy", mmap_mode="r"))
     assert path == os.path.abspath("a.npy") and how == "numpy.load(mmap_mode='r')"
