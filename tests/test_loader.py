@@ -182,6 +182,7 @@ def test_opener_failing_in_the_main_process_names_the_stream():
 
 @pytest.mark.parametrize("method", ["process", "thread"])
 def test_opener_failing_in_a_worker_names_the_stream_and_leaves_no_worker(method):
+    before = {c.pid for c in live_children()}
     openers = [
         functools.partial(np.arange, 4),
         functools.partial(broken_opener, "y.bin"),
@@ -192,24 +193,26 @@ def test_opener_failing_in_a_worker_names_the_stream_and_leaves_no_worker(method
         list(loader)
     assert isinstance(e.value.__cause__, FileNotFoundError)
     assert "no such recording: y.bin" in str(e.value.__cause__)
-    assert no_children()
+    assert no_children(before)
 
 
 def test_stream_shorter_than_declared_fails_in_a_worker():
+    before = {c.pid for c in live_children()}
     streams = [np.arange(4), np.arange(3)]
     loader = StreamLoader(streams, 2, 2, num_workers=2, lengths=[4, 6])
     with pytest.raises(StreamError, match="stream 1.*declared length 6 but the stream has 3"):
         list(loader)
-    assert no_children()
+    assert no_children(before)
 
 
 def test_workers_stop_when_the_loop_breaks():
+    before = {c.pid for c in live_children()}
     loader = StreamLoader(coded_streams([50] * 8), 4, 2, num_workers=2)
     for i, _ in enumerate(loader):
         if i == 2:
-            assert len(psutil.Process().children()) >= 2
+            assert len(live_children()) >= len(before) + 2
             break
-    assert no_children()
+    assert no_children(before)
 
 
 def test_openers_run_in_the_worker_process():
