@@ -26,17 +26,26 @@ def assert_same(a, b):
             np.testing.assert_array_equal(f, g)
 
 
-def no_children(timeout=5.0):
+def live_children():
+    alive = []
+    for c in psutil.Process().children(recursive=True):
+        try:
+            if c.status() != psutil.STATUS_ZOMBIE:
+                alive.append(c)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def no_children(before=(), timeout=5.0):
+    """True once every child process not in ``before`` has ended."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        alive = [
-            c
-            for c in psutil.Process().children(recursive=True)
-            if c.is_running() and c.status() != psutil.STATUS_ZOMBIE
-        ]
+        alive = [c for c in live_children() if c.pid not in before]
         if not alive:
             return True
         time.sleep(0.05)
+    print("still running:", [(c.pid, c.cmdline()) for c in alive])
     return False
 
 
