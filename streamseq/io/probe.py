@@ -396,6 +396,12 @@ def _run(
                         "a worker process died while measuring one of streams "
                         f"{_indices([chunk, *pending.values()])}"
                     ) from None
+                except Exception as e:  # the chunk could not be sent: an opener does not pickle
+                    raise StreamError(
+                        f"cannot send streams {_indices([chunk])} to a worker process "
+                        f"({type(e).__name__}: {e}); openers must pickle (no lambdas or "
+                        "local functions), or measure with num_workers=0"
+                    ) from e
                 yield from results
         pool.shutdown()
     finally:

@@ -220,6 +220,13 @@ def test_dead_worker():
         probe_lengths([die], num_workers=1, progress=False)
 
 
+def test_unpicklable_opener_with_workers():
+    openers = [np.arange(4), lambda: np.arange(3)]
+    with pytest.raises(streamseq.StreamError, match="cannot send streams .*1.*must pickle"):
+        probe_lengths(openers, num_workers=2, progress=False)
+    assert probe_lengths(openers, progress=False) == [4, 3]  # fine in this process
+
+
 def test_bad_arguments(tmp_path):
     with pytest.raises(TypeError, match="is a path"):
         probe_lengths([str(tmp_path / "a.npy")])
