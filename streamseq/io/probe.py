@@ -309,6 +309,7 @@ def probe_lengths(
         [3, 5, 4]
         >>> probe_lengths(openers, cache=cache, progress=False)  # read back, nothing opened
         [3, 5, 4]
+        >>> import shutil; shutil.rmtree(folder)
     """
     if num_workers < 0:
         raise ValueError(f"num_workers must be >= 0, got {num_workers}")
