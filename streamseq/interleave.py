@@ -51,15 +51,19 @@ class Row:
         state["_current"], state["_pid"] = -1, -1
         return state
 
-    def read(self, j: int, start: int, stop: int) -> Any:
-        """Read steps ``start:stop`` of the row's ``j``-th stream, closing the one before."""
+    def switch(self, j: int) -> StreamRef:
+        """Make the row's ``j``-th stream the current one, closing the one before."""
         if self._pid != os.getpid():
             self._current, self._pid = -1, os.getpid()
         if self._current != j:
             if self._current >= 0:
                 self.refs[self._current].close()
             self._current = j
-        return self.refs[j].read(start, stop)
+        return self.refs[j]
+
+    def read(self, j: int, start: int, stop: int) -> Any:
+        """Read steps ``start:stop`` of the row's ``j``-th stream, closing the one before."""
+        return self.switch(j).read(start, stop)
 
     def release(self) -> None:
         """Close the stream currently open, if any."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 import warnings
 from collections.abc import Iterator, Sequence
@@ -34,6 +35,7 @@ def can_pin() -> bool:
     return False
 
 
+@functools.lru_cache(maxsize=None)
 def torch_dtype(dtype: np.dtype) -> torch.dtype:
     """The torch dtype of a numpy dtype.
 
@@ -62,6 +64,8 @@ def to_torch(batch: Batch, pin: bool = False) -> Batch:
     """
 
     def convert(a: Any) -> torch.Tensor:
+        if type(a) is np.ndarray and not pin and a.flags.c_contiguous:
+            return torch.from_numpy(a)
         a = np.asarray(a)
         if not pin:
             return torch.from_numpy(np.ascontiguousarray(a))
@@ -69,7 +73,7 @@ def to_torch(batch: Batch, pin: bool = False) -> Batch:
         out.numpy()[...] = a
         return out
 
-    return Batch(*(tree_map(convert, field) for field in batch))
+    return Batch(*(convert(f) if type(f) is np.ndarray else tree_map(convert, f) for f in batch))
 
 
 def assemble(parts: Sequence[Batch], pin: bool = False, time_major: bool = False) -> Batch:

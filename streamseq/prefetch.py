@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import multiprocessing
+import multiprocessing.sharedctypes
+import os
+import pickle
+import signal
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import seqtools
+import seqtools.errors
 import seqtools.evaluation
+import threadpoolctl
 
+from . import _shm
 from ._tree import nbytes
 from .errors import StreamError
 
@@ -54,27 +65,173 @@ class _ThreadHook:
 
 
 def _stop_backend(backend: Any, timeout: float = 1.0) -> None:
-    """Stop the workers of a seqtools backend: sentinel, bounded join, then kill."""
+    """Stop the workers of a backend: sentinel, bounded join, then kill."""
+    if isinstance(backend, _Backend):
+        backend.stop(timeout)
+        return
     for f in list(weakref.finalize._registry):  # type: ignore[attr-defined]
         info = f.peek()
         if info is not None and info[0] is backend:
-            f.detach()  # its cleanup joins a monitor thread without timeout
-    process = isinstance(backend, seqtools.evaluation.ProcessBacked)
+            f.detach()  # its cleanup joins the threads without timeout
     for _ in backend.workers:
-        try:
-            backend.job_queue.put((-1, -1) if process else -1)
-        except (OSError, ValueError):
-            pass
+        backend.job_queue.put(-1)
     for w in backend.workers:
         w.join(timeout)
-        if process and w.is_alive():
-            w.kill()
-            w.join(timeout)
-    if process:
-        backend.job_queue.cancel_join_thread()
-        backend.job_queue.close()
-        for pipe in backend.result_pipes:
+
+
+class _Backend(seqtools.evaluation.ProcessBacked):
+    """seqtools' process backend, with workers that build each item in its shm slot.
+
+    Differences with seqtools': each worker makes the slot of its job current
+    (:mod:`streamseq._shm`), so the arrays that the item allocates there are written
+    once, where the main process maps them, and pickling sends only where they are;
+    other buffers are copied into the rest of the slot, and what still does not fit
+    travels in the pickle (the item is larger than a slot: :class:`Prefetched` grows the
+    slots). Jobs go round-robin through one pipe per worker (no feeder thread, so the
+    main process hands out a job with one write); a job submitted while every slot is
+    held by delivered items is counted in ``pickled``. Workers ignore SIGINT and stop
+    when the main process is gone; :meth:`stop` ends them within a bounded time.
+    """
+
+    def __init__(
+        self,
+        seq: Sequence[Any],
+        num_workers: int,
+        buffer_size: int,
+        init_fn: Callable[[int], Any] | None,
+        shm_size: int,
+    ):
+        ctx = multiprocessing.get_context()
+        self.shm = multiprocessing.sharedctypes.RawArray("B", max(1, shm_size))
+        self.shm_slot_size = shm_size // buffer_size
+        self.free_shm_slots = {k * self.shm_slot_size for k in range(buffer_size)}
+        if shm_size <= 0:
+            self.free_shm_slots = set()
+        self.pickled = 0
+        self.turn = 0
+        self.job_pipes: list[Any] = []
+        self.result_pipes: list[Any] = []
+        self.workers: list[Any] = []
+        for index in range(num_workers):
+            jobs_rx, jobs_tx = ctx.Pipe(duplex=False)
+            results_rx, results_tx = ctx.Pipe(duplex=False)
+            worker = ctx.Process(
+                target=_Backend.worker,
+                args=(seq, jobs_rx, self.shm, self.shm_slot_size, results_tx, init_fn, index),
+                daemon=True,
+            )
+            worker.start()
+            jobs_rx.close()
+            results_tx.close()
+            self.job_pipes.append(jobs_tx)
+            self.result_pipes.append(results_rx)
+            self.workers.append(worker)
+        self.worker_died = threading.Event()
+        monitor = threading.Thread(
+            target=seqtools.evaluation.ProcessBacked.monitor_workers,
+            args=(self.workers, self.worker_died),
+            daemon=True,
+        )
+        monitor.start()
+        self._finalizer = weakref.finalize(self, _Backend.end, self.job_pipes, self.workers)
+
+    def submit_job(self, item: int) -> None:  # noqa: D102
+        slot = self.free_shm_slots.pop() if self.free_shm_slots else None
+        if slot is None and self.shm_slot_size > 0:
+            self.pickled += 1
+        pipe = self.job_pipes[self.turn]
+        self.turn = (self.turn + 1) % len(self.job_pipes)
+        try:
+            pipe.send((item, slot))
+        except OSError:  # the worker is gone: wait_completion reports it
+            self.worker_died.set()
+
+    def stop(self, timeout: float = 1.0) -> None:
+        """Stop the workers: sentinel, bounded join, then kill; close the pipes."""
+        self._finalizer.detach()
+        _Backend.end(self.job_pipes, self.workers, timeout)
+        for pipe in self.result_pipes:
             pipe.close()
+
+    @staticmethod
+    def end(job_pipes: list[Any], workers: list[Any], timeout: float = 1.0) -> None:
+        """Send the sentinel to every worker, join them (bounded), kill those still alive."""
+        for pipe in job_pipes:
+            try:
+                pipe.send((-1, None))
+            except OSError:
+                pass
+        for w in workers:
+            w.join(timeout)
+            if w.is_alive():
+                w.kill()
+                w.join(timeout)
+        for pipe in job_pipes:
+            pipe.close()
+
+    @staticmethod
+    def worker(seq, jobs, shm, slot_size, results, init_fn, index):  # noqa: D102
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the main process
+        parent = os.getppid()
+        threadpoolctl.threadpool_limits(limits=1)
+        if init_fn is not None:
+            init_fn(index)
+        seqtools.errors.seterr("passthrough")
+        view = memoryview(shm).cast("B")
+        base = ctypes.addressof(shm)
+        while True:
+            try:
+                if not jobs.poll(1):
+                    if os.getppid() != parent:
+                        return  # the main process is gone
+                    continue
+                idx, start = jobs.recv()
+            except (EOFError, OSError):
+                return
+            if idx < 0:
+                return
+            slot = None if start is None else _shm.Slot(view, start, start + slot_size)
+            _shm.use(slot)
+            try:
+                value, success = seq[idx], True
+            except Exception as e:
+                value, success = e, False
+            finally:
+                _shm.use(None)
+            regions: list[tuple[int, int]] = []
+
+            def place(buffer: pickle.PickleBuffer, slot=slot, regions=regions) -> bool:
+                data = buffer.raw()
+                size = data.nbytes
+                at = np.frombuffer(data, np.uint8).ctypes.data - base if size else slot.start
+                if not slot.start <= at <= at + size <= slot.stop:  # not built in the slot
+                    at = -(-slot.offset // _shm.ALIGN) * _shm.ALIGN
+                    if at + size > slot.stop:
+                        return True  # in the pickle
+                    view[at : at + size] = data
+                    slot.offset = at + size
+                regions.append((at, at + size))
+                return False
+
+            try:
+                if slot is None:
+                    payload = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+                else:
+                    payload = pickle.dumps(
+                        value, protocol=pickle.HIGHEST_PROTOCOL, buffer_callback=place
+                    )
+            except Exception as e:
+                regions.clear()
+                if success:
+                    success = False
+                    message = f"failed to send item {idx} to the main process: {e}"
+                    payload = pickle.dumps(ValueError(message))
+                else:
+                    payload = pickle.dumps(str(value))
+            try:
+                results.send((idx, success, start, regions, payload))
+            except OSError:
+                return  # the main process is gone
 
 
 class Prefetched:
@@ -105,7 +262,8 @@ class Prefetched:
         self._prefetch: Any = None
         self._base = 0
         self._next = -1
-        self.grown = 0
+        self.grown = 0  # times the slots grew for an item larger than a slot
+        self.pickled = 0  # items pickled through a pipe: no slot was free
 
     def __repr__(self) -> str:
         return f"prefetch({self.seq!r}, {self.num_workers}, method={self.method!r})"
@@ -150,18 +308,27 @@ class Prefetched:
         self.close()
         if i >= self.length:
             return
-        hook = self.start_hook
-        if self.method == "thread" and hook is not None:
-            hook = _ThreadHook(hook)
-        shm = 0 if self.method == "thread" else self.slot_size * self.max_buffered
-        self._prefetch = seqtools.prefetch(
-            _Shifted(self.seq, i),
-            nworkers=self.num_workers,
-            method=self.method,
-            max_buffered=self.max_buffered,
-            start_hook=hook,
-            shm_size=shm,
-        )
+        hook, seq = self.start_hook, _Shifted(self.seq, i)
+        if self.method == "thread":
+            self._prefetch = seqtools.prefetch(
+                seq,
+                nworkers=self.num_workers,
+                method="thread",
+                max_buffered=self.max_buffered,
+                start_hook=None if hook is None else _ThreadHook(hook),
+            )
+        else:
+            backend = _Backend(
+                seq,
+                num_workers=self.num_workers,
+                buffer_size=self.max_buffered,
+                init_fn=hook,
+                shm_size=self.slot_size * self.max_buffered,
+            )
+            # as seqtools.prefetch does: two slots stay free for the items being used
+            self._prefetch = seqtools.evaluation.Prefetch(
+                len(seq), backend, buffer_size=self.max_buffered - 2
+            )
         self._base, self._next = i, i
 
     def __getitem__(self, i: int) -> Any:
@@ -198,6 +365,15 @@ class Prefetched:
                 f"(exit codes {codes}); its workers were stopped"
             ) from None
         self._next = i + 1
+        if self.method == "process" and self._prefetch.backend.pickled and not self.pickled:
+            self.pickled = self._prefetch.backend.pickled
+            warnings.warn(
+                f"prefetch: all {self.max_buffered} shared-memory slots were held by items "
+                "already delivered, so items went through a pipe, pickled: release items "
+                "sooner (copy what you keep) or raise max_buffered",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         if self.method == "process" and nbytes(value) > self.slot_size:
             self.grown += 1
             logger.info(

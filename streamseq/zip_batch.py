@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from . import _shm
 from ._tree import leaves, tree_map
 from .batch import Batch, Chunk
+from .interleave import Row
 from .tbin import TBinned
 
 PAD_MODES = ("zeros", "drop", "wrap")
+_NO_SPEC = (
+    "every row is padding in this batch and no part can describe the data: "
+    "pass spec= (zero-step arrays of the data's dtype and step shape)"
+)
 
 
 def check_pad(pad: str) -> str:
@@ -45,6 +52,220 @@ def _tbins_of(part: Any) -> int | None:
     return int(np.shape(part[0].valid)[-1])
 
 
+class _Block:
+    """Where every row reads in ``size`` consecutive batches, as arrays ``[size, rows]``.
+
+    Idle rows (ended, or empty) read nothing: position, start and stream -1, 0 steps.
+    """
+
+    def __init__(self, table: _Table, first: int, size: int):
+        t, rows = table.tbins, len(table.rows)
+        i = np.arange(first, first + size, dtype=np.int64)[:, None]
+        n = table.counts[None, :]
+        if table.pad == "wrap":
+            chunk = i % np.maximum(n, 1)
+            active = np.broadcast_to(n > 0, (size, rows))
+        else:
+            chunk = np.broadcast_to(i, (size, rows))
+            active = i < n
+        if len(table.ends):
+            q = table.base + chunk
+            pos = np.minimum(np.searchsorted(table.ends, q, side="right"), len(table.ends) - 1)
+            prev = np.where(pos > table.first, table.ends[pos - 1], table.base)
+            start = (q - prev) * t
+            stop = np.minimum(start + t, table.lengths[pos])
+            ids = table.ids[pos]
+        else:
+            pos = start = stop = ids = np.zeros((size, rows), np.int64)
+        self.active = np.ascontiguousarray(active)
+        self.pos = np.where(active, pos, -1)
+        self.start = np.where(active, start, -1)
+        self.count = np.where(active, stop - start, 0)
+        self.ids = np.where(active, ids, -1)[:, :, None]
+        self.ramp = np.where(active, start // t, -1)  # row of the table of steps (-1: none)
+        self.starts = np.where(active, start, 0).tolist()
+        self.stops = np.where(active, stop, 0).tolist()
+        self.partial = _Rows((self.count < t) & (self.count > 0), self.count)
+        moved = self.active.copy()
+        moved[1:] &= self.pos[1:] != self.pos[:-1]
+        self.moved = _Rows(moved, self.pos)
+
+
+class _Rows:
+    """For each batch k of a block: the rows where ``mask[k]``, with ``values[k, row]``."""
+
+    def __init__(self, mask: np.ndarray, values: np.ndarray):
+        kk, rr = np.nonzero(mask)
+        self.bounds = np.searchsorted(kk, np.arange(len(mask) + 1)).tolist()
+        self.rows = rr.tolist()
+        self.values = values[kk, rr].tolist()
+
+    def __call__(self, k: int) -> tuple[list[int], list[int]]:
+        a, z = self.bounds[k], self.bounds[k + 1]
+        return self.rows[a:z], self.values[a:z]
+
+
+_NOTHING = np.zeros(0)
+_TABLE_LIMIT = 1 << 20  # elements of the tables of steps and valid masks
+
+
+class _Table:
+    """The chunks of ``tbin`` parts as arrays, so that reading a batch takes few steps.
+
+    Built once per zip from the rows' stream lengths (O(streams) memory): where each
+    stream of each row ends, in chunks, concatenated over rows. The read positions of a
+    block of consecutive batches come from one binary search over all rows. Reading a
+    batch slices the open stream of each row and copies the slices with one
+    :func:`numpy.concatenate` straight into the output, which is allocated in the
+    worker's shared-memory slot when there is one (:mod:`streamseq._shm`); ``step`` and
+    ``valid`` are rows taken from small tables (chunk ``c`` covers steps ``c*T + [0,
+    T)``; ``n`` valid steps make the mask ``[0, T) < n``).
+    """
+
+    def __init__(self, parts: Sequence[TBinned], pad: str, tbins: int):
+        self.rows: list[Row] = [p.row for p in parts]
+        self.pad, self.tbins = pad, tbins
+        self.counts = np.array([len(p) for p in parts], dtype=np.int64)
+        sizes = np.array([len(p.chunk_ends) for p in parts], dtype=np.int64)
+        self.base = np.cumsum(self.counts) - self.counts
+        self.first = np.cumsum(sizes) - sizes
+        ends = [p.chunk_ends + b for p, b in zip(parts, self.base.tolist(), strict=True)]
+        self.ends = np.concatenate([np.zeros(0, np.int64), *ends]).astype(np.int64)
+        self.ids = np.concatenate([np.zeros(0, np.int64), *(r.stream_ids for r in self.rows)])
+        self.lengths = np.concatenate([np.zeros(0, np.int64), *(r.lengths for r in self.rows)])
+        self.steps = np.arange(tbins, dtype=np.int64)
+        longest = -(-int(self.lengths.max(initial=0)) // tbins)
+        self.ramps = None  # row c: the steps of chunk c; last row: -1
+        if (longest + 1) * tbins <= _TABLE_LIMIT:
+            self.ramps = np.arange((longest + 1) * tbins, dtype=np.int64).reshape(-1, tbins)
+            self.ramps[-1] = -1
+        self.masks = None  # row n: n valid steps
+        if (tbins + 1) * tbins <= _TABLE_LIMIT:
+            self.masks = self.steps < np.arange(tbins + 1)[:, None]
+        self.block_size = max(1, 4096 // max(1, len(self.rows)))
+        self._block: tuple[int, _Block] | None = None
+        self._zeros: np.ndarray | None = None
+        self.forget()
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_block"], state["_open"], state["_at"], state["_pid"] = None, None, None, -1
+        return state
+
+    def forget(self) -> None:
+        """Drop the references to open streams (the rows closed them, or will)."""
+        self._pid = os.getpid()
+        self._at = np.full(len(self.rows), -1, dtype=np.int64)  # position open in each row
+        self._open: list[Any] = [_NOTHING] * len(self.rows)  # the stream open in each row
+        self._opened: set[int] = set()  # rows whose stream an opener made
+        self._unsized: set[int] = set()  # rows whose stream is not an array: check sizes
+        self._next = -1  # the batch after the last one read here
+
+    def batch(self, i: int, spec: Any) -> Batch:
+        """Batch ``i`` (``data`` None when ``spec`` is None)."""
+        first = i - i % self.block_size
+        if self._block is None or self._block[0] != first:
+            self._block = (first, _Block(self, first, self.block_size))
+        blk, k = self._block[1], i - first
+        b, t = len(self.rows), self.tbins
+        data = None
+        if type(spec) is np.ndarray:
+            data = _shm.empty((b, t, *spec.shape[1:]), spec.dtype)
+        elif spec is not None:
+            data = tree_map(lambda s: _shm.empty((b, t, *np.shape(s)[1:]), s.dtype), spec)
+        if data is not None:
+            self._read(data, blk, k, i)
+        start, count = blk.start[k], blk.count[k]
+        valid = _shm.empty((b, t), bool)
+        if self.masks is not None:
+            self.masks.take(count, axis=0, out=valid, mode="clip")
+        else:
+            np.less(self.steps, count[:, None], out=valid)
+        step = _shm.empty((b, t), np.int64)
+        if self.ramps is not None:
+            self.ramps.take(blk.ramp[k], axis=0, out=step, mode="wrap")
+        else:
+            np.add(self.steps, start[:, None], out=step)
+            np.putmask(step, ~valid, -1)
+        stream = _shm.empty((b, t), np.int64)
+        stream[...] = blk.ids[k]
+        reset = _shm.empty((b,), bool)
+        np.equal(start, 0, out=reset)
+        for r, n in zip(*blk.partial(k), strict=True):
+            step[r, n:] = -1
+            stream[r, n:] = -1
+        return Batch(data, reset, valid, stream, step)
+
+    def _streams(self, blk: _Block, k: int, i: int) -> list[Any]:
+        """The stream each row reads in batch ``k`` of ``blk``, opened."""
+        if self._pid != os.getpid():
+            self.forget()
+        pos = blk.pos[k]
+        if i == self._next and k:  # sequential: only the rows that moved on
+            rows = blk.moved(k)[0]
+        else:
+            rows = np.flatnonzero((pos != self._at) & blk.active[k]).tolist()
+        if self._opened:  # an opener's stream: the row may have been read elsewhere
+            rows = set(rows) | {r for r in self._opened if blk.active[k, r]}
+        for r in rows:
+            ref = self.rows[r].switch(int(pos[r] - self.first[r]))
+            stream = ref.open()
+            self._open[r], self._at[r] = stream, pos[r]
+            if stream is not ref.source:
+                self._opened.add(r)
+            elif self._opened:
+                self._opened.discard(r)
+            if type(stream) is not np.ndarray:
+                self._unsized.add(r)
+            elif self._unsized:
+                self._unsized.discard(r)
+        self._next = i + 1
+        return self._open
+
+    def _read(self, data: Any, blk: _Block, k: int, i: int) -> None:
+        if type(data) is np.ndarray:
+            streams = self._streams(blk, k, i)
+            try:
+                self._gather(data, streams, blk, k)
+                return
+            except Exception:
+                pass  # read again, row by row, with every check: raises the right error
+        self._read_checked(data, blk, k)
+
+    def _gather(self, out: np.ndarray, streams: list[Any], blk: _Block, k: int) -> None:
+        """Copy the slices of every row (and zeros) into ``out`` with one concatenate."""
+        starts, stops, t = blk.starts[k], blk.stops[k], self.tbins
+        zeros = self._zeros
+        if zeros is None or zeros.dtype != out.dtype or zeros.shape[1:] != out.shape[2:]:
+            zeros = self._zeros = np.zeros((t, *out.shape[2:]), out.dtype)
+        pieces = [s[a:z] if z else zeros for s, a, z in zip(streams, starts, stops, strict=True)]
+        for r in self._unsized:
+            if stops[r] and len(pieces[r]) != stops[r] - starts[r]:
+                raise ValueError(f"row {r}: read {len(pieces[r])} steps")
+        rows, counts = blk.partial(k)
+        for r, n in zip(reversed(rows), reversed(counts), strict=True):
+            pieces.insert(r + 1, zeros[n:])
+        np.concatenate(pieces, out=out.reshape(-1, *out.shape[2:]), casting="unsafe")
+
+    def _read_checked(self, data: Any, blk: _Block, k: int) -> None:
+        """Read row by row through :meth:`Row.read`, which checks every read."""
+        self._at[:] = -1
+        self._next = -1
+        for r, row in enumerate(self.rows):
+            n = int(blk.count[k, r])
+            if n:
+                a = int(blk.start[k, r])
+                d = row.read(int(blk.pos[k, r] - self.first[r]), a, a + n)
+
+                def put(out: np.ndarray, x: Any, r: int = r, n: int = n) -> None:
+                    out[r, :n] = x
+                    out[r, n:] = 0
+
+                tree_map(put, data, d)
+            else:
+                tree_map(lambda out, r=r: out.__setitem__(r, 0), data)
+
+
 class ZipBatch:
     """Batches zipped from parts; see :func:`zip_batch`."""
 
@@ -74,6 +295,9 @@ class ZipBatch:
         self.length = natural if length is None else int(length)
         if self.length < 0:
             raise ValueError(f"length must be >= 0, got {length}")
+        self._table = None
+        if all(isinstance(p, TBinned) for p in self.parts):
+            self._table = _Table(self.parts, self.pad, self.tbins)
 
     def __repr__(self) -> str:
         return f"zip_batch({len(self.parts)} parts, rows={self.num_rows}, pad={self.pad!r})"
@@ -82,6 +306,8 @@ class ZipBatch:
         return self.length
 
     def __getitem__(self, i: int) -> Batch:
+        if type(i) is int and 0 <= i < self.length and self.spec_ is not None and self._table:
+            return self._table.batch(i, self.spec_)  # the common case, in short
         if not isinstance(i, (int, np.integer)):
             raise TypeError(f"batch index must be an integer, got {type(i).__name__}")
         i = int(i)
@@ -106,6 +332,8 @@ class ZipBatch:
         for p in self.parts:
             if hasattr(p, "release"):
                 p.release()
+        if self._table is not None:
+            self._table.forget()
 
     def _source_index(self, part: Any, i: int) -> int | None:
         n = len(part)
@@ -121,6 +349,11 @@ class ZipBatch:
         With ``need_data=False`` a batch of padding whose data cannot be described has
         ``data=None`` instead of raising (an enclosing zip knows the data).
         """
+        if self._table is not None:
+            spec = self.spec()
+            if spec is None and need_data:
+                raise ValueError(_NO_SPEC)
+            return self._table.batch(i, spec)
         b, t = self.num_rows, self.tbins
         reset = np.zeros(b, dtype=bool)
         valid = np.zeros((b, t), dtype=bool)
@@ -162,10 +395,7 @@ class ZipBatch:
         if template is None and not need_data:
             return Batch(None, reset, valid, stream, step)
         if template is None:
-            raise ValueError(
-                "every row is padding in this batch and no part can describe the data: "
-                "pass spec= (zero-step arrays of the data's dtype and step shape)"
-            )
+            raise ValueError(_NO_SPEC)
         data = tree_map(
             lambda a: np.zeros((b, t, *np.shape(a)[skip:]), np.asarray(a).dtype), template
         )

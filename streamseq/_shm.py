@@ -1,0 +1,57 @@
+"""Where an item is built: straight in the shared-memory slot of the job, in a worker.
+
+A prefetch worker process (see :mod:`streamseq.prefetch`) makes the slot of the job it is
+evaluating current; :func:`empty` then carves arrays out of that slot, so the item is
+written once, where the main process reads it, and pickling it copies nothing. Outside a
+worker, or when the slot is full, :func:`empty` is :func:`numpy.empty`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+ALIGN = 64
+
+
+class Slot:
+    """The free part of one shared-memory slot: ``view[offset:stop]``."""
+
+    def __init__(self, view: memoryview, start: int, stop: int):
+        self.view, self.start, self.offset, self.stop = view, start, start, stop
+
+    def take(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray | None:
+        """An uninitialised array in the slot, or None when it does not fit."""
+        dtype = np.dtype(dtype)
+        size = math.prod(shape) * dtype.itemsize
+        begin = -(-self.offset // ALIGN) * ALIGN
+        if size == 0 or begin + size > self.stop:
+            return None
+        self.offset = begin + size
+        return np.frombuffer(self.view, dtype, size // dtype.itemsize, begin).reshape(shape)
+
+
+_current: Slot | None = None
+
+
+def use(slot: Slot | None) -> None:
+    """Make ``slot`` the one :func:`empty` allocates from (None: ordinary memory)."""
+    global _current
+    _current = slot
+
+
+def empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """An uninitialised array, in the current shared-memory slot when there is one.
+
+    Example:
+        >>> empty((2, 3), np.int64).shape
+        (2, 3)
+    """
+    slot = _current
+    if slot is not None:
+        out = slot.take(shape, dtype)
+        if out is not None:
+            return out
+    return np.empty(shape, dtype)
