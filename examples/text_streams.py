@@ -30,7 +30,8 @@ def render(batch: streamseq.Batch) -> list[str]:
     lines = []
     for r in range(batch.data.shape[0]):
         chars = "".join(
-            chr(c) if v else "." for c, v in zip(batch.data[r].tolist(), batch.valid[r].tolist())
+            chr(c) if v else "."
+            for c, v in zip(batch.data[r].tolist(), batch.valid[r].tolist(), strict=True)
         )
         lines.append(("*" if batch.reset[r] else " ") + " " + chars)
     return lines
@@ -44,7 +45,9 @@ def main(argv: list[str] | None = None) -> list[list[str]]:
     args = parser.parse_args(argv)
 
     texts = make_texts()
-    loader = streamseq.StreamLoader(texts, batch_size=8, tbins=args.tbins, num_workers=args.workers)
+    loader = streamseq.StreamLoader(
+        texts, batch_size=8, tbins=args.tbins, num_workers=args.workers
+    )
     print(f"{len(texts)} texts, {len(loader)} batches of 8 rows x {args.tbins} characters")
     shown = []
     for i, batch in enumerate(loader):
