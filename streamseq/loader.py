@@ -17,7 +17,7 @@ from .interleave import Row, interleave_streams
 from .pin import assemble, can_pin, to_torch
 from .prefetch import METHODS, Prefetched, prefetch
 from .split import split_by_worker
-from .streams import as_refs
+from .streams import as_refs, identity
 from .tbin import tbin
 from .zip_batch import ZipBatch, check_pad
 
@@ -166,6 +166,7 @@ class StreamLoader:
         self._delivered = 0
         self._active: weakref.ref | None = None
         self._whole: tuple[int, ZipBatch] | None = None
+        self._fingerprint: str | None = None
 
     def __repr__(self) -> str:
         return (
@@ -176,11 +177,19 @@ class StreamLoader:
 
     @property
     def fingerprint(self) -> str:
-        """Hash of everything that decides the plan, except the epoch and the rank."""
-        h = hashlib.sha256(self.lengths.tobytes())
-        key = (self.batch_size, self.tbins, self.pad, self.shuffle, self.seed, self.world_size)
-        h.update(repr(key).encode())
-        return h.hexdigest()[:16]
+        """Hash of everything that decides the plan, except the epoch and the rank.
+
+        It covers the stream lengths and identities (file paths where the sources have
+        them, see :func:`streamseq.streams.identity`), batch size, tbins, pad, shuffle,
+        seed and world size.
+        """
+        if self._fingerprint is None:
+            h = hashlib.sha256(self.lengths.tobytes())
+            h.update("\0".join(identity(r.source) for r in self.refs).encode())
+            key = (self.batch_size, self.tbins, self.pad, self.shuffle, self.seed, self.world_size)
+            h.update(repr(key).encode())
+            self._fingerprint = h.hexdigest()[:16]
+        return self._fingerprint
 
     def plan(self) -> _Plan:
         """The plan of the current epoch (computed once per epoch)."""

@@ -8,6 +8,7 @@ is called lazily, in the process that reads it.
 
 from __future__ import annotations
 
+import functools
 import os
 import reprlib
 from collections.abc import Callable, Sequence
@@ -42,6 +43,29 @@ def describe(obj: Any) -> str:
     if hasattr(obj, "shape") and hasattr(obj, "dtype") and not hasattr(obj, "path"):
         return f"{type(obj).__name__}(shape={tuple(obj.shape)}, dtype={obj.dtype})"
     return _repr.repr(obj)
+
+
+def identity(obj: Any) -> str:
+    """What names a stream across runs: its file path when it has one, else its type.
+
+    A source's ``path`` attribute, or the path-like arguments of a ``functools.partial``
+    opener, identify it; in-memory streams are identified by their type only.
+
+    Example:
+        >>> import functools, numpy as np
+        >>> identity(functools.partial(np.load, "a.npy", mmap_mode="r"))
+        'load:a.npy'
+        >>> identity(np.arange(3))
+        'ndarray'
+    """
+    path = getattr(obj, "path", None)
+    if path is not None:
+        return os.fspath(path)
+    if isinstance(obj, functools.partial):
+        args = [os.fspath(a) for a in obj.args if isinstance(a, (str, os.PathLike))]
+        name = getattr(obj.func, "__name__", type(obj.func).__name__)
+        return f"{name}:{','.join(args)}"
+    return type(obj).__name__
 
 
 class StreamRef:

@@ -317,3 +317,18 @@ def test_tqdm_auto_over_a_resumed_loader(workers):
     count = sum(1 for _ in bar)
     assert count == len(loader) - 1
     assert bar.n == bar.total == len(loader)
+
+
+def test_swapping_files_of_equal_length_is_refused(tmp_path):
+    import functools
+
+    paths = []
+    for name in ("a", "b"):
+        np.save(tmp_path / f"{name}.npy", np.arange(6))
+        paths.append(tmp_path / f"{name}.npy")
+    openers = [functools.partial(np.load, p, mmap_mode="r") for p in paths]
+    loader = StreamLoader(openers, 1, 2)
+    state = loader.state_dict()
+    with pytest.raises(ValueError, match="other streams"):
+        StreamLoader(openers[::-1], 1, 2).load_state_dict(state)
+    StreamLoader(list(openers), 1, 2).load_state_dict(state)

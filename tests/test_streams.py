@@ -120,3 +120,14 @@ def test_as_refs_bad_input(streams, lengths, message):
 
 def test_describe_is_short_for_big_arrays():
     assert describe(np.zeros((1000, 3))) == "ndarray(shape=(1000, 3), dtype=float64)"
+
+
+def test_identity_names_files_not_contents(tmp_path):
+    from streamseq.streams import identity
+
+    class Source:
+        path = tmp_path / "clip.mp4"
+
+    assert identity(Source()) == str(tmp_path / "clip.mp4")
+    assert identity(functools.partial(np.load, tmp_path / "a.npy")) == f"load:{tmp_path}/a.npy"
+    assert identity(np.arange(3)) == identity(np.arange(5)) == "ndarray"
