@@ -4,14 +4,21 @@ A source is a picklable sequence of timesteps. Whatever it reads from (a decoder
 memory map) is opened on the first read in the process that reads, remembered with that
 process id, reopened when the object is used in another process (after a fork) and
 dropped when the object is pickled (for a spawned worker).
+
+A forked child must not free what it inherited either: FFmpeg decoders and scalers own
+threads that exist only in the parent, and freeing them in the child waits for those
+threads forever. Right after a fork, the child therefore detaches the handles of every
+live source and keeps them, unused, for its whole life.
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import operator
 import os
 import threading
+import weakref
 from typing import Any
 
 
@@ -31,6 +38,24 @@ def slice_bounds(key: slice, n: int) -> tuple[int, int]:
     return a, max(a, b)
 
 
+_LIVE: weakref.WeakSet[Source] = weakref.WeakSet()
+
+
+def _detach_inherited_handles() -> None:
+    """In a forked child: detach the parent's handles without ever freeing them."""
+    for source in list(_LIVE):
+        handle = source.__dict__.get("_handle")
+        if handle is not None:
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(handle))  # never deallocated
+        source._handle = None
+        source._pid = None
+        source._lock = threading.Lock()  # may have been held by another thread
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_detach_inherited_handles)
+
+
 class Source:
     """Base of the sources: dispatches indexing and manages the per-process handle.
 
@@ -43,6 +68,7 @@ class Source:
         self._handle: Any = None
         self._pid: int | None = None
         self._lock = threading.Lock()
+        _LIVE.add(self)
 
     def __getitem__(self, key: int | slice) -> Any:
         n = len(self)
@@ -68,8 +94,8 @@ class Source:
     def _get_handle(self) -> Any:
         pid = os.getpid()
         if self._handle is None or self._pid != pid:
-            if self._pid != pid:
-                self._handle = None  # inherited from the parent: never share it
+            if self._handle is not None:  # from another process: never use nor free it
+                ctypes.pythonapi.Py_IncRef(ctypes.py_object(self._handle))
             self._handle = self._open()
             self._pid = pid
         return self._handle
@@ -85,8 +111,11 @@ class Source:
         """Release the file handle of this process; the next read opens it again."""
         with self._lock:
             handle, self._handle = self._handle, None
-            if handle is not None and self._pid == os.getpid():
-                self._close(handle)
+            if handle is not None:
+                if self._pid == os.getpid():
+                    self._close(handle)
+                else:  # from another process: never use nor free it
+                    ctypes.pythonapi.Py_IncRef(ctypes.py_object(handle))
 
     def _close(self, handle: Any) -> None:
         pass
@@ -110,6 +139,7 @@ class Source:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        _LIVE.add(self)
 
     def __del__(self) -> None:
         try:

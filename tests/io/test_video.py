@@ -1,3 +1,4 @@
+import gc
 import importlib
 import multiprocessing
 import operator
@@ -140,6 +141,25 @@ def test_read_in_worker_process(method, video_clips, references):
     np.testing.assert_array_equal(got[0], ref[3:9])
     np.testing.assert_array_equal(got[1], ref[30:33])
     np.testing.assert_array_equal(v[3:6], ref[3:6])  # the parent's decoder goes on
+
+
+def _drop_and_collect(stream):
+    stream.close()
+    gc.collect()
+
+
+def test_forked_child_never_frees_the_parents_decoder(tmp_path):
+    # FFmpeg decoders and scalers own threads that a forked child does not have: freeing
+    # the parent's in the child would wait for them forever
+    v = video(write_video(tmp_path / "big.mp4", 6, size=(480, 640)), size=(240, 320))
+    v[0:2]  # the parent now holds a decoder and a scaler, with their threads
+    child = multiprocessing.get_context("fork").Process(target=_drop_and_collect, args=(v,))
+    child.start()
+    child.join(30)
+    if child.exitcode is None:
+        child.kill()
+    assert child.exitcode == 0
+    assert v[2:4].shape == (2, 240, 320, 3)
 
 
 def test_missing_file(tmp_path):
