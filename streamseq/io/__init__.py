@@ -9,6 +9,7 @@ processes, forked or spawned.
 
 from streamseq.io.audio import audio
 from streamseq.io.events import EVENT_DTYPE, events, synthetic_events
+from streamseq.io.probe import probe_lengths
 from streamseq.io.procedural import texture, virtual_camera
 from streamseq.io.tokens import tokens
 from streamseq.io.video import video
@@ -17,6 +18,7 @@ __all__ = [
     "EVENT_DTYPE",
     "audio",
     "events",
+    "probe_lengths",
     "synthetic_events",
     "texture",
     "tokens",
