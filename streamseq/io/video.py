@@ -99,12 +99,14 @@ def _probe(path: str, stream_index: int) -> _Probe:
         keys: list[bool] = []
         seek_ts: list[int | None] = []
         end = None  # end time of the last frame, in stream time_base
+        packets = 0  # discarded ones included, as in the declared frame count
         try:
             for packet in container.demux(stream):
                 if packet.size == 0:  # end of file marker
                     continue
                 if packet.is_corrupt:
                     raise SourceError(path, f"corrupt packet after {len(pts)} frames")
+                packets += 1
                 if packet.is_discard:
                     continue
                 pts.append(packet.pts)
@@ -112,7 +114,8 @@ def _probe(path: str, stream_index: int) -> _Probe:
                 ts = [t for t in (packet.pts, packet.dts) if t is not None]
                 seek_ts.append(min(ts) if ts else None)
                 if packet.pts is not None and packet.duration:
-                    end = max(end or packet.pts, packet.pts + packet.duration)
+                    stop = packet.pts + packet.duration
+                    end = stop if end is None else max(end, stop)
         except av.error.FFmpegError as e:
             raise SourceError(path, f"demuxing failed after {len(pts)} frames: {e}") from e
         declared = stream.frames
@@ -125,8 +128,8 @@ def _probe(path: str, stream_index: int) -> _Probe:
         container.close()
     if not pts:
         raise SourceError(path, "no video frame")
-    if declared > len(pts):
-        raise SourceError(path, f"truncated: {len(pts)} frames found, {declared} declared")
+    if declared > packets:
+        raise SourceError(path, f"truncated: {packets} frames found, {declared} declared")
     exact = None not in pts and len(set(pts)) == len(pts) and None not in seek_ts
     if exact:
         order = np.argsort(np.asarray(pts, np.int64), kind="stable")
