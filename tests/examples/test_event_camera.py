@@ -1,0 +1,32 @@
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "event_camera.py"
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("event_camera", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_contact_sheet_and_animation(tmp_path, capsys):
+    module = load()
+    result = module.main(["--small", "--out", str(tmp_path)])
+    assert "4 recordings" in capsys.readouterr().out
+    gap, sep = module.GAP, module.SEP
+    batches, b, t, (h, w) = 3, 3, 4, (20, 28)
+    sheet = Image.open(result["sheet"])
+    assert sheet.size == (batches * (t * (w + gap) + sep) - sep + gap, b * (h + gap) + gap)
+    pixels = np.asarray(sheet.convert("RGB"))
+    first_cell = pixels[gap : gap + h, gap + 4 : gap + w]  # right of the red bar
+    assert first_cell.any()  # events were drawn
+    assert tuple(pixels[gap + h // 2, gap + 1]) == module.RED
+    gif = Image.open(result["gif"])
+    assert gif.n_frames == batches * t
+    assert gif.size == (b * (w + gap) + gap, h + 2 * gap)
+    assert len(list((tmp_path / "events").glob("*.npy"))) == 4
