@@ -17,6 +17,7 @@ from typing import Any
 
 import av
 import numpy as np
+from av.video.reformatter import VideoReformatter
 
 from streamseq.errors import SourceError
 from streamseq.io._base import Source, check_file
@@ -62,6 +63,7 @@ class _Reader:
         self.frames = container.decode(stream)
         self.last: int | None = -1  # index of the last frame decoded (None: not known yet)
         self.pending: tuple[int, Any] | None = None  # a decoded frame not yet delivered
+        self.reformatter = VideoReformatter()  # one scaler for all frames (as each frame's)
         self.counting = True  # decoding from the start: the count is the index
 
     @property
@@ -214,11 +216,10 @@ class _Video(Source):
     def _empty(self) -> np.ndarray:
         return np.zeros((0, *self._frame_shape()), np.uint8)
 
-    def _convert(self, frame: Any) -> np.ndarray:
-        if self.size is None:
-            return frame.to_ndarray(format=self.format)
-        h, w = self.size
-        return frame.to_ndarray(format=self.format, width=w, height=h)
+    def _convert(self, reader: _Reader, frame: Any) -> np.ndarray:
+        """``frame.to_ndarray(format=..., width=..., height=...)``, reusing one scaler."""
+        h, w = self.size if self.size is not None else (None, None)
+        return reader.reformatter.reformat(frame, w, h, self.format).to_ndarray()
 
     # -- decoder management ----------------------------------------------------------------
 
@@ -321,11 +322,11 @@ class _Video(Source):
     def _read(self, reader: _Reader, a: int, b: int) -> np.ndarray:
         try:
             reader = self._position(reader, a)
-            frames = [self._convert(self._take(reader)) for _ in range(b - a)]
+            frames = [self._convert(reader, self._take(reader)) for _ in range(b - a)]
         except _Inconsistent:
             self._trusted = False
             reader = self._skip_to(self._restart(), a)
-            frames = [self._convert(self._take(reader)) for _ in range(b - a)]
+            frames = [self._convert(reader, self._take(reader)) for _ in range(b - a)]
         return np.stack(frames)  # b > a: never empty
 
 
