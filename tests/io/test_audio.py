@@ -5,9 +5,9 @@ import pickle
 
 import numpy as np
 import pytest
-from conftest import AUDIO_FILES, frames_of, plain_audio, truncate, write_audio
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from media import AUDIO_FILES, frames_of, plain_audio, truncate, write_audio
 
 from streamseq.errors import SourceError
 from streamseq.io import audio

@@ -6,9 +6,9 @@ import pickle
 
 import numpy as np
 import pytest
-from conftest import VIDEO_CLIPS, plain_video, truncate, write_video
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from media import VIDEO_CLIPS, plain_video, truncate, write_video
 
 from streamseq.errors import SourceError
 from streamseq.io import video

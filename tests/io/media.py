@@ -1,0 +1,119 @@
+"""Small media files written with PyAV, and the plain decodes the sources must match."""
+
+from fractions import Fraction
+
+import av
+import numpy as np
+
+# name: (codec, container format, extension, gop size, B-frames)
+VIDEO_CLIPS = {
+    "x264_gop1": ("libx264", "mp4", "mp4", 1, 0),
+    "x264_gop5_b2": ("libx264", "mp4", "mp4", 5, 2),
+    "x264_gop12_b0": ("libx264", "mp4", "mp4", 12, 0),
+    "x264_gop12_b2": ("libx264", "mp4", "mp4", 12, 2),
+    "mpeg4_gop5_b2": ("mpeg4", "mp4", "mp4", 5, 2),
+    "x264_mkv_b2": ("libx264", "matroska", "mkv", 7, 2),
+    "x264_avi_b2": ("libx264", "avi", "avi", 12, 2),  # timestamps that lie: decode order
+}
+
+# name: (codec, container format, extension, sample rate, layout)
+AUDIO_FILES = {
+    "wav_s16": ("pcm_s16le", "wav", "wav", 16000, "stereo"),
+    "flac_mono": ("flac", "flac", "flac", 16000, "mono"),
+    "aac_m4a": ("aac", "mp4", "m4a", 16000, "stereo"),
+    "mp3": ("libmp3lame", "mp3", "mp3", 16000, "mono"),
+    "opus_ogg": ("libopus", "ogg", "ogg", 48000, "stereo"),  # no exact seek: restarts
+    "flac_mkv_44k": ("flac", "matroska", "mkv", 44100, "mono"),  # millisecond timestamps
+}
+
+
+def video_frame(i, height=48, width=64):
+    """Frame ``i`` of the test clips: moving square, drifting colour, fixed noise."""
+    rng = np.random.default_rng(i % 7)
+    img = np.zeros((height, width, 3), np.uint8)
+    img[..., 0] = (i * 9) % 256
+    img[..., 1] = rng.integers(0, 64, (height, width))
+    y, x = (3 * i) % (height - 8), (5 * i) % (width - 8)
+    img[y : y + 8, x : x + 8] = 255
+    return img
+
+
+def write_video(path, n=40, codec="libx264", fmt="mp4", gop=12, bf=2, size=(48, 64), options=None):
+    """Write ``n`` frames with PyAV; returns ``path``."""
+    with av.open(str(path), "w", format=fmt, options=options or {}) as out:
+        stream = out.add_stream(codec, rate=25)
+        stream.height, stream.width = size
+        stream.pix_fmt = "yuv420p"
+        stream.codec_context.gop_size = gop
+        stream.options = {"bf": str(bf)}
+        for i in range(n):
+            frame = av.VideoFrame.from_ndarray(video_frame(i, *size), format="rgb24")
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode())
+    return path
+
+
+def plain_video(path, size=None, format="rgb24"):
+    """All frames of a plain decode."""
+    kwargs = {} if size is None else {"height": size[0], "width": size[1]}
+    with av.open(str(path)) as container:
+        frames = [f.to_ndarray(format=format, **kwargs) for f in container.decode(video=0)]
+    return np.stack(frames)
+
+
+def write_audio(path, n=20000, codec="pcm_s16le", fmt=None, rate=16000, layout="stereo"):
+    """Write ``n`` samples of tones (one pitch per channel) with PyAV; returns ``path``."""
+    channels = av.AudioLayout(layout).nb_channels
+    t = np.arange(n) / rate
+    x = np.stack([0.3 * np.sin(2 * np.pi * (220 + 110 * k) * t + k) for k in range(channels)])
+    with av.open(str(path), "w", format=fmt) as out:
+        stream = out.add_stream(codec, rate=rate, layout=layout)
+        for i in range(0, n, 1000):
+            frame = av.AudioFrame.from_ndarray(
+                np.ascontiguousarray(x[:, i : i + 1000], np.float32), format="fltp", layout=layout
+            )
+            frame.sample_rate, frame.pts = rate, i
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode())
+    return path
+
+
+def plain_audio(path, layout=None, sample_rate=None):
+    """All samples of a plain decode, converted as :func:`streamseq.io.audio` documents."""
+    with av.open(str(path)) as container:
+        stream = container.streams.audio[0]
+        layout = layout or stream.codec_context.layout.name
+        rate = stream.codec_context.sample_rate
+        channels = av.AudioLayout(layout).nb_channels
+        convert = av.AudioResampler(format="flt", layout=layout)
+        x = np.concatenate(
+            [g.to_ndarray().reshape(-1, channels) for f in container.decode(stream)
+             for g in convert.resample(f)]
+        )  # fmt: skip
+    if sample_rate is None or sample_rate == rate:
+        return x
+    resampler = av.AudioResampler(format="flt", layout=layout, rate=sample_rate)
+    out = []
+    for i in range(0, len(x), 3000):  # any chunking gives the same samples
+        frame = av.AudioFrame.from_ndarray(
+            np.ascontiguousarray(x[i : i + 3000]).reshape(1, -1), format="flt", layout=layout
+        )
+        frame.sample_rate, frame.pts, frame.time_base = rate, i, Fraction(1, rate)
+        out += [g.to_ndarray().reshape(-1, channels) for g in resampler.resample(frame)]
+    out += [g.to_ndarray().reshape(-1, channels) for g in resampler.resample(None)]
+    return np.concatenate(out)
+
+
+def frames_of(samples, frame):
+    """Cut samples into zero-padded steps of ``frame`` samples."""
+    steps = -(-len(samples) // frame)
+    padded = np.zeros((steps * frame, samples.shape[1]), np.float32)
+    padded[: len(samples)] = samples
+    return padded.reshape(steps, frame, samples.shape[1])
+
+
+def truncate(src, dst, fraction):
+    """Copy the first ``fraction`` of the bytes of ``src`` to ``dst``; returns ``dst``."""
+    data = src.read_bytes()
+    dst.write_bytes(data[: int(len(data) * fraction)])
+    return dst
