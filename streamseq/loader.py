@@ -290,15 +290,20 @@ class StreamLoader:
 
     def __getitem__(self, i: int) -> Batch:
         """Batch ``i`` of the current epoch, computed in this process."""
-        plan = self.plan()
-        if self._whole is None:
-            self._whole = (self.epoch, plan.group(plan.rows, self))
+        whole = self._in_process()
         n = len(self)
         if i < 0:
             i += n
         if not 0 <= i < n:
             raise IndexError(f"batch {i} out of range for {n} batches")
-        return self._finish(self._whole[1][i])
+        return self._finish(whole[i])
+
+    def _in_process(self) -> ZipBatch:
+        """All the rows of this rank as one zip, read in this process (kept for the epoch)."""
+        plan = self.plan()
+        if self._whole is None:
+            self._whole = (self.epoch, plan.group(plan.rows, self))
+        return self._whole[1]
 
     def _finish(self, batch: Batch) -> Batch:
         pin = self.pin_memory and can_pin()
@@ -340,7 +345,7 @@ class _Iteration:
         self.prefetchers: list[Prefetched] = []
         self.background: Background | None = None
         if workers == 0:
-            self.groups = [plan.group(plan.rows, loader)]
+            self.groups = [loader._in_process()]
             return
         self.groups = [plan.group(g, loader) for g in split_by_worker(plan.rows, workers)]
         for g in self.groups:

@@ -35,7 +35,7 @@ def can_pin() -> bool:
     return False
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def torch_dtype(dtype: np.dtype) -> torch.dtype:
     """The torch dtype of a numpy dtype.
 
@@ -62,6 +62,8 @@ def to_torch(batch: Batch, pin: bool = False) -> Batch:
         >>> b.step
         tensor([[0, 1]])
     """
+    if not pin and all(type(f) is np.ndarray and f.flags.c_contiguous for f in batch):
+        return Batch._make(map(torch.from_numpy, batch))
 
     def convert(a: Any) -> torch.Tensor:
         if type(a) is np.ndarray and not pin and a.flags.c_contiguous:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import multiprocessing
+import multiprocessing.connection
 import multiprocessing.sharedctypes
 import os
 import pickle
@@ -19,6 +21,7 @@ import numpy as np
 import seqtools
 import seqtools.errors
 import seqtools.evaluation
+from seqtools.C.refcountedbuffer import RefCountedBuffer
 
 from . import _shm
 from ._tree import nbytes
@@ -78,6 +81,21 @@ def _stop_backend(backend: Any, timeout: float = 1.0) -> None:
         w.join(timeout)
 
 
+def _describe_exits(ended: list[tuple[int, int | None]]) -> str:
+    """How each worker process ended, e.g. ``process 12 killed by SIGKILL``."""
+    out = []
+    for pid, code in ended:
+        if code is not None and code < 0:
+            try:
+                how = f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"killed by signal {-code}"
+        else:
+            how = "still running" if code is None else f"exit code {code}"
+        out.append(f"process {pid} {how}")
+    return ", ".join(out)
+
+
 class _Backend(seqtools.evaluation.ProcessBacked):
     """seqtools' process backend, with workers that build each item in its shm slot.
 
@@ -89,7 +107,8 @@ class _Backend(seqtools.evaluation.ProcessBacked):
     slots). Jobs go round-robin through one pipe per worker (no feeder thread, so the
     main process hands out a job with one write); a job submitted while every slot is
     held by delivered items is counted in ``pickled``. Workers ignore SIGINT and stop
-    when the main process is gone; :meth:`stop` ends them within a bounded time. Unlike
+    when the main process is gone; :meth:`stop` ends them within a bounded time. A dead
+    worker is noticed from its result pipe, without a monitor thread. Unlike
     seqtools', thread pools are not limited around the fork: that starts OpenBLAS
     threads which spin in the main process for a while (about 0.3 s of CPU per start).
     """
@@ -110,6 +129,7 @@ class _Backend(seqtools.evaluation.ProcessBacked):
             self.free_shm_slots = set()
         self.pickled = 0
         self.turn = 0
+        self.ended: list[tuple[int, int | None]] = []  # (pid, exit code) once stopped
         self.job_pipes: list[Any] = []
         self.result_pipes: list[Any] = []
         self.workers: list[Any] = []
@@ -128,13 +148,32 @@ class _Backend(seqtools.evaluation.ProcessBacked):
             self.result_pipes.append(results_rx)
             self.workers.append(worker)
         self.worker_died = threading.Event()
-        monitor = threading.Thread(
-            target=seqtools.evaluation.ProcessBacked.monitor_workers,
-            args=(self.workers, self.worker_died),
-            daemon=True,
-        )
-        monitor.start()
         self._finalizer = weakref.finalize(self, _Backend.end, self.job_pipes, self.workers)
+
+    def wait_completion(self) -> tuple[int, bool, Any]:
+        """The next result of any worker: ``(item, success, value)``.
+
+        A dead worker is noticed at once (its result pipe reaches its end) or, for one
+        that closed it and lives on, within a second; either raises RuntimeError.
+        """
+        while True:
+            ready = multiprocessing.connection.wait(self.result_pipes, timeout=1)
+            if ready:
+                break
+            if self.worker_died.is_set() or not all(w.is_alive() for w in self.workers):
+                raise RuntimeError("a worker died unexpectedly")
+        try:
+            item, success, start, regions, payload = ready[0].recv()
+        except (EOFError, OSError):
+            self.worker_died.set()
+            raise RuntimeError("a worker died unexpectedly") from None
+        if regions:  # views of the slot; the slot is free again when they are all gone
+            free = functools.partial(self.add_free_shm_slot, start)
+            shm = memoryview(RefCountedBuffer(self.shm, free))
+            return item, success, pickle.loads(payload, buffers=[shm[a:z] for a, z in regions])
+        if start is not None:
+            self.free_shm_slots.add(start)
+        return item, success, pickle.loads(payload)
 
     def submit_job(self, item: int) -> None:  # noqa: D102
         slot = self.free_shm_slots.pop() if self.free_shm_slots else None
@@ -153,6 +192,10 @@ class _Backend(seqtools.evaluation.ProcessBacked):
         _Backend.end(self.job_pipes, self.workers, timeout)
         for pipe in self.result_pipes:
             pipe.close()
+        self.ended = [(w.pid, w.exitcode) for w in self.workers]
+        for w in self.workers:
+            if w.exitcode is not None:
+                w.close()  # its sentinel fd, now rather than when collected
 
     @staticmethod
     def end(job_pipes: list[Any], workers: list[Any], timeout: float = 1.0) -> None:
@@ -358,11 +401,11 @@ class Prefetched:
         except RuntimeError as e:
             if "worker died" not in str(e):
                 raise
-            codes = [w.exitcode for w in self._prefetch.backend.workers]
-            self.close()
+            backend = self._prefetch.backend
+            self.close()  # joins them: the exit codes are known after
             raise WorkerError(
                 f"a worker process of {self!r} died unexpectedly while preparing item {i} "
-                f"(exit codes {codes}); its workers were stopped"
+                f"({_describe_exits(backend.ended)}); its workers were stopped"
             ) from None
         self._next = i + 1
         if self.method == "process" and self._prefetch.backend.pickled and not self.pickled:

@@ -129,6 +129,7 @@ class _Table:
         sizes = np.array([len(p.chunk_ends) for p in parts], dtype=np.int64)
         self.base = np.cumsum(self.counts) - self.counts
         self.first = np.cumsum(sizes) - sizes
+        self.first_list = self.first.tolist()
         ends = [p.chunk_ends + b for p, b in zip(parts, self.base.tolist(), strict=True)]
         self.ends = np.concatenate([np.zeros(0, np.int64), *ends]).astype(np.int64)
         self.ids = np.concatenate([np.zeros(0, np.int64), *(r.stream_ids for r in self.rows)])
@@ -173,8 +174,14 @@ class _Table:
             data = _shm.empty((b, t, *spec.shape[1:]), spec.dtype)
         elif spec is not None:
             data = tree_map(lambda s: _shm.empty((b, t, *np.shape(s)[1:]), s.dtype), spec)
-        if data is not None:
-            self._read(data, blk, k, i)
+        if type(data) is np.ndarray:
+            streams = self._streams(blk, k, i)
+            try:
+                self._gather(data, streams, blk, k)
+            except Exception:  # read again, row by row, with every check: the right error
+                self._read_checked(data, blk, k)
+        elif data is not None:
+            self._read_checked(data, blk, k)
         start, count = blk.start[k], blk.count[k]
         valid = _shm.empty((b, t), bool)
         if self.masks is not None:
@@ -200,17 +207,20 @@ class _Table:
         """The stream each row reads in batch ``k`` of ``blk``, opened."""
         if self._pid != os.getpid():
             self.forget()
-        pos = blk.pos[k]
         if i == self._next and k:  # sequential: only the rows that moved on
-            rows = blk.moved(k)[0]
+            rows, at = blk.moved(k)
         else:
-            rows = np.flatnonzero((pos != self._at) & blk.active[k]).tolist()
+            rows = np.flatnonzero((blk.pos[k] != self._at) & blk.active[k]).tolist()
+            at = blk.pos[k, rows].tolist()
         if self._opened:  # an opener's stream: the row may have been read elsewhere
-            rows = set(rows) | {r for r in self._opened if blk.active[k, r]}
-        for r in rows:
-            ref = self.rows[r].switch(int(pos[r] - self.first[r]))
+            more = [r for r in self._opened if blk.active[k, r] and r not in rows]
+            rows, at = rows + more, at + blk.pos[k, more].tolist()
+        first = self.first_list
+        for r, p in zip(rows, at, strict=True):
+            ref = self.rows[r].switch(p - first[r])
             stream = ref.open()
-            self._open[r], self._at[r] = stream, pos[r]
+            self._open[r] = stream
+            self._at[r] = p
             if stream is not ref.source:
                 self._opened.add(r)
             elif self._opened:
@@ -221,16 +231,6 @@ class _Table:
                 self._unsized.discard(r)
         self._next = i + 1
         return self._open
-
-    def _read(self, data: Any, blk: _Block, k: int, i: int) -> None:
-        if type(data) is np.ndarray:
-            streams = self._streams(blk, k, i)
-            try:
-                self._gather(data, streams, blk, k)
-                return
-            except Exception:
-                pass  # read again, row by row, with every check: raises the right error
-        self._read_checked(data, blk, k)
 
     def _gather(self, out: np.ndarray, streams: list[Any], blk: _Block, k: int) -> None:
         """Copy the slices of every row (and zeros) into ``out`` with one concatenate."""

@@ -1,0 +1,321 @@
+"""Fault tolerance: dead workers, early exits, interrupts, slow consumers, spawn."""
+
+import functools
+import gc
+import multiprocessing
+import multiprocessing.heap
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+from streamseq import StreamError, StreamLoader, WorkerError
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def token_streams(count=24, low=50, high=400, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 1000, n, dtype=np.int64) for n in rng.integers(low, high, count)]
+
+
+def live_children():
+    out = []
+    for c in psutil.Process().children(recursive=True):
+        try:
+            if c.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in c.cmdline()[-1]:
+                out.append(c)
+        except (psutil.NoSuchProcess, IndexError):
+            pass
+    return out
+
+
+def wait_no_children(timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while live_children() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return live_children()
+
+
+def shm_state():
+    """Blocks of shared memory still allocated, shm fds open, and files left in /dev/shm.
+
+    multiprocessing keeps freed arenas smaller than 4 MB mapped for reuse: they are not
+    in use, but their two fds (the arena's and its mmap's) stay open.
+    """
+    heap = multiprocessing.heap.BufferWrapper._heap
+    blocks = sum(len(b) for b in heap._allocated_blocks.values())
+    fds = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            fds += os.readlink(f"/proc/self/fd/{fd}").startswith("/dev/shm/")
+        except OSError:
+            pass
+    files = [n for n in os.listdir("/dev/shm") if n.startswith(f"pym-{os.getpid()}-")]
+    return blocks, fds - 2 * len(heap._arenas), files
+
+
+def worker_pids(loader):
+    return [p for pf in loader._active().prefetchers for p in pf.pids]
+
+
+@pytest.fixture
+def clean():
+    """No worker before, none after, and no shared memory left in use by the test."""
+    gc.collect()
+    assert not live_children()
+    blocks, _, _ = shm_state()
+    yield
+    gc.collect()
+    assert not wait_no_children(), "worker processes left behind"
+    after, extra_fds, files = shm_state()
+    assert files == [], f"shared-memory files left in /dev/shm: {files}"
+    assert after <= blocks, "shared memory still allocated"
+    assert extra_fds <= 0, "shared-memory files open beyond multiprocessing's free arenas"
+
+
+def test_killed_worker_is_a_clear_error_within_seconds(clean):
+    loader = StreamLoader(token_streams(), 8, 16, num_workers=2)
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    victim = worker_pids(loader)[1]
+    os.kill(victim, signal.SIGKILL)
+    start = time.monotonic()
+    message = rf"died unexpectedly.*process {victim} killed by SIGKILL"
+    with pytest.raises(WorkerError, match=message):
+        for _ in it:
+            pass
+    assert time.monotonic() - start < 5
+    del it, loader
+
+
+class Slow:
+    """A stream whose reads take a while: the main process is waiting when a worker dies."""
+
+    def __init__(self, n, delay):
+        self.n, self.delay = n, delay
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, key):
+        time.sleep(self.delay)
+        return np.arange(self.n)[key]
+
+
+def test_worker_killed_while_the_main_process_waits(clean):
+    loader = StreamLoader([Slow(400, 0.05) for _ in range(4)], 4, 4, num_workers=2)
+    it = iter(loader)
+    next(it)
+    victim = worker_pids(loader)[0]
+    os.kill(victim, signal.SIGKILL)
+    start = time.monotonic()
+    with pytest.raises(WorkerError):
+        for _ in it:
+            pass
+    assert time.monotonic() - start < 5
+    del it, loader
+
+
+def test_both_workers_killed_and_the_loader_still_works_after(clean):
+    streams = token_streams()
+    loader = StreamLoader(streams, 8, 16, num_workers=2)
+    it = iter(loader)
+    next(it)
+    for pid in worker_pids(loader):
+        os.kill(pid, signal.SIGKILL)
+    with pytest.raises(WorkerError):
+        list(it)
+    again = [b.data.numpy() for b in loader]
+    expected = [b.data.numpy() for b in StreamLoader(streams, 8, 16)]
+    assert all((a == b).all() for a, b in zip(again, expected, strict=True))
+    del it, loader
+
+
+def interrupt_main_and_workers(loader):
+    """What Ctrl-C does in a terminal: SIGINT to every process of the foreground group."""
+    for pid in worker_pids(loader):
+        os.kill(pid, signal.SIGINT)
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(1)  # the KeyboardInterrupt is raised here, in the main process
+
+
+def stop_early(loader, how):
+    """Consume part of an epoch, then stop the way ``how`` says."""
+    if how == "break":
+        for i, _ in enumerate(loader):
+            if i == 3:
+                break
+    elif how == "delete":
+        it = iter(loader)
+        for _ in range(3):
+            next(it)
+        del it
+    elif how == "interrupt":
+        with pytest.raises(KeyboardInterrupt):
+            for i, _ in enumerate(loader):
+                if i == 3:
+                    interrupt_main_and_workers(loader)
+    elif how == "second epoch":
+        first = iter(loader)
+        for _ in range(3):
+            next(first)
+        second = list(loader)
+        assert len(second) == len(loader)
+        with pytest.raises(StopIteration):
+            next(first)
+    elif how == "close":
+        it = iter(loader)
+        next(it)
+        loader.close()
+
+
+HOWS = ["break", "delete", "interrupt", "second epoch", "close"]
+
+
+@pytest.mark.parametrize("how", HOWS)
+def test_stopping_early_ends_the_workers(clean, how):
+    loader = StreamLoader(token_streams(), 8, 16, num_workers=2)
+    stop_early(loader, how)
+    if how != "delete":
+        assert not wait_no_children()
+    del loader
+
+
+def test_fifty_epochs_of_early_stops_keep_processes_fds_and_memory_flat(clean):
+    me = psutil.Process()
+    loader = StreamLoader(token_streams(), 8, 16, num_workers=2)
+    for epoch in range(5):  # warm up: imports, allocator, shared-memory arenas
+        stop_early(loader, HOWS[epoch % len(HOWS)])
+    gc.collect()
+    assert not wait_no_children()
+    fds, rss = me.num_fds(), me.memory_info().rss
+    threads = me.num_threads()
+    for epoch in range(50):
+        stop_early(loader, HOWS[epoch % len(HOWS)])
+        if epoch % 10 == 9:
+            assert len(wait_no_children()) == 0
+    gc.collect()
+    assert not wait_no_children()
+    assert me.num_fds() <= fds + 2
+    assert me.memory_info().rss - rss < 32 * 2**20
+    time.sleep(1.2)  # the monitor threads of stopped workers notice within a second
+    assert me.num_threads() <= threads + 1
+    del loader
+
+
+class Counted:
+    """A stream that counts its reads in shared memory (one counter per stream)."""
+
+    def __init__(self, n, counts, index):
+        self.n, self.counts, self.index = n, counts, index
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, key):
+        self.counts[self.index] += 1
+        return np.arange(self.n)[key]
+
+
+def test_a_slow_consumer_holds_a_bounded_number_of_batches(clean):
+    rows, buffered = 4, 4
+    counts = multiprocessing.RawArray("q", rows)
+    streams = [Counted(3000, counts, i) for i in range(rows)]
+    loader = StreamLoader(streams, rows, 8, num_workers=2, max_buffered=buffered)
+    me = psutil.Process()
+    memory = []
+    for i, _ in enumerate(loader):
+        time.sleep(0.002)
+        ahead = sum(counts) / rows - (i + 1)  # batches read by the workers, not consumed
+        assert ahead <= buffered, f"{ahead} batches ahead at batch {i}"
+        if i % 50 == 0:
+            memory.append(sum(p.memory_info().rss for p in [me, *me.children()]))
+    assert i + 1 == len(loader) == 375
+    assert max(memory[2:]) - min(memory[2:]) < 16 * 2**20
+    del loader
+
+
+class Exiting:
+    def __len__(self):
+        return 40
+
+    def __getitem__(self, key):
+        if isinstance(key, slice) and key.start >= 20:
+            raise SystemExit("stream gave up")
+        return np.arange(40)[key]
+
+
+def test_a_thread_worker_that_exits_is_an_error_not_a_hang(clean):
+    loader = StreamLoader([Exiting(), np.arange(40)], 2, 4, num_workers=2, method="thread")
+    with pytest.raises(WorkerError, match="SystemExit"):
+        list(loader)
+
+
+def test_a_stream_error_in_a_worker_stops_every_worker(clean):
+    streams = token_streams()
+    loader = StreamLoader(streams, 8, 16, num_workers=2, lengths=[len(s) + 5 for s in streams])
+    with pytest.raises(StreamError, match="declared length"):
+        list(loader)
+    assert not wait_no_children()
+
+
+SPAWN = """
+import functools, multiprocessing, os, sys
+import numpy as np
+import psutil
+from streamseq import StreamLoader
+
+class Squares:
+    def __init__(self, n):
+        self.n = n
+    def __len__(self):
+        return self.n
+    def __getitem__(self, key):
+        return (np.arange(self.n) ** 2)[key]
+
+def pid_stream(n):
+    return np.full(n, os.getpid(), dtype=np.int64)
+
+if __name__ == "__main__":
+    multiprocessing.set_start_method("spawn")
+    streams = [np.arange(7), Squares(9), functools.partial(np.arange, 100, 111)]
+    streams += [Squares(4), np.arange(50, 55)]
+    reference = [b.data.tolist() for b in StreamLoader(streams, 2, 3)]
+    loader = StreamLoader(streams, 2, 3, num_workers=2)
+    assert [b.data.tolist() for b in loader] == reference, "spawned workers differ"
+    pids = {int(p) for b in StreamLoader([functools.partial(pid_stream, 6)] * 2, 2, 3,
+            num_workers=2, lengths=[6, 6]) for p in b.data[b.valid].tolist()}
+    assert os.getpid() not in pids and len(pids) == 2, pids
+    alive = [c for c in psutil.Process().children() if c.status() != "zombie"]
+    assert all("resource_tracker" in c.cmdline()[-1] for c in alive), alive  # multiprocessing's
+    print("spawn", multiprocessing.get_start_method(), "ok")
+"""
+
+
+def test_spawned_workers_get_pickled_streams_and_openers(tmp_path):
+    script = tmp_path / "spawned.py"
+    script.write_text(SPAWN)
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "spawn spawn ok" in out.stdout
+
+
+def test_streams_and_openers_pickle():
+    import pickle
+
+    from streamseq.streams import as_refs
+
+    refs = as_refs([np.arange(3), functools.partial(np.arange, 5)])
+    refs[1].read(0, 2)  # opened here: the opened stream is not pickled
+    again = pickle.loads(pickle.dumps(refs))
+    assert [r.read(0, 2).tolist() for r in again] == [[0, 1], [0, 1]]
+    assert again[1]._opened is not None and refs[1]._opened is not again[1]._opened
