@@ -30,7 +30,9 @@ def can_pin() -> bool:
     if not _warned.is_set():
         _warned.set()
         warnings.warn(
-            "CUDA is not available: pin_memory delivers unpinned tensors", RuntimeWarning
+            "CUDA is not available: pin_memory delivers unpinned tensors",
+            RuntimeWarning,
+            stacklevel=3,
         )
     return False
 
