@@ -92,24 +92,24 @@ def assemble(parts: Sequence[Batch], pin: bool = False, time_major: bool = False
         >>> assemble([part, part], time_major=True).data.shape
         torch.Size([2, 2])
     """
-    rows = [len(np.asarray(p.reset)) for p in parts]
-    bounds = np.concatenate([[0], np.cumsum(rows)])
 
     def combine(*arrays: Any) -> torch.Tensor:
-        first = np.asarray(arrays[0])
-        shape = (int(bounds[-1]), *first.shape[1:])
+        arrays = [a if type(a) is np.ndarray else np.asarray(a) for a in arrays]
+        first, axis = arrays[0], 0
+        shape = (sum(len(a) for a in arrays), *first.shape[1:])
         if time_major and first.ndim >= 2:
-            shape = (shape[1], shape[0], *shape[2:])
-        out = empty(shape, first.dtype, pin)
-        view = out.numpy()
-        for a, lo, hi in zip(arrays, bounds[:-1], bounds[1:], strict=True):
-            if time_major and first.ndim >= 2:
-                view[:, lo:hi] = np.swapaxes(np.asarray(a), 0, 1)
-            else:
-                view[lo:hi] = a
-        return out
+            arrays = [np.swapaxes(a, 0, 1) for a in arrays]
+            shape, axis = (shape[1], shape[0], *shape[2:]), 1
+        if pin:
+            out = empty(shape, first.dtype, True)
+            np.concatenate(arrays, axis=axis, out=out.numpy(), casting="unsafe")
+            return out
+        return torch.from_numpy(np.concatenate(arrays, axis=axis))
 
-    return Batch(*(tree_map(combine, *fields) for fields in zip(*parts, strict=True)))
+    return Batch._make(
+        combine(*fields) if type(fields[0]) is np.ndarray else tree_map(combine, *fields)
+        for fields in zip(*parts, strict=True)
+    )
 
 
 class PinMemory:

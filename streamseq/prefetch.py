@@ -81,6 +81,37 @@ def _stop_backend(backend: Any, timeout: float = 1.0) -> None:
         w.join(timeout)
 
 
+class _Packed:
+    """A tuple of arrays (a :class:`~streamseq.Batch`), pickled as buffers and specs.
+
+    Its buffers, dtypes and shapes: four times cheaper than numpy's reduction of each
+    array; the main process gets the same views of the slot as with numpy's.
+    """
+
+    def __init__(self, value: tuple):
+        self.value = value
+
+    def __reduce__(self) -> tuple:
+        v = self.value
+        buffers = [pickle.PickleBuffer(a) for a in v]
+        return _unpack, (type(v), buffers, [(a.dtype.str, a.shape) for a in v])
+
+
+def _unpack(cls: type, buffers: list[Any], specs: list[tuple[str, tuple]]) -> tuple:
+    arrays = [np.frombuffer(b, d).reshape(s) for b, (d, s) in zip(buffers, specs, strict=True)]
+    return cls._make(arrays) if hasattr(cls, "_make") else cls(arrays)
+
+
+def _pack(value: Any) -> Any:
+    """``value``, wrapped in :class:`_Packed` when it is a tuple of plain arrays."""
+    if isinstance(value, tuple) and value:
+        for a in value:
+            if type(a) is not np.ndarray or not a.flags.c_contiguous or not a.dtype.isbuiltin:
+                return value
+        return _Packed(value)
+    return value
+
+
 def _describe_exits(ended: list[tuple[int, int | None]]) -> str:
     """How each worker process ended, e.g. ``process 12 killed by SIGKILL``."""
     out = []
@@ -246,7 +277,11 @@ class _Backend(seqtools.evaluation.ProcessBacked):
             def place(buffer: pickle.PickleBuffer, slot=slot, regions=regions) -> bool:
                 data = buffer.raw()
                 size = data.nbytes
-                at = np.frombuffer(data, np.uint8).ctypes.data - base if size else slot.start
+                at = slot.start
+                if size and not data.readonly:
+                    at = ctypes.addressof(ctypes.c_char.from_buffer(data)) - base
+                elif size:
+                    at = np.frombuffer(data, np.uint8).ctypes.data - base
                 if not slot.start <= at <= at + size <= slot.stop:  # not built in the slot
                     at = -(-slot.offset // _shm.ALIGN) * _shm.ALIGN
                     if at + size > slot.stop:
@@ -261,7 +296,7 @@ class _Backend(seqtools.evaluation.ProcessBacked):
                     payload = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
                 else:
                     payload = pickle.dumps(
-                        value, protocol=pickle.HIGHEST_PROTOCOL, buffer_callback=place
+                        _pack(value), protocol=pickle.HIGHEST_PROTOCOL, buffer_callback=place
                     )
             except Exception as e:
                 regions.clear()

@@ -1,0 +1,471 @@
+"""Throughput of streamseq against other streaming loaders and the hardware limit.
+
+Two workloads, each timed in one run for every loader, side by side:
+
+- ``tokens``: 512 in-memory int64 token streams of 1k to 10k tokens, batches of 64 x 256.
+  Limit: one process copying precomputed row slices into a batch array.
+- ``video``: 24 H.264 clips of 224x224 with 60 to 240 frames (made here, once, in
+  ``--data``), batches of 8 x 8 RGB frames. Limit: the same files decoded by as many
+  processes as workers, with no loader at all.
+
+Loaders: streamseq's :class:`~streamseq.StreamLoader`; pytorch-stream-dataloader 1.0
+(``StreamDataset`` + ``StreamDataLoader``, used as its text and video examples do); and
+the "MultiStreamDataLoader" pattern (one torch ``DataLoader`` with one worker per group
+of rows, zipped). Every loader gets the same streams, batch shape and number of workers
+and delivers every step of every stream once per epoch.
+
+Each measurement runs in a fresh process (so peak memory is its own), repeated
+``--repeats`` times, interleaved; the table shows medians. Throughput counts the steps of
+the streams (tokens or frames) delivered per second after the first batch; the time to
+the first batch is shown apart. Peak memory is the largest sum of the RSS of the main
+process and its worker processes, sampled every 20 ms (pages shared between processes
+count in each).
+
+Run ``python benchmarks/bench_throughput.py`` (both workloads, about 5 minutes) or
+``--quick`` (smaller data, one repeat, under a minute); ``--workload tokens`` or ``video``
+selects one. Needs the ``bench`` extra (``pip install -c constraints.txt -e ".[bench]"``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from itertools import chain, zip_longest
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+B_TOKENS, T_TOKENS = 64, 256
+B_VIDEO, T_VIDEO = 8, 8
+SIZE = 224
+
+
+# -- data ----------------------------------------------------------------------------------
+
+
+def token_streams(count: int, seed: int = 0) -> list[np.ndarray]:
+    """``count`` int64 token streams of 1k to 10k tokens."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1000, 10_001, count)
+    return [rng.integers(0, 50_000, n, dtype=np.int64) for n in lengths]
+
+
+def make_clips(folder: str, count: int, seed: int = 0) -> list[str]:
+    """``count`` H.264 clips of 224x224 with 60 to 240 frames (kept for the next run)."""
+    import av
+
+    os.makedirs(folder, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(60, 241, count)
+    paths = []
+    yy, xx = np.mgrid[0:SIZE, 0:SIZE]
+    for k, n in enumerate(lengths.tolist()):
+        path = os.path.join(folder, f"clip{k:03d}_{n}.mp4")
+        paths.append(path)
+        if os.path.exists(path):
+            continue
+        tmp = path + ".part.mp4"
+        with av.open(tmp, "w") as out:
+            s = out.add_stream("libx264", rate=30)
+            s.width, s.height, s.pix_fmt = SIZE, SIZE, "yuv420p"
+            s.options = {"preset": "veryfast", "crf": "23"}
+            for i in range(n):  # moving gradients, a moving square and some grain
+                img = np.stack([(xx + 3 * i) % 256, (yy + 2 * i + k) % 256, (xx + yy) % 256], -1)
+                y0, x0 = (5 * i) % (SIZE - 40), (7 * i + 13 * k) % (SIZE - 40)
+                img[y0 : y0 + 40, x0 : x0 + 40] = 255 - img[y0 : y0 + 40, x0 : x0 + 40]
+                img = img + rng.integers(-16, 17, img.shape)
+                frame = av.VideoFrame.from_ndarray(np.clip(img, 0, 255).astype(np.uint8))
+                out.mux(s.encode(frame))
+            out.mux(s.encode())
+        os.replace(tmp, path)
+    return paths
+
+
+def decode(path: str) -> Any:
+    """The frames of a file as ``[H, W, 3]`` uint8 arrays: PyAV with its defaults."""
+    import av
+
+    with av.open(path) as container:
+        for frame in container.decode(video=0):
+            yield frame.to_ndarray(format="rgb24")
+
+
+def chunks(steps: Any, tbins: int, empty: np.ndarray) -> Any:
+    """Group an iterable of steps (arrays) into chunks of ``tbins``, the last zero-padded."""
+    buf: list[np.ndarray] = []
+    for x in steps:
+        buf.append(x)
+        if len(buf) == tbins:
+            yield np.stack(buf)
+            buf = []
+    if buf:
+        out = np.zeros((tbins, *empty.shape[1:]), empty.dtype)
+        out[: len(buf)] = np.stack(buf)
+        yield out
+
+
+# -- loaders -------------------------------------------------------------------------------
+# Each returns (iterable of batches, steps delivered per epoch, steps in the first batch).
+
+
+class TokenChunks:
+    """pytorch-stream-dataloader streamer: the chunks of one token stream, as its text example."""
+
+    def __init__(self, tbins: int):
+        self.tbins = tbins
+
+    def __call__(self, tokens: np.ndarray) -> Any:
+        for i in range(0, len(tokens), self.tbins):
+            data = tokens[i : i + self.tbins]
+            frame = np.zeros((1, self.tbins), dtype=np.int64)
+            frame[0, : len(data)] = data
+            yield torch.from_numpy(frame)
+
+
+class VideoChunks:
+    """pytorch-stream-dataloader streamer: the chunks of one clip, as its video example."""
+
+    def __init__(self, tbins: int):
+        self.tbins = tbins
+
+    def __call__(self, path: str) -> Any:
+        empty = np.zeros((0, SIZE, SIZE, 3), np.uint8)
+        for c in chunks(decode(path), self.tbins, empty):
+            yield torch.from_numpy(c)[None]
+
+
+def cat_rows(parts: Any) -> Any:
+    return torch.cat(list(parts))
+
+
+def psd_loader(sources: list[Any], workers: int, video: bool) -> Any:
+    from pytorch_stream_dataloader.stream_dataloader import StreamDataLoader
+    from pytorch_stream_dataloader.stream_dataset import StreamDataset
+
+    if video:
+        streamer, b = VideoChunks(T_VIDEO), B_VIDEO
+        fill = torch.zeros((1, T_VIDEO, SIZE, SIZE, 3), dtype=torch.uint8)
+    else:
+        streamer, b = TokenChunks(T_TOKENS), B_TOKENS
+        fill = torch.zeros((1, T_TOKENS), dtype=torch.int64)
+    dataset = StreamDataset(list(sources), streamer, b, "zeros", fill)
+    return StreamDataLoader(dataset, workers, cat_rows)
+
+
+class GroupOfRows(IterableDataset):
+    """The "MultiStreamDataLoader" pattern: one IterableDataset per group of rows.
+
+    Each row reads its streams one after the other in chunks; the group yields the tuple
+    of its rows' chunks (zero chunks for rows that ended) until every row has ended.
+    """
+
+    def __init__(self, rows: list[list[Any]], tbins: int, video: bool):
+        self.rows, self.tbins, self.video = rows, tbins, video
+
+    def row(self, sources: list[Any]) -> Any:
+        for s in sources:
+            if self.video:
+                yield from chunks(decode(s), self.tbins, np.zeros((0, SIZE, SIZE, 3), np.uint8))
+            else:
+                yield from chunks(s, self.tbins, np.zeros(0, np.int64))
+
+    def __iter__(self) -> Any:
+        shape = (self.tbins, SIZE, SIZE, 3) if self.video else (self.tbins,)
+        zero = np.zeros(shape, np.uint8 if self.video else np.int64)
+        return zip_longest(*[self.row(r) for r in self.rows], fillvalue=zero)
+
+
+def multistream_loader(sources: list[Any], workers: int, video: bool) -> Any:
+    b, t = (B_VIDEO, T_VIDEO) if video else (B_TOKENS, T_TOKENS)
+    rows = [list(sources[r::b]) for r in range(b)]
+    groups = max(1, workers)
+    size = b // groups
+    datasets = [GroupOfRows(rows[g * size : (g + 1) * size], t, video) for g in range(groups)]
+
+    def batches() -> Any:
+        loaders = [DataLoader(d, batch_size=None, num_workers=min(1, workers)) for d in datasets]
+        for parts in zip(*loaders, strict=False):
+            yield torch.stack(list(chain(*parts)))
+
+    return _Iterable(batches)
+
+
+class _Iterable:
+    def __init__(self, make: Any):
+        self.make = make
+
+    def __iter__(self) -> Any:
+        return self.make()
+
+
+def streamseq_loader(sources: list[Any], workers: int, video: bool) -> Any:
+    import streamseq
+
+    if video:
+        from streamseq.io import video as open_video
+
+        streams = [open_video(p) for p in sources]
+        return streamseq.StreamLoader(streams, B_VIDEO, T_VIDEO, num_workers=workers)
+    return streamseq.StreamLoader(sources, B_TOKENS, T_TOKENS, num_workers=workers)
+
+
+# -- limits --------------------------------------------------------------------------------
+
+
+def copy_limit(streams: list[np.ndarray]) -> Any:
+    """One process copying precomputed row slices into a fresh batch array."""
+    b, t = B_TOKENS, T_TOKENS
+    rows = [np.concatenate(streams[r::b]) for r in range(b)]
+    n = max(-(-len(r) // t) for r in rows)
+    slices = [[r[i * t : (i + 1) * t] for r in rows] for i in range(n)]
+
+    def batches() -> Any:
+        for row_slices in slices:
+            out = np.empty((b, t), np.int64)
+            for r, s in enumerate(row_slices):
+                k = len(s)
+                out[r, :k] = s
+                if k < t:
+                    out[r, k:] = 0
+            yield out
+
+    return _Iterable(batches)
+
+
+def count_frames(path: str) -> int:
+    return sum(1 for _ in decode(path))
+
+
+def decode_limit(paths: list[str], workers: int) -> Any:
+    """``workers`` processes decoding the files (taken from a shared queue), no loader."""
+
+    def batches() -> Any:
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(workers) as pool:
+            yield from pool.imap_unordered(count_frames, paths)
+
+    return _Iterable(batches)
+
+
+# -- measurement ---------------------------------------------------------------------------
+
+
+def tree_rss(process: Any) -> int:
+    """RSS of a process plus its descendants (bytes)."""
+    import psutil
+
+    total = 0
+    try:
+        family = [process, *process.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    for p in family:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:  # ended meanwhile
+            pass
+    return total
+
+
+def measure(job: dict) -> dict:
+    """Run one configuration in this process: throughput, first batch, peak memory."""
+    video = job["workload"] == "video"
+    if video:
+        paths = make_clips(job["data"], job["count"])
+        sources: list[Any] = paths
+        total = sum(int(os.path.basename(p).split("_")[1].split(".")[0]) for p in paths)
+        first_steps = B_VIDEO * T_VIDEO
+    else:
+        sources = token_streams(job["count"])
+        total = sum(len(s) for s in sources)
+        first_steps = B_TOKENS * T_TOKENS
+    kind, workers = job["loader"], job["workers"]
+    if kind == "limit":
+        loader = decode_limit(sources, workers) if video else copy_limit(sources)
+    elif kind == "streamseq":
+        loader = streamseq_loader(sources, workers, video)
+    elif kind == "psd":
+        loader = psd_loader(sources, workers, video)
+    else:
+        loader = multistream_loader(sources, workers, video)
+    steps = seconds = 0.0
+    firsts = []
+    epochs = 0
+    while epochs < job["min_epochs"] or seconds < job["min_seconds"]:
+        start = time.perf_counter()
+        it = iter(loader)
+        next(it)
+        first = time.perf_counter()
+        for _ in it:
+            pass
+        end = time.perf_counter()
+        firsts.append(first - start)
+        if kind == "limit" and video:  # the pool delivers whole files: count them all
+            steps += total
+            seconds += end - start
+        else:
+            steps += total - first_steps
+            seconds += end - first
+        epochs += 1
+        del it
+    return {
+        "steps_per_s": steps / seconds,
+        "first_s": min(firsts),
+        "epochs": epochs,
+    }
+
+
+def run_child(job: dict) -> dict:
+    """Run ``job`` in a fresh process, sampling its memory from here every 20 ms.
+
+    Sampling from another process keeps the measured process free of a sampling thread
+    (which would hold its GIL now and then).
+    """
+    import psutil
+
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", json.dumps(job)]
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
+        process, peak = psutil.Process(child.pid), 0
+        while child.poll() is None:
+            peak = max(peak, tree_rss(process))
+            time.sleep(0.02)
+        out.seek(0)
+        err.seek(0)
+        if child.returncode != 0:
+            raise RuntimeError(f"{job} failed:\n{err.read()[-4000:]}")
+        result = json.loads(out.read().strip().splitlines()[-1])
+    result["peak_rss"] = peak
+    return result
+
+
+# -- report --------------------------------------------------------------------------------
+
+LABELS = {
+    "limit": {"tokens": "copy limit (1 process)", "video": "decode limit ({w} processes)"},
+    "streamseq": "streamseq",
+    "psd": "pytorch-stream-dataloader 1.0",
+    "multistream": "DataLoader per group, zipped",
+}
+
+
+def label(job: dict) -> str:
+    name = LABELS[job["loader"]]
+    if isinstance(name, dict):
+        return name[job["workload"]].format(w=job["workers"])
+    return f"{name}, {job['workers'] or 'in-process'}" + (" workers" if job["workers"] else "")
+
+
+def table(workload: str, rows: list[tuple[dict, list[dict]]], unit: str) -> str:
+    med = {id(j): statistics.median(r["steps_per_s"] for r in rs) for j, rs in rows}
+    limit = next(med[id(j)] for j, _ in rows if j["loader"] == "limit")
+    psd = {j["workers"]: med[id(j)] for j, _ in rows if j["loader"] == "psd"}
+    lines = [
+        f"{'loader':40s} {unit + '/s':>12s} {'x limit':>8s} {'x psd':>7s} "
+        f"{'1st batch':>10s} {'peak RSS':>9s}",
+        "-" * 91,
+    ]
+    for job, results in rows:
+        rate = med[id(job)]
+        vs_psd = psd.get(job["workers"])
+        first = statistics.median(r["first_s"] for r in results)
+        peak = statistics.median(r["peak_rss"] for r in results)
+        lines.append(
+            f"{label(job):40s} {rate / 1e6 if unit.startswith('M') else rate:12.2f} "
+            f"{rate / limit:8.2f} {rate / vs_psd if vs_psd else float('nan'):7.1f} "
+            f"{1e3 * first:8.0f} ms {peak / 2**20:6.0f} MB"
+        )
+    return f"\n{workload}\n" + "\n".join(lines)
+
+
+def targets(results: dict) -> list[str]:
+    out = []
+
+    def rate(workload: str, loader: str, workers: int) -> float | None:
+        for job, rs in results.get(workload, []):
+            if job["loader"] == loader and job["workers"] == workers:
+                return statistics.median(r["steps_per_s"] for r in rs)
+        return None
+
+    def check(name: str, value: float | None, goal: float) -> None:
+        if value is not None:
+            ok = "met" if value >= goal else "MISSED"
+            out.append(f"{name:58s} {value:8.2f} (target >= {goal:g}) {ok}")
+
+    w = results.get("workers", 2)
+    if "tokens" in results:
+        s0, s2 = rate("tokens", "streamseq", 0), rate("tokens", "streamseq", w)
+        p0, p2 = rate("tokens", "psd", 0), rate("tokens", "psd", w)
+        lim = rate("tokens", "limit", 0)
+        check("tokens: streamseq in-process / psd in-process", s0 / p0 if p0 else None, 3)
+        check("tokens: streamseq in-process / copy limit", s0 / lim if lim else None, 0.5)
+        check(f"tokens: streamseq {w} workers / psd {w} workers", s2 / p2 if p2 else None, 20)
+    if "video" in results:
+        s2, p2 = rate("video", "streamseq", w), rate("video", "psd", w)
+        lim = rate("video", "limit", w)
+        check(f"video: streamseq {w} workers / {w}-process decode limit", s2 / lim, 0.85)
+        check(f"video: streamseq {w} workers / psd {w} workers", s2 / p2 if p2 else None, 1.6)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workload", choices=["tokens", "video", "all"], default="all")
+    parser.add_argument("--quick", action="store_true", help="smaller data, one repeat")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--data", default=os.path.join(tempfile.gettempdir(), "streamseq-bench"))
+    parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(measure(json.loads(args.child))))
+        return
+    repeats = args.repeats or (1 if args.quick else 3)
+    w = args.workers
+    workloads = ["tokens", "video"] if args.workload == "all" else [args.workload]
+    results: dict[str, Any] = {"workers": w}
+    for workload in workloads:
+        video = workload == "video"
+        common = {
+            "workload": workload,
+            "count": (8 if args.quick else 24) if video else (128 if args.quick else 512),
+            "data": os.path.join(args.data, "quick" if args.quick else "full"),
+            "min_seconds": 0.5 if args.quick else 2.0,
+            "min_epochs": 1,
+        }
+        if video:
+            make_clips(common["data"], common["count"])  # outside the timings
+            configs = [("limit", w), ("streamseq", w), ("psd", w), ("multistream", w)]
+            if not args.quick:
+                configs[1:1] = [("streamseq", 0)]
+        else:
+            configs = [("limit", 0), ("streamseq", 0), ("psd", 0), ("multistream", 0)]
+            configs += [("streamseq", w), ("psd", w), ("multistream", w)]
+        jobs = [dict(common, loader=k, workers=n) for k, n in configs]
+        runs: dict[int, list[dict]] = {id(j): [] for j in jobs}
+        for r in range(repeats):
+            for job in jobs:
+                print(f"[{workload} {r + 1}/{repeats}] {label(job)} ...", file=sys.stderr)
+                runs[id(job)].append(run_child(job))
+        results[workload] = [(j, runs[id(j)]) for j in jobs]
+        unit = "frames" if video else "M tokens"
+        print(table(workload, results[workload], unit), flush=True)
+    print("\ntargets (ratios of medians, measured in this run)")
+    print("\n".join(targets(results)))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({k: v for k, v in results.items()}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
