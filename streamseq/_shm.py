@@ -42,6 +42,11 @@ def use(slot: Slot | None) -> None:
     _current = slot
 
 
+def current() -> Slot | None:
+    """The slot :func:`empty` allocates from, if any."""
+    return _current
+
+
 def empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     """An uninitialised array, in the current shared-memory slot when there is one.
 

@@ -59,6 +59,7 @@ class _Block:
     """
 
     def __init__(self, table: _Table, first: int, size: int):
+        self.first = first
         t, rows = table.tbins, len(table.rows)
         i = np.arange(first, first + size, dtype=np.int64)[:, None]
         n = table.counts[None, :]
@@ -144,7 +145,8 @@ class _Table:
         if (tbins + 1) * tbins <= _TABLE_LIMIT:
             self.masks = self.steps < np.arange(tbins + 1)[:, None]
         self.block_size = max(1, 4096 // max(1, len(self.rows)))
-        self._block: tuple[int, _Block] | None = None
+        self.shape = (len(self.rows), tbins)
+        self._block: _Block | None = None
         self._zeros: np.ndarray | None = None
         self.forget()
 
@@ -165,42 +167,44 @@ class _Table:
     def batch(self, i: int, spec: Any) -> Batch:
         """Batch ``i`` (``data`` None when ``spec`` is None)."""
         first = i - i % self.block_size
-        if self._block is None or self._block[0] != first:
-            self._block = (first, _Block(self, first, self.block_size))
-        blk, k = self._block[1], i - first
-        b, t = len(self.rows), self.tbins
+        blk = self._block
+        if blk is None or blk.first != first:
+            blk = self._block = _Block(self, first, self.block_size)
+        k = i - first
+        bt = self.shape
+        empty = np.empty if _shm.current() is None else _shm.empty
         data = None
         if type(spec) is np.ndarray:
-            data = _shm.empty((b, t, *spec.shape[1:]), spec.dtype)
-        elif spec is not None:
-            data = tree_map(lambda s: _shm.empty((b, t, *np.shape(s)[1:]), s.dtype), spec)
-        if type(data) is np.ndarray:
+            data = empty((*bt, *spec.shape[1:]), spec.dtype)
             streams = self._streams(blk, k, i)
             try:
                 self._gather(data, streams, blk, k)
             except Exception:  # read again, row by row, with every check: the right error
                 self._read_checked(data, blk, k)
-        elif data is not None:
+        elif spec is not None:
+            data = tree_map(lambda s: empty((*bt, *np.shape(s)[1:]), s.dtype), spec)
             self._read_checked(data, blk, k)
-        start, count = blk.start[k], blk.count[k]
-        valid = _shm.empty((b, t), bool)
+        start = blk.start[k]
+        valid = empty(bt, bool)
         if self.masks is not None:
-            self.masks.take(count, axis=0, out=valid, mode="clip")
+            self.masks.take(blk.count[k], axis=0, out=valid, mode="clip")
         else:
-            np.less(self.steps, count[:, None], out=valid)
-        step = _shm.empty((b, t), np.int64)
+            np.less(self.steps, blk.count[k][:, None], out=valid)
+        step = empty(bt, np.int64)
         if self.ramps is not None:
             self.ramps.take(blk.ramp[k], axis=0, out=step, mode="wrap")
         else:
             np.add(self.steps, start[:, None], out=step)
             np.putmask(step, ~valid, -1)
-        stream = _shm.empty((b, t), np.int64)
+        stream = empty(bt, np.int64)
         stream[...] = blk.ids[k]
-        reset = _shm.empty((b,), bool)
+        reset = empty(bt[:1], bool)
         np.equal(start, 0, out=reset)
-        for r, n in zip(*blk.partial(k), strict=True):
-            step[r, n:] = -1
-            stream[r, n:] = -1
+        a, z = blk.partial.bounds[k], blk.partial.bounds[k + 1]
+        if a < z:
+            for r, n in zip(blk.partial.rows[a:z], blk.partial.values[a:z], strict=True):
+                step[r, n:] = -1
+                stream[r, n:] = -1
         return Batch(data, reset, valid, stream, step)
 
     def _streams(self, blk: _Block, k: int, i: int) -> list[Any]:
