@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import operator
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -22,6 +23,8 @@ class Row:
     Args:
         refs: the streams of the row, in reading order.
         lengths: their lengths, when already known.
+        stream_ids: their indices in the user's list, when already known (else each
+            ref's ``index``).
 
     Example:
         >>> import numpy as np
@@ -30,12 +33,19 @@ class Row:
         (5, [2, 10], [0, 1])
     """
 
-    def __init__(self, refs: Sequence[StreamRef], lengths: Sequence[int] | None = None):
+    def __init__(
+        self,
+        refs: Sequence[StreamRef],
+        lengths: Sequence[int] | None = None,
+        stream_ids: Sequence[int] | None = None,
+    ):
         self.refs = list(refs)
         if lengths is None:
             lengths = [len(r) for r in self.refs]
         self.lengths = np.asarray(lengths, dtype=np.int64)
-        self.stream_ids = np.array([r.index for r in self.refs], dtype=np.int64)
+        if stream_ids is None:
+            stream_ids = [r.index for r in self.refs]
+        self.stream_ids = np.asarray(stream_ids, dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.lengths)]).astype(np.int64)
         self._current = -1
         self._pid = -1
@@ -137,9 +147,22 @@ def interleave_streams(
     if num_rows < 1:
         raise ValueError(f"num_rows must be >= 1, got {num_rows}")
     refs = as_refs(streams, lengths)
-    sizes = np.array([len(r) for r in refs], dtype=np.int64)
+    if lengths is not None:  # declared: no need to ask every stream
+        sizes = np.asarray(lengths, dtype=np.int64)
+    else:
+        sizes = np.fromiter((len(r) for r in refs), np.int64, len(refs))
+    ids = np.fromiter((r.index for r in refs), np.int64, len(refs))
     assignment = assign_rows(sizes, num_rows, shuffle=shuffle, seed=seed, epoch=epoch)
-    return [Row([refs[i] for i in members], sizes[members]) for members in assignment]
+    return [Row(_pick(refs, m), sizes[m], ids[m]) for m in assignment]
+
+
+def _pick(items: list[Any], indices: np.ndarray) -> list[Any]:
+    """``[items[i] for i in indices]``, at C speed."""
+    if len(indices) == 0:
+        return []
+    if len(indices) == 1:
+        return [items[int(indices[0])]]
+    return list(operator.itemgetter(*indices.tolist())(items))
 
 
 def assign_rows(
