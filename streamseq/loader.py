@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -327,6 +328,14 @@ class StreamLoader:
         self._active = None
 
 
+def _assembled(
+    prefetchers: list[Prefetched], start: int, stop: int, pin: bool, time_major: bool
+) -> Iterator[Batch]:
+    """Batches ``start`` to ``stop`` assembled from the workers' micro-batches."""
+    for i in range(start, stop):
+        yield assemble([pf[i] for pf in prefetchers], pin, time_major)
+
+
 class _Iteration:
     """One pass over the batches of a StreamLoader, from ``start``.
 
@@ -365,9 +374,11 @@ class _Iteration:
         parts = [pf[i] for pf in self.prefetchers]
         return assemble(parts, self.pin, self.loader.time_major)
 
-    def _produce(self) -> Iterator[Batch]:
-        for i in range(self.next, self.stop):
-            yield self._batch(i)
+    def _produce(self) -> Callable[[], Iterator[Batch]]:
+        """What the pinning thread runs; it holds the workers but not this object."""
+        return functools.partial(
+            _assembled, self.prefetchers, self.next, self.stop, self.pin, self.loader.time_major
+        )
 
     def __iter__(self) -> _Iteration:
         return self
@@ -380,7 +391,7 @@ class _Iteration:
             self.close()
             raise StopIteration
         if self.pin and self.prefetchers and self.background is None:
-            self.background = Background(self._produce, max_buffered=2)
+            self.background = Background(self._produce(), max_buffered=2)
         try:
             batch = next(self.background) if self.background else self._batch(self.next)
         except BaseException:

@@ -188,6 +188,40 @@ def test_stopping_early_ends_the_workers(clean, how):
     del loader
 
 
+@pytest.fixture
+def pinning(monkeypatch):
+    """The pinning thread's code path on a machine without CUDA (memory not page-locked)."""
+    import torch
+
+    import streamseq.loader
+    import streamseq.pin
+
+    def empty(shape, dtype, pin):
+        return torch.empty(shape, dtype=streamseq.pin.torch_dtype(np.dtype(dtype)))
+
+    monkeypatch.setattr(streamseq.loader, "can_pin", lambda: True)
+    monkeypatch.setattr(streamseq.pin, "empty", empty)
+
+
+@pytest.mark.parametrize("how", HOWS)
+def test_stopping_early_ends_the_pinning_thread_and_the_workers(clean, pinning, how):
+    threads = psutil.Process().num_threads()
+    loader = StreamLoader(token_streams(), 8, 16, num_workers=2, pin_memory=True)
+    streams = token_streams()
+    assert [b.data.tolist() for b in loader] == [
+        b.data.tolist() for b in StreamLoader(streams, 8, 16)
+    ]
+    stop_early(loader, how)
+    gc.collect()
+    if how != "delete":
+        assert not wait_no_children()
+    deadline = time.monotonic() + 5
+    while psutil.Process().num_threads() > threads and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert psutil.Process().num_threads() <= threads
+    del loader
+
+
 def test_fifty_epochs_of_early_stops_keep_processes_fds_and_memory_flat(clean):
     me = psutil.Process()
     loader = StreamLoader(token_streams(), 8, 16, num_workers=2)
