@@ -87,6 +87,7 @@ class _Block:
         self.starts = np.where(active, start, 0).tolist()
         self.stops = np.where(active, stop, 0).tolist()
         self.partial = _Rows((self.count < t) & (self.count > 0), self.count)
+        self.full = (self.count == t).all(axis=1).tolist()
         moved = self.active.copy()
         moved[1:] &= self.pos[1:] != self.pos[:-1]
         self.moved = _Rows(moved, self.pos)
@@ -186,7 +187,9 @@ class _Table:
             self._read_checked(data, blk, k)
         start = blk.start[k]
         valid = empty(bt, bool)
-        if self.masks is not None:
+        if blk.full[k]:
+            valid.fill(True)
+        elif self.masks is not None:
             self.masks.take(blk.count[k], axis=0, out=valid, mode="clip")
         else:
             np.less(self.steps, blk.count[k][:, None], out=valid)
