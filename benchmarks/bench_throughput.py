@@ -21,7 +21,7 @@ the first batch is shown apart. Peak memory is the largest sum of the RSS of the
 process and its worker processes, sampled every 20 ms (pages shared between processes
 count in each).
 
-Run ``python benchmarks/bench_throughput.py`` (both workloads, about 5 minutes) or
+Run ``python benchmarks/bench_throughput.py`` (both workloads, about 3 minutes) or
 ``--quick`` (smaller data, one repeat, under a minute); ``--workload tokens`` or ``video``
 selects one. Needs the ``bench`` extra (``pip install -c constraints.txt -e ".[bench]"``).
 """
@@ -379,10 +379,10 @@ def table(workload: str, rows: list[tuple[dict, list[dict]]], unit: str) -> str:
         vs_psd = psd.get(job["workers"])
         first = statistics.median(r["first_s"] for r in results)
         peak = statistics.median(r["peak_rss"] for r in results)
+        ratio = f"{rate / vs_psd:7.1f}" if vs_psd else f"{'-':>7s}"
         lines.append(
             f"{label(job):40s} {rate / 1e6 if unit.startswith('M') else rate:12.2f} "
-            f"{rate / limit:8.2f} {rate / vs_psd if vs_psd else float('nan'):7.1f} "
-            f"{1e3 * first:8.0f} ms {peak / 2**20:6.0f} MB"
+            f"{rate / limit:8.2f} {ratio} {1e3 * first:8.0f} ms {peak / 2**20:6.0f} MB"
         )
     return f"\n{workload}\n" + "\n".join(lines)
 
