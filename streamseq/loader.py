@@ -333,6 +333,8 @@ def _assembled(
 ) -> Iterator[Batch]:
     """Batches ``start`` to ``stop`` assembled from the workers' micro-batches."""
     for i in range(start, stop):
+        for pf in prefetchers:  # start every worker before waiting for one
+            pf.prepare(i)
         yield assemble([pf[i] for pf in prefetchers], pin, time_major)
 
 
@@ -371,6 +373,8 @@ class _Iteration:
     def _batch(self, i: int) -> Batch:
         if not self.prefetchers:
             return self.loader._finish(self.groups[0][i])
+        for pf in self.prefetchers:  # start every worker before waiting for one
+            pf.prepare(i)
         parts = [pf[i] for pf in self.prefetchers]
         return assemble(parts, self.pin, self.loader.time_major)
 

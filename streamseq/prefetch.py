@@ -127,6 +127,18 @@ def _describe_exits(ended: list[tuple[int, int | None]]) -> str:
     return ", ".join(out)
 
 
+def _shared_bytes(size: int) -> Any:
+    """``RawArray("B", size)`` without zeroing it in this process.
+
+    Every item is written before it is read, and RawArray's ``memset`` would touch all
+    the pages here, in the main process, before each worker starts (10 ms for 32 MB).
+    """
+    new = getattr(multiprocessing.sharedctypes, "_new_value", None)  # the allocation only
+    if new is None:
+        return multiprocessing.sharedctypes.RawArray("B", size)
+    return new(ctypes.c_ubyte * size)
+
+
 class _Backend(seqtools.evaluation.ProcessBacked):
     """seqtools' process backend, with workers that build each item in its shm slot.
 
@@ -153,7 +165,7 @@ class _Backend(seqtools.evaluation.ProcessBacked):
         shm_size: int,
     ):
         ctx = multiprocessing.get_context()
-        self.shm = multiprocessing.sharedctypes.RawArray("B", max(1, shm_size))
+        self.shm = _shared_bytes(max(1, shm_size))
         self.shm_slot_size = shm_size // buffer_size
         self.free_shm_slots = {k * self.shm_slot_size for k in range(buffer_size)}
         if shm_size <= 0:
@@ -408,6 +420,16 @@ class Prefetched:
                 len(seq), backend, buffer_size=self.max_buffered - 2
             )
         self._base, self._next = i, i
+
+    def prepare(self, i: int) -> None:
+        """Start the workers on item ``i`` now, if they are not there already.
+
+        ``self[i]`` does it too, then waits; preparing several prefetches first lets
+        their workers start together.
+        """
+        ready = self.num_workers == 0 or (self.method == "process" and self.slot_size is None)
+        if not ready and 0 <= i < self.length and (i != self._next or self._prefetch is None):
+            self._start(i)
 
     def __getitem__(self, i: int) -> Any:
         i = int(i)
