@@ -11,8 +11,10 @@ from __future__ import annotations
 import functools
 import os
 import reprlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from ._tree import leaves, num_steps
 from .errors import StreamError
@@ -72,8 +74,9 @@ class StreamRef:
     """The stream at ``index`` of the user's list, opened lazily and read with checks.
 
     Errors while opening or reading become :class:`StreamError` naming the stream, with
-    the original error chained. A read that returns fewer steps than asked, or a stream
-    whose ``len`` differs from the declared length, is an error too. The opened stream is
+    the original error chained. A declared length is checked against ``len`` for arrays
+    (where it costs nothing) and otherwise trusted, sparing the probe of a file; a read
+    that returns fewer steps than asked is an error in every case. The opened stream is
     cached per process (never shared across a fork) and dropped when pickled.
 
     Args:
@@ -89,6 +92,11 @@ class StreamRef:
     """
 
     def __init__(self, index: int, source: Any, length: int | None = None):
+        if isinstance(source, (str, bytes, os.PathLike)):
+            raise TypeError(
+                f"stream {index} ({source!r}) is a path, not a stream: give a source such "
+                "as streamseq.io.video(path) or streamseq.io.tokens(path, dtype), or an opener"
+            )
         if not is_stream(source) and not callable(source):
             raise TypeError(
                 f"stream {index} ({describe(source)}): expected a stream (len and slicing) "
@@ -125,20 +133,27 @@ class StreamRef:
                 raise self.error(f"opening failed: {type(e).__name__}: {e}") from e
             if not is_stream(stream):
                 raise self.error(f"the opener returned {type(stream).__name__}, not a stream")
-        try:
-            actual = len(stream)
-        except Exception as e:
-            raise self.error(f"len() failed: {type(e).__name__}: {e}") from e
-        if self.length is not None and actual != self.length:
-            raise self.error(f"declared length {self.length} but the stream has {actual} steps")
-        self.length = actual
+        if self.length is None or hasattr(stream, "shape"):  # len() of an array is free
+            try:
+                actual = len(stream)
+            except Exception as e:
+                raise self.error(f"len() failed: {type(e).__name__}: {e}") from e
+            if self.length is not None and actual != self.length:
+                raise self.error(
+                    f"declared length {self.length} but the stream has {actual} steps"
+                )
+            self.length = actual
         self._opened, self._pid = stream, os.getpid()
         return stream
 
     def close(self) -> None:
-        """Forget the opened stream (closing it when it has a ``close`` method)."""
+        """Forget the opened stream, calling its ``close`` method if it has one.
+
+        Streams given directly are closed too: a stream with ``close`` must reopen on its
+        next read (the sources of :mod:`streamseq.io` do).
+        """
         opened, self._opened = self._opened, None
-        if opened is not None and opened is not self.source and hasattr(opened, "close"):
+        if opened is not None and hasattr(opened, "close"):
             opened.close()
 
     def __len__(self) -> int:
@@ -153,6 +168,8 @@ class StreamRef:
         stream = self.open()
         try:
             data = stream[start:stop]
+            if isinstance(data, list):
+                data = np.asarray(data)
         except Exception as e:
             raise self.error(
                 f"reading steps {start}:{stop} failed: {type(e).__name__}: {e}"
@@ -162,9 +179,13 @@ class StreamRef:
         except (TypeError, ValueError) as e:
             raise self.error(f"steps {start}:{stop} are not arrays with a step axis: {e}") from e
         if got != stop - start:
+            try:
+                actual = f"{len(stream)} steps"
+            except Exception:
+                actual = "fewer steps"
             raise self.error(
-                f"steps {start}:{stop} returned {got} steps: the stream is shorter than "
-                f"its declared length {self.length}"
+                f"declared length {self.length} but the stream has {actual}: steps "
+                f"{start}:{stop} returned {got} steps"
             )
         return data
 
@@ -195,6 +216,3 @@ def as_refs(streams: Sequence[Any], lengths: Sequence[int] | None = None) -> lis
         s if isinstance(s, StreamRef) else StreamRef(i, s, n)
         for i, (s, n) in enumerate(zip(streams, lengths, strict=True))
     ]
-
-
-Opener = Callable[[], Any]

@@ -65,7 +65,10 @@ class Shrinking:
 def test_read_returning_too_few_steps_is_an_error():
     ref = StreamRef(1, Shrinking())
     assert ref.read(0, 4).tolist() == [0, 1, 2, 3]
-    with pytest.raises(StreamError, match="stream 1.*returned 2 steps.*shorter"):
+    with pytest.raises(
+        StreamError,
+        match="stream 1.*declared length 10 but the stream has 10 steps: steps 4:8 returned 2",
+    ):
         ref.read(4, 8)
 
 
@@ -77,6 +80,36 @@ def test_non_stream_non_callable_is_a_type_error():
 def test_opener_returning_a_non_stream_is_an_error():
     with pytest.raises(StreamError, match="not a stream"):
         StreamRef(0, functools.partial(int, 3)).read(0, 1)
+
+
+def test_declared_length_spares_the_len_probe():
+    class NoLen(Shrinking):
+        def __len__(self):
+            raise AssertionError("len() must not be called")
+
+    assert StreamRef(0, NoLen(), length=6).read(0, 6).tolist() == list(range(6))
+
+
+def test_a_path_is_not_a_stream():
+    with pytest.raises(TypeError, match=r"stream 3 \('a.npy'\) is a path, not a stream"):
+        StreamRef(3, "a.npy")
+
+
+def test_list_streams_read_as_arrays():
+    assert StreamRef(0, [[1, 2], [3, 4], [5, 6]]).read(1, 3).tolist() == [[3, 4], [5, 6]]
+
+
+def test_closable_streams_given_directly_are_closed_when_left():
+    class Closable(Shrinking):
+        closed = 0
+
+        def close(self):
+            Closable.closed += 1
+
+    ref = StreamRef(0, Closable())
+    ref.read(0, 2)
+    ref.close()
+    assert Closable.closed == 1
 
 
 def test_pickling_drops_the_open_stream():
