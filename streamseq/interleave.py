@@ -13,6 +13,9 @@ import numpy as np
 from ._tree import leaves, tree_map
 from .streams import StreamRef, as_refs
 
+_PID = [os.getpid()]  # this process (os.getpid is a system call)
+os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
+
 
 class Row:
     """The lazy concatenation of the streams assigned to one row.
@@ -63,8 +66,8 @@ class Row:
 
     def switch(self, j: int) -> StreamRef:
         """Make the row's ``j``-th stream the current one, closing the one before."""
-        if self._pid != os.getpid():
-            self._current, self._pid = -1, os.getpid()
+        if self._pid != _PID[0]:
+            self._current, self._pid = -1, _PID[0]
         if self._current != j:
             if self._current >= 0:
                 self.refs[self._current].close()

@@ -328,6 +328,11 @@ class StreamLoader:
         self._active = None
 
 
+def _tensors(group: ZipBatch, i: int) -> Batch:
+    """Batch ``i`` of ``group`` as tensors sharing its arrays (fresh and contiguous)."""
+    return Batch._make(map(torch.from_numpy, group[i]))
+
+
 def _assembled(
     prefetchers: list[Prefetched], start: int, stop: int, pin: bool, time_major: bool
 ) -> Iterator[Batch]:
@@ -355,8 +360,11 @@ class _Iteration:
         self.pin = loader.pin_memory and can_pin()
         self.prefetchers: list[Prefetched] = []
         self.background: Background | None = None
+        self.fast: Callable[[int], Batch] | None = None
         if workers == 0:
             self.groups = [loader._in_process()]
+            if not self.pin and not loader.time_major and type(plan.spec) is np.ndarray:
+                self.fast = functools.partial(_tensors, self.groups[0])
             return
         self.groups = [plan.group(g, loader) for g in split_by_worker(plan.rows, workers)]
         for g in self.groups:
@@ -388,6 +396,16 @@ class _Iteration:
         return self
 
     def __next__(self) -> Batch:
+        i = self.next
+        if self.fast is not None and i < self.stop and not self.closed:  # in short
+            try:
+                batch = self.fast(i)
+            except BaseException:
+                self.close()
+                raise
+            self.loader._resume = None
+            self.next = self.loader._delivered = i + 1
+            return batch
         if self.closed:
             raise StopIteration
         if self.next >= self.stop:

@@ -108,6 +108,8 @@ class _Rows:
 
 
 _NOTHING = np.zeros(0)
+_PID = [os.getpid()]  # this process (os.getpid is a system call)
+os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
 _TABLE_LIMIT = 1 << 20  # elements of the tables of steps and valid masks
 
 
@@ -158,7 +160,7 @@ class _Table:
 
     def forget(self) -> None:
         """Drop the references to open streams (the rows closed them, or will)."""
-        self._pid = os.getpid()
+        self._pid = _PID[0]
         self._at = np.full(len(self.rows), -1, dtype=np.int64)  # position open in each row
         self._open: list[Any] = [_NOTHING] * len(self.rows)  # the stream open in each row
         self._opened: set[int] = set()  # rows whose stream an opener made
@@ -212,7 +214,7 @@ class _Table:
 
     def _streams(self, blk: _Block, k: int, i: int) -> list[Any]:
         """The stream each row reads in batch ``k`` of ``blk``, opened."""
-        if self._pid != os.getpid():
+        if self._pid != _PID[0]:
             self.forget()
         if i == self._next and k:  # sequential: only the rows that moved on
             rows, at = blk.moved(k)
@@ -241,18 +243,29 @@ class _Table:
 
     def _gather(self, out: np.ndarray, streams: list[Any], blk: _Block, k: int) -> None:
         """Copy the slices of every row (and zeros) into ``out`` with one concatenate."""
-        starts, stops, t = blk.starts[k], blk.stops[k], self.tbins
-        zeros = self._zeros
-        if zeros is None or zeros.dtype != out.dtype or zeros.shape[1:] != out.shape[2:]:
-            zeros = self._zeros = np.zeros((t, *out.shape[2:]), out.dtype)
-        pieces = [s[a:z] if z else zeros for s, a, z in zip(streams, starts, stops, strict=True)]
+        starts, stops = blk.starts[k], blk.stops[k]
+        if blk.full[k]:  # no padding: the common case, in short
+            pieces = [s[a:z] for s, a, z in zip(streams, starts, stops, strict=True)]
+            if self._unsized:
+                self._check(pieces, starts, stops)
+        else:
+            zeros = self._zeros
+            if zeros is None or zeros.dtype != out.dtype or zeros.shape[1:] != out.shape[2:]:
+                zeros = self._zeros = np.zeros((self.tbins, *out.shape[2:]), out.dtype)
+            ranges = zip(streams, starts, stops, strict=True)
+            pieces = [s[a:z] if z else zeros for s, a, z in ranges]
+            if self._unsized:
+                self._check(pieces, starts, stops)
+            rows, counts = blk.partial(k)
+            for r, n in zip(reversed(rows), reversed(counts), strict=True):
+                pieces.insert(r + 1, zeros[n:])
+        np.concatenate(pieces, out=out.reshape(-1, *out.shape[2:]), casting="unsafe")
+
+    def _check(self, pieces: list[Any], starts: list[int], stops: list[int]) -> None:
+        """Raise when a stream that is not an array returned another number of steps."""
         for r in self._unsized:
             if stops[r] and len(pieces[r]) != stops[r] - starts[r]:
                 raise ValueError(f"row {r}: read {len(pieces[r])} steps")
-        rows, counts = blk.partial(k)
-        for r, n in zip(reversed(rows), reversed(counts), strict=True):
-            pieces.insert(r + 1, zeros[n:])
-        np.concatenate(pieces, out=out.reshape(-1, *out.shape[2:]), casting="unsafe")
 
     def _read_checked(self, data: Any, blk: _Block, k: int) -> None:
         """Read row by row through :meth:`Row.read`, which checks every read."""
