@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 
 import numpy as np
 import torch
@@ -28,6 +29,10 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 import streamseq
+
+# models.py lies beside this file: found when run as a script and when loaded by path
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from models import Predictor  # noqa: E402
 
 
 def make_streams(count: int, min_len: int, max_len: int, seed: int = 0) -> list[np.ndarray]:
@@ -40,19 +45,6 @@ def make_streams(count: int, min_len: int, max_len: int, seed: int = 0) -> list[
         wave = np.sin(2 * np.pi * freq * np.arange(n) + phase) + 0.05 * rng.normal(size=n)
         streams.append(wave.astype(np.float32)[:, None])
     return streams
-
-
-class Predictor(nn.Module):
-    """A GRU reading ``[B, T, 1]`` and predicting the next value at every step."""
-
-    def __init__(self, hidden: int):
-        super().__init__()
-        self.gru = nn.GRU(1, hidden, batch_first=True)
-        self.head = nn.Linear(hidden, 1)
-
-    def forward(self, x: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out, h = self.gru(x, h)
-        return self.head(out), h
 
 
 def masked_mse(pred: torch.Tensor, target: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import sys
 import tempfile
 from dataclasses import dataclass
 
@@ -23,6 +24,10 @@ import torch
 from torch import nn
 
 import streamseq
+
+# models.py lies beside this file: found when run as a script and when loaded by path
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from models import Predictor  # noqa: E402
 
 
 def make_streams(count: int = 12, seed: int = 0) -> list[np.ndarray]:
@@ -35,17 +40,6 @@ def make_streams(count: int = 12, seed: int = 0) -> list[np.ndarray]:
         wave = np.sin(2 * np.pi * freq * np.arange(n) + phase) + 0.05 * rng.normal(size=n)
         streams.append(wave.astype(np.float32)[:, None])
     return streams
-
-
-class Predictor(nn.Module):
-    def __init__(self, hidden: int = 16):
-        super().__init__()
-        self.gru = nn.GRU(1, hidden, batch_first=True)
-        self.head = nn.Linear(hidden, 1)
-
-    def forward(self, x: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out, h = self.gru(x, h)
-        return self.head(out), h
 
 
 @dataclass

@@ -18,57 +18,14 @@ from __future__ import annotations
 
 import argparse
 import os
-
-import numpy as np
-from PIL import Image, ImageDraw
+import sys
 
 import streamseq
 from streamseq.io import texture, virtual_camera
 
-GAP = 2  # pixels between cells of the pictures
-SEP = 6  # pixels between batches on the contact sheet
-RED = (230, 30, 30)
-PAD = (60, 60, 60)
-
-
-def cell(frame: np.ndarray, valid: bool, reset: bool) -> Image.Image:
-    """One step of one row (grey if padding), with a red bar if a stream starts."""
-    image = Image.fromarray(frame) if valid else Image.new("RGB", frame.shape[1::-1], PAD)
-    if reset:
-        ImageDraw.Draw(image).rectangle([0, 0, 3, frame.shape[0] - 1], fill=RED)
-    return image
-
-
-def contact_sheet(batches: list[streamseq.Batch]) -> Image.Image:
-    """Rows = batch rows, columns = steps of the batches, side by side."""
-    b, t, h, w = batches[0].data.shape[:4]
-    width = len(batches) * (t * (w + GAP) + SEP) - SEP + GAP
-    sheet = Image.new("RGB", (width, b * (h + GAP) + GAP), "white")
-    for i, batch in enumerate(batches):
-        data = batch.data.numpy()
-        for r in range(b):
-            for s in range(t):
-                image = cell(data[r, s], bool(batch.valid[r, s]), s == 0 and bool(batch.reset[r]))
-                x = GAP + (i * t + s) * (w + GAP) + i * SEP
-                sheet.paste(image, (x, GAP + r * (h + GAP)))
-    return sheet
-
-
-def animation(batches: list[streamseq.Batch], columns: int) -> list[Image.Image]:
-    """One picture per step: the rows of the batch in a grid of ``columns``."""
-    b, t, h, w = batches[0].data.shape[:4]
-    lines = -(-b // columns)
-    pictures = []
-    for batch in batches:
-        data = batch.data.numpy()
-        for s in range(t):
-            picture = Image.new("RGB", (columns * (w + GAP) + GAP, lines * (h + GAP) + GAP))
-            for r in range(b):
-                image = cell(data[r, s], bool(batch.valid[r, s]), s == 0 and bool(batch.reset[r]))
-                xy = (GAP + (r % columns) * (w + GAP), GAP + (r // columns) * (h + GAP))
-                picture.paste(image, xy)
-            pictures.append(picture)
-    return pictures
+# pictures.py lies beside this file: found when run as a script and when loaded by path
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pictures import GAP, RED, SEP, save_pictures  # noqa: E402, F401 (the layout, re-exported)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -112,11 +69,8 @@ def main(argv: list[str] | None = None) -> dict:
         )
 
     os.makedirs(args.out, exist_ok=True)
-    sheet_path = os.path.join(args.out, "virtual_camera.png")
-    contact_sheet(batches).save(sheet_path)
-    gif_path = os.path.join(args.out, "virtual_camera.gif")
-    pictures = animation(batches, columns=min(args.batch_size, 4))
-    pictures[0].save(gif_path, save_all=True, append_images=pictures[1:], duration=120, loop=0)
+    columns = min(args.batch_size, 4)
+    sheet_path, gif_path = save_pictures(batches, args.out, "virtual_camera", columns)
     print(f"wrote {sheet_path} and {gif_path}")
     return {"sheet": sheet_path, "gif": gif_path, "batches": len(batches), "size": size}
 
