@@ -1,20 +1,9 @@
-import importlib.util
-from pathlib import Path
-
 from PIL import Image
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "audio_streams.py"
-
-
-def load():
-    spec = importlib.util.spec_from_file_location("audio_streams", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from runner import load
 
 
 def test_rows_and_picture(tmp_path, capsys):
-    module = load()
+    module = load("audio_streams")
     result = module.main(["--small", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert "4 sounds" in out and "batch 2" in out

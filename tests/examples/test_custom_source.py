@@ -1,32 +1,20 @@
-import importlib.util
 import pickle
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "custom_source.py"
-
-
-def load():
-    spec = importlib.util.spec_from_file_location("custom_source", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # for dataclasses and pickling into workers
-    spec.loader.exec_module(module)
-    return module
+from runner import load
 
 
 @pytest.mark.parametrize("workers", ["0", "2"])
 def test_custom_sources_stream_whole_and_in_order(workers, capsys):
-    result = load().main(["--logs", "4", "--waves", "2", "--workers", workers])
+    result = load("custom_source").main(["--logs", "4", "--waves", "2", "--workers", workers])
     assert result["lengths"] == [40, 77, 114, 151, 60, 80]
     assert result["shape"] == (4, 25, 3)
     assert "check_continuity" in capsys.readouterr().out
 
 
 def test_sensor_log_slices_like_an_array(tmp_path):
-    module = load()
+    module = load("custom_source")
     path = str(tmp_path / "log.csv")
     module.write_log(path, 30, seed=1)
     log = module.SensorLog(path)
@@ -45,7 +33,7 @@ def test_sensor_log_slices_like_an_array(tmp_path):
 
 
 def test_sine_waves_slices_like_an_array():
-    waves = load().SineWaves(20, 0.05)
+    waves = load("custom_source").SineWaves(20, 0.05)
     whole = waves[:]
     assert whole.shape == (20, 3)
     np.testing.assert_allclose(waves[4:9], whole[4:9])

@@ -1,22 +1,10 @@
-import importlib.util
-import sys
-from pathlib import Path
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ddp_train.py"
-
-
-def load():
-    spec = importlib.util.spec_from_file_location("ddp_train", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # for dataclasses and pickling into workers
-    spec.loader.exec_module(module)
-    return module
+from runner import load
 
 
 def test_trains_in_one_process_without_torchrun(monkeypatch, tmp_path, capsys):
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(name, raising=False)
-    module = load()
+    module = load("ddp_train")
     record = module.main(["--streams", "8", "--epochs", "3", "--out", str(tmp_path)])
     assert (record["rank"], record["world_size"]) == (0, 1)
     assert record["lengths"] == record["batches"]

@@ -1,21 +1,10 @@
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 from PIL import Image
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "event_camera.py"
-
-
-def load():
-    spec = importlib.util.spec_from_file_location("event_camera", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from runner import load
 
 
 def test_contact_sheet_and_animation(tmp_path, capsys):
-    module = load()
+    module = load("event_camera")
     result = module.main(["--small", "--out", str(tmp_path)])
     assert "4 recordings" in capsys.readouterr().out
     gap, sep = module.GAP, module.SEP

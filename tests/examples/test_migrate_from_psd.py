@@ -1,22 +1,9 @@
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "migrate_from_psd.py"
-
-
-def load():
-    spec = importlib.util.spec_from_file_location("migrate_from_psd", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # for dataclasses and pickling into workers
-    spec.loader.exec_module(module)
-    return module
+from runner import load
 
 
 def test_rows_continue_like_before(capsys):
-    result = load().main(["--workers", "2"])
+    result = load("migrate_from_psd").main(["--workers", "2"])
     first, second = result["shown"][:2]
     assert [row[:4] for row in first] == ["*a0 ", "*b0 ", "*c0 ", "*d0 "]
     assert [row[:3] for row in second] == [" a3", " b3", " c3", " d3"]
@@ -25,11 +12,11 @@ def test_rows_continue_like_before(capsys):
 
 @pytest.mark.parametrize("pad", ["wrap", "drop"])
 def test_padding_modes(pad):
-    result = load().main(["--pad", pad, "--workers", "0", "--show", "0"])
+    result = load("migrate_from_psd").main(["--pad", pad, "--workers", "0", "--show", "0"])
     assert result["batches"] > 0
 
 
 def test_old_iterator_wrapped_as_a_stream():
-    module = load()
+    module = load("migrate_from_psd")
     text = module.make_texts(1)[0]
     assert (module.from_chunks(module.text_chunks, text, 4) == text).all()

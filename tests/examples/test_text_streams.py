@@ -1,18 +1,8 @@
-import importlib.util
-from pathlib import Path
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "text_streams.py"
-
-
-def load():
-    spec = importlib.util.spec_from_file_location("text_streams", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from runner import load
 
 
 def test_rows_visibly_continue_across_batches(capsys):
-    shown = load().main(["--workers", "2", "--batches", "4", "--tbins", "12"])
+    shown = load("text_streams").main(["--workers", "2", "--batches", "4", "--tbins", "12"])
     out = capsys.readouterr().out
     assert "27 texts" in out and "batch 3" in out
     assert len(shown) == 4 and all(len(lines) == 8 for lines in shown)
@@ -23,7 +13,7 @@ def test_rows_visibly_continue_across_batches(capsys):
 
 
 def test_same_output_in_process():
-    module = load()
+    module = load("text_streams")
     assert module.main(["--workers", "0", "--batches", "5"]) == module.main(
         ["--workers", "2", "--batches", "5"]
     )

@@ -1,20 +1,9 @@
-import importlib.util
-from pathlib import Path
-
 from PIL import Image
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_gru.py"
-
-
-def load():
-    spec = importlib.util.spec_from_file_location("train_gru", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from runner import load
 
 
 def test_loss_falls(tmp_path, capsys):
-    result = load().main(["--small", "--workers", "2", "--out", str(tmp_path)])
+    result = load("train_gru").main(["--small", "--workers", "2", "--out", str(tmp_path)])
     losses = result["losses"]
     out = capsys.readouterr().out
     assert "epoch 0" in out and len(losses) == 6

@@ -1,20 +1,9 @@
-import importlib.util
-from pathlib import Path
-
 from PIL import Image
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "video_grid.py"
-
-
-def load():
-    spec = importlib.util.spec_from_file_location("video_grid", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from runner import load
 
 
 def test_contact_sheet_and_animation(tmp_path, capsys):
-    module = load()
+    module = load("video_grid")
     result = module.main(["--small", "--out", str(tmp_path)])
     assert "5 videos" in capsys.readouterr().out
     gap, sep = module.GAP, module.SEP
@@ -30,7 +19,7 @@ def test_contact_sheet_and_animation(tmp_path, capsys):
 
 
 def test_stream_a_folder(tmp_path):
-    module = load()
+    module = load("video_grid")
     clips = module.write_clips(str(tmp_path / "clips"), 3, 6, (16, 24))
     (tmp_path / "clips" / "notes.txt").write_text("not a video")
     out = tmp_path / "out"

@@ -1,20 +1,9 @@
-import importlib.util
-from pathlib import Path
-
 from PIL import Image
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "virtual_camera.py"
-
-
-def load():
-    spec = importlib.util.spec_from_file_location("virtual_camera", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from runner import load
 
 
 def test_contact_sheet_and_animation(tmp_path, capsys):
-    module = load()
+    module = load("virtual_camera")
     result = module.main(["--small", "--out", str(tmp_path)])
     assert "4 cameras" in capsys.readouterr().out
     gap, sep = module.GAP, module.SEP
@@ -28,7 +17,7 @@ def test_contact_sheet_and_animation(tmp_path, capsys):
 
 
 def test_same_batches_with_and_without_workers(tmp_path):
-    module = load()
+    module = load("virtual_camera")
     a = module.main(["--small", "--out", str(tmp_path / "a"), "--workers", "0"])
     b = module.main(["--small", "--out", str(tmp_path / "b"), "--workers", "2"])
     assert Image.open(a["sheet"]).tobytes() == Image.open(b["sheet"]).tobytes()
