@@ -84,8 +84,7 @@ class _Block:
         self.count = np.where(active, stop - start, 0)
         self.ids = np.where(active, ids, -1)[:, :, None]
         self.ramp = np.where(active, start // t, -1)  # row of the table of steps (-1: none)
-        self.starts = np.where(active, start, 0).tolist()
-        self.stops = np.where(active, stop, 0).tolist()
+        self.starts = self.start.tolist()  # slices are [start, start + T): numpy clips them
         self.partial = _Rows((self.count < t) & (self.count > 0), self.count)
         self.full = (self.count == t).all(axis=1).tolist()
         moved = self.active.copy()
@@ -97,10 +96,11 @@ class _Rows:
     """For each batch k of a block: the rows where ``mask[k]``, with ``values[k, row]``."""
 
     def __init__(self, mask: np.ndarray, values: np.ndarray):
-        kk, rr = np.nonzero(mask)
-        self.bounds = np.searchsorted(kk, np.arange(len(mask) + 1)).tolist()
-        self.rows = rr.tolist()
-        self.values = values[kk, rr].tolist()
+        size, rows = mask.shape
+        where = np.flatnonzero(mask)
+        self.bounds = np.searchsorted(where, np.arange(0, (size + 1) * rows, rows)).tolist()
+        self.rows = (where % rows).tolist()
+        self.values = values.reshape(-1)[where].tolist()
 
     def __call__(self, k: int) -> tuple[list[int], list[int]]:
         a, z = self.bounds[k], self.bounds[k + 1]
@@ -242,29 +242,33 @@ class _Table:
         return self._open
 
     def _gather(self, out: np.ndarray, streams: list[Any], blk: _Block, k: int) -> None:
-        """Copy the slices of every row (and zeros) into ``out`` with one concatenate."""
-        starts, stops = blk.starts[k], blk.stops[k]
+        """Copy the slices of every row (and zeros) into ``out`` with one concatenate.
+
+        A row reads ``[start, start + T)``: slicing clips it to the end of the stream,
+        which is where a chunk with padding stops.
+        """
+        starts, t = blk.starts[k], self.tbins
         if blk.full[k]:  # no padding: the common case, in short
-            pieces = [s[a:z] for s, a, z in zip(streams, starts, stops, strict=True)]
+            pieces = [s[a : a + t] for s, a in zip(streams, starts, strict=True)]
             if self._unsized:
-                self._check(pieces, starts, stops)
+                self._check(pieces, blk.count[k])
         else:
             zeros = self._zeros
             if zeros is None or zeros.dtype != out.dtype or zeros.shape[1:] != out.shape[2:]:
-                zeros = self._zeros = np.zeros((self.tbins, *out.shape[2:]), out.dtype)
-            ranges = zip(streams, starts, stops, strict=True)
-            pieces = [s[a:z] if z else zeros for s, a, z in ranges]
+                zeros = self._zeros = np.zeros((t, *out.shape[2:]), out.dtype)
+            rows_starts = zip(streams, starts, strict=True)
+            pieces = [s[a : a + t] if a >= 0 else zeros for s, a in rows_starts]
             if self._unsized:
-                self._check(pieces, starts, stops)
+                self._check(pieces, blk.count[k])
             rows, counts = blk.partial(k)
             for r, n in zip(reversed(rows), reversed(counts), strict=True):
                 pieces.insert(r + 1, zeros[n:])
         np.concatenate(pieces, out=out.reshape(-1, *out.shape[2:]), casting="unsafe")
 
-    def _check(self, pieces: list[Any], starts: list[int], stops: list[int]) -> None:
+    def _check(self, pieces: list[Any], counts: np.ndarray) -> None:
         """Raise when a stream that is not an array returned another number of steps."""
         for r in self._unsized:
-            if stops[r] and len(pieces[r]) != stops[r] - starts[r]:
+            if counts[r] and len(pieces[r]) != counts[r]:
                 raise ValueError(f"row {r}: read {len(pieces[r])} steps")
 
     def _read_checked(self, data: Any, blk: _Block, k: int) -> None:
