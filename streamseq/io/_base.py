@@ -1,4 +1,4 @@
-"""Common machinery of the sources: slicing rules and a per-process lazy handle.
+"""Common machinery of the sources: slicing rules, a per-process lazy handle, media files.
 
 A source is a picklable sequence of timesteps. Whatever it reads from (a decoder, a
 memory map) is opened on the first read in the process that reads, remembered with that
@@ -21,6 +21,10 @@ import threading
 import weakref
 from typing import Any
 
+import av
+
+from streamseq.errors import SourceError
+
 
 def check_file(path: str | os.PathLike) -> str:
     """Return ``path`` as a string, raising :class:`FileNotFoundError` if it does not exist."""
@@ -36,6 +40,33 @@ def slice_bounds(key: slice, n: int) -> tuple[int, int]:
         raise ValueError(f"only contiguous slices are supported, got step {key.step}")
     a, b, _ = key.indices(n)
     return a, max(a, b)
+
+
+def open_media(path: str, kind: str, stream_index: int) -> tuple[Any, Any]:
+    """Open a media file with PyAV and find one of its streams.
+
+    Args:
+        path: The file.
+        kind: ``"audio"`` or ``"video"``.
+        stream_index: Which stream of that kind, counting from 0.
+
+    Returns:
+        The open container and the stream; the caller closes the container.
+
+    Raises:
+        FileNotFoundError: If the file does not exist.
+        SourceError: Naming the file, if PyAV cannot open it or it has no such stream.
+    """
+    check_file(path)
+    try:
+        container = av.open(path, metadata_errors="ignore")
+    except av.error.FFmpegError as e:
+        raise SourceError(path, f"cannot open: {e}") from e
+    try:
+        return container, getattr(container.streams, kind)[stream_index]
+    except IndexError:
+        container.close()
+        raise SourceError(path, f"no {kind} stream {stream_index}") from None
 
 
 _LIVE: weakref.WeakSet[Source] = weakref.WeakSet()
@@ -106,6 +137,12 @@ class Source:
         if old is not None and old is not handle:
             self._close(old)
         self._pid = os.getpid()
+
+    def _restart(self) -> Any:
+        """Open a new handle for this process in place of the current one, and return it."""
+        handle = self._open()
+        self._set_handle(handle)
+        return handle
 
     def close(self) -> None:
         """Release the file handle of this process; the next read opens it again."""

@@ -27,7 +27,7 @@ import av
 import numpy as np
 
 from streamseq.errors import SourceError
-from streamseq.io._base import Source, check_file
+from streamseq.io._base import Source, check_file, open_media
 
 #: packets to decode before the position sought, for the codecs whose decoder
 #: state after that many packets is the same as in a decode from the start
@@ -54,21 +54,6 @@ def _preroll(codec: str) -> int | None:
     if codec.startswith("pcm_"):
         return 0
     return _PREROLL.get(codec)
-
-
-def _open_container(path: str) -> Any:
-    check_file(path)
-    try:
-        return av.open(path, metadata_errors="ignore")
-    except av.error.FFmpegError as e:
-        raise SourceError(path, f"cannot open: {e}") from e
-
-
-def _audio_stream(container: Any, path: str, stream_index: int) -> Any:
-    try:
-        return container.streams.audio[stream_index]
-    except IndexError:
-        raise SourceError(path, f"no audio stream {stream_index}") from None
 
 
 #: containers whose audio stream duration is written by the muxer, not estimated
@@ -117,9 +102,8 @@ def _declared_samples(container: Any, stream: Any) -> int | None:
 
 
 def _demux_table(path: str, stream_index: int) -> _Table:
-    container = _open_container(path)
+    container, stream = open_media(path, "audio", stream_index)
     try:
-        stream = _audio_stream(container, path, stream_index)
         rate, layout = stream.codec_context.sample_rate, stream.codec_context.layout.name
         codec, time_base = stream.codec_context.name, stream.time_base
         try:
@@ -133,9 +117,9 @@ def _demux_table(path: str, stream_index: int) -> _Table:
             first_pts = None  # frames and packets do not share a time base: no seeking
     finally:
         container.close()
-    container = _open_container(path)  # afresh: seeking back could skip leading packets
+    # afresh: seeking back could skip leading packets
+    container, stream = open_media(path, "audio", stream_index)
     try:
-        stream = _audio_stream(container, path, stream_index)
         pts: list[int | None] = []
         count = 0
         try:
@@ -176,9 +160,8 @@ def _count_samples(path: str, stream_index: int, table: _Table) -> int:
     It is read from the last packets when their timestamps locate samples exactly, and
     counted by decoding the whole file otherwise.
     """
-    container = _open_container(path)
+    container, stream = open_media(path, "audio", stream_index)
     try:
-        stream = _audio_stream(container, path, stream_index)
         tail = len(table.offsets) - 8
         frames = container.decode(stream)
         if table.exact and tail > 0:
@@ -362,9 +345,8 @@ class _Audio(Source):
     # -- decoding --------------------------------------------------------------------------
 
     def _open(self) -> _Reader:
-        container = _open_container(self.path)
+        container, stream = open_media(self.path, "audio", self.stream_index)
         try:
-            stream = _audio_stream(container, self.path, self.stream_index)
             reader = _Reader(container, stream, self._layout())
         except BaseException:
             container.close()
@@ -374,11 +356,6 @@ class _Audio(Source):
 
     def _close(self, handle: _Reader) -> None:
         handle.close()
-
-    def _restart(self) -> _Reader:
-        reader = self._open()
-        self._set_handle(reader)
-        return reader
 
     def _new_resampler(self, reader: _Reader) -> None:
         if self._resampling():

@@ -20,7 +20,7 @@ import numpy as np
 from av.video.reformatter import VideoReformatter
 
 from streamseq.errors import SourceError
-from streamseq.io._base import Source, check_file
+from streamseq.io._base import Source, check_file, open_media
 
 #: channels of the packed pixel formats a video stream can deliver (``None``: no channel axis)
 _CHANNELS = {
@@ -78,25 +78,9 @@ class _Reader:
         self.container.close()
 
 
-def _open_container(path: str) -> Any:
-    check_file(path)
-    try:
-        return av.open(path, metadata_errors="ignore")
-    except av.error.FFmpegError as e:
-        raise SourceError(path, f"cannot open: {e}") from e
-
-
-def _video_stream(container: Any, path: str, stream_index: int) -> Any:
-    try:
-        return container.streams.video[stream_index]
-    except IndexError:
-        raise SourceError(path, f"no video stream {stream_index}") from None
-
-
 def _probe(path: str, stream_index: int) -> _Probe:
-    container = _open_container(path)
+    container, stream = open_media(path, "video", stream_index)
     try:
-        stream = _video_stream(container, path, stream_index)
         pts: list[int | None] = []
         keys: list[bool] = []
         seek_ts: list[int | None] = []
@@ -224,20 +208,15 @@ class _Video(Source):
     # -- decoder management ----------------------------------------------------------------
 
     def _open(self) -> _Reader:
-        container = _open_container(self.path)
+        container, stream = open_media(self.path, "video", self.stream_index)
         try:
-            return _Reader(container, _video_stream(container, self.path, self.stream_index))
+            return _Reader(container, stream)
         except BaseException:
             container.close()
             raise
 
     def _close(self, handle: _Reader) -> None:
         handle.close()
-
-    def _restart(self) -> _Reader:
-        reader = self._open()
-        self._set_handle(reader)
-        return reader
 
     def _decode_next(self, reader: _Reader) -> tuple[int, Any]:
         """Decode one frame and identify it; raise SourceError at the end of the file."""
