@@ -27,7 +27,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from streamseq.errors import StreamError
-from streamseq.streams import describe, is_stream
+from streamseq.streams import StreamRef, describe
 
 CACHE_FORMAT = "streamseq-lengths"
 CACHE_VERSION = 1
@@ -175,8 +175,8 @@ def _save_cache(path: str, files: dict[str, dict[str, Any]]) -> None:
         raise
 
 
-class _Timeout(Exception):
-    pass
+class _Timeout(BaseException):
+    """A measurement took too long (not an :class:`Exception`: openers must not catch it)."""
 
 
 @contextlib.contextmanager
@@ -204,17 +204,14 @@ def _deadline(seconds: float | None) -> Iterator[None]:
 
 
 def _measure(opener: Any) -> int:
-    stream = opener if is_stream(opener) else opener()
-    if not is_stream(stream):
-        raise TypeError(f"the opener returned {type(stream).__name__}, not a stream")
-    try:
-        n = len(stream)
-    finally:
-        if stream is not opener and hasattr(stream, "close"):
-            stream.close()
-    if not isinstance(n, int) or n < 0:
-        raise ValueError(f"len() returned {n!r}, not a non-negative integer")
-    return int(n)
+    """Measure a stream or what an opener returns, as the loader does.
+
+    :class:`~streamseq.streams.StreamRef` calls an opener, checks that it returned a
+    stream and closes it once its length is taken. A failure is a
+    :class:`~streamseq.StreamError` whose ``message`` says which step failed; the index of
+    the stream is the caller's to report.
+    """
+    return len(StreamRef(0, opener))
 
 
 def _probe_chunk(
@@ -228,6 +225,8 @@ def _probe_chunk(
                 out.append((index, _measure(opener), None))
         except _Timeout:
             out.append((index, None, f"timed out after {timeout} s"))
+        except StreamError as e:
+            out.append((index, None, e.message))
         except Exception as e:
             out.append((index, None, f"{type(e).__name__}: {e}"))
     return out
@@ -238,19 +237,10 @@ def _worker_init() -> None:
 
 
 def _check_openers(openers: Sequence[Any]) -> list[Any]:
+    """The openers as a list, checked as the loader checks them (:class:`TypeError`)."""
     openers = list(openers)
     for i, o in enumerate(openers):
-        if _is_path(o) or isinstance(o, bytes):
-            raise TypeError(
-                f"stream {i} is a path ({o!r}), not a stream or opener: say how to open it, "
-                "e.g. functools.partial(numpy.load, path, mmap_mode='r') or "
-                "streamseq.io.video(path)"
-            )
-        if not is_stream(o) and not callable(o):
-            raise TypeError(
-                f"stream {i} ({describe(o)}): expected a stream (len and slicing) or a "
-                f"zero-argument opener, got {type(o).__name__}"
-            )
+        StreamRef(i, o)  # refuses paths, and what is neither a stream nor callable
     return openers
 
 
