@@ -224,22 +224,22 @@ class _Table:
         if self._opened:  # an opener's stream: the row may have been read elsewhere
             more = [r for r in self._opened if blk.active[k, r] and r not in rows]
             rows, at = rows + more, at + blk.pos[k, more].tolist()
-        first = self.first_list
+        table_rows, first, streams, where = self.rows, self.first_list, self._open, self._at
+        opened, unsized = self._opened, self._unsized
         for r, p in zip(rows, at, strict=True):
-            ref = self.rows[r].switch(p - first[r])
-            stream = ref.open()
-            self._open[r] = stream
-            self._at[r] = p
+            ref = table_rows[r].switch(p - first[r])
+            stream = streams[r] = ref.open()
+            where[r] = p
             if stream is not ref.source:
-                self._opened.add(r)
-            elif self._opened:
-                self._opened.discard(r)
+                opened.add(r)
+            elif opened:
+                opened.discard(r)
             if type(stream) is not np.ndarray:
-                self._unsized.add(r)
-            elif self._unsized:
-                self._unsized.discard(r)
+                unsized.add(r)
+            elif unsized:
+                unsized.discard(r)
         self._next = i + 1
-        return self._open
+        return streams
 
     def _gather(self, out: np.ndarray, streams: list[Any], blk: _Block, k: int) -> None:
         """Copy the slices of every row (and zeros) into ``out`` with one concatenate.
