@@ -431,7 +431,7 @@ class _Iteration:
             self.background.close()
             self.background = None
         for pf in self.prefetchers:
-            pf.close()
+            pf.close(wait=False)  # they exit by themselves meanwhile
         self.prefetchers = []
         for g in self.groups:
             g.release()

@@ -12,6 +12,7 @@ import os
 import pickle
 import signal
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
@@ -66,10 +67,10 @@ class _ThreadHook:
         self.hook(index)
 
 
-def _stop_backend(backend: Any, timeout: float = 1.0) -> None:
+def _stop_backend(backend: Any, timeout: float = 1.0, wait: bool = True) -> None:
     """Stop the workers of a backend: sentinel, bounded join, then kill."""
     if isinstance(backend, _Backend):
-        backend.stop(timeout)
+        backend.stop(timeout, wait)
         return
     for f in list(weakref.finalize._registry):  # type: ignore[attr-defined]
         info = f.peek()
@@ -122,9 +123,23 @@ def _describe_exits(ended: list[tuple[int, int | None]]) -> str:
             except ValueError:
                 how = f"killed by signal {-code}"
         else:
-            how = "still running" if code is None else f"exit code {code}"
+            how = "stopped" if code is None else f"exit code {code}"
         out.append(f"process {pid} {how}")
     return ", ".join(out)
+
+
+_GOODBYE = b"streamseq: worker done"
+_EXITING: list[Any] = []  # stopped worker processes not joined yet
+os.register_at_fork(after_in_child=_EXITING.clear)  # a child joins only its own
+
+
+def _reap() -> None:
+    """Join the stopped workers that have exited, and release their resources."""
+    for w in list(_EXITING):
+        if w.exitcode is not None or not w.is_alive():
+            w.join(0)
+            _EXITING.remove(w)
+            w.close()
 
 
 def _shared_bytes(size: int) -> Any:
@@ -164,6 +179,7 @@ class _Backend(seqtools.evaluation.ProcessBacked):
         init_fn: Callable[[int], Any] | None,
         shm_size: int,
     ):
+        _reap()
         ctx = multiprocessing.get_context()
         self.shm = _shared_bytes(max(1, shm_size))
         self.shm_slot_size = shm_size // buffer_size
@@ -191,7 +207,9 @@ class _Backend(seqtools.evaluation.ProcessBacked):
             self.result_pipes.append(results_rx)
             self.workers.append(worker)
         self.worker_died = threading.Event()
-        self._finalizer = weakref.finalize(self, _Backend.end, self.job_pipes, self.workers)
+        self._finalizer = weakref.finalize(
+            self, _Backend.end, self.job_pipes, self.result_pipes, self.workers
+        )
 
     def wait_completion(self) -> tuple[int, bool, Any]:
         """The next result of any worker: ``(item, success, value)``.
@@ -229,32 +247,53 @@ class _Backend(seqtools.evaluation.ProcessBacked):
         except OSError:  # the worker is gone: wait_completion reports it
             self.worker_died.set()
 
-    def stop(self, timeout: float = 1.0) -> None:
-        """Stop the workers: sentinel, bounded join, then kill; close the pipes."""
+    def stop(self, timeout: float = 1.0, wait: bool = True) -> None:
+        """Stop the workers (see :meth:`end`), and with ``wait`` join them (bounded)."""
         self._finalizer.detach()
-        _Backend.end(self.job_pipes, self.workers, timeout)
-        for pipe in self.result_pipes:
-            pipe.close()
-        self.ended = [(w.pid, w.exitcode) for w in self.workers]
-        for w in self.workers:
-            if w.exitcode is not None:
-                w.close()  # its sentinel fd, now rather than when collected
+        self.ended = _Backend.end(self.job_pipes, self.result_pipes, self.workers, timeout)
+        if wait:
+            ended = []
+            for w, (pid, code) in zip(self.workers, self.ended, strict=True):
+                if w in _EXITING:  # not joined (nor closed) yet
+                    w.join(timeout)
+                    code = w.exitcode
+                ended.append((pid, code))
+            self.ended = ended
+            _reap()
 
     @staticmethod
-    def end(job_pipes: list[Any], workers: list[Any], timeout: float = 1.0) -> None:
-        """Send the sentinel to every worker, join them (bounded), kill those still alive."""
+    def end(
+        job_pipes: list[Any], result_pipes: list[Any], workers: list[Any], timeout: float = 1.0
+    ) -> list[tuple[int, int | None]]:
+        """Send every worker the sentinel and wait (bounded) for its goodbye; kill the rest.
+
+        A worker says goodbye when it will not touch the shared memory again; it then
+        exits by itself, and is joined later (:func:`_reap`) rather than waited for here:
+        a process with torch loaded takes milliseconds to exit. Returns ``(pid, exit
+        code)`` of each worker, ``None`` for one still exiting.
+        """
         for pipe in job_pipes:
             try:
                 pipe.send((-1, None))
             except OSError:
                 pass
-        for w in workers:
-            w.join(timeout)
-            if w.is_alive():
-                w.kill()
-                w.join(timeout)
-        for pipe in job_pipes:
+        deadline = time.monotonic() + timeout
+        for results, w in zip(result_pipes, workers, strict=True):
+            try:
+                while results.poll(max(0.0, deadline - time.monotonic())):
+                    if results.recv_bytes() == _GOODBYE:
+                        break  # (results still in flight are dropped)
+                else:
+                    w.kill()  # no goodbye in time: stuck
+                    w.join(timeout)
+            except (EOFError, OSError):
+                w.join(timeout)  # it is gone: its exit code is known at once
+        for pipe in job_pipes + result_pipes:
             pipe.close()
+        ended = [(w.pid, w.exitcode) for w in workers]
+        _EXITING.extend(workers)
+        _reap()
+        return ended
 
     @staticmethod
     def worker(seq, jobs, shm, slot_size, results, init_fn, index):  # noqa: D102
@@ -275,6 +314,10 @@ class _Backend(seqtools.evaluation.ProcessBacked):
             except (EOFError, OSError):
                 return
             if idx < 0:
+                try:
+                    results.send_bytes(_GOODBYE)  # no more writes to the shared memory
+                except OSError:
+                    pass
                 return
             slot = None if start is None else _shm.Slot(view, start, start + slot_size)
             _shm.use(slot)
@@ -381,12 +424,19 @@ class Prefetched:
             return []
         return [w.pid for w in self._prefetch.backend.workers if w.is_alive()]
 
-    def close(self) -> None:
-        """Stop the workers now (they also stop when this object is collected)."""
+    def close(self, wait: bool = True) -> None:
+        """Stop the workers now (they also stop when this object is collected).
+
+        Args:
+            wait: return once the worker processes have exited; otherwise once they
+                have stopped using the shared memory, and let them exit meanwhile
+                (they are joined later; a process with torch loaded takes a few
+                milliseconds to exit).
+        """
         pf, self._prefetch = self._prefetch, None
         self._next = -1
         if pf is not None:
-            _stop_backend(pf.backend)
+            _stop_backend(pf.backend, wait=wait)
 
     def __del__(self) -> None:
         try:

@@ -301,7 +301,7 @@ def test_a_stream_error_in_a_worker_stops_every_worker(clean):
 
 
 SPAWN = """
-import functools, multiprocessing, os, sys
+import functools, multiprocessing, os, sys, time
 import numpy as np
 import psutil
 from streamseq import StreamLoader
@@ -327,8 +327,14 @@ if __name__ == "__main__":
     pids = {int(p) for b in StreamLoader([functools.partial(pid_stream, 6)] * 2, 2, 3,
             num_workers=2, lengths=[6, 6]) for p in b.data[b.valid].tolist()}
     assert os.getpid() not in pids and len(pids) == 2, pids
-    alive = [c for c in psutil.Process().children() if c.status() != "zombie"]
-    assert all("resource_tracker" in c.cmdline()[-1] for c in alive), alive  # multiprocessing's
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # the workers exit by themselves, soon
+        alive = [c for c in psutil.Process().children() if c.status() != "zombie"]
+        if all("resource_tracker" in c.cmdline()[-1] for c in alive):  # multiprocessing's
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"workers left: {alive}")
     print("spawn", multiprocessing.get_start_method(), "ok")
 """
 
