@@ -47,7 +47,7 @@ def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
 
 
 class _Plan:
-    """What one epoch delivers on this rank: its rows, number of batches and data spec."""
+    """What one epoch delivers on this rank: its rows and number of batches."""
 
     def __init__(self, loader: StreamLoader, epoch: int):
         b, w, t = loader.batch_size, loader.world_size, loader.tbins
@@ -62,20 +62,17 @@ class _Plan:
         chunks = np.array([int(np.sum(-(-r.lengths // t))) for r in rows])
         self.length = int(chunks.min() if loader.pad == "drop" else chunks.max())
         self.rows: list[Row] = rows[loader.rank * b : (loader.rank + 1) * b]
-        first = next(i for i, n in enumerate(loader.lengths) if n > 0)
-        ref = loader.refs[first]
-        self.spec = tree_map(lambda a: np.asarray(a)[:0].copy(), ref.read(0, 1))
-        ref.close()
 
     def group(self, rows: Sequence[Row], loader: StreamLoader) -> ZipBatch:
         """The sequence of micro-batches of a group of rows."""
         parts = [tbin(r, loader.tbins) for r in rows]
-        return ZipBatch(parts, pad=loader.pad, length=self.length, spec=self.spec)
+        return ZipBatch(parts, pad=loader.pad, length=self.length, spec=loader._data_spec())
 
-    def nbytes(self, rows: int, tbins: int) -> int:
-        """Size of a micro-batch of ``rows`` rows."""
-        step = nbytes(tree_map(lambda a: np.zeros((1, *a.shape[1:]), a.dtype), self.spec))
-        return rows * tbins * (step + 8 + 8 + 1) + rows
+
+def _micro_batch_bytes(spec: Any, rows: int, tbins: int) -> int:
+    """Size of a micro-batch of ``rows`` rows whose data ``spec`` describes."""
+    step = nbytes(tree_map(lambda a: np.zeros((1, *a.shape[1:]), a.dtype), spec))
+    return rows * tbins * (step + 8 + 8 + 1) + rows
 
 
 class StreamLoader:
@@ -168,6 +165,7 @@ class StreamLoader:
         self._active: weakref.ref | None = None
         self._whole: tuple[int, ZipBatch] | None = None
         self._fingerprint: str | None = None
+        self._spec: Any = None
 
     def __repr__(self) -> str:
         return (
@@ -191,6 +189,18 @@ class StreamLoader:
             h.update(repr(key).encode())
             self._fingerprint = h.hexdigest()[:16]
         return self._fingerprint
+
+    def _data_spec(self) -> Any:
+        """Zero-step arrays with the dtype and step shape of the data (or a tree of them).
+
+        Read once per loader, on first need, from one step of the first non-empty stream;
+        every other stream must match it.
+        """
+        if self._spec is None:
+            ref = self.refs[int(np.flatnonzero(self.lengths)[0])]
+            self._spec = tree_map(lambda a: np.asarray(a)[:0].copy(), ref.read(0, 1))
+            ref.close()
+        return self._spec
 
     def plan(self) -> _Plan:
         """The plan of the current epoch (computed once per epoch)."""
@@ -363,12 +373,13 @@ class _Iteration:
         self.fast: Callable[[int], Batch] | None = None
         if workers == 0:
             self.groups = [loader._in_process()]
-            if not self.pin and not loader.time_major and type(plan.spec) is np.ndarray:
+            spec = loader._data_spec()
+            if not self.pin and not loader.time_major and type(spec) is np.ndarray:
                 self.fast = functools.partial(_tensors, self.groups[0])
             return
         self.groups = [plan.group(g, loader) for g in split_by_worker(plan.rows, workers)]
         for g in self.groups:
-            shm = plan.nbytes(g.num_rows, loader.tbins) * loader.max_buffered
+            shm = _micro_batch_bytes(g.spec_, g.num_rows, loader.tbins) * loader.max_buffered
             pf = prefetch(
                 g,
                 1,

@@ -261,3 +261,30 @@ def test_spawn_start_method_works(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert "spawn ok spawn" in out.stdout
+
+
+class RecordedReads:
+    """``np.arange(n)``, recording the slices read."""
+
+    def __init__(self, n):
+        self.n, self.reads = n, []
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, key):
+        self.reads.append((key.start, key.stop))
+        return np.arange(self.n)[key]
+
+
+def test_the_data_spec_is_read_once_per_loader_not_per_epoch():
+    first = RecordedReads(7)
+    loader = StreamLoader([np.arange(0), first, np.arange(5)], 2, 3, shuffle=True)
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        assert len(loader) > 0
+    assert first.reads == []  # planning an epoch reads nothing
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        list(loader)
+    assert first.reads.count((0, 1)) == 1  # one step, read once for the dtype and shape
