@@ -12,6 +12,7 @@ from . import _shm
 from ._tree import leaves, tree_map
 from .batch import Batch, Chunk
 from .interleave import Row
+from .streams import StreamRef
 from .tbin import TBinned
 
 PAD_MODES = ("zeros", "drop", "wrap")
@@ -31,6 +32,65 @@ def check_pad(pad: str) -> str:
     if pad not in PAD_MODES:
         raise ValueError(f"unknown pad mode {pad!r}: expected one of {PAD_MODES}")
     return pad
+
+
+def _layout(tree: Any) -> str:
+    if isinstance(tree, dict):
+        return f"a dict with keys {sorted(map(str, tree))}"
+    if isinstance(tree, (tuple, list)):
+        return f"a {type(tree).__name__} of {len(tree)}"
+    return "an array"
+
+
+def spec_mismatch(spec: Any, data: Any, where: str = "") -> str | None:
+    """Why steps ``data`` of a stream do not match ``spec``, or None when they do.
+
+    ``spec`` holds zero-step arrays (or a tree of them) with the dtype and step shape of
+    the data; ``data`` must have the same layout, dtypes equal up to byte order and the
+    same step shapes.
+
+    Example:
+        >>> spec = np.zeros((0, 3), np.int64)
+        >>> spec_mismatch(spec, np.ones((4, 3), np.int64)) is None
+        True
+        >>> spec_mismatch(spec, np.ones((4, 3)))
+        "dtype float64 differs from the first stream's int64"
+        >>> spec_mismatch(spec, np.ones((4, 1), np.int64))
+        "step shape (1,) differs from the first stream's (3,)"
+    """
+    if isinstance(spec, dict):
+        if not isinstance(data, dict) or set(data) != set(spec):
+            return f"{where}steps are {_layout(data)}, the first stream's {_layout(spec)}"
+        keys: Any = spec
+    elif isinstance(spec, (tuple, list)):
+        if not isinstance(data, (tuple, list)) or len(data) != len(spec):
+            return f"{where}steps are {_layout(data)}, the first stream's {_layout(spec)}"
+        keys = range(len(spec))
+    elif isinstance(data, (dict, tuple)):
+        return f"{where}steps are {_layout(data)}, the first stream's {_layout(spec)}"
+    else:
+        d = data if type(data) is np.ndarray else np.asarray(data)
+        if d.ndim == 0:
+            return f"{where}steps are not arrays with a step axis"
+        s = spec.dtype
+        if d.dtype != s and d.dtype.newbyteorder("=") != s.newbyteorder("="):
+            return f"{where}dtype {d.dtype} differs from the first stream's {s}"
+        got, want = d.shape[1:], spec.shape[1:]
+        if got != want:
+            return f"{where}step shape {got} differs from the first stream's {want}"
+        return None
+    for key in keys:
+        problem = spec_mismatch(spec[key], data[key], f"{where}[{key!r}]: ")
+        if problem is not None:
+            return problem
+    return None
+
+
+def _put(out: np.ndarray, x: Any) -> None:
+    """Copy ``x`` into ``out``: same shape (no broadcasting), safe casting."""
+    if np.shape(x) != out.shape:
+        raise ValueError(f"data of shape {np.shape(x)} where the batch holds {out.shape}")
+    np.copyto(out, x, casting="safe")
 
 
 def _rows_of(part: Any) -> int:
@@ -165,6 +225,8 @@ class _Table:
         self._open: list[Any] = [_NOTHING] * len(self.rows)  # the stream open in each row
         self._opened: set[int] = set()  # rows whose stream an opener made
         self._unsized: set[int] = set()  # rows whose stream is not an array: check sizes
+        self._checked = [-1] * len(self.rows)  # position whose dtype and shape were checked
+        self._unchecked: list[tuple[int, int]] = []  # (row, position) opened, not checked
         self._next = -1  # the batch after the last one read here
 
     def batch(self, i: int, spec: Any) -> Batch:
@@ -179,14 +241,14 @@ class _Table:
         data = None
         if type(spec) is np.ndarray:
             data = empty((*bt, *spec.shape[1:]), spec.dtype)
-            streams = self._streams(blk, k, i)
+            streams = self._streams(blk, k, i, spec)
             try:
-                self._gather(data, streams, blk, k)
+                self._gather(data, streams, blk, k, spec)
             except Exception:  # read again, row by row, with every check: the right error
-                self._read_checked(data, blk, k)
+                self._read_checked(data, blk, k, spec)
         elif spec is not None:
             data = tree_map(lambda s: empty((*bt, *np.shape(s)[1:]), s.dtype), spec)
-            self._read_checked(data, blk, k)
+            self._read_checked(data, blk, k, spec)
         start = blk.start[k]
         valid = empty(bt, bool)
         if blk.full[k]:
@@ -212,8 +274,12 @@ class _Table:
                 stream[r, n:] = -1
         return Batch(data, reset, valid, stream, step)
 
-    def _streams(self, blk: _Block, k: int, i: int) -> list[Any]:
-        """The stream each row reads in batch ``k`` of ``blk``, opened."""
+    def _streams(self, blk: _Block, k: int, i: int, spec: np.ndarray) -> list[Any]:
+        """The stream each row reads in batch ``k`` of ``blk``, opened.
+
+        An array stream is checked against ``spec`` here; another stream, on the first
+        slice read from it (:meth:`_check_spec`).
+        """
         if self._pid != _PID[0]:
             self.forget()
         if i == self._next and k:  # sequential: only the rows that moved on
@@ -225,31 +291,44 @@ class _Table:
             more = [r for r in self._opened if blk.active[k, r] and r not in rows]
             rows, at = rows + more, at + blk.pos[k, more].tolist()
         table_rows, first, streams, where = self.rows, self.first_list, self._open, self._at
-        opened, unsized = self._opened, self._unsized
+        opened, unsized, checked = self._opened, self._unsized, self._checked
+        dtype, step = spec.dtype, spec.shape[1:]
         for r, p in zip(rows, at, strict=True):
             ref = table_rows[r].switch(p - first[r])
             stream = streams[r] = ref.open()
-            where[r] = p
+            if type(stream) is not np.ndarray:
+                unsized.add(r)
+                if checked[r] != p:
+                    self._unchecked.append((r, p))
+            else:
+                if unsized:
+                    unsized.discard(r)
+                if stream.dtype is not dtype or stream.shape[1:] != step:
+                    problem = spec_mismatch(spec, stream)
+                    if problem is not None:
+                        raise ref.error(problem)
+            where[r] = p  # (after the check: a failed row opens and fails again)
             if stream is not ref.source:
                 opened.add(r)
             elif opened:
                 opened.discard(r)
-            if type(stream) is not np.ndarray:
-                unsized.add(r)
-            elif unsized:
-                unsized.discard(r)
         self._next = i + 1
         return streams
 
-    def _gather(self, out: np.ndarray, streams: list[Any], blk: _Block, k: int) -> None:
+    def _gather(
+        self, out: np.ndarray, streams: list[Any], blk: _Block, k: int, spec: np.ndarray
+    ) -> None:
         """Copy the slices of every row (and zeros) into ``out`` with one concatenate.
 
         A row reads ``[start, start + T)``: slicing clips it to the end of the stream,
-        which is where a chunk with padding stops.
+        which is where a chunk with padding stops. The first slice of each stream opened
+        is checked against ``spec``.
         """
         starts, t = blk.starts[k], self.tbins
         if blk.full[k]:  # no padding: the common case, in short
             pieces = [s[a : a + t] for s, a in zip(streams, starts, strict=True)]
+            if self._unchecked:
+                self._check_spec(pieces, starts, spec)
             if self._unsized:
                 self._check(pieces, blk.count[k])
         else:
@@ -258,12 +337,33 @@ class _Table:
                 zeros = self._zeros = np.zeros((t, *out.shape[2:]), out.dtype)
             rows_starts = zip(streams, starts, strict=True)
             pieces = [s[a : a + t] if a >= 0 else zeros for s, a in rows_starts]
+            if self._unchecked:
+                self._check_spec(pieces, starts, spec)
             if self._unsized:
                 self._check(pieces, blk.count[k])
             rows, counts = blk.partial(k)
             for r, n in zip(reversed(rows), reversed(counts), strict=True):
                 pieces.insert(r + 1, zeros[n:])
-        np.concatenate(pieces, out=out.reshape(-1, *out.shape[2:]), casting="unsafe")
+        np.concatenate(pieces, out=out.reshape(-1, *out.shape[2:]), casting="safe")
+
+    def _check_spec(self, pieces: list[Any], starts: list[int], spec: np.ndarray) -> None:
+        """Check the first slice read of each stream opened against ``spec`` (once each)."""
+        left = []
+        for r, p in self._unchecked:
+            if self._at[r] != p:
+                continue  # the row moved on before reading it
+            if starts[r] < 0:
+                left.append((r, p))
+                continue
+            problem = spec_mismatch(spec, pieces[r])
+            if problem is not None:
+                raise self._ref(r, p).error(problem)  # (left unchecked: raised again)
+            self._checked[r] = p
+        self._unchecked = left
+
+    def _ref(self, r: int, p: int) -> StreamRef:
+        """The stream at position ``p`` of the table, in row ``r``."""
+        return self.rows[r].refs[p - self.first_list[r]]
 
     def _check(self, pieces: list[Any], counts: np.ndarray) -> None:
         """Raise when a stream that is not an array returned another number of steps."""
@@ -271,21 +371,35 @@ class _Table:
             if counts[r] and len(pieces[r]) != counts[r]:
                 raise ValueError(f"row {r}: read {len(pieces[r])} steps")
 
-    def _read_checked(self, data: Any, blk: _Block, k: int) -> None:
-        """Read row by row through :meth:`Row.read`, which checks every read."""
+    def _read_checked(self, data: Any, blk: _Block, k: int, spec: Any) -> None:
+        """Read row by row through :meth:`Row.read`, which checks every read.
+
+        The first read of each stream is checked against ``spec``, and every read is
+        copied with safe casting, never broadcast.
+        """
         self._at[:] = -1
         self._next = -1
+        self._unchecked = []
+        checked = self._checked
         for r, row in enumerate(self.rows):
             n = int(blk.count[k, r])
             if n:
-                a = int(blk.start[k, r])
-                d = row.read(int(blk.pos[k, r] - self.first[r]), a, a + n)
+                a, p = int(blk.start[k, r]), int(blk.pos[k, r])
+                d = row.read(p - self.first_list[r], a, a + n)
+                if checked[r] != p:
+                    problem = spec_mismatch(spec, d)
+                    if problem is not None:
+                        raise self._ref(r, p).error(problem)
+                    checked[r] = p
 
                 def put(out: np.ndarray, x: Any, r: int = r, n: int = n) -> None:
-                    out[r, :n] = x
+                    _put(out[r, :n], x)
                     out[r, n:] = 0
 
-                tree_map(put, data, d)
+                try:
+                    tree_map(put, data, d)
+                except (TypeError, ValueError) as e:
+                    raise self._ref(r, p).error(f"steps {a}:{a + n}: {e}") from e
             else:
                 tree_map(lambda out, r=r: out.__setitem__(r, 0), data)
 
@@ -383,7 +497,7 @@ class ZipBatch:
         valid = np.zeros((b, t), dtype=bool)
         stream = np.full((b, t), -1, dtype=np.int64)
         step = np.full((b, t), -1, dtype=np.int64)
-        writes = []  # (row offset, number of steps or None for a full item, data)
+        writes = []  # (row offset, steps or None for a full item, data, (part, chunk) read)
         for part, o, k in zip(self.parts, self.offsets, self.part_rows, strict=False):
             if isinstance(part, ZipBatch):
                 sub = part.item(i, need_data=False)
@@ -398,19 +512,19 @@ class ZipBatch:
                     valid[o, :n] = True
                     stream[o, :n] = sid
                     step[o, :n] = np.arange(start, start + n)
-                    writes.append((o, n, data))
+                    writes.append((o, n, data, (part, c)))
                     continue
                 sub = part[c]
             if isinstance(sub, Chunk):
                 reset[o], valid[o], stream[o], step[o] = sub.reset, sub.valid, sub.stream, sub.step
-                writes.append((o, t, sub.data))
+                writes.append((o, t, sub.data, None))
             else:
                 reset[o : o + k] = np.asarray(sub.reset)
                 valid[o : o + k] = np.asarray(sub.valid)
                 stream[o : o + k] = np.asarray(sub.stream)
                 step[o : o + k] = np.asarray(sub.step)
                 if sub.data is not None:
-                    writes.append((o, None, sub.data))
+                    writes.append((o, None, sub.data, None))
         template, skip = self.spec_, 1
         if template is None and writes:
             template, skip = writes[0][2], (2 if writes[0][1] is None else 1)
@@ -423,19 +537,26 @@ class ZipBatch:
         data = tree_map(
             lambda a: np.zeros((b, t, *np.shape(a)[skip:]), np.asarray(a).dtype), template
         )
-        for o, n, d in writes:
+        for o, n, d, read in writes:
             if n is None:
                 rows = len(leaves(d)[0])
 
                 def put(out: np.ndarray, a: Any, o: int = o, rows: int = rows) -> None:
-                    out[o : o + rows] = a
+                    _put(out[o : o + rows], a)
 
             else:
 
                 def put(out: np.ndarray, a: Any, o: int = o, n: int = n) -> None:
-                    out[o, :n] = a
+                    _put(out[o, :n], a)
 
-            tree_map(put, data, d)
+            try:
+                tree_map(put, data, d)
+            except (TypeError, ValueError, KeyError) as e:
+                if read is None:
+                    raise ValueError(f"batch {i}, row {o}: {type(e).__name__}: {e}") from e
+                part, c = read
+                ref = part.row.refs[part.locate(c)[0]]
+                raise ref.error(f"chunk {c} does not fit the batch: {e}") from e
         return Batch(data, reset, valid, stream, step)
 
 

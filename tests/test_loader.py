@@ -288,3 +288,76 @@ def test_the_data_spec_is_read_once_per_loader_not_per_epoch():
         loader.set_epoch(epoch)
         list(loader)
     assert first.reads.count((0, 1)) == 1  # one step, read once for the dtype and shape
+
+
+class Floats:
+    """A stream that is not an array, of float64 steps."""
+
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, key):
+        return np.full((10, 3), 0.5)[key]
+
+    def __repr__(self):
+        return "Floats()"
+
+
+def dict_stream(n, label_dtype):
+    class Pairs:
+        def __len__(self):
+            return n
+
+        def __getitem__(self, key):
+            k = np.arange(n)[key]
+            return {"x": np.ones((len(k), 3)), "label": k.astype(label_dtype)}
+
+    return Pairs()
+
+
+MISFITS = [
+    (
+        np.full((10, 3), 0.7),
+        r"stream 1 \(ndarray.*float64\)\): dtype float64 differs from the first stream's int64",
+    ),
+    (
+        np.ones((10, 1), np.int64),
+        r"stream 1 .*: step shape \(1,\) differs from the first stream's \(3,\)",
+    ),
+    (
+        np.ones((10, 4), np.int64),
+        r"stream 1 .*: step shape \(4,\) differs from the first stream's \(3,\)",
+    ),
+    (
+        np.ones(10, np.int64),
+        r"stream 1 .*: step shape \(\) differs from the first stream's \(3,\)",
+    ),
+    (Floats(), r"stream 1 \(Floats\(\)\): dtype float64 differs from the first stream's int64"),
+]
+
+
+@pytest.mark.parametrize("workers, method", [(0, "process"), (2, "process"), (2, "thread")])
+@pytest.mark.parametrize("rows", [3, 1])  # the misfit starts a row, or follows in its row
+@pytest.mark.parametrize("misfit, message", MISFITS)
+def test_a_stream_of_another_dtype_or_step_shape_is_an_error(
+    misfit, message, rows, workers, method
+):
+    streams = [np.ones((10, 3), np.int64), misfit, np.ones((4, 3), np.int64)]
+    loader = StreamLoader(streams, rows, 4, num_workers=workers, method=method)
+    with pytest.raises(StreamError, match=message):
+        list(loader)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_float_stream_among_int_streams_is_not_delivered_as_zeros(workers):
+    streams = [np.arange(1, 11), np.full(10, 0.7), np.arange(1, 5)]
+    with pytest.raises(StreamError, match="stream 1 .*dtype float64 differs"):
+        list(StreamLoader(streams, 3, 4, num_workers=workers))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_dict_streams_are_checked_leaf_by_leaf(workers):
+    streams = [dict_stream(5, np.int64), dict_stream(3, np.int64), dict_stream(4, np.float32)]
+    loader = StreamLoader(streams, 1, 2, num_workers=workers)
+    with pytest.raises(StreamError, match=r"stream 2 .*\['label'\]: dtype float32 differs"):
+        list(loader)

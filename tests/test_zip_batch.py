@@ -127,3 +127,19 @@ def test_index_errors():
         batches[2]
     with pytest.raises(TypeError):
         batches["0"]
+
+
+def test_data_of_another_dtype_or_shape_is_an_error_never_cast_or_broadcast():
+    from streamseq import StreamError
+
+    rows = interleave_streams([np.ones((4, 3), np.int64), np.ones((2, 1), np.int64)], 2)
+    spec = np.zeros((0, 3), np.int64)
+    with pytest.raises(StreamError, match=r"stream 1 .*step shape \(1,\) differs"):
+        zip_batch([tbin(r, 2) for r in rows], spec=spec)[0]
+    (row,) = interleave_streams([np.arange(4), np.full(2, 0.5)], 1)
+    with pytest.raises(StreamError, match="stream 1 .*dtype float64 differs"):
+        list(zip_batch([tbin(row, 2)]))
+    chunks = list(tbin(interleave_streams([np.full(4, 0.5)], 1)[0], 2))
+    (ints,) = interleave_streams([np.arange(4)], 1)
+    with pytest.raises(ValueError, match="batch 0, row 1"):  # chunks of other code
+        zip_batch([tbin(ints, 2), chunks])[0]
