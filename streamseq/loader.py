@@ -46,6 +46,14 @@ def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
     return int(rank), int(world_size)
 
 
+def _zero_steps(a: Any) -> np.ndarray:
+    """No step of ``a``: its dtype (in native byte order) and step shape."""
+    a = np.asarray(a)
+    # a native dtype is kept as it is: the table checks streams by dtype identity first
+    native = a.dtype if a.dtype.isnative else a.dtype.newbyteorder("=")
+    return np.empty((0, *a.shape[1:]), native)
+
+
 class _Plan:
     """What one epoch delivers on this rank: its rows and number of batches."""
 
@@ -194,11 +202,13 @@ class StreamLoader:
         """Zero-step arrays with the dtype and step shape of the data (or a tree of them).
 
         Read once per loader, on first need, from one step of the first non-empty stream;
-        every other stream must match it.
+        every other stream must match it. The dtypes are in native byte order (torch
+        reads only that): steps of a stream in the other byte order are converted as
+        they are copied into a batch, whatever the number of workers.
         """
         if self._spec is None:
             ref = self.refs[int(np.flatnonzero(self.lengths)[0])]
-            self._spec = tree_map(lambda a: np.asarray(a)[:0].copy(), ref.read(0, 1))
+            self._spec = tree_map(_zero_steps, ref.read(0, 1))
             ref.close()
         return self._spec
 

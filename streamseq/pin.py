@@ -39,13 +39,18 @@ def can_pin() -> bool:
 
 @functools.cache
 def torch_dtype(dtype: np.dtype) -> torch.dtype:
-    """The torch dtype of a numpy dtype.
+    """The torch dtype of a numpy dtype (of either byte order).
 
     Example:
-        >>> torch_dtype(np.dtype("uint8"))
-        torch.uint8
+        >>> torch_dtype(np.dtype("uint8")), torch_dtype(np.dtype(">u2"))
+        (torch.uint8, torch.uint16)
     """
-    return torch.from_numpy(np.empty(0, dtype)).dtype
+    return torch.from_numpy(np.empty(0, np.dtype(dtype).newbyteorder("="))).dtype
+
+
+def _native(a: np.ndarray) -> np.ndarray:
+    """``a``, copied into native byte order if it is not in it (torch reads only that)."""
+    return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
 
 
 def empty(shape: tuple[int, ...], dtype: np.dtype, pin: bool) -> torch.Tensor:
@@ -56,7 +61,8 @@ def empty(shape: tuple[int, ...], dtype: np.dtype, pin: bool) -> torch.Tensor:
 def to_torch(batch: Batch, pin: bool = False) -> Batch:
     """Turn a numpy :class:`Batch` into torch tensors (copied into page-locked memory if pin).
 
-    Without ``pin`` the tensors share memory with the arrays (no copy).
+    Without ``pin`` the tensors share memory with the arrays (no copy), except arrays
+    that are not contiguous or not in native byte order: those are copied once.
 
     Example:
         >>> b = to_torch(Batch(np.zeros((1, 2)), np.ones(1, bool), np.ones((1, 2), bool),
@@ -64,15 +70,17 @@ def to_torch(batch: Batch, pin: bool = False) -> Batch:
         >>> b.step
         tensor([[0, 1]])
     """
-    if not pin and all(type(f) is np.ndarray and f.flags.c_contiguous for f in batch):
+    if not pin and all(
+        type(f) is np.ndarray and f.flags.c_contiguous and f.dtype.isnative for f in batch
+    ):
         return Batch._make(map(torch.from_numpy, batch))
 
     def convert(a: Any) -> torch.Tensor:
-        if type(a) is np.ndarray and not pin and a.flags.c_contiguous:
+        if type(a) is np.ndarray and not pin and a.flags.c_contiguous and a.dtype.isnative:
             return torch.from_numpy(a)
         a = np.asarray(a)
         if not pin:
-            return torch.from_numpy(np.ascontiguousarray(a))
+            return torch.from_numpy(np.ascontiguousarray(_native(a)))
         out = empty(a.shape, a.dtype, True)
         out.numpy()[...] = a
         return out
@@ -83,8 +91,9 @@ def to_torch(batch: Batch, pin: bool = False) -> Batch:
 def assemble(parts: Sequence[Batch], pin: bool = False, time_major: bool = False) -> Batch:
     """Concatenate micro-batches along rows into new tensors, with a single copy.
 
-    The output is allocated once (page-locked when ``pin``) and each part is copied into
-    its rows; with ``time_major`` the output is laid out ``[T, B, ...]``.
+    The output is allocated once (page-locked when ``pin``), in native byte order, and
+    each part is copied into its rows; with ``time_major`` the output is laid out
+    ``[T, B, ...]``.
 
     Example:
         >>> part = Batch(np.ones((1, 2)), np.ones(1, bool), np.ones((1, 2), bool),
@@ -102,9 +111,9 @@ def assemble(parts: Sequence[Batch], pin: bool = False, time_major: bool = False
             shape, axis = (shape[1], shape[0], *shape[2:]), 1
         if pin:
             out = empty(shape, first.dtype, True)
-            np.concatenate(arrays, axis=axis, out=out.numpy(), casting="unsafe")
+            np.concatenate(arrays, axis=axis, out=out.numpy(), casting="safe")
             return out
-        return torch.from_numpy(np.concatenate(arrays, axis=axis))
+        return torch.from_numpy(_native(np.concatenate(arrays, axis=axis)))
 
     return Batch._make(
         combine(*fields) if type(fields[0]) is np.ndarray else tree_map(combine, *fields)

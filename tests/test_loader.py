@@ -3,6 +3,7 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 
 import numpy as np
 import psutil
@@ -361,3 +362,32 @@ def test_dict_streams_are_checked_leaf_by_leaf(workers):
     loader = StreamLoader(streams, 1, 2, num_workers=workers)
     with pytest.raises(StreamError, match=r"stream 2 .*\['label'\]: dtype float32 differs"):
         list(loader)
+
+
+def test_big_endian_streams_give_the_same_batches_for_any_number_of_workers(tmp_path):
+    from streamseq.io import tokens
+
+    paths = []
+    for k, n in enumerate([20, 7, 13]):
+        paths.append(tmp_path / f"{k}.bin")
+        (np.arange(n) + 100 * k).astype(">u2").tofile(paths[-1])
+    streams = [tokens(p, ">u2") for p in paths] + [np.arange(300, 305, dtype="<u2")]
+    reference = None
+    for workers, method, pin in [
+        (0, "process", False),
+        (0, "process", True),
+        (1, "process", False),
+        (2, "thread", True),
+    ]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # pin_memory without CUDA
+            loader = StreamLoader(
+                streams, 2, 4, num_workers=workers, method=method, pin_memory=pin
+            )
+            batches = list(loader)
+        assert all(b.data.dtype == torch.uint16 for b in batches)
+        got = [tuple(f.numpy() for f in b) for b in batches]
+        if reference is None:
+            reference = got
+            check_continuity(batches, [20, 7, 13, 5], sources=[np.asarray(s[:]) for s in streams])
+        assert_same(got, reference)

@@ -66,3 +66,17 @@ def test_assemble_dict_data():
     )
     out = assemble([part, part])
     assert out.data["a"].shape == (2, 2, 3)
+
+
+def test_arrays_in_non_native_byte_order_are_converted():
+    native = batches()[0]
+    swapped = native._replace(data=native.data.astype(">i8"), step=native.step.astype(">i8"))
+    outs = [to_torch(swapped), assemble([swapped]), assemble([swapped, native], time_major=True)]
+    if torch.cuda.is_available():
+        outs += [to_torch(swapped, pin=True), assemble([swapped], pin=True)]
+    for out in outs:
+        assert out.data.dtype == out.step.dtype == torch.int64
+    assert outs[0].data.tolist() == outs[1].data.tolist() == native.data.tolist()
+    assert outs[2].data.T.tolist() == np.concatenate([native.data] * 2).tolist()
+    assert outs[0].step.tolist() == native.step.tolist()
+    assert streamseq.pin.torch_dtype(np.dtype(">u2")) == torch.uint16
