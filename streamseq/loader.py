@@ -333,6 +333,20 @@ class StreamLoader:
         return to_torch(batch)
 
     def __iter__(self) -> Iterator[Batch]:
+        """A pass over the batches of the epoch, from the loaded position (or batch 0).
+
+        A loader runs one pass at a time: its position is what :meth:`state_dict` saves.
+        A new ``iter(loader)`` stops the pass in progress, whose iterator then raises
+        RuntimeError on its next ``next()``: ``zip(loader, loader)``, or a loop over the
+        loader inside a loop over it, fails instead of silently ending early. One
+        exception: an iterator that delivered nothing, once the pass that superseded it
+        has ended, is simply exhausted (``tqdm.auto`` makes such an iterator and never
+        uses it). A pass that ended, or that :meth:`close`, :meth:`set_epoch` or
+        :meth:`load_state_dict` stopped, stays ended (StopIteration).
+        """
+        live = self._active() if self._active is not None else None
+        if live is not None and not live.closed:
+            live.superseded = True
         self.close()
         start = self._resume or 0  # used up by the first batch (or the end) delivered
         self._delivered = start
@@ -367,15 +381,17 @@ class _Iteration:
     """One pass over the batches of a StreamLoader, from ``start``.
 
     Nothing starts before the first ``next()`` (``tqdm.auto`` makes an iterator it never
-    uses), and a closed pass delivers nothing more.
+    uses), and a closed pass delivers nothing more; one superseded by a newer pass says
+    so (see :meth:`StreamLoader.__iter__`).
     """
 
     def __init__(self, loader: StreamLoader, start: int):
         self.loader = loader
         self.closed = False
+        self.superseded = False
         plan = loader.plan()
         self.stop = len(loader)
-        self.next = start
+        self.start = self.next = start
         workers = min(loader.num_workers, len(plan.rows))
         self.pin = loader.pin_memory and can_pin()
         self.prefetchers: list[Prefetched] = []
@@ -428,6 +444,12 @@ class _Iteration:
             self.next = self.loader._delivered = i + 1
             return batch
         if self.closed:
+            if self.superseded and (self.next > self.start or self._newer_running()):
+                raise RuntimeError(
+                    "this iteration was superseded by a new iter(loader): a StreamLoader "
+                    "runs one pass at a time (its position is what state_dict() saves); "
+                    "end a pass before starting another, or index the loader (loader[i])"
+                )
             raise StopIteration
         if self.next >= self.stop:
             self.loader._resume = None
@@ -444,6 +466,10 @@ class _Iteration:
         self.next += 1
         self.loader._delivered = self.next
         return batch
+
+    def _newer_running(self) -> bool:
+        newer = self.loader._active() if self.loader._active is not None else None
+        return newer is not None and newer is not self and not newer.closed
 
     def close(self) -> None:
         """Stop the pinning thread and the worker processes."""

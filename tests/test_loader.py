@@ -391,3 +391,34 @@ def test_big_endian_streams_give_the_same_batches_for_any_number_of_workers(tmp_
             reference = got
             check_continuity(batches, [20, 7, 13, 5], sources=[np.asarray(s[:]) for s in streams])
         assert_same(got, reference)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_new_iteration_makes_the_one_in_progress_an_error(workers):
+    loader = StreamLoader(coded_streams([7, 3, 12, 1, 5, 9]), 2, 3, num_workers=workers)
+    n = len(loader)
+    with pytest.raises(RuntimeError, match="superseded by a new iter"):
+        list(zip(loader, loader, strict=True))
+    first = iter(loader)
+    next(first)
+    second = iter(loader)
+    with pytest.raises(RuntimeError, match="superseded"):
+        next(first)
+    assert len(list(second)) == n
+    with pytest.raises(RuntimeError, match="superseded"):
+        next(first)  # it delivered a batch: an error even after the newer pass ended
+    with pytest.raises(RuntimeError, match="superseded"):
+        for _ in loader:
+            for _ in loader:
+                pass
+    ended = iter(loader)
+    assert len(list(ended)) == n
+    assert len(list(loader)) == n
+    assert next(ended, None) is None  # a pass that ended stays ended
+    closed = iter(loader)
+    next(closed)
+    loader.close()
+    assert next(closed, None) is None  # so does a pass closed on purpose
+    unused = iter(loader)
+    assert len(list(loader)) == n
+    assert next(unused, None) is None  # never used, its successor ended: exhausted
