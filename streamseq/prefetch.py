@@ -10,6 +10,7 @@ import multiprocessing.connection
 import multiprocessing.sharedctypes
 import os
 import pickle
+import queue
 import signal
 import threading
 import time
@@ -55,31 +56,115 @@ class _Shifted:
             raise WorkerError(f"worker interrupted by {type(e).__name__}: {e}") from e
 
 
-class _ThreadHook:
-    """Give each worker thread its index, as the process backend does."""
+class _HookFailed:
+    """What a worker thread reports when its start hook raised."""
 
-    def __init__(self, hook: Callable[[int], Any]):
-        self.hook, self.count, self.lock = hook, 0, threading.Lock()
-
-    def __call__(self) -> None:
-        with self.lock:
-            index, self.count = self.count, self.count + 1
-        self.hook(index)
+    def __init__(self, index: int, error: BaseException):
+        self.index, self.error = index, error
 
 
-def _stop_backend(backend: Any, timeout: float = 1.0, wait: bool = True) -> None:
-    """Stop the workers of a backend: sentinel, bounded join, then kill."""
-    if isinstance(backend, _Backend):
-        backend.stop(timeout, wait)
-        return
-    for f in list(weakref.finalize._registry):  # type: ignore[attr-defined]
-        info = f.peek()
-        if info is not None and info[0] is backend:
-            f.detach()  # its cleanup joins the threads without timeout
-    for _ in backend.workers:
-        backend.job_queue.put(-1)
-    for w in backend.workers:
-        w.join(timeout)
+class _ThreadBackend:
+    """Worker threads evaluating jobs of ``seq``: seqtools' thread backend, guarded.
+
+    Differences with seqtools': each thread gets its index for the start hook, as the
+    process backend does; a start hook that raises is reported to the caller (seqtools'
+    thread dies and the caller waits forever); every wait checks that the threads are
+    alive; :meth:`stop` drops the jobs still queued before it sends the stop marker, so
+    a thread stops after the job it is evaluating (seqtools' evaluates the whole queue
+    first, concurrently with the threads that replace it).
+    """
+
+    def __init__(self, seq: Sequence[Any], num_workers: int, init_fn: Callable[[int], Any] | None):
+        self.job_queue: queue.Queue = queue.Queue()
+        self.done_queue: queue.Queue = queue.Queue()
+        self.workers = [
+            threading.Thread(
+                target=_ThreadBackend.worker,
+                args=(seq, self.job_queue, self.done_queue, init_fn, index),
+                daemon=True,
+            )
+            for index in range(num_workers)
+        ]
+        for w in self.workers:
+            w.start()
+        self._finalizer = weakref.finalize(
+            self, _ThreadBackend.end, self.job_queue, self.workers, 0.0
+        )
+
+    def submit_job(self, item: int) -> None:  # noqa: D102
+        self.job_queue.put(item)
+
+    def wait_completion(self, poll: float = 0.2) -> tuple[int, bool, Any]:
+        """The next result of any thread: ``(item, success, value)``.
+
+        Raises:
+            WorkerError: a start hook raised (its error chained).
+            RuntimeError: a thread is gone (``"a worker died unexpectedly"``).
+        """
+        while True:
+            try:
+                done = self.done_queue.get(timeout=poll)
+                break
+            except queue.Empty:
+                if not all(w.is_alive() for w in self.workers) and self.done_queue.empty():
+                    raise RuntimeError("a worker died unexpectedly") from None
+        if isinstance(done, _HookFailed):
+            e = done.error
+            raise WorkerError(
+                f"the start_hook of worker thread {done.index} raised {type(e).__name__}: {e}"
+            ) from e
+        return done
+
+    def stop(self, timeout: float = 1.0, wait: bool = True) -> None:
+        """Stop the threads after the job each is evaluating, and wait (bounded) for them.
+
+        Unlike processes, threads are waited for even without ``wait``: they may be
+        reading the same streams as the threads that replace them.
+        """
+        self._finalizer.detach()
+        _ThreadBackend.end(self.job_queue, self.workers, timeout)
+
+    @staticmethod
+    def end(jobs: queue.Queue, workers: list[threading.Thread], timeout: float) -> None:
+        """Drop the queued jobs, send every thread the stop marker, join (bounded)."""
+        while True:
+            try:
+                jobs.get_nowait()
+            except queue.Empty:
+                break
+        for _ in workers:
+            jobs.put(-1)
+        deadline = time.monotonic() + timeout
+        for w in workers:
+            if w is not threading.current_thread():
+                w.join(max(0.0, deadline - time.monotonic()))
+        stuck = sum(w.is_alive() for w in workers)
+        if stuck and timeout > 0:
+            logger.warning(
+                "%d prefetch thread(s) still evaluating an item after %.1f s: left to "
+                "finish it in the background",
+                stuck,
+                timeout,
+            )
+
+    @staticmethod
+    def worker(seq, jobs, done, init_fn, index):  # noqa: D102
+        if init_fn is not None:
+            try:
+                init_fn(index)
+            except BaseException as e:
+                done.put(_HookFailed(index, e))
+                return
+        seqtools.errors.seterr("passthrough")
+        while True:
+            idx = jobs.get()
+            if idx < 0:
+                return
+            try:
+                value, success = seq[idx], True
+            except Exception as e:
+                value, success = e, False
+            done.put((idx, success, value))
 
 
 class _Packed:
@@ -431,12 +516,13 @@ class Prefetched:
             wait: return once the worker processes have exited; otherwise once they
                 have stopped using the shared memory, and let them exit meanwhile
                 (they are joined later; a process with torch loaded takes a few
-                milliseconds to exit).
+                milliseconds to exit). Worker threads are always waited for (up to a
+                second), until they finish the item they are evaluating.
         """
         pf, self._prefetch = self._prefetch, None
         self._next = -1
         if pf is not None:
-            _stop_backend(pf.backend, wait=wait)
+            pf.backend.stop(wait=wait)
 
     def __del__(self) -> None:
         try:
@@ -450,12 +536,9 @@ class Prefetched:
             return
         hook, seq = self.start_hook, _Shifted(self.seq, i)
         if self.method == "thread":
-            self._prefetch = seqtools.prefetch(
-                seq,
-                nworkers=self.num_workers,
-                method="thread",
-                max_buffered=self.max_buffered,
-                start_hook=None if hook is None else _ThreadHook(hook),
+            threads = _ThreadBackend(seq, self.num_workers, hook)
+            self._prefetch = seqtools.evaluation.Prefetch(
+                len(seq), threads, buffer_size=self.max_buffered
             )
         else:
             backend = _Backend(
@@ -505,11 +588,19 @@ class Prefetched:
             if isinstance(e.__cause__, BaseException):
                 raise e.__cause__ from e.__cause__.__cause__
             raise StreamError(f"evaluation of item {i} failed in a worker: {e}") from None
+        except WorkerError:  # a start hook failed
+            self.close()
+            raise
         except RuntimeError as e:
             if "worker died" not in str(e):
                 raise
             backend = self._prefetch.backend
             self.close()  # joins them: the exit codes are known after
+            if self.method == "thread":
+                raise WorkerError(
+                    f"a worker thread of {self!r} stopped unexpectedly while preparing "
+                    f"item {i}; its workers were stopped"
+                ) from None
             raise WorkerError(
                 f"a worker process of {self!r} died unexpectedly while preparing item {i} "
                 f"({_describe_exits(backend.ended)}); its workers were stopped"

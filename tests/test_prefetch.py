@@ -1,4 +1,5 @@
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -141,3 +142,60 @@ def test_close_stops_worker_processes():
     import psutil
 
     assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in pids)
+
+
+def failing_hook(index):
+    raise OSError(f"no device for worker {index}")
+
+
+def test_a_failing_start_hook_of_a_thread_is_an_error_not_a_hang():
+    outcome = []
+
+    def use():
+        try:
+            with prefetch(Squares(10), 2, method="thread", start_hook=failing_hook) as seq:
+                seq[0]
+        except Exception as e:
+            outcome.append(e)
+
+    caller = threading.Thread(target=use, daemon=True)
+    caller.start()
+    caller.join(10)
+    assert not caller.is_alive(), "prefetch hangs when a thread's start hook fails"
+    (error,) = outcome
+    assert isinstance(error, WorkerError) and "start_hook of worker thread" in str(error)
+    assert isinstance(error.__cause__, OSError)
+
+
+class Logged(Squares):
+    """Squares whose evaluations take a while, logged as (thread, item, event)."""
+
+    def __init__(self, n, delay):
+        super().__init__(n)
+        self.delay, self.log, self.lock = delay, [], threading.Lock()
+
+    def __getitem__(self, i):
+        with self.lock:
+            self.log.append((threading.current_thread(), i, "start"))
+        time.sleep(self.delay)
+        with self.lock:
+            self.log.append((threading.current_thread(), i, "end"))
+        return super().__getitem__(i)
+
+
+def test_a_restart_stops_the_old_thread_after_its_current_item():
+    seq = Logged(100, 0.05)
+    with prefetch(seq, 1, method="thread", max_buffered=6) as ahead:
+        assert int(ahead[0][0]) == 0
+        mark = len(seq.log)
+        assert int(ahead[50][0]) == 2500  # out of order: the threads restart there
+        time.sleep(0.3)
+        log = list(seq.log)
+    old = log[0][0]
+    assert not old.is_alive()
+    after = [(i, what) for t, i, what in log[mark:] if t is old]
+    assert after in ([], [(1, "end")]), after  # no queued item started after the restart
+    last_old = max(k for k, (t, _, _) in enumerate(log) if t is old)
+    first_new = min(k for k, (t, _, _) in enumerate(log) if t is not old)
+    assert last_old < first_new  # never both at once
+    assert log[first_new][1] == 50
