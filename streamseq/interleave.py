@@ -103,11 +103,10 @@ class Row:
             if len(parts) == 1:
                 return parts[0]
             return tree_map(lambda *xs: np.concatenate(xs), *parts)
-        if key < 0:
-            key += n
-        if not 0 <= key < n:
+        k = key + n if key < 0 else key
+        if not 0 <= k < n:
             raise IndexError(f"step {key} out of range for a row of {n} steps")
-        item = self[key : key + 1]
+        item = self[k : k + 1]
         return tree_map(lambda a: a[0], item) if leaves(item) else item
 
 

@@ -313,11 +313,10 @@ class StreamLoader:
         """Batch ``i`` of the current epoch, computed in this process."""
         whole = self._in_process()
         n = len(self)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
+        k = i + n if i < 0 else i
+        if not 0 <= k < n:
             raise IndexError(f"batch {i} out of range for {n} batches")
-        return self._finish(whole[i])
+        return self._finish(whole[k])
 
     def _in_process(self) -> ZipBatch:
         """All the rows of this rank as one zip, read in this process (kept for the epoch)."""

@@ -565,11 +565,11 @@ class Prefetched:
             self._start(i)
 
     def __getitem__(self, i: int) -> Any:
-        i = int(i)
+        given, i = i, int(i)
         if i < 0:
             i += self.length
         if not 0 <= i < self.length:
-            raise IndexError(f"item {i} out of range for {self.length} items")
+            raise IndexError(f"item {given} out of range for {self.length} items")
         if self.num_workers == 0:
             return self.seq[i]
         if self.method == "process" and self.slot_size is None:

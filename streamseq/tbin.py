@@ -57,11 +57,11 @@ class TBinned:
         self.row.release()
 
     def __getitem__(self, c: int) -> Chunk:
-        n = len(self)
+        n, given = len(self), c
         if c < 0:
             c += n
         if not 0 <= c < n:
-            raise IndexError(f"chunk {c} out of range for {n} chunks")
+            raise IndexError(f"chunk {given} out of range for {n} chunks")
         data, sid, start = self.read(c)
         t = self.tbins
         k = len(leaves(data)[0]) if leaves(data) else 0

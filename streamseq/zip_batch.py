@@ -448,11 +448,11 @@ class ZipBatch:
             return self._table.batch(i, self.spec_)  # the common case, in short
         if not isinstance(i, (int, np.integer)):
             raise TypeError(f"batch index must be an integer, got {type(i).__name__}")
-        i = int(i)
+        given, i = i, int(i)
         if i < 0:
             i += self.length
         if not 0 <= i < self.length:
-            raise IndexError(f"batch {i} out of range for {self.length} batches")
+            raise IndexError(f"batch {given} out of range for {self.length} batches")
         return self.item(i)
 
     def spec(self) -> Any:

@@ -116,3 +116,9 @@ def test_row_keeps_one_stream_open():
         assert len(opened) <= 2  # a slice across a boundary touches two streams
     row.release()
     assert len(opened) <= 1
+
+
+def test_index_errors_show_the_index_given():
+    (row,) = interleave_streams([np.arange(5)], 1)
+    with pytest.raises(IndexError, match=r"^step -6 out of range for a row of 5 steps$"):
+        row[-6]

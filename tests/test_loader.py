@@ -422,3 +422,11 @@ def test_a_new_iteration_makes_the_one_in_progress_an_error(workers):
     unused = iter(loader)
     assert len(list(loader)) == n
     assert next(unused, None) is None  # never used, its successor ended: exhausted
+
+
+def test_index_errors_show_the_index_given():
+    loader = StreamLoader(coded_streams([7, 3, 12, 1, 5]), 2, 3)
+    n = len(loader)
+    for i in (n, -n - 1):
+        with pytest.raises(IndexError, match=rf"^batch {i} out of range for {n} batches$"):
+            loader[i]

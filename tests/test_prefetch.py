@@ -199,3 +199,9 @@ def test_a_restart_stops_the_old_thread_after_its_current_item():
     first_new = min(k for k, (t, _, _) in enumerate(log) if t is not old)
     assert last_old < first_new  # never both at once
     assert log[first_new][1] == 50
+
+
+def test_index_errors_show_the_index_given():
+    with prefetch(Squares(3), 0) as seq:
+        with pytest.raises(IndexError, match=r"^item -4 out of range for 3 items$"):
+            seq[-4]

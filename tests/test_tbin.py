@@ -55,3 +55,9 @@ def test_multi_dimensional_and_dict_steps():
     c = tbin(row, 2)[1]
     assert c.data["x"].shape == (2, 2, 2) and c.data["y"].tolist() == [2, 0]
     assert c.data["x"][1].sum() == 0
+
+
+def test_index_errors_show_the_index_given():
+    (row,) = interleave_streams([np.arange(5)], 1)
+    with pytest.raises(IndexError, match=r"^chunk -4 out of range for 3 chunks$"):
+        tbin(row, 2)[-4]

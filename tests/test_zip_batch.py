@@ -143,3 +143,10 @@ def test_data_of_another_dtype_or_shape_is_an_error_never_cast_or_broadcast():
     (ints,) = interleave_streams([np.arange(4)], 1)
     with pytest.raises(ValueError, match="batch 0, row 1"):  # chunks of other code
         zip_batch([tbin(ints, 2), chunks])[0]
+
+
+def test_index_errors_show_the_index_given():
+    (row,) = interleave_streams([np.arange(4)], 1)
+    batches = zip_batch([tbin(row, 2)])
+    with pytest.raises(IndexError, match=r"^batch -3 out of range for 2 batches$"):
+        batches[-3]
