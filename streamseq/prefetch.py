@@ -473,7 +473,9 @@ class Prefetched:
         try:
             self.length = len(seq)
         except TypeError as e:
-            raise TypeError(f"prefetch needs a sequence with len(), got {seq!r}") from e
+            raise TypeError(
+                f"prefetch needs a sequence with len(), got {type(seq).__name__}"
+            ) from e
         self.seq, self.num_workers, self.method = seq, num_workers, method
         self.max_buffered, self.start_hook = max_buffered, start_hook
         self.slot_size = None if shm_size is None else max(1, int(shm_size) // max_buffered)
@@ -484,7 +486,8 @@ class Prefetched:
         self.pickled = 0  # items pickled through a pipe: no slot was free
 
     def __repr__(self) -> str:
-        return f"prefetch({self.seq!r}, {self.num_workers}, method={self.method!r})"
+        what = f"{type(self.seq).__name__} of {self.length} items"  # not the items
+        return f"prefetch({what}, {self.num_workers}, method={self.method!r})"
 
     def __len__(self) -> int:
         return self.length

@@ -205,3 +205,8 @@ def test_index_errors_show_the_index_given():
     with prefetch(Squares(3), 0) as seq:
         with pytest.raises(IndexError, match=r"^item -4 out of range for 3 items$"):
             seq[-4]
+
+
+def test_repr_describes_the_sequence_without_its_items():
+    seq = prefetch([np.arange(1000)] * 50, 1, method="thread")
+    assert repr(seq) == "prefetch(list of 50 items, 1, method='thread')"
