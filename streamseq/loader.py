@@ -16,7 +16,7 @@ from .background import Background
 from .batch import Batch
 from .interleave import Row, interleave_streams
 from .pin import assemble, can_pin, to_torch
-from .prefetch import METHODS, Prefetched, prefetch
+from .prefetch import Prefetched, check_workers, prefetch
 from .split import split_by_worker
 from .streams import as_refs, identity
 from .tbin import tbin
@@ -110,11 +110,13 @@ class StreamLoader:
         world_size: number of ranks sharing one global plan.
         time_major: deliver ``data`` as ``[T, B, ...]`` instead of ``[B, T, ...]``.
         method: ``"process"`` or ``"thread"`` workers.
-        max_buffered: micro-batches in flight per worker (shared-memory slots).
+        max_buffered: micro-batches in flight per worker (shared-memory slots; at least
+            4 with processes).
 
     Raises:
         ValueError: no streams, ``batch_size`` or ``tbins`` < 1, ``num_workers`` < 0, an
-            unknown pad mode or method, or a bad rank.
+            unknown pad mode or method, ``max_buffered`` too small for the method, or a
+            bad rank.
         StreamError: an opener failed while its length was measured.
 
     Example:
@@ -152,10 +154,7 @@ class StreamLoader:
         for name, value in (("batch_size", batch_size), ("tbins", tbins)):
             if int(value) < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
-        if num_workers < 0:
-            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
-        if method not in METHODS:
-            raise ValueError(f"unknown method {method!r}: expected one of {METHODS}")
+        check_workers(num_workers, method, max_buffered, name="method")
         self.pad = check_pad(pad)
         self.batch_size, self.tbins = int(batch_size), int(tbins)
         self.num_workers, self.method, self.max_buffered = int(num_workers), method, max_buffered

@@ -38,6 +38,31 @@ class WorkerError(RuntimeError):
     """A worker process died (killed, crashed) or a worker thread stopped unexpectedly."""
 
 
+def check_workers(
+    num_workers: int, method: str, max_buffered: int, *, name: str = "prefetch method"
+) -> None:
+    """Raise ValueError unless workers can run with these settings.
+
+    Args:
+        num_workers: worker processes or threads (0: none).
+        method: ``"process"`` or ``"thread"``.
+        max_buffered: items in flight (at least 4 with processes, 1 with threads).
+        name: what the caller calls ``method``, for the message.
+
+    Example:
+        >>> check_workers(2, "fork", 6, name="method")
+        Traceback (most recent call last):
+        ...
+        ValueError: unknown method 'fork': expected one of ('process', 'thread')
+    """
+    if num_workers < 0:
+        raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+    if method not in METHODS:
+        raise ValueError(f"unknown {name} {method!r}: expected one of {METHODS}")
+    if max_buffered < (4 if method == "process" else 1):
+        raise ValueError(f"max_buffered too small for the {method} backend: {max_buffered}")
+
+
 class _Shifted:
     """``seq[offset:]`` as a sequence whose errors never kill a worker thread."""
 
@@ -464,12 +489,7 @@ class Prefetched:
         start_hook: Callable[[int], Any] | None = None,
         shm_size: int | None = None,
     ):
-        if num_workers < 0:
-            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
-        if method not in METHODS:
-            raise ValueError(f"unknown prefetch method {method!r}: expected one of {METHODS}")
-        if max_buffered < (4 if method == "process" else 1):
-            raise ValueError(f"max_buffered too small for the {method} backend: {max_buffered}")
+        check_workers(num_workers, method, max_buffered)
         try:
             self.length = len(seq)
         except TypeError as e:

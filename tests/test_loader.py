@@ -160,6 +160,7 @@ def test_dict_data_streams():
         ({"num_workers": -1}, "num_workers"),
         ({"pad": "reflect"}, "unknown pad mode"),
         ({"method": "gpu"}, "unknown method"),
+        ({"num_workers": 2, "max_buffered": 3}, "max_buffered too small"),
         ({"rank": 2, "world_size": 2}, "rank"),
         ({"rank": 0}, "both rank and world_size"),
         ({"lengths": [1]}, "lengths given"),
