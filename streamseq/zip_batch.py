@@ -11,6 +11,7 @@ import numpy as np
 from . import _shm
 from ._tree import leaves, tree_map
 from .batch import Batch, Chunk
+from .errors import StreamError
 from .interleave import Row
 from .streams import StreamRef
 from .tbin import TBinned
@@ -244,6 +245,8 @@ class _Table:
             streams = self._streams(blk, k, i, spec)
             try:
                 self._gather(data, streams, blk, k, spec)
+            except StreamError:
+                raise  # it names its stream or file already: no need to read again
             except Exception:  # read again, row by row, with every check: the right error
                 self._read_checked(data, blk, k, spec)
         elif spec is not None:

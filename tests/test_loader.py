@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamseq import StreamError, StreamLoader
+from streamseq.errors import SourceError
 from streamseq.testing import check_continuity, coded_streams, layouts
 
 
@@ -431,3 +432,32 @@ def test_index_errors_show_the_index_given():
     for i in (n, -n - 1):
         with pytest.raises(IndexError, match=rf"^batch {i} out of range for {n} batches$"):
             loader[i]
+
+
+class Truncated(RecordedReads):
+    """A source whose reads past step 5 fail with its own SourceError."""
+
+    def __getitem__(self, key):
+        if key.stop > 5:
+            self.reads.append((key.start, key.stop))
+            raise SourceError("clip.bin", "truncated after 5 steps")
+        return super().__getitem__(key)
+
+
+class FloatReads(RecordedReads):
+    def __getitem__(self, key):
+        return super().__getitem__(key) + 0.5
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_stream_error_while_gathering_a_batch_is_raised_without_reading_again(workers):
+    bad = Truncated(10)
+    loader = StreamLoader([np.arange(8), bad], 2, 3, num_workers=workers, method="thread")
+    with pytest.raises(SourceError, match="clip.bin: truncated after 5 steps"):
+        list(loader)
+    assert bad.reads.count((3, 6)) == 1
+    floats = FloatReads(6)
+    loader = StreamLoader([np.arange(8), floats], 2, 3, num_workers=workers, method="thread")
+    with pytest.raises(StreamError, match="stream 1 .*dtype float64 differs"):
+        list(loader)
+    assert floats.reads.count((0, 3)) == 1
