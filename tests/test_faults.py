@@ -328,9 +328,15 @@ if __name__ == "__main__":
             num_workers=2, lengths=[6, 6]) for p in b.data[b.valid].tolist()}
     assert os.getpid() not in pids and len(pids) == 2, pids
     deadline = time.monotonic() + 10
+    def command(c):  # empty while a process starts or ends; gone once it has ended
+        try:
+            return "" if c.status() == "zombie" else " ".join(c.cmdline()) or "?"
+        except psutil.NoSuchProcess:
+            return ""
+
     while time.monotonic() < deadline:  # the workers exit by themselves, soon
-        alive = [c for c in psutil.Process().children() if c.status() != "zombie"]
-        if all("resource_tracker" in c.cmdline()[-1] for c in alive):  # multiprocessing's
+        alive = [cmd for cmd in map(command, psutil.Process().children()) if cmd]
+        if all("resource_tracker" in cmd for cmd in alive):  # multiprocessing's
             break
         time.sleep(0.05)
     else:
