@@ -1,11 +1,11 @@
 """streamseq: temporally coherent batches of streams for recurrent and streaming models."""
 
 from .batch import Batch, Chunk
-from .errors import SourceError, StreamError
+from .errors import SourceError, StreamError, WorkerError
 from .interleave import Row, interleave_streams
 from .loader import StreamLoader
 from .pin import pin_memory
-from .prefetch import WorkerError, prefetch
+from .prefetch import prefetch
 from .split import split_by_worker
 from .tbin import tbin
 from .zip_batch import zip_batch

@@ -51,3 +51,7 @@ class SourceError(StreamError):
 
     def __reduce__(self):
         return (type(self), (self.path, self.message))
+
+
+class WorkerError(RuntimeError):
+    """A worker process died (killed, crashed) or a worker thread stopped unexpectedly."""
