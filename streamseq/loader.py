@@ -365,14 +365,19 @@ def _tensors(group: ZipBatch, i: int) -> Batch:
     return Batch._make(map(torch.from_numpy, group[i]))
 
 
+def _assemble_at(prefetchers: list[Prefetched], i: int, pin: bool, time_major: bool) -> Batch:
+    """Batch ``i`` assembled from the workers' micro-batches."""
+    for pf in prefetchers:  # start every worker before waiting for one
+        pf.prepare(i)
+    return assemble([pf[i] for pf in prefetchers], pin, time_major)
+
+
 def _assembled(
     prefetchers: list[Prefetched], start: int, stop: int, pin: bool, time_major: bool
 ) -> Iterator[Batch]:
     """Batches ``start`` to ``stop`` assembled from the workers' micro-batches."""
     for i in range(start, stop):
-        for pf in prefetchers:  # start every worker before waiting for one
-            pf.prepare(i)
-        yield assemble([pf[i] for pf in prefetchers], pin, time_major)
+        yield _assemble_at(prefetchers, i, pin, time_major)
 
 
 class _Iteration:
@@ -416,10 +421,7 @@ class _Iteration:
     def _batch(self, i: int) -> Batch:
         if not self.prefetchers:
             return self.loader._finish(self.groups[0][i])
-        for pf in self.prefetchers:  # start every worker before waiting for one
-            pf.prepare(i)
-        parts = [pf[i] for pf in self.prefetchers]
-        return assemble(parts, self.pin, self.loader.time_major)
+        return _assemble_at(self.prefetchers, i, self.pin, self.loader.time_major)
 
     def _produce(self) -> Callable[[], Iterator[Batch]]:
         """What the pinning thread runs; it holds the workers but not this object."""
