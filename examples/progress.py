@@ -60,14 +60,18 @@ def main(argv: list[str] | None = None) -> dict:
         # 1. measuring the lengths: a bar over the files (read back from the cache next time)
         cache = os.path.join(folder, "lengths.json")
         lengths = probe_lengths(openers, num_workers=args.workers, cache=cache)
-        loader = streamseq.StreamLoader(
-            openers,
-            args.batch_size,
-            args.tbins,
-            num_workers=args.workers,
-            lengths=lengths,
-            shuffle=True,
-        )
+
+        def make_loader() -> streamseq.StreamLoader:
+            return streamseq.StreamLoader(
+                openers,
+                args.batch_size,
+                args.tbins,
+                num_workers=args.workers,
+                lengths=lengths,
+                shuffle=True,
+            )
+
+        loader = make_loader()
 
         # 2. one bar per epoch: tqdm takes len(loader), exact
         for epoch in range(args.epochs):
@@ -90,14 +94,7 @@ def main(argv: list[str] | None = None) -> dict:
         for _ in range(len(loader) // 2):
             next(it)
         state = loader.state_dict()
-        resumed = streamseq.StreamLoader(
-            openers,
-            args.batch_size,
-            args.tbins,
-            num_workers=args.workers,
-            lengths=lengths,
-            shuffle=True,
-        )
+        resumed = make_loader()  # as after a restart
         resumed.load_state_dict(state)
         bar = tqdm(resumed, initial=state["next_batch"], desc="resumed", unit="batch")
         for _ in bar:
