@@ -16,6 +16,11 @@ from .interleave import Row
 from .streams import StreamRef
 from .tbin import TBinned
 
+try:  # the compiled batch assembly (built with the package; optional)
+    from ._gather import fill as _fill
+except ImportError:  # pragma: no cover - a build without a C compiler
+    _fill = None
+
 
 def _layout(tree: Any) -> str:
     if isinstance(tree, dict):
@@ -104,9 +109,10 @@ class _Block:
             pos = start = stop = ids = np.zeros((size, rows), np.int64)
         self.active = np.ascontiguousarray(active)
         self.pos = np.where(active, pos, -1)
-        self.start = np.where(active, start, -1)
-        self.count = np.where(active, stop - start, 0)
-        self.ids = np.where(active, ids, -1)[:, :, None]
+        self.start = np.ascontiguousarray(np.where(active, start, -1), np.int64)
+        self.count = np.ascontiguousarray(np.where(active, stop - start, 0), np.int64)
+        self.id_rows = np.ascontiguousarray(np.where(active, ids, -1), np.int64)
+        self.ids = self.id_rows[:, :, None]
         self.ramp = np.where(active, start // t, -1)  # row of the table of steps (-1: none)
         self.starts = self.start.tolist()  # slices are [start, start + T): numpy clips them
         self.partial = _Rows((self.count < t) & (self.count > 0), self.count)
@@ -206,6 +212,14 @@ class _Table:
         if type(spec) is np.ndarray:
             data = empty((*bt, *spec.shape[1:]), spec.dtype)
             streams = self._streams(blk, k, i, spec)
+            if _fill is not None:  # array streams: one compiled pass writes the batch
+                reset, valid = empty(bt[:1], bool), empty(bt, bool)
+                stream, step = empty(bt, np.int64), empty(bt, np.int64)
+                count, ids = blk.count[k], blk.id_rows[k]
+                if _fill(streams, blk.start[k], count, ids, data, reset, valid, stream, step) < 0:
+                    if self._unchecked:
+                        self._checked_by_fill(count)
+                    return Batch(data, reset, valid, stream, step)
             try:
                 self._gather(data, streams, blk, k, spec)
             except StreamError:
@@ -325,6 +339,16 @@ class _Table:
             if problem is not None:
                 raise self._ref(r, p).error(problem)  # (left unchecked: raised again)
             self._checked[r] = p
+        self._unchecked = left
+
+    def _checked_by_fill(self, counts: np.ndarray) -> None:
+        """Mark the streams the compiled pass read as checked (it reads only exact matches)."""
+        left = []
+        for r, p in self._unchecked:
+            if self._at[r] == p and counts[r]:
+                self._checked[r] = p
+            elif self._at[r] == p:
+                left.append((r, p))
         self._unchecked = left
 
     def _ref(self, r: int, p: int) -> StreamRef:
