@@ -1,0 +1,176 @@
+"""The compiled batch assembly equals the numpy path, and refuses what it cannot copy."""
+
+import os
+import tempfile
+from unittest import mock
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamseq import StreamLoader, _table
+from streamseq.testing import check_continuity, coded_streams, layouts
+
+fill = pytest.importorskip("streamseq._gather").fill
+
+KINDS = ["plain", "swapped", "strided", "memmap", "sequence", "slice_of_larger"]
+
+
+class ListStream:
+    """A stream that is not an array: a Python list of steps."""
+
+    def __init__(self, steps):
+        self.steps = list(steps)
+
+    def __len__(self):
+        return len(self.steps)
+
+    def __getitem__(self, s):
+        return np.array(self.steps[s]).reshape(-1, *np.shape(self.steps[0]))
+
+
+def variant(a, kind, folder, i):
+    if kind == "swapped":
+        return a.astype(a.dtype.newbyteorder("S"))
+    if kind == "strided":
+        return np.repeat(a, 2, axis=0)[::2]
+    if kind == "memmap":
+        path = os.path.join(folder, f"{i}.npy")
+        np.save(path, a)
+        return np.load(path, mmap_mode="r")
+    if kind == "sequence":
+        return ListStream(a)
+    if kind == "slice_of_larger":
+        big = np.concatenate([a, a, a])
+        return big[len(a) : 2 * len(a)]
+    return a
+
+
+def batches(streams, layout, pad, compiled):
+    loader = StreamLoader(streams, layout.batch_size, layout.tbins, pad=pad)
+    with mock.patch.object(_table, "_fill", fill if compiled else None):
+        return [tuple(f.numpy().copy() for f in b) for b in loader]
+
+
+def test_the_compiled_path_is_built():
+    assert _table._fill is fill, "streamseq._gather was not built: install with a C compiler"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    layouts(max_streams=10, max_length=30),
+    st.sampled_from(["zeros", "drop", "wrap"]),
+    st.sampled_from([((), "int64"), ((2, 3), "uint8"), ((3,), "float32")]),
+    st.data(),
+)
+def test_compiled_equals_numpy_path(layout, pad, step, data):
+    shape, dtype = step
+    kinds = data.draw(
+        st.lists(
+            st.sampled_from(KINDS), min_size=len(layout.lengths), max_size=len(layout.lengths)
+        )
+    )
+    with tempfile.TemporaryDirectory() as folder:
+        base = [s.astype(dtype) for s in coded_streams(layout.lengths, shape)]
+        streams = [
+            variant(a, k, folder, i) for i, (a, k) in enumerate(zip(base, kinds, strict=True))
+        ]
+        fast = batches(streams, layout, pad, compiled=True)
+        slow = batches(streams, layout, pad, compiled=False)
+        assert len(fast) == len(slow)
+        for x, y in zip(fast, slow, strict=True):
+            for f, g in zip(x, y, strict=True):
+                assert f.dtype == g.dtype
+                np.testing.assert_array_equal(f, g)
+        del streams  # memmaps closed before the folder goes
+
+
+@settings(max_examples=30, deadline=None)
+@given(layouts(), st.sampled_from(["zeros", "drop", "wrap"]))
+def test_plain_arrays_take_the_compiled_path(layout, pad):
+    returns = []
+
+    def spy(*args):
+        returns.append(fill(*args))
+        return returns[-1]
+
+    streams = coded_streams(layout.lengths)
+    loader = StreamLoader(streams, layout.batch_size, layout.tbins, pad=pad)
+    with mock.patch.object(_table, "_fill", spy):
+        out = list(loader)
+    assert set(returns) == ({-1} if out else set())
+    if pad == "zeros":
+        check_continuity(out, layout.lengths, sources=streams)
+
+
+def outputs(rows=2, t=4, step=()):
+    return (
+        np.full((rows, t, *step), 7, np.int64),
+        np.zeros(rows, bool),
+        np.zeros((rows, t), bool),
+        np.full((rows, t), 9, np.int64),
+        np.full((rows, t), 9, np.int64),
+    )
+
+
+def call(streams, starts, counts, ids, outs):
+    a = [np.array(x, np.int64) for x in (starts, counts, ids)]
+    return fill(list(streams), *a, *outs)
+
+
+def test_fill_writes_rows_padding_and_metadata():
+    outs = outputs()
+    assert call([np.arange(10), np.arange(10, 13)], [4, 0], [4, 3], [5, 8], outs) == -1
+    data, reset, valid, stream, step = outs
+    np.testing.assert_array_equal(data, [[4, 5, 6, 7], [10, 11, 12, 0]])
+    np.testing.assert_array_equal(reset, [False, True])
+    np.testing.assert_array_equal(valid, [[1, 1, 1, 1], [1, 1, 1, 0]])
+    np.testing.assert_array_equal(stream, [[5, 5, 5, 5], [8, 8, 8, -1]])
+    np.testing.assert_array_equal(step, [[4, 5, 6, 7], [0, 1, 2, -1]])
+
+
+def test_fill_idle_row_is_padding():
+    outs = outputs()
+    assert call([np.arange(10), np.zeros(0, np.int64)], [0, -1], [2, 0], [0, -1], outs) == -1
+    data, reset, valid, stream, step = outs
+    np.testing.assert_array_equal(data[1], 0)
+    assert not reset[1] and not valid[1].any()
+    assert (stream[1] == -1).all() and (step[1] == -1).all()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [0, 1, 2],  # not an array
+        np.arange(10, dtype=np.int32),  # another dtype
+        np.arange(10).astype(">i8"),  # another byte order
+        np.arange(20)[::2],  # not contiguous
+        np.arange(10).reshape(5, 2),  # another step shape
+        np.arange(3),  # too short for the steps asked
+        np.array([object()] * 10, dtype=object),  # references: never copied as memory
+    ],
+)
+def test_fill_refuses_what_it_cannot_copy_and_writes_nothing(bad):
+    outs = outputs()
+    before = [o.copy() for o in outs]
+    assert call([np.arange(10), bad], [0, 2], [4, 4], [0, 1], outs) == 1
+    for o, b in zip(outs, before, strict=True):
+        np.testing.assert_array_equal(o, b)
+
+
+def test_fill_refuses_counts_beyond_the_chunk():
+    assert call([np.arange(10), np.arange(10)], [0, 0], [4, 5], [0, 1], outputs()) == 1
+
+
+def test_fill_checks_its_outputs():
+    data, reset, valid, stream, step = outputs()
+    streams = [np.arange(10), np.arange(10)]
+    with pytest.raises(ValueError, match="shapes"):
+        call(streams, [0, 0], [1, 1], [0, 1], (data[:1], reset, valid, stream, step))
+    with pytest.raises(TypeError, match="step"):
+        call(streams, [0, 0], [1, 1], [0, 1], (data, reset, valid, stream, step.astype(np.int32)))
+    with pytest.raises(TypeError, match="data"):
+        call(streams, [0, 0], [1, 1], [0, 1], (data[:, ::2], reset, valid, stream, step))
+    with pytest.raises(TypeError):
+        fill(tuple(streams), *([np.zeros(2, np.int64)] * 3), data, reset, valid, stream, step)
