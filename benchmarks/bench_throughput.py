@@ -3,7 +3,10 @@
 Two workloads, each timed in one run for every loader, side by side:
 
 - ``tokens``: 512 in-memory int64 token streams of 1k to 10k tokens, batches of 64 x 256.
-  Limit: one process copying precomputed row slices into a batch array.
+  Limit: one process copying precomputed row slices into a batch array. For reference,
+  one ``memcpy`` per batch of precomputed whole batches (the data alone, at memory
+  speed), and streamseq's numpy path (what runs when the package was built without a C
+  compiler).
 - ``video``: 24 H.264 clips of 224x224 with 60 to 240 frames (made here, once, in
   ``--data``), batches of 8 x 8 RGB frames. Limit: the same files decoded by as many
   processes as workers, with no loader at all.
@@ -241,6 +244,25 @@ def copy_limit(streams: list[np.ndarray]) -> Any:
     return _Iterable(batches)
 
 
+def memcpy_bound(streams: list[np.ndarray]) -> Any:
+    """One copy of a whole precomputed batch per batch: the data alone, at memory speed."""
+    b, t = B_TOKENS, T_TOKENS
+    rows = [np.concatenate(streams[r::b]) for r in range(b)]
+    n = max(-(-len(r) // t) for r in rows)
+    flat = np.zeros((b, n * t), np.int64)  # (padding stays zero)
+    for r, row in enumerate(rows):
+        flat[r, : len(row)] = row
+    whole = np.ascontiguousarray(flat.reshape(b, n, t).transpose(1, 0, 2))
+
+    def batches() -> Any:
+        for batch in whole:
+            out = np.empty((b, t), np.int64)
+            np.copyto(out, batch)
+            yield out
+
+    return _Iterable(batches)
+
+
 def count_frames(path: str) -> int:
     return sum(1 for _ in decode(path))
 
@@ -291,7 +313,14 @@ def measure(job: dict) -> dict:
     kind, workers = job["loader"], job["workers"]
     if kind == "limit":
         loader = decode_limit(sources, workers) if video else copy_limit(sources)
+    elif kind == "memcpy":
+        loader = memcpy_bound(sources)
     elif kind == "streamseq":
+        loader = streamseq_loader(sources, workers, video)
+    elif kind == "streamseq-numpy":  # as installed without a C compiler
+        import streamseq._table
+
+        streamseq._table._fill = None
         loader = streamseq_loader(sources, workers, video)
     elif kind == "psd":
         loader = psd_loader(sources, workers, video)
@@ -352,7 +381,9 @@ def run_child(job: dict) -> dict:
 
 LABELS = {
     "limit": {"tokens": "copy limit (1 process)", "video": "decode limit ({w} processes)"},
+    "memcpy": "one memcpy per batch (data only)",
     "streamseq": "streamseq",
+    "streamseq-numpy": "streamseq, numpy path",
     "psd": "pytorch-stream-dataloader 1.0",
     "multistream": "DataLoader per group, zipped",
 }
@@ -449,7 +480,8 @@ def main() -> None:
             if not args.quick:
                 configs[1:1] = [("streamseq", 0)]
         else:
-            configs = [("limit", 0), ("streamseq", 0), ("psd", 0), ("multistream", 0)]
+            configs = [("limit", 0), ("memcpy", 0), ("streamseq", 0), ("streamseq-numpy", 0)]
+            configs += [("psd", 0), ("multistream", 0)]
             configs += [("streamseq", w), ("psd", w), ("multistream", w)]
         jobs = [dict(common, loader=k, workers=n) for k, n in configs]
         runs: dict[int, list[dict]] = {id(j): [] for j in jobs}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,7 +12,7 @@ from ._tree import tree_map
 from .batch import Batch
 from .errors import StreamError
 from .interleave import Row
-from .streams import StreamRef
+from .streams import _PID, StreamRef
 from .tbin import TBinned
 
 try:  # the compiled batch assembly (built with the package; optional)
@@ -138,8 +137,6 @@ class _Rows:
 
 
 _NOTHING = np.zeros(0)
-_PID = [os.getpid()]  # this process (os.getpid is a system call)
-os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
 _TABLE_LIMIT = 1 << 20  # elements of the tables of steps and valid masks
 
 
@@ -167,6 +164,10 @@ class _Table:
         ends = [p.chunk_ends + b for p, b in zip(parts, self.base.tolist(), strict=True)]
         self.ends = np.concatenate([np.zeros(0, np.int64), *ends]).astype(np.int64)
         self.ids = np.concatenate([np.zeros(0, np.int64), *(r.stream_ids for r in self.rows)])
+        refs = [ref for r in self.rows for ref in r.refs]
+        self.arrays: list[np.ndarray] | None = None  # the streams, when all are plain arrays
+        if all(type(f.source) is np.ndarray and len(f.source) == f.length for f in refs):
+            self.arrays = [f.source for f in refs]  # nothing to open, measure or close
         self.lengths = np.concatenate([np.zeros(0, np.int64), *(r.lengths for r in self.rows)])
         self.steps = np.arange(tbins, dtype=np.int64)
         longest = -(-int(self.lengths.max(initial=0)) // tbins)
@@ -273,6 +274,17 @@ class _Table:
         table_rows, first, streams, where = self.rows, self.first_list, self._open, self._at
         opened, unsized, checked = self._opened, self._unsized, self._checked
         dtype, step = spec.dtype, spec.shape[1:]
+        if self.arrays is not None:  # in short
+            arrays = self.arrays
+            for r, p in zip(rows, at, strict=True):
+                stream = streams[r] = arrays[p]
+                if stream.dtype is not dtype or stream.shape[1:] != step:
+                    problem = spec_mismatch(spec, stream)
+                    if problem is not None:
+                        raise self._ref(r, p).error(problem)
+                where[r] = p
+            self._next = i + 1
+            return streams
         for r, p in zip(rows, at, strict=True):
             ref = table_rows[r].switch(p - first[r])
             stream = streams[r] = ref.open()

@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import heapq
 import operator
-import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from ._tree import leaves, tree_map
-from .streams import StreamRef, as_refs
-
-_PID = [os.getpid()]  # this process (os.getpid is a system call)
-os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
+from .streams import _PID, StreamRef, as_refs
 
 
 class Row:
@@ -80,7 +76,7 @@ class Row:
 
     def release(self) -> None:
         """Close the stream currently open, if any."""
-        if self._current >= 0 and self._pid == os.getpid():
+        if self._current >= 0 and self._pid == _PID[0]:
             self.refs[self._current].close()
         self._current = -1
 

@@ -19,6 +19,9 @@ import numpy as np
 from ._tree import leaves, num_steps
 from .errors import StreamError
 
+_PID = [os.getpid()]  # this process, kept by a fork hook (os.getpid is a system call)
+os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
+
 _repr = reprlib.Repr()
 _repr.maxstring = 80
 _repr.maxother = 80
@@ -122,7 +125,7 @@ class StreamRef:
 
     def open(self) -> Any:
         """Return the stream, calling the opener once per process if needed."""
-        if self._opened is not None and self._pid == os.getpid():
+        if self._opened is not None and self._pid == _PID[0]:
             return self._opened
         if is_stream(self.source):
             stream = self.source
@@ -143,7 +146,7 @@ class StreamRef:
                     f"declared length {self.length} but the stream has {actual} steps"
                 )
             self.length = actual
-        self._opened, self._pid = stream, os.getpid()
+        self._opened, self._pid = stream, _PID[0]
         return stream
 
     def close(self) -> None:
