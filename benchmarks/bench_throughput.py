@@ -381,7 +381,7 @@ def run_child(job: dict) -> dict:
 
 LABELS = {
     "limit": {"tokens": "copy limit (1 process)", "video": "decode limit ({w} processes)"},
-    "memcpy": "one memcpy per batch (data only)",
+    "memcpy": {"tokens": "memcpy of whole batches (data only)"},
     "streamseq": "streamseq",
     "streamseq-numpy": "streamseq, numpy path",
     "psd": "pytorch-stream-dataloader 1.0",
