@@ -1,5 +1,7 @@
 import functools
+import gc
 import os
+import pathlib
 import pickle
 
 import numpy as np
@@ -93,6 +95,35 @@ def test_declared_length_spares_the_len_probe():
 def test_a_path_is_not_a_stream():
     with pytest.raises(TypeError, match=r"stream 3 \('a.npy'\) is a path, not a stream"):
         StreamRef(3, "a.npy")
+
+
+def test_every_source_of_a_type_is_told_apart_alike():
+    refs = as_refs([np.arange(3), functools.partial(np.arange, 4), [1, 2], np.arange(5)])
+    assert [len(r) for r in refs] == [3, 4, 2, 5]
+    with pytest.raises(TypeError, match=r"stream 1 .* is a path"):
+        as_refs([np.arange(3), pathlib.Path("a.npy")])
+    with pytest.raises(TypeError, match=r"stream 2 .* got float"):
+        as_refs([np.arange(3), np.arange(2), 1.5])
+
+
+def test_as_refs_pauses_the_collector_and_restores_it():
+    gc.enable()
+    with pytest.raises(TypeError):
+        as_refs([np.arange(3), 42])
+    assert gc.isenabled()
+    as_refs([np.arange(3)], lengths=np.array([3]))
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        as_refs([np.arange(3)])
+        assert not gc.isenabled()  # left as the caller had it
+    finally:
+        gc.enable()
+
+
+def test_lengths_may_be_any_integer_sequence():
+    for lengths in ([3, 2], np.array([3, 2], np.uint32), (3.0, 2.0)):
+        assert [len(r) for r in as_refs([np.arange(3), np.arange(2)], lengths)] == [3, 2]
 
 
 def test_list_streams_read_as_arrays():
