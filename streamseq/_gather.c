@@ -7,18 +7,22 @@
  * and -1 after.  A slice loop in Python costs ~100 ns a row before numpy copies anything;
  * here a row costs its memcpy.
  *
- * Nothing is written unless every row can be copied as raw memory: the stream of every
- * row that reads is an ndarray of the output's dtype (native byte order, no object
- * references), C-contiguous, with the output's step shape and enough steps.  Otherwise
- * fill returns the first row that cannot, and the caller takes its general path (which
- * converts, checks and raises the errors that name the stream).  It returns -1 when the
- * batch was written.
+ * Nothing is written unless every row can be copied as raw memory: the data holds no
+ * object references, and the stream of every row that reads is exactly an ndarray or a
+ * memmap (a subclass may read differently through its __getitem__) of an equivalent
+ * dtype (same byte order), C-contiguous, with the output's step shape and enough steps.
+ * Otherwise fill returns the first row that cannot (0 when the data is at fault), and
+ * the caller takes its general path (which converts, checks and raises the errors that
+ * name the stream).  It returns -1 when the batch was written.  The copies run without
+ * the GIL, holding a reference to every stream they read.
  */
 #define PY_SSIZE_T_CLEAN
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <Python.h>
 #include <string.h>
 #include <numpy/arrayobject.h>
+
+static PyTypeObject *memmap_type;  /* numpy.memmap */
 
 static int
 as_array(PyObject *obj, int type, int ndim, const char *name, PyArrayObject **out)
@@ -41,7 +45,7 @@ as_array(PyObject *obj, int type, int ndim, const char *name, PyArrayObject **ou
 static int
 readable(PyObject *obj, PyArrayObject *data, npy_int64 start, npy_int64 count)
 {
-    if (!PyArray_Check(obj))
+    if (Py_TYPE(obj) != &PyArray_Type && Py_TYPE(obj) != memmap_type)
         return 0;
     PyArrayObject *a = (PyArrayObject *)obj;
     PyArray_Descr *d = PyArray_DESCR(a);
@@ -53,7 +57,7 @@ readable(PyObject *obj, PyArrayObject *data, npy_int64 start, npy_int64 count)
     for (int k = 1; k < nd; k++)
         if (shape[k] != want[k + 1])
             return 0;
-    return start >= 0 && start + count <= shape[0];
+    return start >= 0 && start <= (npy_int64)shape[0] - count;  /* (no overflow) */
 }
 
 static PyObject *
@@ -92,11 +96,20 @@ fill(PyObject *self, PyObject *args)
     }
     const npy_int64 *a = PyArray_DATA(starts), *n = PyArray_DATA(counts),
                     *id = PyArray_DATA(ids);
+    if (PyDataType_REFCHK(PyArray_DESCR(data)))
+        return PyLong_FromLong(0);  /* zeros of objects are not zero bytes */
     for (npy_intp r = 0; r < rows; r++) {
         if (n[r] < 0 || n[r] > t)
             return PyLong_FromSsize_t(r);
         if (n[r] && !readable(PyList_GET_ITEM(streams, r), data, a[r], n[r]))
             return PyLong_FromSsize_t(r);
+    }
+    PyObject **held = PyMem_Malloc(rows * sizeof(PyObject *) + 1);
+    if (held == NULL)
+        return PyErr_NoMemory();
+    for (npy_intp r = 0; r < rows; r++) {
+        held[r] = n[r] ? PyList_GET_ITEM(streams, r) : NULL;
+        Py_XINCREF(held[r]);  /* alive while the GIL is released */
     }
     npy_intp step_bytes = PyArray_ITEMSIZE(data);
     for (int k = 2; k < PyArray_NDIM(data); k++)
@@ -104,12 +117,13 @@ fill(PyObject *self, PyObject *args)
     char *out = PyArray_DATA(data);
     npy_bool *res = PyArray_DATA(reset), *val = PyArray_DATA(valid);
     npy_int64 *sid = PyArray_DATA(stream), *pos = PyArray_DATA(step);
+    Py_BEGIN_ALLOW_THREADS
     for (npy_intp r = 0; r < rows; r++) {
         npy_intp count = (npy_intp)n[r];
         char *row = out + r * t * step_bytes;
         if (count) {
-            const char *src = PyArray_DATA((PyArrayObject *)PyList_GET_ITEM(streams, r));
-            memcpy(row, src + (npy_intp)a[r] * step_bytes, count * step_bytes);
+            const char *src = PyArray_DATA((PyArrayObject *)held[r]);
+            memmove(row, src + (npy_intp)a[r] * step_bytes, count * step_bytes);
         }
         memset(row + count * step_bytes, 0, (t - count) * step_bytes);
         res[r] = a[r] == 0;
@@ -125,6 +139,10 @@ fill(PyObject *self, PyObject *args)
             p[j] = -1;
         }
     }
+    Py_END_ALLOW_THREADS
+    for (npy_intp r = 0; r < rows; r++)
+        Py_XDECREF(held[r]);
+    PyMem_Free(held);
     return PyLong_FromLong(-1);
 }
 
@@ -132,7 +150,7 @@ static PyMethodDef methods[] = {
     {"fill", fill, METH_VARARGS,
      "fill(streams, starts, counts, ids, data, reset, valid, stream, step) -> int\n\n"
      "Write one batch from array streams; -1, or the first row that must take the "
-     "general path (nothing written then)."},
+     "general path (nothing written then; 0 when the data holds object references)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -145,5 +163,17 @@ PyMODINIT_FUNC
 PyInit__gather(void)
 {
     import_array();
+    PyObject *numpy = PyImport_ImportModule("numpy");
+    if (numpy == NULL)
+        return NULL;
+    memmap_type = (PyTypeObject *)PyObject_GetAttrString(numpy, "memmap");
+    Py_DECREF(numpy);
+    if (memmap_type == NULL)
+        return NULL;
+    if (!PyType_Check(memmap_type)) {
+        Py_DECREF(memmap_type);
+        PyErr_SetString(PyExc_TypeError, "numpy.memmap is not a type");
+        return NULL;
+    }
     return PyModule_Create(&module);
 }

@@ -121,6 +121,11 @@ class _Block:
         self.moved = _Rows(moved, self.pos)
 
 
+def _plain(source: Any, length: int | None) -> bool:
+    """Whether ``source`` is a plain array of ``length`` steps (nothing to open or check)."""
+    return type(source) is np.ndarray and source.ndim > 0 and len(source) == length
+
+
 class _Rows:
     """For each batch k of a block: the rows where ``mask[k]``, with ``values[k, row]``."""
 
@@ -145,8 +150,10 @@ class _Table:
 
     Built once per zip from the rows' stream lengths (O(streams) memory): where each
     stream of each row ends, in chunks, concatenated over rows. The read positions of a
-    block of consecutive batches come from one binary search over all rows. Reading a
-    batch slices the open stream of each row and copies the slices with one
+    block of consecutive batches come from one binary search over all rows. Rows of
+    arrays are copied, and the metadata written, by one compiled pass
+    (:mod:`streamseq._gather`) when it was built. Otherwise reading a batch slices the
+    open stream of each row and copies the slices with one
     :func:`numpy.concatenate` straight into the output, which is allocated in the
     worker's shared-memory slot when there is one (:mod:`streamseq._shm`); ``step`` and
     ``valid`` are rows taken from small tables (chunk ``c`` covers steps ``c*T + [0,
@@ -166,7 +173,7 @@ class _Table:
         self.ids = np.concatenate([np.zeros(0, np.int64), *(r.stream_ids for r in self.rows)])
         refs = [ref for r in self.rows for ref in r.refs]
         self.arrays: list[np.ndarray] | None = None  # the streams, when all are plain arrays
-        if all(type(f.source) is np.ndarray and len(f.source) == f.length for f in refs):
+        if all(_plain(f.source, f.length) for f in refs):
             self.arrays = [f.source for f in refs]  # nothing to open, measure or close
         self.lengths = np.concatenate([np.zeros(0, np.int64), *(r.lengths for r in self.rows)])
         self.steps = np.arange(tbins, dtype=np.int64)
@@ -210,12 +217,12 @@ class _Table:
         bt = self.shape
         empty = np.empty if _shm.current() is None else _shm.empty
         data = None
+        reset, valid = empty(bt[:1], bool), empty(bt, bool)  # (once: they may be in shm)
+        stream, step = empty(bt, np.int64), empty(bt, np.int64)
         if type(spec) is np.ndarray:
             data = empty((*bt, *spec.shape[1:]), spec.dtype)
             streams = self._streams(blk, k, i, spec)
             if _fill is not None:  # array streams: one compiled pass writes the batch
-                reset, valid = empty(bt[:1], bool), empty(bt, bool)
-                stream, step = empty(bt, np.int64), empty(bt, np.int64)
                 count, ids = blk.count[k], blk.id_rows[k]
                 if _fill(streams, blk.start[k], count, ids, data, reset, valid, stream, step) < 0:
                     if self._unchecked:
@@ -230,30 +237,38 @@ class _Table:
         elif spec is not None:
             data = tree_map(lambda s: empty((*bt, *np.shape(s)[1:]), s.dtype), spec)
             self._read_checked(data, blk, k, spec)
+        self._metadata(blk, k, reset, valid, stream, step)
+        return Batch(data, reset, valid, stream, step)
+
+    def _metadata(
+        self,
+        blk: _Block,
+        k: int,
+        reset: np.ndarray,
+        valid: np.ndarray,
+        stream: np.ndarray,
+        step: np.ndarray,
+    ) -> None:
+        """Write ``reset``, ``valid``, ``stream`` and ``step`` of batch ``k`` of ``blk``."""
         start = blk.start[k]
-        valid = empty(bt, bool)
         if blk.full[k]:
             valid.fill(True)
         elif self.masks is not None:
             self.masks.take(blk.count[k], axis=0, out=valid, mode="clip")
         else:
             np.less(self.steps, blk.count[k][:, None], out=valid)
-        step = empty(bt, np.int64)
         if self.ramps is not None:
             self.ramps.take(blk.ramp[k], axis=0, out=step, mode="wrap")
         else:
             np.add(self.steps, start[:, None], out=step)
             np.putmask(step, ~valid, -1)
-        stream = empty(bt, np.int64)
         stream[...] = blk.ids[k]
-        reset = empty(bt[:1], bool)
         np.equal(start, 0, out=reset)
         a, z = blk.partial.bounds[k], blk.partial.bounds[k + 1]
         if a < z:
             for r, n in zip(blk.partial.rows[a:z], blk.partial.values[a:z], strict=True):
                 step[r, n:] = -1
                 stream[r, n:] = -1
-        return Batch(data, reset, valid, stream, step)
 
     def _streams(self, blk: _Block, k: int, i: int, spec: np.ndarray) -> list[Any]:
         """The stream each row reads in batch ``k`` of ``blk``, opened.

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamseq import StreamLoader, _table
+from streamseq import StreamError, StreamLoader, _shm, _table, interleave_streams, tbin, zip_batch
 from streamseq.testing import check_continuity, coded_streams, layouts
 
 fill = pytest.importorskip("streamseq._gather").fill
@@ -174,3 +174,73 @@ def test_fill_checks_its_outputs():
         call(streams, [0, 0], [1, 1], [0, 1], (data[:, ::2], reset, valid, stream, step))
     with pytest.raises(TypeError):
         fill(tuple(streams), *([np.zeros(2, np.int64)] * 3), data, reset, valid, stream, step)
+
+
+def test_fill_refuses_starts_that_would_overflow():
+    outs = outputs(rows=1, step=(3,))
+    outs = (np.zeros((1, 4, 3), np.uint8), *outs[1:])
+    stream = np.zeros((10, 3), np.uint8)
+    for start in (2**63 - 2, 2**62, 9):
+        assert call([stream], [start], [4], [0], outs) == 0
+
+
+def test_fill_reads_memmaps_but_not_other_subclasses(tmp_path):
+    np.save(tmp_path / "a.npy", np.arange(10))
+    assert (
+        call(
+            [np.arange(10), np.load(tmp_path / "a.npy", mmap_mode="r")],
+            [0, 2],
+            [4, 4],
+            [0, 1],
+            outputs(),
+        )
+        == -1
+    )
+
+    class Doubled(np.ndarray):
+        def __getitem__(self, key):
+            return np.asarray(self)[key] * 2
+
+    assert (
+        call([np.arange(10), np.arange(10).view(Doubled)], [0, 0], [4, 4], [0, 1], outputs()) == 1
+    )
+    loader = StreamLoader([np.arange(8).view(Doubled), np.arange(4)], 2, 4)
+    assert next(iter(loader)).data.tolist() == [[0, 2, 4, 6], [0, 1, 2, 3]]
+
+
+def test_fill_leaves_object_data_to_the_numpy_path():
+    data = np.zeros((2, 4), object)
+    _, reset, valid, stream, step = outputs()
+    streams = [np.arange(10).astype(object), np.zeros(0, object)]
+    assert call(streams, [0, -1], [4, 0], [0, -1], (data, reset, valid, stream, step)) == 0
+    rows = interleave_streams([np.arange(10).astype(object), np.arange(5).astype(object)], 2)
+    spec = np.zeros(0, object)
+    batches = zip_batch([tbin(r, 4) for r in rows], length=5, spec=spec)
+    assert [b.data[1].tolist() for b in batches][-2:] == [[0, 0, 0, 0], [0, 0, 0, 0]]
+
+
+def test_a_zero_dim_array_with_a_declared_length_names_the_stream():
+    loader = StreamLoader([np.arange(10), np.array(5)], 2, 4, lengths=[10, 3])
+    with pytest.raises(StreamError, match=r"stream 1 .*len\(\) failed"):
+        list(loader)
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_declined_batches_allocate_their_metadata_once(compiled):
+    streams = [ListStream(range(20)), ListStream(range(30))]  # not arrays: fill declines
+    loader = StreamLoader(streams, 2, 8)
+    group = loader._in_process()
+    used = []
+    with mock.patch.object(_table, "_fill", fill if compiled else None):
+        for i in range(len(group)):
+            slot = _shm.Slot(memoryview(bytearray(1 << 16)), 0, 1 << 16)
+            _shm.use(slot)
+            try:
+                batch = group[i]
+            finally:
+                _shm.use(None)
+            base = np.frombuffer(slot.view, np.uint8)
+            assert all(np.shares_memory(f, base) for f in batch)
+            used.append(slot.offset)
+    sizes = 2 * 8 * 8 + 2 + 2 * 8 + 2 * 2 * 8 * 8  # data, reset, valid, stream, step
+    assert max(used) < sizes + 5 * _shm.ALIGN
