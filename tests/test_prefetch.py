@@ -1,3 +1,4 @@
+import gc
 import threading
 import time
 
@@ -210,3 +211,23 @@ def test_index_errors_show_the_index_given():
 def test_repr_describes_the_sequence_without_its_items():
     seq = prefetch([np.arange(1000)] * 50, 1, method="thread")
     assert repr(seq) == "prefetch(list of 50 items, 1, method='thread')"
+
+
+class FrozenInWorker:
+    """Items report how many objects this process's collector leaves alone."""
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        if not 0 <= i < 2:
+            raise IndexError(i)
+        return np.array([gc.get_freeze_count()], np.int64)
+
+
+def test_worker_collections_leave_the_inherited_objects_alone():
+    assert gc.get_freeze_count() == 0  # the calling process is left as it was
+    with prefetch(FrozenInWorker(), 1, method="process") as seq:
+        seq[0]  # (computed here, to size the shared-memory slots)
+        assert int(seq[1][0]) > 1000  # everything the worker inherited: torch, numpy, ...
+    assert gc.get_freeze_count() == 0
