@@ -11,6 +11,7 @@ import multiprocessing.connection
 import multiprocessing.sharedctypes
 import os
 import pickle
+import select
 import signal
 import threading
 import time
@@ -73,6 +74,40 @@ def _describe_exits(ended: list[tuple[int, int | None]]) -> str:
             how = "stopped" if code is None else f"exit code {code}"
         out.append(f"process {pid} {how}")
     return ", ".join(out)
+
+
+class _Poller:
+    """Wait until pipes can be read, with one poll object made once.
+
+    ``multiprocessing.connection.wait`` builds and tears down a selector at every call
+    (tens of microseconds, per item on both ends of a pipe); where ``select.poll`` is
+    missing it is used all the same. A pipe whose other end closed counts as readable
+    (its next read raises EOFError).
+    """
+
+    def __init__(self, pipes: list[Any]):
+        self.pipes = list(pipes)
+        self.poller = select.poll() if hasattr(select, "poll") else None
+        self.by_fd = {}
+        for pipe in self.pipes:
+            if self.poller is not None:
+                self.poller.register(pipe.fileno(), select.POLLIN)
+            self.by_fd[pipe.fileno()] = pipe
+
+    def wait(self, timeout: float) -> list[Any]:
+        """The pipes readable within ``timeout`` seconds (empty: none)."""
+        if self.poller is None:
+            return multiprocessing.connection.wait(self.pipes, timeout)
+        return [self.by_fd[fd] for fd, _ in self.poller.poll(timeout * 1000)]
+
+
+def _message(value: Any) -> bytes:
+    """``value`` (ints, tuples, bytes) as the bytes of one message on a pipe.
+
+    Plain pickle: ``Connection.send`` builds a ``ForkingPickler`` for each message,
+    copying the table of reducers that torch registers (~10 us).
+    """
+    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 _GOODBYE = b"streamseq: worker done"
@@ -154,6 +189,7 @@ class _Backend(seqtools.evaluation.ProcessBacked):
             self.result_pipes.append(results_rx)
             self.workers.append(worker)
         self.worker_died = threading.Event()
+        self._results = _Poller(self.result_pipes)
         self._finalizer = weakref.finalize(
             self, _Backend.end, self.job_pipes, self.result_pipes, self.workers
         )
@@ -165,13 +201,13 @@ class _Backend(seqtools.evaluation.ProcessBacked):
         that closed it and lives on, within a second; either raises RuntimeError.
         """
         while True:
-            ready = multiprocessing.connection.wait(self.result_pipes, timeout=1)
+            ready = self._results.wait(1)
             if ready:
                 break
             if self.worker_died.is_set() or not all(w.is_alive() for w in self.workers):
                 raise RuntimeError("a worker died unexpectedly")
         try:
-            item, success, start, regions, payload = ready[0].recv()
+            item, success, start, regions, payload = pickle.loads(ready[0].recv_bytes())
         except (EOFError, OSError):
             self.worker_died.set()
             raise RuntimeError("a worker died unexpectedly") from None
@@ -190,7 +226,7 @@ class _Backend(seqtools.evaluation.ProcessBacked):
         pipe = self.job_pipes[self.turn]
         self.turn = (self.turn + 1) % len(self.job_pipes)
         try:
-            pipe.send((item, slot))
+            pipe.send_bytes(_message((item, slot)))
         except OSError:  # the worker is gone: wait_completion reports it
             self.worker_died.set()
 
@@ -221,7 +257,7 @@ class _Backend(seqtools.evaluation.ProcessBacked):
         """
         for pipe in job_pipes:
             try:
-                pipe.send((-1, None))
+                pipe.send_bytes(_message((-1, None)))
             except OSError:
                 pass
         deadline = time.monotonic() + timeout
@@ -255,13 +291,14 @@ class _Backend(seqtools.evaluation.ProcessBacked):
         seqtools.errors.seterr("passthrough")
         view = memoryview(shm).cast("B")
         base = ctypes.addressof(shm)
+        poller = _Poller([jobs])
         while True:
             try:
-                if not jobs.poll(1):
+                if not poller.wait(1):
                     if os.getppid() != parent:
                         return  # the main process is gone
                     continue
-                idx, start = jobs.recv()
+                idx, start = pickle.loads(jobs.recv_bytes())
             except (EOFError, OSError):
                 return
             if idx < 0:
@@ -313,6 +350,6 @@ class _Backend(seqtools.evaluation.ProcessBacked):
                 else:
                     payload = pickle.dumps(str(value))
             try:
-                results.send((idx, success, start, regions, payload))
+                results.send_bytes(_message((idx, success, start, regions, payload)))
             except OSError:
                 return  # the main process is gone

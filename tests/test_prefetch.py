@@ -1,4 +1,6 @@
 import gc
+import multiprocessing
+import select
 import threading
 import time
 
@@ -6,6 +8,7 @@ import numpy as np
 import pytest
 
 from streamseq import WorkerError, prefetch
+from streamseq._processes import _Poller
 
 
 class Squares:
@@ -231,3 +234,21 @@ def test_worker_collections_leave_the_inherited_objects_alone():
         seq[0]  # (computed here, to size the shared-memory slots)
         assert int(seq[1][0]) > 1000  # everything the worker inherited: torch, numpy, ...
     assert gc.get_freeze_count() == 0
+
+
+@pytest.mark.parametrize("with_poll", [True, False])
+def test_poller_tells_readable_and_closed_pipes(monkeypatch, with_poll):
+    if not with_poll:
+        monkeypatch.delattr(select, "poll")
+    rx, tx = multiprocessing.Pipe(duplex=False)
+    poller = _Poller([rx])
+    assert (poller.poller is not None) == with_poll
+    assert poller.wait(0) == []
+    tx.send_bytes(b"x")
+    assert poller.wait(1) == [rx] and rx.recv_bytes() == b"x"
+    assert poller.wait(0.01) == []
+    tx.close()
+    assert poller.wait(1) == [rx]  # the writer is gone: the next read says so
+    with pytest.raises(EOFError):
+        rx.recv_bytes()
+    rx.close()
