@@ -40,21 +40,15 @@ def is_stream(obj: Any) -> bool:
     return hasattr(obj, "__len__") and hasattr(obj, "__getitem__")
 
 
-_KINDS: dict[type, str] = {}  # type -> "path", "stream", "opener" or "neither"
-
-
 def _kind(source: Any) -> str:
-    """What a source is, decided once per type (special methods live on the type)."""
-    kind = _KINDS.get(type(source))
-    if kind is None:
-        if isinstance(source, (str, bytes, os.PathLike)):
-            kind = "path"
-        elif is_stream(source):
-            kind = "stream"
-        else:
-            kind = "opener" if callable(source) else "neither"
-        _KINDS[type(source)] = kind
-    return kind
+    """What a source is: "path", "stream", "opener" or "neither"."""
+    if type(source) is np.ndarray:  # the common case, in short
+        return "stream"
+    if isinstance(source, (str, bytes, os.PathLike)):
+        return "path"
+    if is_stream(source):
+        return "stream"
+    return "opener" if callable(source) else "neither"
 
 
 def describe(obj: Any) -> str:

@@ -97,7 +97,15 @@ def test_a_path_is_not_a_stream():
         StreamRef(3, "a.npy")
 
 
-def test_every_source_of_a_type_is_told_apart_alike():
+def test_each_source_is_told_apart_by_itself_not_by_its_type():
+    import types
+
+    as_refs([types.SimpleNamespace(__len__=None, __getitem__=None)])  # a "stream" by hasattr
+    with pytest.raises(TypeError, match="expected a stream"):
+        as_refs([types.SimpleNamespace()])  # the same type: judged anew
+
+
+def test_sources_of_every_kind():
     refs = as_refs([np.arange(3), functools.partial(np.arange, 4), [1, 2], np.arange(5)])
     assert [len(r) for r in refs] == [3, 4, 2, 5]
     with pytest.raises(TypeError, match=r"stream 1 .* is a path"):
