@@ -23,6 +23,7 @@ import numpy as np
 import seqtools
 import seqtools.errors
 import seqtools.evaluation
+import torch
 from seqtools.C.refcountedbuffer import RefCountedBuffer
 
 from . import _shm
@@ -284,6 +285,10 @@ class _Backend(seqtools.evaluation.ProcessBacked):
         # a full collection writes to every object it walks, which would copy every page
         # of them here (about 70 ms in a process that imported torch and PyAV).
         gc.freeze()
+        # One thread for torch's own operations, as torch's DataLoader workers do: an
+        # OpenMP pool that the main process started before the fork hangs a forked worker
+        # at its first parallel operation (and workers are the parallelism).
+        torch.set_num_threads(1)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the main process
         parent = os.getppid()
         if init_fn is not None:

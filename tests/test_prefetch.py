@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 import pytest
+import torch
 
 from streamseq import WorkerError, prefetch
 from streamseq._processes import _Poller
@@ -252,3 +253,25 @@ def test_poller_tells_readable_and_closed_pipes(monkeypatch, with_poll):
     with pytest.raises(EOFError):
         rx.recv_bytes()
     rx.close()
+
+
+class TorchSums:
+    """Items computed with a torch operation large enough to run on several threads."""
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        if not 0 <= i < 4:
+            raise IndexError(i)
+        x = torch.arange(2_000_000) + i
+        return np.array([int(x[0]), torch.get_num_threads()], np.int64)
+
+
+@pytest.mark.timeout(60)
+def test_workers_run_torch_operations_after_the_main_process_did():
+    # item 0 is computed here, which starts torch's thread pool before the workers fork
+    with prefetch(TorchSums(), 1, method="process") as seq:
+        items = [seq[i].tolist() for i in range(4)]
+    assert [x for x, _ in items] == [0, 1, 2, 3]
+    assert [n for _, n in items[1:]] == [1, 1, 1]  # one thread each: workers are the parallelism
