@@ -15,6 +15,7 @@ import select
 import signal
 import threading
 import time
+import traceback
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -27,6 +28,7 @@ import torch
 from seqtools.C.refcountedbuffer import RefCountedBuffer
 
 from . import _shm
+from .errors import WorkerError
 
 logger = logging.getLogger("streamseq.prefetch")
 
@@ -60,6 +62,23 @@ def _pack(value: Any) -> Any:
                 return value
         return _Packed(value)
     return value
+
+
+def _sendable_error(error: BaseException, payload: bytes, buffers: list[Any]) -> bytes:
+    """``payload`` (``error`` pickled), or a WorkerError describing ``error`` instead.
+
+    The description replaces the payload when it does not unpickle: an exception whose
+    ``__init__`` takes other arguments than its ``args`` pickles but fails to unpickle,
+    which would replace it with an unrelated TypeError in the main process.
+    """
+    try:
+        pickle.loads(payload, buffers=buffers)
+        return payload
+    except Exception as e:
+        text = "".join(traceback.format_exception(error)).rstrip()
+        why = f"{type(e).__name__}: {e}"
+        message = f"{type(error).__qualname__}: {error} (not sent as itself: {why})\n{text}"
+        return pickle.dumps(WorkerError(message), protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _describe_exits(ended: list[tuple[int, int | None]]) -> str:
@@ -354,6 +373,8 @@ class _Backend(seqtools.evaluation.ProcessBacked):
                     payload = pickle.dumps(ValueError(message))
                 else:
                     payload = pickle.dumps(str(value))
+            if not success and isinstance(value, BaseException):
+                payload = _sendable_error(value, payload, [view[a:z] for a, z in regions])
             try:
                 results.send_bytes(_message((idx, success, start, regions, payload)))
             except OSError:

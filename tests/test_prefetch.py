@@ -275,3 +275,23 @@ def test_workers_run_torch_operations_after_the_main_process_did():
         items = [seq[i].tolist() for i in range(4)]
     assert [x for x, _ in items] == [0, 1, 2, 3]
     assert [n for _, n in items[1:]] == [1, 1, 1]  # one thread each: workers are the parallelism
+
+
+class TwoArgError(Exception):
+    def __init__(self, a, b):
+        super().__init__(f"{a} and {b}")
+
+
+class FailsWithTwoArgs(Squares):
+    def __getitem__(self, i):
+        if i == 2:
+            raise TwoArgError("this", "that")
+        return super().__getitem__(i)
+
+
+def test_an_error_that_cannot_travel_is_described_not_replaced():
+    with prefetch(FailsWithTwoArgs(4), 1, method="process") as seq:
+        seq[0], seq[1]
+        with pytest.raises(WorkerError, match=r"TwoArgError: this and that") as info:
+            seq[2]
+    assert "raise TwoArgError" in str(info.value)  # the worker's traceback comes along
