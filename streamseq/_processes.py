@@ -197,11 +197,11 @@ class _Backend(seqtools.evaluation.ProcessBacked):
         for index in range(num_workers):
             jobs_rx, jobs_tx = ctx.Pipe(duplex=False)
             results_rx, results_tx = ctx.Pipe(duplex=False)
-            worker = ctx.Process(
-                target=_Backend.worker,
-                args=(seq, jobs_rx, self.shm, self.shm_slot_size, results_tx, init_fn, index),
-                daemon=True,
-            )
+            # a forked worker inherits this process's ends of its pipes: it closes them, so
+            # that its writes fail rather than block once this process is gone
+            mine = (jobs_tx, results_rx) if ctx.get_start_method() == "fork" else ()
+            args = (seq, jobs_rx, self.shm, self.shm_slot_size, results_tx, init_fn, index, mine)
+            worker = ctx.Process(target=_Backend.worker, args=args, daemon=True)
             worker.start()
             jobs_rx.close()
             results_tx.close()
@@ -299,7 +299,9 @@ class _Backend(seqtools.evaluation.ProcessBacked):
         return ended
 
     @staticmethod
-    def worker(seq, jobs, shm, slot_size, results, init_fn, index):  # noqa: D102
+    def worker(seq, jobs, shm, slot_size, results, init_fn, index, inherited=()):  # noqa: D102
+        for end in inherited:
+            end.close()
         # The objects inherited through fork are left out of this process's collections:
         # a full collection writes to every object it walks, which would copy every page
         # of them here (about 70 ms in a process that imported torch and PyAV).

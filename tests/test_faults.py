@@ -365,3 +365,37 @@ def test_streams_and_openers_pickle():
     again = pickle.loads(pickle.dumps(refs))
     assert [r.read(0, 2).tolist() for r in again] == [[0, 1], [0, 1]]
     assert again[1]._opened is not None and refs[1]._opened is not again[1]._opened
+
+
+KILLED_MAIN = """
+import os, signal, sys, time
+import numpy as np
+import streamseq
+
+class Growing:  # items after the first outgrow their slots: they travel through the pipe
+    def __len__(self):
+        return 50
+    def __getitem__(self, i):
+        return np.zeros(10 if i == 0 else 4_000_000, np.uint8)
+
+ahead = streamseq.prefetch(Growing(), 1)
+ahead[0]
+ahead.prepare(1)
+time.sleep(1.0)  # the worker is now writing item 1, more than a pipe holds
+print(*ahead.pids, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_workers_end_when_the_main_process_is_killed_mid_write(tmp_path):
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED_MAIN)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == -signal.SIGKILL, out.stderr[-3000:]
+    pids = [int(p) for p in out.stdout.split()]
+    assert pids
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(psutil.pid_exists(p) for p in pids):
+        time.sleep(0.1)
+    left = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+    assert not left, f"workers outlived the main process: {left}"
