@@ -180,8 +180,10 @@ class _Backend(seqtools.evaluation.ProcessBacked):
         buffer_size: int,
         init_fn: Callable[[int], Any] | None,
         shm_size: int,
+        timeout: float | None = None,
     ):
         _reap()
+        self.timeout = timeout
         ctx = multiprocessing.get_context()
         self.shm = _shared_bytes(max(1, shm_size))
         self.shm_slot_size = shm_size // buffer_size
@@ -220,12 +222,16 @@ class _Backend(seqtools.evaluation.ProcessBacked):
         A dead worker is noticed at once (its result pipe reaches its end) or, for one
         that closed it and lives on, within a second; either raises RuntimeError.
         """
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while True:
-            ready = self._results.wait(1)
+            left = 1.0 if deadline is None else min(1.0, max(0.0, deadline - time.monotonic()))
+            ready = self._results.wait(left)
             if ready:
                 break
             if self.worker_died.is_set() or not all(w.is_alive() for w in self.workers):
                 raise RuntimeError("a worker died unexpectedly")
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"no result from the workers in {self.timeout:g} s")
         try:
             item, success, start, regions, payload = pickle.loads(ready[0].recv_bytes())
         except (EOFError, OSError):

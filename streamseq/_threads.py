@@ -37,7 +37,14 @@ class _ThreadBackend:
     first, concurrently with the threads that replace it).
     """
 
-    def __init__(self, seq: Sequence[Any], num_workers: int, init_fn: Callable[[int], Any] | None):
+    def __init__(
+        self,
+        seq: Sequence[Any],
+        num_workers: int,
+        init_fn: Callable[[int], Any] | None,
+        timeout: float | None = None,
+    ):
+        self.timeout = timeout
         self.job_queue: queue.Queue = queue.Queue()
         self.done_queue: queue.Queue = queue.Queue()
         self.workers = [
@@ -63,7 +70,9 @@ class _ThreadBackend:
         Raises:
             WorkerError: a start hook raised (its error chained).
             RuntimeError: a thread is gone (``"a worker died unexpectedly"``).
+            TimeoutError: nothing came within ``timeout`` seconds.
         """
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while True:
             try:
                 done = self.done_queue.get(timeout=poll)
@@ -71,6 +80,9 @@ class _ThreadBackend:
             except queue.Empty:
                 if not all(w.is_alive() for w in self.workers) and self.done_queue.empty():
                     raise RuntimeError("a worker died unexpectedly") from None
+                if deadline is not None and time.monotonic() >= deadline:
+                    message = f"no result from the threads in {self.timeout:g} s"
+                    raise TimeoutError(message) from None
         if isinstance(done, _HookFailed):
             e = done.error
             raise WorkerError(

@@ -16,7 +16,7 @@ from .background import Background
 from .batch import Batch
 from .interleave import Row, interleave_streams
 from .pin import assemble, can_pin, to_torch
-from .prefetch import Prefetched, check_workers, prefetch
+from .prefetch import Prefetched, check_timeout, check_workers, prefetch
 from .split import split_by_worker
 from .streams import as_refs, identity
 from .tbin import tbin
@@ -112,11 +112,15 @@ class StreamLoader:
         method: ``"process"`` or ``"thread"`` workers.
         max_buffered: micro-batches in flight per worker (shared-memory slots; at least
             4 with processes).
+        timeout: seconds the workers may go without delivering a micro-batch before
+            :class:`WorkerError` is raised and they are stopped (a stuck decoder, a hung
+            network file); ``None`` waits as long as they live. A worker that dies is an
+            error at once either way.
 
     Raises:
         ValueError: no streams, ``batch_size`` or ``tbins`` < 1, ``num_workers`` < 0, an
-            unknown pad mode or method, ``max_buffered`` too small for the method, or a
-            bad rank.
+            unknown pad mode or method, ``max_buffered`` too small for the method, a
+            ``timeout`` that is not positive, or a bad rank.
         StreamError: an opener failed while its length was measured.
 
     Example:
@@ -150,11 +154,13 @@ class StreamLoader:
         time_major: bool = False,
         method: str = "process",
         max_buffered: int = 6,
+        timeout: float | None = None,
     ):
         for name, value in (("batch_size", batch_size), ("tbins", tbins)):
             if int(value) < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
         check_workers(num_workers, method, max_buffered, name="method")
+        self.timeout = check_timeout(timeout)
         self.pad = check_pad(pad)
         self.batch_size, self.tbins = int(batch_size), int(tbins)
         self.num_workers, self.method, self.max_buffered = int(num_workers), method, max_buffered
@@ -414,6 +420,7 @@ class _Iteration:
                 1,
                 method=loader.method,
                 max_buffered=loader.max_buffered,
+                timeout=loader.timeout,
                 shm_size=int(shm * 1.1) + 65536 * loader.max_buffered,
             )
             self.prefetchers.append(pf)

@@ -46,6 +46,20 @@ def check_workers(
         raise ValueError(f"max_buffered too small for the {method} backend: {max_buffered}")
 
 
+def check_timeout(timeout: float | None) -> float | None:
+    """``timeout`` as a float, or None; ValueError unless it is positive.
+
+    Example:
+        >>> check_timeout(2), check_timeout(None)
+        (2.0, None)
+    """
+    if timeout is None:
+        return None
+    if not float(timeout) > 0:
+        raise ValueError(f"timeout must be > 0 seconds (or None), got {timeout}")
+    return float(timeout)
+
+
 class _Shifted:
     """``seq[offset:]`` as a sequence whose errors never kill a worker thread."""
 
@@ -75,8 +89,10 @@ class Prefetched:
         max_buffered: int = 6,
         start_hook: Callable[[int], Any] | None = None,
         shm_size: int | None = None,
+        timeout: float | None = None,
     ):
         check_workers(num_workers, method, max_buffered)
+        self.timeout = check_timeout(timeout)
         try:
             self.length = len(seq)
         except TypeError as e:
@@ -146,7 +162,7 @@ class Prefetched:
             return
         hook, seq = self.start_hook, _Shifted(self.seq, i)
         if self.method == "thread":
-            threads = _ThreadBackend(seq, self.num_workers, hook)
+            threads = _ThreadBackend(seq, self.num_workers, hook, self.timeout)
             self._prefetch = seqtools.evaluation.Prefetch(
                 len(seq), threads, buffer_size=self.max_buffered
             )
@@ -157,6 +173,7 @@ class Prefetched:
                 buffer_size=self.max_buffered,
                 init_fn=hook,
                 shm_size=self.slot_size * self.max_buffered,
+                timeout=self.timeout,
             )
             # as seqtools.prefetch does: two slots stay free for the items being used
             self._prefetch = seqtools.evaluation.Prefetch(
@@ -201,6 +218,12 @@ class Prefetched:
         except WorkerError:  # a start hook failed
             self.close()
             raise
+        except TimeoutError:
+            self.close()
+            raise WorkerError(
+                f"the workers of {self!r} delivered nothing for {self.timeout:g} s while "
+                f"preparing item {i} (timeout={self.timeout:g}); they were stopped"
+            ) from None
         except RuntimeError as e:
             if "worker died" not in str(e):
                 raise
@@ -246,6 +269,7 @@ def prefetch(
     max_buffered: int = 6,
     start_hook: Callable[[int], Any] | None = None,
     shm_size: int | None = None,
+    timeout: float | None = None,
 ) -> Prefetched:
     """Evaluate items of ``seq`` ahead in worker processes or threads, in order.
 
@@ -265,12 +289,16 @@ def prefetch(
             processes, the number of shared-memory slots (at least 4).
         start_hook: called in each worker with its index when it starts.
         shm_size: total shared memory in bytes, or ``None`` to size it automatically.
+        timeout: seconds the workers may go without delivering anything before
+            :class:`WorkerError` is raised and they are stopped; ``None`` waits as long
+            as they live (a worker that dies is an error at once either way).
 
     Returns:
         A sequence with the same items in the same order; ``close()`` stops the workers.
 
     Raises:
-        ValueError: ``num_workers < 0``, an unknown method, or too small ``max_buffered``.
+        ValueError: ``num_workers < 0``, an unknown method, too small ``max_buffered``,
+            or a ``timeout`` that is not positive.
         TypeError: ``seq`` has no ``len``.
 
     Example:
@@ -280,4 +308,4 @@ def prefetch(
         ...     [int(x[0]) for x in ahead]
         [0, 1, 2, 3, 4]
     """
-    return Prefetched(seq, num_workers, method, max_buffered, start_hook, shm_size)
+    return Prefetched(seq, num_workers, method, max_buffered, start_hook, shm_size, timeout)

@@ -399,3 +399,44 @@ def test_workers_end_when_the_main_process_is_killed_mid_write(tmp_path):
         time.sleep(0.1)
     left = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
     assert not left, f"workers outlived the main process: {left}"
+
+
+class StuckAfter:
+    """A stream whose reads from step ``at`` on never return in time (a hung file)."""
+
+    def __init__(self, n, at):
+        self.n, self.at = n, at
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, key):
+        if key.start >= self.at:
+            time.sleep(60)
+        return np.arange(self.n)[key]
+
+
+@pytest.mark.parametrize("method", ["process", "thread"])
+def test_a_stuck_worker_is_an_error_after_the_timeout(clean, method):
+    streams = [StuckAfter(40, 20), np.arange(40)]
+    loader = StreamLoader(streams, 2, 4, num_workers=2, method=method, timeout=1.5)
+    start = time.monotonic()
+    delivered = []
+    with pytest.raises(WorkerError, match=r"delivered nothing for 1.5 s .*timeout=1.5"):
+        for batch in loader:
+            delivered.append(batch)
+    assert time.monotonic() - start < 15
+    assert len(delivered) == 5  # every batch before the stuck read came
+    loader.close()
+
+
+def test_a_slow_worker_within_the_timeout_is_waited_for(clean):
+    class Slow(StuckAfter):
+        def __getitem__(self, key):
+            time.sleep(0.3)
+            return np.arange(self.n)[key]
+
+    loader = StreamLoader([Slow(12, 0), np.arange(12)], 2, 4, num_workers=2, timeout=5)
+    assert [b.data.tolist() for b in loader] == [
+        b.data.tolist() for b in StreamLoader([np.arange(12), np.arange(12)], 2, 4)
+    ]

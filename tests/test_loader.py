@@ -165,6 +165,8 @@ def test_dict_data_streams():
         ({"rank": 2, "world_size": 2}, "rank"),
         ({"rank": 0}, "both rank and world_size"),
         ({"lengths": [1]}, "lengths given"),
+        ({"timeout": 0}, "timeout must be > 0"),
+        ({"timeout": -1.5}, "timeout must be > 0"),
     ],
 )
 def test_bad_arguments_are_value_errors(kwargs, message):
