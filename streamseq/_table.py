@@ -111,7 +111,6 @@ class _Block:
         self.start = np.ascontiguousarray(np.where(active, start, -1), np.int64)
         self.count = np.ascontiguousarray(np.where(active, stop - start, 0), np.int64)
         self.id_rows = np.ascontiguousarray(np.where(active, ids, -1), np.int64)
-        self.ids = self.id_rows[:, :, None]
         self.ramp = np.where(active, start // t, -1)  # row of the table of steps (-1: none)
         self.starts = self.start.tolist()  # slices are [start, start + T): numpy clips them
         self.partial = _Rows((self.count < t) & (self.count > 0), self.count)
@@ -262,7 +261,7 @@ class _Table:
         else:
             np.add(self.steps, start[:, None], out=step)
             np.putmask(step, ~valid, -1)
-        stream[...] = blk.ids[k]
+        stream[...] = blk.id_rows[k][:, None]
         np.equal(start, 0, out=reset)
         a, z = blk.partial.bounds[k], blk.partial.bounds[k + 1]
         if a < z:
@@ -294,9 +293,7 @@ class _Table:
             for r, p in zip(rows, at, strict=True):
                 stream = streams[r] = arrays[p]
                 if stream.dtype is not dtype or stream.shape[1:] != step:
-                    problem = spec_mismatch(spec, stream)
-                    if problem is not None:
-                        raise self._ref(r, p).error(problem)
+                    self._check_array(spec, stream, r, p)
                 where[r] = p
             self._next = i + 1
             return streams
@@ -311,9 +308,7 @@ class _Table:
                 if unsized:
                     unsized.discard(r)
                 if stream.dtype is not dtype or stream.shape[1:] != step:
-                    problem = spec_mismatch(spec, stream)
-                    if problem is not None:
-                        raise ref.error(problem)
+                    self._check_array(spec, stream, r, p)
             where[r] = p  # (after the check: a failed row opens and fails again)
             if stream is not ref.source:
                 opened.add(r)
@@ -372,11 +367,19 @@ class _Table:
         """Mark the streams the compiled pass read as checked (it reads only exact matches)."""
         left = []
         for r, p in self._unchecked:
-            if self._at[r] == p and counts[r]:
+            if self._at[r] != p:
+                continue  # the row moved on before reading it
+            if counts[r]:
                 self._checked[r] = p
-            elif self._at[r] == p:
+            else:
                 left.append((r, p))
         self._unchecked = left
+
+    def _check_array(self, spec: np.ndarray, stream: np.ndarray, r: int, p: int) -> None:
+        """Raise the error naming stream ``p`` of row ``r`` if ``stream`` differs from ``spec``."""
+        problem = spec_mismatch(spec, stream)
+        if problem is not None:
+            raise self._ref(r, p).error(problem)
 
     def _ref(self, r: int, p: int) -> StreamRef:
         """The stream at position ``p`` of the table, in row ``r``."""
