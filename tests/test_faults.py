@@ -401,18 +401,16 @@ def test_workers_end_when_the_main_process_is_killed_mid_write(tmp_path):
     assert not left, f"workers outlived the main process: {left}"
 
 
-class StuckAfter:
+class StuckAfter(Slow):
     """A stream whose reads from step ``at`` on never return in time (a hung file)."""
 
     def __init__(self, n, at):
-        self.n, self.at = n, at
-
-    def __len__(self):
-        return self.n
+        super().__init__(n, delay=60)
+        self.at = at
 
     def __getitem__(self, key):
         if key.start >= self.at:
-            time.sleep(60)
+            return super().__getitem__(key)
         return np.arange(self.n)[key]
 
 
@@ -431,12 +429,6 @@ def test_a_stuck_worker_is_an_error_after_the_timeout(clean, method):
 
 
 def test_a_slow_worker_within_the_timeout_is_waited_for(clean):
-    class Slow(StuckAfter):
-        def __getitem__(self, key):
-            time.sleep(0.3)
-            return np.arange(self.n)[key]
-
-    loader = StreamLoader([Slow(12, 0), np.arange(12)], 2, 4, num_workers=2, timeout=5)
-    assert [b.data.tolist() for b in loader] == [
-        b.data.tolist() for b in StreamLoader([np.arange(12), np.arange(12)], 2, 4)
-    ]
+    loader = StreamLoader([Slow(12, 0.3), np.arange(12)], 2, 4, num_workers=2, timeout=5)
+    expected = StreamLoader([np.arange(12), np.arange(12)], 2, 4)
+    assert [b.data.tolist() for b in loader] == [b.data.tolist() for b in expected]

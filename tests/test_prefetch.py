@@ -217,21 +217,17 @@ def test_repr_describes_the_sequence_without_its_items():
     assert repr(seq) == "prefetch(list of 50 items, 1, method='thread')"
 
 
-class FrozenInWorker:
+class FrozenInWorker(Squares):
     """Items report how many objects this process's collector leaves alone."""
 
-    def __len__(self):
-        return 2
-
     def __getitem__(self, i):
-        if not 0 <= i < 2:
-            raise IndexError(i)
+        super().__getitem__(i)  # (the bounds)
         return np.array([gc.get_freeze_count()], np.int64)
 
 
 def test_worker_collections_leave_the_inherited_objects_alone():
     assert gc.get_freeze_count() == 0  # the calling process is left as it was
-    with prefetch(FrozenInWorker(), 1, method="process") as seq:
+    with prefetch(FrozenInWorker(2), 1, method="process") as seq:
         seq[0]  # (computed here, to size the shared-memory slots)
         assert int(seq[1][0]) > 1000  # everything the worker inherited: torch, numpy, ...
     assert gc.get_freeze_count() == 0
@@ -255,15 +251,11 @@ def test_poller_tells_readable_and_closed_pipes(monkeypatch, with_poll):
     rx.close()
 
 
-class TorchSums:
+class TorchSums(Squares):
     """Items computed with a torch operation large enough to run on several threads."""
 
-    def __len__(self):
-        return 4
-
     def __getitem__(self, i):
-        if not 0 <= i < 4:
-            raise IndexError(i)
+        super().__getitem__(i)  # (the bounds)
         x = torch.arange(2_000_000) + i
         return np.array([int(x[0]), torch.get_num_threads()], np.int64)
 
@@ -271,7 +263,7 @@ class TorchSums:
 @pytest.mark.timeout(60)
 def test_workers_run_torch_operations_after_the_main_process_did():
     # item 0 is computed here, which starts torch's thread pool before the workers fork
-    with prefetch(TorchSums(), 1, method="process") as seq:
+    with prefetch(TorchSums(4), 1, method="process") as seq:
         items = [seq[i].tolist() for i in range(4)]
     assert [x for x, _ in items] == [0, 1, 2, 3]
     assert [n for _, n in items[1:]] == [1, 1, 1]  # one thread each: workers are the parallelism
