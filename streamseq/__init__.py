@@ -1,26 +1,46 @@
 """streamseq: temporally coherent batches of streams for recurrent and streaming models."""
 
+import importlib
+from typing import Any
+
 from .batch import Batch, Chunk
 from .errors import SourceError, StreamError, WorkerError
-from .interleave import Row, interleave_streams
+from .interleave import Row, interleave_streams, map_steps
 from .loader import StreamLoader
 from .pin import pin_memory
 from .prefetch import prefetch
+from .read.transform import StepInfo
 from .split import split_by_worker
 from .tbin import tbin
 from .zip_batch import zip_batch
 
 __version__ = "0.1.0"
 
+_LAZY = ("io", "testing")  # submodules loaded on first use: av and hypothesis stay unimported
+
+
+def __getattr__(name: str) -> Any:
+    """Load :mod:`streamseq.io` and :mod:`streamseq.testing` on first use."""
+    if name in _LAZY:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*__all__, *_LAZY, "__version__"])
+
+
 __all__ = [
     "Batch",
     "Chunk",
     "Row",
     "SourceError",
+    "StepInfo",
     "StreamError",
     "StreamLoader",
     "WorkerError",
     "interleave_streams",
+    "map_steps",
     "pin_memory",
     "prefetch",
     "split_by_worker",

@@ -25,11 +25,31 @@ class StreamError(RuntimeError):
         self.message = message
         self.index = index
         self.stream = stream
-        prefix = "" if index is None else f"stream {index} ({stream}): "
-        super().__init__(prefix + message)
+        self.steps: tuple[int, int] | None = None
+        super().__init__(self._text())
+
+    def _text(self) -> str:
+        where = "" if self.index is None else f"stream {self.index} ({self.stream})"
+        if self.steps is not None and where:
+            where += f", steps {self.steps[0]}:{self.steps[1]}"
+        return f"{where}: {self.message}" if where else self.message
+
+    def locate(self, index: int, stream: str, steps: tuple[int, int]) -> None:
+        """Name the stream and the step range, for an error raised inside a stream's read.
+
+        Example:
+            >>> e = SourceError("a.mp4", "truncated")
+            >>> e.locate(3, "video('a.mp4')", (8, 16)); str(e)
+            "stream 3 (video('a.mp4')), steps 8:16: a.mp4: truncated"
+        """
+        self.index, self.stream, self.steps = index, stream, steps
+        self.args = (self._text(),)
 
     def __reduce__(self):  # keep the fields (and tblib keeps the cause) across processes
-        return (type(self), (self.message, self.index, self.stream))
+        return (_rebuild, (type(self), self._init_args(), self.index, self.stream, self.steps))
+
+    def _init_args(self) -> tuple:
+        return (self.message, self.index, self.stream)
 
 
 class SourceError(StreamError):
@@ -46,11 +66,21 @@ class SourceError(StreamError):
 
     def __init__(self, path: str, message: str):
         self.path = str(path)
+        self.detail = message
         super().__init__(f"{path}: {message}")
-        self.message = message
 
-    def __reduce__(self):
-        return (type(self), (self.path, self.message))
+    def _init_args(self) -> tuple:
+        return (self.path, self.detail)
+
+
+def _rebuild(
+    cls: type, args: tuple, index: int | None, stream: str | None, steps: tuple | None
+) -> StreamError:
+    """Unpickle a :class:`StreamError` with the stream and steps it names."""
+    error = cls(*args)
+    if index is not None and error.index is None:
+        error.locate(index, stream or "", steps)  # type: ignore[arg-type]
+    return error
 
 
 class WorkerError(RuntimeError):

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
-import heapq
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from ._tree import leaves, tree_map
-from .streams import _PID, StreamRef, as_refs
+from .plan.rows import assign_rows
+from .read.handle import ProcessLocal
+from .read.ref import StreamRef, as_refs
+from .read.transform import StepInfo, Transform
+
+
+class _Cursor:
+    """The position of a row in one process: which of its streams is open."""
+
+    __slots__ = ("at",)
+
+    def __init__(self) -> None:
+        self.at = -1
 
 
 class Row:
@@ -24,6 +35,7 @@ class Row:
         lengths: their lengths, when already known.
         stream_ids: their indices in the user's list, when already known (else each
             ref's ``index``).
+        transform: applied to every slice read (see :func:`map_steps`).
 
     Example:
         >>> import numpy as np
@@ -37,8 +49,10 @@ class Row:
         refs: Sequence[StreamRef],
         lengths: Sequence[int] | None = None,
         stream_ids: Sequence[int] | None = None,
+        transform: Transform | None = None,
     ):
         self.refs = list(refs)
+        self.transform = transform
         if lengths is None:
             lengths = [len(r) for r in self.refs]
         self.lengths = np.asarray(lengths, dtype=np.int64)
@@ -46,8 +60,7 @@ class Row:
             stream_ids = [r.index for r in self.refs]
         self.stream_ids = np.asarray(stream_ids, dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.lengths)]).astype(np.int64)
-        self._current = -1
-        self._pid = -1
+        self._cursor: ProcessLocal[_Cursor] = ProcessLocal(_Cursor)
 
     def __repr__(self) -> str:
         return f"Row(streams={self.stream_ids.tolist()}, steps={len(self)})"
@@ -55,30 +68,32 @@ class Row:
     def __len__(self) -> int:
         return int(self.offsets[-1])
 
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state["_current"], state["_pid"] = -1, -1
-        return state
-
     def switch(self, j: int) -> StreamRef:
         """Make the row's ``j``-th stream the current one, closing the one before."""
-        if self._pid != _PID[0]:
-            self._current, self._pid = -1, _PID[0]
-        if self._current != j:
-            if self._current >= 0:
-                self.refs[self._current].close()
-            self._current = j
+        cursor = self._cursor.get()
+        if cursor.at != j:
+            if cursor.at >= 0:
+                self.refs[cursor.at].close()
+            cursor.at = j
         return self.refs[j]
 
     def read(self, j: int, start: int, stop: int) -> Any:
-        """Read steps ``start:stop`` of the row's ``j``-th stream, closing the one before."""
-        return self.switch(j).read(start, stop)
+        """Read steps ``start:stop`` of the row's ``j``-th stream, closing the one before.
+
+        The row's transform, if any, is applied to what was read.
+        """
+        ref = self.switch(j)
+        data = ref.read(start, stop)
+        if self.transform is None:
+            return data
+        return self.transform(ref, int(self.stream_ids[j]), data, start, stop)
 
     def release(self) -> None:
         """Close the stream currently open, if any."""
-        if self._current >= 0 and self._pid == _PID[0]:
-            self.refs[self._current].close()
-        self._current = -1
+        cursor = self._cursor.peek()
+        if cursor is not None and cursor.at >= 0:
+            self.refs[cursor.at].close()
+            cursor.at = -1
 
     def __getitem__(self, key: int | slice) -> Any:
         n = len(self)
@@ -114,6 +129,7 @@ def interleave_streams(
     shuffle: bool = False,
     seed: int = 0,
     epoch: int = 0,
+    transform: Callable[[Any, StepInfo], Any] | None = None,
 ) -> list[Row]:
     """Distribute streams over ``num_rows`` rows, each row a lazy concatenation of streams.
 
@@ -130,6 +146,8 @@ def interleave_streams(
         shuffle: draw a new stream order for every epoch.
         seed: seed of the shuffle.
         epoch: epoch of the shuffle.
+        transform: ``fn(steps, info)`` applied to every slice read from the rows (see
+            :func:`map_steps`), with this seed and epoch.
 
     Returns:
         ``num_rows`` :class:`Row` objects (some empty when there are fewer streams).
@@ -151,7 +169,49 @@ def interleave_streams(
         sizes = np.fromiter((len(r) for r in refs), np.int64, len(refs))
     ids = np.fromiter((r.index for r in refs), np.int64, len(refs))
     assignment = assign_rows(sizes, num_rows, shuffle=shuffle, seed=seed, epoch=epoch)
-    return [Row(_pick(refs, m), sizes[m], ids[m]) for m in assignment]
+    rows = [Row(_pick(refs, m), sizes[m], ids[m]) for m in assignment]
+    if transform is not None:
+        rows = [map_steps(r, transform, seed=seed, epoch=epoch) for r in rows]
+    return rows
+
+
+def map_steps(
+    row: Row, fn: Callable[[Any, StepInfo], Any], *, seed: int = 0, epoch: int = 0
+) -> Row:
+    """Transform the steps of a row where they are read: ``fn(steps, info)``.
+
+    ``fn`` receives each slice read from one stream of the row (an array, or a tuple or
+    dict of arrays) and a :class:`StepInfo` (stream index, step range, epoch, seed and
+    ``rng(*keys)``); it returns the steps to batch, with as many steps, possibly of
+    another dtype and step shape. It runs in the process that reads (a worker), before
+    the copy into shared memory. Randomness drawn from ``info.rng(...)`` is part of the
+    plan: the batches stay identical for any number of workers and after resuming.
+    Applied twice, the transforms compose (the first given runs first).
+
+    Args:
+        row: a row from :func:`interleave_streams`.
+        fn: a picklable function (no lambda with spawned workers).
+        seed: the seed given to ``info.rng``.
+        epoch: the epoch given to it.
+
+    Returns:
+        A :class:`Row` reading the same streams, transformed.
+
+    Raises:
+        TypeError: ``fn`` is not callable, or ``seed`` or ``epoch`` not integers.
+        StreamError: later, when a read is transformed: ``fn`` raised, or returned
+            another number of steps (it names the stream and the step range).
+
+    Example:
+        >>> import numpy as np
+        >>> def shift(x, info):
+        ...     return x + info.rng().integers(100, 200)
+        >>> (row,) = interleave_streams([np.zeros(4, int), np.zeros(2, int)], 1)
+        >>> out = map_steps(row, shift)[0:6].tolist()
+        >>> out[0] == out[3] != out[4] == out[5]
+        True
+    """
+    return Row(row.refs, row.lengths, row.stream_ids, Transform(fn, seed, epoch, row.transform))
 
 
 def _pick(items: list[Any], indices: np.ndarray) -> list[Any]:
@@ -161,30 +221,3 @@ def _pick(items: list[Any], indices: np.ndarray) -> list[Any]:
     if len(indices) == 1:
         return [items[int(indices[0])]]
     return list(operator.itemgetter(*indices.tolist())(items))
-
-
-def assign_rows(
-    lengths: np.ndarray, num_rows: int, *, shuffle: bool = False, seed: int = 0, epoch: int = 0
-) -> list[np.ndarray]:
-    """The plan behind :func:`interleave_streams`: stream indices of each row, in order.
-
-    Example:
-        >>> [a.tolist() for a in assign_rows(np.array([5, 2, 0, 2, 4]), 2)]
-        [[0], [1, 3, 4]]
-    """
-    lengths = np.asarray(lengths, dtype=np.int64)
-    order = np.arange(len(lengths))
-    if shuffle:
-        order = np.random.default_rng([seed, epoch]).permutation(len(lengths))
-    order = order[lengths[order] > 0]
-    row_of = np.empty(len(order), dtype=np.int64)
-    heap = [(0, r) for r in range(num_rows)]
-    replace = heapq.heapreplace
-    for k, n in enumerate(lengths[order].tolist()):
-        total, r = heap[0]
-        row_of[k] = r
-        replace(heap, (total + n, r))
-    by_row = np.argsort(row_of, kind="stable")
-    bounds = np.searchsorted(row_of[by_row], np.arange(num_rows + 1))
-    ordered = order[by_row]
-    return [ordered[bounds[r] : bounds[r + 1]] for r in range(num_rows)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -17,8 +18,9 @@ from .batch import Batch
 from .interleave import Row, interleave_streams
 from .pin import assemble, can_pin, to_torch
 from .prefetch import Prefetched, check_timeout, check_workers, prefetch
+from .read.ref import as_refs, check_int, identity
+from .read.transform import StepInfo, Transform
 from .split import split_by_worker
-from .streams import as_refs, identity
 from .tbin import tbin
 from .zip_batch import ZipBatch, check_pad
 
@@ -66,7 +68,9 @@ class _Plan:
             shuffle=loader.shuffle,
             seed=loader.seed,
             epoch=epoch,
+            transform=loader.transform,
         )
+        self.epoch = epoch
         chunks = np.array([int(np.sum(-(-r.lengths // t))) for r in rows])
         self.length = int(chunks.min() if loader.pad == "drop" else chunks.max())
         self.rows: list[Row] = rows[loader.rank * b : (loader.rank + 1) * b]
@@ -74,7 +78,8 @@ class _Plan:
     def group(self, rows: Sequence[Row], loader: StreamLoader) -> ZipBatch:
         """The sequence of micro-batches of a group of rows."""
         parts = [tbin(r, loader.tbins) for r in rows]
-        return ZipBatch(parts, pad=loader.pad, length=self.length, spec=loader._data_spec())
+        spec = loader._data_spec(self.epoch)
+        return ZipBatch(parts, pad=loader.pad, length=self.length, spec=spec)
 
 
 def _micro_batch_bytes(spec: Any, rows: int, tbins: int) -> int:
@@ -116,11 +121,23 @@ class StreamLoader:
             :class:`WorkerError` is raised and they are stopped (a stuck decoder, a hung
             network file); ``None`` waits as long as they live. A worker that dies is an
             error at once either way.
+        transform: ``fn(steps, info)`` run where the steps are read (the workers, or
+            this process with 0 workers), before the copy into shared memory: ``steps``
+            is one slice of one stream (an array, or a tuple/dict of arrays) and ``info``
+            a :class:`StepInfo` (stream, start, stop, epoch and ``rng(*keys)``, a
+            generator seeded from (seed, epoch, stream, *keys)). It returns the steps to
+            batch, as many, of any dtype and step shape (the same for every stream);
+            see :func:`map_steps`.
+
+    Thread safety: indexing a loader (``loader[i]``) from several threads, also while
+    one thread iterates it, gives correct batches; a loader runs one pass at a time.
 
     Raises:
         ValueError: no streams, ``batch_size`` or ``tbins`` < 1, ``num_workers`` < 0, an
             unknown pad mode or method, ``max_buffered`` too small for the method, a
             ``timeout`` that is not positive, or a bad rank.
+        TypeError: an integer argument that is not an integer, or a ``transform`` that
+            is not callable.
         StreamError: an opener failed while its length was measured.
 
     Example:
@@ -155,10 +172,14 @@ class StreamLoader:
         method: str = "process",
         max_buffered: int = 6,
         timeout: float | None = None,
+        transform: Callable[[Any, StepInfo], Any] | None = None,
     ):
-        for name, value in (("batch_size", batch_size), ("tbins", tbins)):
-            if int(value) < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
+        batch_size, tbins = check_int(batch_size, "batch_size", 1), check_int(tbins, "tbins", 1)
+        num_workers = check_int(num_workers, "num_workers", 0)
+        max_buffered, seed = check_int(max_buffered, "max_buffered"), check_int(seed, "seed", 0)
+        if transform is not None:
+            Transform(transform)  # checks it now rather than in a worker
+        self.transform = transform
         check_workers(num_workers, method, max_buffered, name="method")
         self.timeout = check_timeout(timeout)
         self.pad = check_pad(pad)
@@ -173,12 +194,12 @@ class StreamLoader:
             raise ValueError(f"all {len(self.refs)} streams are empty")
         self.epoch = 0
         self._plan_cache: tuple[int, _Plan] | None = None
-        self._resume: int | None = None
-        self._delivered = 0
+        self._position = _Position(0)  # that of the last pass, or the one loaded
         self._active: weakref.ref | None = None
         self._whole: tuple[int, ZipBatch] | None = None
         self._fingerprint: str | None = None
-        self._spec: Any = None
+        self._spec: tuple[int, Any] | None = None
+        self._lock = threading.RLock()  # plan and in-process reads, made once per epoch
 
     def __repr__(self) -> str:
         return (
@@ -192,7 +213,7 @@ class StreamLoader:
         """Hash of everything that decides the plan, except the epoch and the rank.
 
         It covers the stream lengths and identities (file paths where the sources have
-        them, see :func:`streamseq.streams.identity`), batch size, tbins, pad, shuffle,
+        them, see :func:`streamseq.read.ref.identity`), batch size, tbins, pad, shuffle,
         seed and world size.
         """
         if self._fingerprint is None:
@@ -203,26 +224,32 @@ class StreamLoader:
             self._fingerprint = h.hexdigest()[:16]
         return self._fingerprint
 
-    def _data_spec(self) -> Any:
+    def _data_spec(self, epoch: int) -> Any:
         """Zero-step arrays with the dtype and step shape of the data (or a tree of them).
 
-        Read once per loader, on first need, from one step of the first non-empty stream;
-        every other stream must match it. The dtypes are in native byte order (torch
-        reads only that): steps of a stream in the other byte order are converted as
-        they are copied into a batch, whatever the number of workers.
+        Read on first need, from one step of the first non-empty stream (transformed,
+        when there is a transform: once per epoch then); every other stream must match
+        it. The dtypes are in native byte order (torch reads only that): steps of a
+        stream in the other byte order are converted as they are copied into a batch,
+        whatever the number of workers.
         """
-        if self._spec is None:
+        key = epoch if self.transform is not None else 0
+        if self._spec is None or self._spec[0] != key:
             ref = self.refs[int(np.flatnonzero(self.lengths)[0])]
-            self._spec = tree_map(_zero_steps, ref.read(0, 1))
+            data = ref.read(0, 1)
+            if self.transform is not None:
+                data = Transform(self.transform, self.seed, epoch)(ref, ref.index, data, 0, 1)
+            self._spec = (key, tree_map(_zero_steps, data))
             ref.close()
-        return self._spec
+        return self._spec[1]
 
     def plan(self) -> _Plan:
         """The plan of the current epoch (computed once per epoch)."""
-        if self._plan_cache is None or self._plan_cache[0] != self.epoch:
-            self._plan_cache = (self.epoch, _Plan(self, self.epoch))
-            self._whole = None
-        return self._plan_cache[1]
+        with self._lock:
+            if self._plan_cache is None or self._plan_cache[0] != self.epoch:
+                self._plan_cache = (self.epoch, _Plan(self, self.epoch))
+                self._whole = None
+            return self._plan_cache[1]
 
     def __len__(self) -> int:
         return self.plan().length
@@ -238,11 +265,11 @@ class StreamLoader:
                 loader.set_epoch(epoch)  # keeps the loaded position
                 for batch in loader: ...
         """
-        epoch = int(epoch)
-        if self._resume is not None and epoch == self.epoch:
+        epoch = check_int(epoch, "epoch", 0)
+        if self._position.pending and epoch == self.epoch:
             return
         self.close()
-        self.epoch, self._resume, self._delivered = epoch, None, 0
+        self.epoch, self._position = epoch, _Position(0)
 
     def state_dict(self) -> dict[str, Any]:
         """Where the run stands: epoch, next batch and the plan's fingerprint.
@@ -257,7 +284,7 @@ class StreamLoader:
         return {
             "version": STATE_VERSION,
             "epoch": self.epoch,
-            "next_batch": self._delivered,
+            "next_batch": self._position.next,
             "length": len(self),
             "fingerprint": self.fingerprint,
         }
@@ -299,10 +326,12 @@ class StreamLoader:
                 f"tbins, pad, shuffle, seed or world size (fingerprint {state['fingerprint']} "
                 f"!= {self.fingerprint}); resuming would silently change the run"
             )
+        epoch = check_int(state["epoch"], "the state's epoch", 0)
+        nxt = check_int(state["next_batch"], "the state's next_batch")
         self.close()
-        previous, self.epoch = self.epoch, int(state["epoch"])
+        previous, self.epoch = self.epoch, epoch
         try:
-            nxt, n = int(state["next_batch"]), len(self)
+            n = len(self)
             if "length" in state and int(state["length"]) != n:
                 raise ValueError(
                     f"the state's epoch has {state['length']} batches, this loader's {n}"
@@ -312,23 +341,34 @@ class StreamLoader:
         except BaseException:
             self.epoch = previous  # an invalid state changes nothing
             raise
-        self._resume = self._delivered = nxt
+        self._position = _Position(nxt, pending=True)
 
-    def __getitem__(self, i: int) -> Batch:
-        """Batch ``i`` of the current epoch, computed in this process."""
+    def __getitem__(self, i: int | slice) -> Batch | list[Batch]:
+        """Batch ``i`` of the current epoch (a list of batches for a slice), read here.
+
+        Example:
+            >>> import numpy as np
+            >>> loader = StreamLoader([np.arange(6)], batch_size=1, tbins=2)
+            >>> [b.data.tolist() for b in loader[1:]]
+            [[[2, 3]], [[4, 5]]]
+        """
         whole = self._in_process()
         n = len(self)
-        k = i + n if i < 0 else i
+        if isinstance(i, slice):
+            return [self._finish(whole[k]) for k in range(*i.indices(n))]
+        k = check_int(i, "a batch index")
+        k = k + n if k < 0 else k
         if not 0 <= k < n:
             raise IndexError(f"batch {i} out of range for {n} batches")
         return self._finish(whole[k])
 
     def _in_process(self) -> ZipBatch:
         """All the rows of this rank as one zip, read in this process (kept for the epoch)."""
-        plan = self.plan()
-        if self._whole is None:
-            self._whole = (self.epoch, plan.group(plan.rows, self))
-        return self._whole[1]
+        with self._lock:
+            plan = self.plan()
+            if self._whole is None:
+                self._whole = (self.epoch, plan.group(plan.rows, self))
+            return self._whole[1]
 
     def _finish(self, batch: Batch) -> Batch:
         pin = self.pin_memory and can_pin()
@@ -352,9 +392,9 @@ class StreamLoader:
         if live is not None and not live.closed:
             live.superseded = True
         self.close()
-        start = self._resume or 0  # used up by the first batch (or the end) delivered
-        self._delivered = start
-        it = _Iteration(self, start)
+        loaded = self._position  # a loaded position is used up by the first batch delivered
+        self._position = _Position(loaded.next if loaded.pending else 0, loaded.pending)
+        it = _Iteration(self, self._position)
         self._active = weakref.ref(it)
         return it
 
@@ -386,21 +426,35 @@ def _assembled(
         yield _assemble_at(prefetchers, i, pin, time_major)
 
 
+class _Position:
+    """Where a pass stands: the next batch it delivers, reported to its loader.
+
+    ``pending``: a position loaded by :meth:`StreamLoader.load_state_dict` that no pass
+    has used yet (the first batch delivered, or the end, uses it up).
+    """
+
+    __slots__ = ("next", "pending")
+
+    def __init__(self, next: int, pending: bool = False):
+        self.next, self.pending = next, pending
+
+
 class _Iteration:
-    """One pass over the batches of a StreamLoader, from ``start``.
+    """One pass over the batches of a StreamLoader, from ``position.next``.
 
     Nothing starts before the first ``next()`` (``tqdm.auto`` makes an iterator it never
     uses), and a closed pass delivers nothing more; one superseded by a newer pass says
     so (see :meth:`StreamLoader.__iter__`).
     """
 
-    def __init__(self, loader: StreamLoader, start: int):
+    def __init__(self, loader: StreamLoader, position: _Position):
         self.loader = loader
+        self.position = position
         self.closed = False
         self.superseded = False
         plan = loader.plan()
         self.stop = len(loader)
-        self.start = self.next = start
+        self.start = self.next = position.next
         workers = min(loader.num_workers, len(plan.rows))
         self.pin = loader.pin_memory and can_pin()
         self.prefetchers: list[Prefetched] = []
@@ -408,7 +462,7 @@ class _Iteration:
         self.fast: Callable[[int], Batch] | None = None
         if workers == 0:
             self.groups = [loader._in_process()]
-            spec = loader._data_spec()
+            spec = loader._data_spec(loader.epoch)
             if not self.pin and not loader.time_major and type(spec) is np.ndarray:
                 self.fast = functools.partial(_tensors, self.groups[0])
             return
@@ -447,8 +501,7 @@ class _Iteration:
             except BaseException:
                 self.close()
                 raise
-            self.loader._resume = None
-            self.next = self.loader._delivered = i + 1
+            self._delivered(i + 1)
             return batch
         if self.closed:
             if self.superseded and (self.next > self.start or self._newer_running()):
@@ -459,7 +512,7 @@ class _Iteration:
                 )
             raise StopIteration
         if self.next >= self.stop:
-            self.loader._resume = None
+            self.position.pending = False
             self.close()
             raise StopIteration
         if self.pin and self.prefetchers and self.background is None:
@@ -469,10 +522,13 @@ class _Iteration:
         except BaseException:
             self.close()
             raise
-        self.loader._resume = None  # a loaded position is used once
-        self.next += 1
-        self.loader._delivered = self.next
+        self._delivered(self.next + 1)
         return batch
+
+    def _delivered(self, next: int) -> None:
+        """Report the position after a batch delivered (a loaded one is used up)."""
+        self.next = self.position.next = next
+        self.position.pending = False
 
     def _newer_running(self) -> bool:
         newer = self.loader._active() if self.loader._active is not None else None

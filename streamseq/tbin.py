@@ -6,9 +6,10 @@ from typing import Any
 
 import numpy as np
 
-from ._tree import leaves, tree_map
+from ._tree import tree_map
 from .batch import Chunk
 from .interleave import Row
+from .read.writer import _Table
 
 
 class TBinned:
@@ -27,6 +28,8 @@ class TBinned:
         self.tbins = int(tbins)
         counts = -(-row.lengths // self.tbins)
         self.chunk_ends = np.cumsum(counts, dtype=np.int64)
+        self._table: _Table | None = None
+        self._spec: Any = None
 
     def __repr__(self) -> str:
         return f"tbin({self.row!r}, {self.tbins})"
@@ -48,13 +51,25 @@ class TBinned:
 
     def spec(self) -> Any:
         """Zero-step arrays with the dtype and step shape of the data, or None if empty."""
-        if len(self) == 0:
-            return None
-        return tree_map(lambda a: np.asarray(a)[:0], self.row.read(0, 0, 1))
+        if self._spec is None and len(self):
+            self._spec = tree_map(lambda a: np.asarray(a)[:0], self.row.read(0, 0, 1))
+        return self._spec
+
+    def describe_item(self, c: int) -> str:
+        """Which stream and steps chunk ``c`` reads."""
+        return self.table().describe(c)
+
+    def table(self) -> _Table:
+        """The row as a one-row batch writer (made once)."""
+        if self._table is None:
+            self._table = _Table([self], "zeros", self.tbins)
+        return self._table
 
     def release(self) -> None:
         """Close the file the row has open."""
         self.row.release()
+        if self._table is not None:
+            self._table.forget()
 
     def __getitem__(self, c: int) -> Chunk:
         n, given = len(self), c
@@ -62,24 +77,8 @@ class TBinned:
             c += n
         if not 0 <= c < n:
             raise IndexError(f"chunk {given} out of range for {n} chunks")
-        data, sid, start = self.read(c)
-        t = self.tbins
-        k = len(leaves(data)[0]) if leaves(data) else 0
-
-        def pad(a: Any) -> np.ndarray:
-            a = np.asarray(a)
-            out = np.zeros((t, *a.shape[1:]), dtype=a.dtype)
-            out[:k] = a
-            return out
-
-        valid = np.arange(t) < k
-        return Chunk(
-            data=tree_map(pad, data),
-            reset=start == 0,
-            valid=valid,
-            stream=np.where(valid, sid, -1).astype(np.int64),
-            step=np.where(valid, start + np.arange(t), -1).astype(np.int64),
-        )
+        b = self.table().batch(c, self.spec())
+        return Chunk(tree_map(lambda a: a[0], b.data), b.reset[0], *(f[0] for f in b[2:]))
 
 
 def tbin(row: Row, tbins: int) -> TBinned:

@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from ._table import _put, _Table
 from ._tree import leaves, tree_map
 from .batch import Batch, Chunk
+from .read.writer import _put, _Table
 from .tbin import TBinned
 
 PAD_MODES = ("zeros", "drop", "wrap")
@@ -101,6 +101,25 @@ class ZipBatch:
             raise IndexError(f"batch {given} out of range for {self.length} batches")
         return self.item(i)
 
+    def describe_item(self, i: int) -> str:
+        """What batch ``i`` reads: each stream (index and repr) with its step range.
+
+        Example:
+            >>> import numpy as np
+            >>> from streamseq import interleave_streams, tbin
+            >>> rows = interleave_streams([np.arange(3), np.arange(2)], 2)
+            >>> zip_batch([tbin(r, 2) for r in rows]).describe_item(1)
+            'batch 1: stream 0 (ndarray(shape=(3,), dtype=int64)) steps 2:3'
+        """
+        if self._table is not None:
+            return f"batch {i}: {self._table.describe(i)}"
+        what = []
+        for part in self.parts:
+            c = self._source_index(part, i)
+            if c is not None and hasattr(part, "describe_item"):
+                what.append(part.describe_item(c))
+        return f"batch {i}: {'; '.join(what) or 'padding only'}"
+
     def spec(self) -> Any:
         """Zero-step arrays describing the data, from ``spec`` or from the parts."""
         if self.spec_ is None:
@@ -143,7 +162,7 @@ class ZipBatch:
         valid = np.zeros((b, t), dtype=bool)
         stream = np.full((b, t), -1, dtype=np.int64)
         step = np.full((b, t), -1, dtype=np.int64)
-        writes = []  # (row offset, steps or None for a full item, data, (part, chunk) read)
+        writes = []  # (row offset, steps or None for a full item, data)
         for part, o, k in zip(self.parts, self.offsets, self.part_rows, strict=False):
             if isinstance(part, ZipBatch):
                 sub = part.item(i, need_data=False)
@@ -151,26 +170,17 @@ class ZipBatch:
                 c = self._source_index(part, i)
                 if c is None:
                     continue
-                if isinstance(part, TBinned):
-                    data, sid, start = part.read(c)
-                    n = len(leaves(data)[0]) if leaves(data) else 0
-                    reset[o] = start == 0
-                    valid[o, :n] = True
-                    stream[o, :n] = sid
-                    step[o, :n] = np.arange(start, start + n)
-                    writes.append((o, n, data, (part, c)))
-                    continue
                 sub = part[c]
             if isinstance(sub, Chunk):
                 reset[o], valid[o], stream[o], step[o] = sub.reset, sub.valid, sub.stream, sub.step
-                writes.append((o, t, sub.data, None))
+                writes.append((o, t, sub.data))
             else:
                 reset[o : o + k] = np.asarray(sub.reset)
                 valid[o : o + k] = np.asarray(sub.valid)
                 stream[o : o + k] = np.asarray(sub.stream)
                 step[o : o + k] = np.asarray(sub.step)
                 if sub.data is not None:
-                    writes.append((o, None, sub.data, None))
+                    writes.append((o, None, sub.data))
         template, skip = self.spec_, 1
         if template is None and writes:
             template, skip = writes[0][2], (2 if writes[0][1] is None else 1)
@@ -183,7 +193,7 @@ class ZipBatch:
         data = tree_map(
             lambda a: np.zeros((b, t, *np.shape(a)[skip:]), np.asarray(a).dtype), template
         )
-        for o, n, d, read in writes:
+        for o, n, d in writes:
             if n is None:
                 rows = len(leaves(d)[0])
 
@@ -198,11 +208,7 @@ class ZipBatch:
             try:
                 tree_map(put, data, d)
             except (TypeError, ValueError, KeyError) as e:
-                if read is None:
-                    raise ValueError(f"batch {i}, row {o}: {type(e).__name__}: {e}") from e
-                part, c = read
-                ref = part.row.refs[part.locate(c)[0]]
-                raise ref.error(f"chunk {c} does not fit the batch: {e}") from e
+                raise ValueError(f"batch {i}, row {o}: {type(e).__name__}: {e}") from e
         return Batch(data, reset, valid, stream, step)
 
 

@@ -358,7 +358,7 @@ def test_spawned_workers_get_pickled_streams_and_openers(tmp_path):
 def test_streams_and_openers_pickle():
     import pickle
 
-    from streamseq.streams import as_refs
+    from streamseq.read.ref import as_refs
 
     refs = as_refs([np.arange(3), functools.partial(np.arange, 5)])
     refs[1].read(0, 2)  # opened here: the opened stream is not pickled

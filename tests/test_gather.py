@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamseq import StreamError, StreamLoader, _shm, _table, interleave_streams, tbin, zip_batch
+from streamseq import StreamError, StreamLoader, _shm, interleave_streams, tbin, zip_batch
+from streamseq.read import writer as _table
 from streamseq.testing import check_continuity, coded_streams, layouts
 
 fill = pytest.importorskip("streamseq._gather").fill

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from streamseq import interleave_streams
 from streamseq.interleave import Row, assign_rows
-from streamseq.streams import as_refs
+from streamseq.read.ref import as_refs
 from streamseq.testing import coded_streams, stream_lengths
 
 

@@ -27,7 +27,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from streamseq.errors import StreamError
-from streamseq.streams import StreamRef, describe
+from streamseq.read.ref import StreamRef, describe
 
 CACHE_FORMAT = "streamseq-lengths"
 CACHE_VERSION = 1

@@ -2,8 +2,9 @@
 
 A *stream* is a lazy sequence of timesteps: ``len(s)`` and ``s[a:b]`` returning an array
 (or a tuple/dict of arrays) whose first axis has ``b - a`` steps. numpy arrays and memmaps
-are streams. A *file opener* is a picklable zero-argument callable returning a stream; it
-is called lazily, in the process that reads it.
+are streams, and so is a dict or tuple of arrays with the same number of steps
+(:class:`ArrayTree`). A *file opener* is a picklable zero-argument callable returning a
+stream; it is called lazily, in the process that reads it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import numbers
+import operator
 import os
 import reprlib
 from collections.abc import Sequence
@@ -18,15 +21,62 @@ from typing import Any
 
 import numpy as np
 
-from ._tree import leaves, num_steps
-from .errors import StreamError
-
-_PID = [os.getpid()]  # this process, kept by a fork hook (os.getpid is a system call)
-os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
+from .._tree import leaves, num_steps, tree_map
+from ..errors import StreamError
+from .handle import ProcessLocal
 
 _repr = reprlib.Repr()
 _repr.maxstring = 80
 _repr.maxother = 80
+
+
+class ArrayTree:
+    """A dict or tuple of arrays with one step axis, as one stream of dict or tuple steps.
+
+    Args:
+        tree: a dict, tuple or list (nested as wished) of arrays that all have the same
+            number of steps along their first axis.
+
+    Raises:
+        ValueError: the arrays disagree on the number of steps, or one has no step axis.
+
+    Example:
+        >>> s = ArrayTree({"x": np.arange(4), "y": np.arange(4) * 10})
+        >>> len(s), s[1:3]
+        (4, {'x': array([1, 2]), 'y': array([10, 20])})
+    """
+
+    def __init__(self, tree: Any):
+        self.tree = tree
+        arrays = leaves(tree)
+        if not arrays:
+            raise ValueError("a dict or tuple stream needs at least one array")
+        if any(np.ndim(a) == 0 for a in arrays):
+            raise ValueError("every array of a dict or tuple stream needs a step axis")
+        self.length = num_steps(tree)
+
+    def __repr__(self) -> str:
+        return f"ArrayTree({tree_map(describe, self.tree)})"
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, key: slice) -> Any:
+        return tree_map(operator.itemgetter(key), self.tree)
+
+
+def _is_array_tree(obj: Any) -> bool:
+    """Whether ``obj`` is a dict, or a tuple or list, whose leaves are all arrays."""
+    if isinstance(obj, dict):
+        values: Any = obj.values()
+    elif isinstance(obj, (tuple, list)) and obj:
+        values = obj
+    else:
+        return False
+    return all(
+        _is_array_tree(v) or (hasattr(v, "shape") and hasattr(v, "dtype") and np.ndim(v) > 0)
+        for v in values
+    )
 
 
 def is_stream(obj: Any) -> bool:
@@ -36,8 +86,22 @@ def is_stream(obj: Any) -> bool:
         >>> import numpy as np
         >>> is_stream(np.arange(3)), is_stream(lambda: np.arange(3))
         (True, False)
+        >>> is_stream({"x": np.arange(3)})
+        True
     """
     return hasattr(obj, "__len__") and hasattr(obj, "__getitem__")
+
+
+def as_stream(obj: Any) -> Any:
+    """``obj`` as a stream: a dict or tuple of arrays becomes an :class:`ArrayTree`.
+
+    Example:
+        >>> type(as_stream({"x": np.arange(3)})).__name__, type(as_stream(np.arange(3))).__name__
+        ('ArrayTree', 'ndarray')
+    """
+    if type(obj) is np.ndarray:  # the common case, in short
+        return obj
+    return ArrayTree(obj) if _is_array_tree(obj) else obj
 
 
 def _kind(source: Any) -> str:
@@ -49,6 +113,32 @@ def _kind(source: Any) -> str:
     if is_stream(source):
         return "stream"
     return "opener" if callable(source) else "neither"
+
+
+def check_int(value: Any, name: str, minimum: int | None = None) -> int:
+    """``value`` as an int: an integer (or an integral float; not a bool or a string).
+
+    Raises:
+        TypeError: ``value`` is not an integer.
+        ValueError: it is below ``minimum``.
+
+    Example:
+        >>> check_int(np.int64(3), "tbins", 1)
+        3
+        >>> check_int(2.5, "tbins", 1)
+        Traceback (most recent call last):
+        ...
+        TypeError: tbins must be an integer, got 2.5 (float)
+    """
+    integral = isinstance(value, numbers.Integral) or (
+        isinstance(value, numbers.Real) and float(value).is_integer()
+    )
+    if isinstance(value, (bool, np.bool_)) or not integral:
+        raise TypeError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
 
 
 def describe(obj: Any) -> str:
@@ -119,19 +209,22 @@ class StreamRef:
                 f"stream {index} ({describe(source)}): expected a stream (len and slicing) "
                 f"or a zero-argument opener, got {type(source).__name__}"
             )
+        if kind == "stream":
+            source = as_stream(source)
+            actual = len(source) if getattr(source, "ndim", 0) else None  # 0-d: read error
+            if length is not None and actual is not None and actual != length:
+                raise StreamError(
+                    f"declared length {length} but the stream has {actual} steps",
+                    index,
+                    describe(source),
+                )
         self.index = index
         self.source = source
         self.length = length
-        self._opened: Any = None
-        self._pid = -1
+        self._opened: ProcessLocal | None = None  # made on first open (a million refs)
 
     def __repr__(self) -> str:
         return f"StreamRef({self.index}, {describe(self.source)})"
-
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state["_opened"], state["_pid"] = None, -1
-        return state
 
     def error(self, message: str) -> StreamError:
         """Build a :class:`StreamError` that names this stream."""
@@ -139,8 +232,12 @@ class StreamRef:
 
     def open(self) -> Any:
         """Return the stream, calling the opener once per process if needed."""
-        if self._opened is not None and self._pid == _PID[0]:
-            return self._opened
+        opened = self._opened
+        if opened is None:
+            opened = self._opened = ProcessLocal(close=_close)
+        return opened.get(self._open)
+
+    def _open(self) -> Any:
         if is_stream(self.source):
             stream = self.source
         else:
@@ -150,6 +247,7 @@ class StreamRef:
                 raise self.error(f"opening failed: {type(e).__name__}: {e}") from e
             if not is_stream(stream):
                 raise self.error(f"the opener returned {type(stream).__name__}, not a stream")
+            stream = as_stream(stream)
         if self.length is None or hasattr(stream, "shape"):  # len() of an array is free
             try:
                 actual = len(stream)
@@ -160,7 +258,6 @@ class StreamRef:
                     f"declared length {self.length} but the stream has {actual} steps"
                 )
             self.length = actual
-        self._opened, self._pid = stream, _PID[0]
         return stream
 
     def close(self) -> None:
@@ -169,9 +266,13 @@ class StreamRef:
         Streams given directly are closed too: a stream with ``close`` must reopen on its
         next read (the sources of :mod:`streamseq.io` do).
         """
-        opened, self._opened = self._opened, None
-        if opened is not None and hasattr(opened, "close"):
-            opened.close()
+        if self._opened is not None:
+            self._opened.close()
+
+    @property
+    def is_open(self) -> bool:
+        """Whether this process holds the stream open."""
+        return self._opened is not None and self._opened.peek() is not None
 
     def __len__(self) -> int:
         if self.length is None:
@@ -187,6 +288,10 @@ class StreamRef:
             data = stream[start:stop]
             if isinstance(data, list):
                 data = np.asarray(data)
+        except StreamError as e:  # the source's own error: it says what; name where
+            if e.index is None:
+                e.locate(self.index, describe(self.source), (start, stop))
+            raise
         except Exception as e:
             raise self.error(
                 f"reading steps {start}:{stop} failed: {type(e).__name__}: {e}"
@@ -205,6 +310,12 @@ class StreamRef:
                 f"{start}:{stop} returned {got} steps"
             )
         return data
+
+
+def _close(stream: Any) -> None:
+    """Close a stream that has a ``close`` method."""
+    if hasattr(stream, "close"):
+        stream.close()
 
 
 @contextlib.contextmanager
@@ -228,6 +339,8 @@ def as_refs(streams: Sequence[Any], lengths: Sequence[int] | None = None) -> lis
 
     Raises:
         ValueError: no streams, or ``lengths`` of the wrong size or negative.
+        TypeError: a length that is not an integer.
+        StreamError: a declared length that differs from an array's length.
 
     Example:
         >>> [len(r) for r in as_refs([[1, 2], [3]])]
@@ -238,7 +351,10 @@ def as_refs(streams: Sequence[Any], lengths: Sequence[int] | None = None) -> lis
         raise ValueError("no streams given")
     if lengths is not None:
         given = np.asarray(lengths)
-        lengths = given.tolist() if given.dtype.kind in "iu" else [int(n) for n in lengths]
+        if given.dtype.kind in "iu":
+            lengths = given.tolist()
+        else:
+            lengths = [check_int(n, f"lengths[{i}]") for i, n in enumerate(lengths)]
         if len(lengths) != len(streams):
             raise ValueError(f"{len(lengths)} lengths given for {len(streams)} streams")
         bad = [i for i, n in enumerate(lengths) if n < 0]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from streamseq.errors import StreamError
-from streamseq.streams import StreamRef, as_refs, describe, is_stream
+from streamseq.read.ref import StreamRef, as_refs, describe, is_stream
 
 
 def failing_opener():
@@ -37,7 +37,7 @@ def test_opener_is_called_lazily_and_once_per_process():
 def test_length_is_measured_without_keeping_the_opener_open():
     ref = StreamRef(0, functools.partial(np.arange, 7))
     assert len(ref) == 7
-    assert ref._opened is None
+    assert not ref.is_open
 
 
 def test_opener_error_names_the_stream_and_chains_the_cause():
@@ -48,8 +48,16 @@ def test_opener_error_names_the_stream_and_chains_the_cause():
     assert e.value.index == 4
 
 
-def test_short_stream_is_an_error_naming_it():
-    ref = StreamRef(2, np.arange(3), length=5)
+@pytest.mark.parametrize("declared", [0, 3, 5])
+def test_declared_length_of_an_array_must_be_its_length(declared):
+    with pytest.raises(
+        StreamError, match=f"stream 2.*declared length {declared} but the stream has 4"
+    ):
+        StreamRef(2, np.arange(4), length=declared)
+
+
+def test_short_opened_stream_is_an_error_naming_it():
+    ref = StreamRef(2, functools.partial(np.arange, 3), length=5)
     with pytest.raises(StreamError, match="stream 2.*declared length 5 but the stream has 3"):
         ref.read(0, 1)
 
@@ -155,7 +163,7 @@ def test_pickling_drops_the_open_stream():
     ref = StreamRef(0, functools.partial(np.arange, 4))
     ref.read(0, 1)
     clone = pickle.loads(pickle.dumps(ref))
-    assert clone._opened is None
+    assert not clone.is_open
     assert clone.read(2, 4).tolist() == [2, 3]
 
 
@@ -195,7 +203,7 @@ def test_describe_is_short_for_big_arrays():
 
 
 def test_identity_names_files_not_contents(tmp_path):
-    from streamseq.streams import identity
+    from streamseq.read.ref import identity
 
     class Source:
         path = tmp_path / "clip.mp4"

@@ -1,22 +1,26 @@
-"""The chunks of ``tbin`` parts as arrays: the fast path of :func:`streamseq.zip_batch`."""
+"""The one batch writer: the chunks of ``tbin`` parts as arrays, read into a batch."""
 
 from __future__ import annotations
 
+import functools
+import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _shm
-from ._tree import tree_map
-from .batch import Batch
-from .errors import StreamError
-from .interleave import Row
-from .streams import _PID, StreamRef
-from .tbin import TBinned
+from .. import _shm
+from .._tree import leaves, tree_map
+from ..batch import Batch
+from .handle import ProcessLocal
+from .ref import ArrayTree, StreamRef, describe
+
+if TYPE_CHECKING:
+    from ..interleave import Row
+    from ..tbin import TBinned
 
 try:  # the compiled batch assembly (built with the package; optional)
-    from ._gather import fill as _fill
+    from .._gather import fill as _fill
 except ImportError:  # pragma: no cover - a build without a C compiler
     _fill = None
 
@@ -186,58 +190,100 @@ class _Table:
             self.masks = self.steps < np.arange(tbins + 1)[:, None]
         self.block_size = max(1, 4096 // max(1, len(self.rows)))
         self.shape = (len(self.rows), tbins)
-        self._block: _Block | None = None
-        self._zeros: np.ndarray | None = None
-        self.forget()
+        self.transformed = any(r.transform is not None for r in self.rows)
+        self._state: ProcessLocal[_ReadState] = ProcessLocal()
+        self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state["_block"], state["_open"], state["_at"], state["_pid"] = None, None, None, -1
+        del state["_lock"]
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def forget(self) -> None:
         """Drop the references to open streams (the rows closed them, or will)."""
-        self._pid = _PID[0]
-        self._at = np.full(len(self.rows), -1, dtype=np.int64)  # position open in each row
-        self._open: list[Any] = [_NOTHING] * len(self.rows)  # the stream open in each row
-        self._opened: set[int] = set()  # rows whose stream an opener made
-        self._unsized: set[int] = set()  # rows whose stream is not an array: check sizes
-        self._checked = [-1] * len(self.rows)  # position whose dtype and shape were checked
-        self._unchecked: list[tuple[int, int]] = []  # (row, position) opened, not checked
-        self._next = -1  # the batch after the last one read here
+        self._state.close()
 
     def batch(self, i: int, spec: Any) -> Batch:
-        """Batch ``i`` (``data`` None when ``spec`` is None)."""
+        """Batch ``i`` (``data`` None when ``spec`` is None).
+
+        Safe to call from several threads: one batch is written at a time.
+        """
+        with self._lock:
+            return self._batch(i, spec)
+
+    def _batch(self, i: int, spec: Any) -> Batch:
+        st = self._state.get(functools.partial(_ReadState, len(self.rows)))
         first = i - i % self.block_size
-        blk = self._block
+        blk = st.block
         if blk is None or blk.first != first:
-            blk = self._block = _Block(self, first, self.block_size)
+            blk = st.block = _Block(self, first, self.block_size)
         k = i - first
         bt = self.shape
         empty = np.empty if _shm.current() is None else _shm.empty
-        data = None
         reset, valid = empty(bt[:1], bool), empty(bt, bool)  # (once: they may be in shm)
         stream, step = empty(bt, np.int64), empty(bt, np.int64)
-        if type(spec) is np.ndarray:
-            data = empty((*bt, *spec.shape[1:]), spec.dtype)
-            streams = self._streams(blk, k, i, spec)
-            if _fill is not None:  # array streams: one compiled pass writes the batch
-                count, ids = blk.count[k], blk.id_rows[k]
-                if _fill(streams, blk.start[k], count, ids, data, reset, valid, stream, step) < 0:
-                    if self._unchecked:
-                        self._checked_by_fill(count)
-                    return Batch(data, reset, valid, stream, step)
-            try:
-                self._gather(data, streams, blk, k, spec)
-            except StreamError:
-                raise  # it names its stream or file already: no need to read again
-            except Exception:  # read again, row by row, with every check: the right error
-                self._read_checked(data, blk, k, spec)
-        elif spec is not None:
-            data = tree_map(lambda s: empty((*bt, *np.shape(s)[1:]), s.dtype), spec)
-            self._read_checked(data, blk, k, spec)
+        if spec is None:
+            self._metadata(blk, k, reset, valid, stream, step)
+            return Batch(None, reset, valid, stream, step)
+        data = tree_map(lambda s: empty((*bt, *s.shape[1:]), s.dtype), spec)
+        if self.transformed or not self._open_arrays(st, blk, k, i, spec):
+            self._read_checked(st, data, blk, k, spec)  # read and check row by row
+        elif type(spec) is np.ndarray:
+            if self._copy(data, st.open, blk, k, (reset, valid, stream, step)):
+                return Batch(data, reset, valid, stream, step)
+        else:  # a tree: each leaf of every stream, copied as an array stream
+            parts = [_leaves_as(spec, s) for s in st.open]
+            for n, out in enumerate(leaves(data)):
+                streams = [_NOTHING if p is None else p[n] for p in parts]
+                self._copy(out, streams, blk, k, None)
         self._metadata(blk, k, reset, valid, stream, step)
         return Batch(data, reset, valid, stream, step)
+
+    def _copy(
+        self, out: np.ndarray, streams: list[Any], blk: _Block, k: int, meta: tuple | None
+    ) -> bool:
+        """Copy every row's slice of ``streams`` (arrays) into ``out``.
+
+        The compiled pass does it (and writes the metadata ``meta`` when given) unless it
+        declines, which it decides before copying anything (a stream that is not exactly
+        an array or a memmap, another byte order, not contiguous); then one
+        :func:`numpy.concatenate` does. Returns whether the metadata was written.
+        """
+        if _fill is not None:
+            reset, valid, stream, step = meta or self._scratch(out.shape[:2])
+            start, count, ids = blk.start[k], blk.count[k], blk.id_rows[k]
+            if _fill(streams, start, count, ids, out, reset, valid, stream, step) < 0:
+                return meta is not None
+        self._gather(out, streams, blk, k)
+        return False
+
+    def _scratch(self, shape: tuple[int, int]) -> tuple[np.ndarray, ...]:
+        """Metadata arrays the compiled pass writes when the caller writes its own."""
+        b, t = shape
+        return (np.empty(b, bool), np.empty(shape, bool), *np.empty((2, b, t), np.int64))
+
+    def describe(self, i: int) -> str:
+        """What batch ``i`` reads: each stream (index and repr) with its step range.
+
+        Example:
+            >>> from streamseq import interleave_streams, tbin
+            >>> rows = interleave_streams([np.arange(5), np.arange(3)], 2)
+            >>> table = _Table([tbin(r, 2) for r in rows], "zeros", 2)
+            >>> print(table.describe(1))  # doctest: +ELLIPSIS
+            stream 0 (ndarray(shape=(5,), dtype=int64)) steps 2:4; stream 1 (...) steps 2:3
+        """
+        blk = _Block(self, i, 1)
+        parts = []
+        for r in range(len(self.rows)):
+            n = int(blk.count[0, r])
+            if n:
+                ref, a = self._ref(r, int(blk.pos[0, r])), int(blk.start[0, r])
+                parts.append(f"stream {ref.index} ({describe(ref.source)}) steps {a}:{a + n}")
+        return "; ".join(parts) or "padding only"
 
     def _metadata(
         self,
@@ -248,7 +294,10 @@ class _Table:
         stream: np.ndarray,
         step: np.ndarray,
     ) -> None:
-        """Write ``reset``, ``valid``, ``stream`` and ``step`` of batch ``k`` of ``blk``."""
+        """Write ``reset``, ``valid``, ``stream`` and ``step`` of batch ``k`` of ``blk``.
+
+        The one place where they are computed (the compiled pass writes the same).
+        """
         start = blk.start[k]
         if blk.full[k]:
             valid.fill(True)
@@ -269,115 +318,76 @@ class _Table:
                 step[r, n:] = -1
                 stream[r, n:] = -1
 
-    def _streams(self, blk: _Block, k: int, i: int, spec: np.ndarray) -> list[Any]:
-        """The stream each row reads in batch ``k`` of ``blk``, opened.
+    def _open_arrays(self, st: _ReadState, blk: _Block, k: int, i: int, spec: Any) -> bool:
+        """Open the stream each row reads in batch ``k`` of ``blk``; whether all are arrays.
 
-        An array stream is checked against ``spec`` here; another stream, on the first
-        slice read from it (:meth:`_check_spec`).
+        Arrays (and trees of arrays) are checked against ``spec`` as they are opened;
+        other streams are read, and checked, row by row.
         """
-        if self._pid != _PID[0]:
-            self.forget()
-        if i == self._next and k:  # sequential: only the rows that moved on
+        if i == st.next and k:  # sequential: only the rows that moved on
             rows, at = blk.moved(k)
         else:
-            rows = np.flatnonzero((blk.pos[k] != self._at) & blk.active[k]).tolist()
+            rows = np.flatnonzero((blk.pos[k] != st.at) & blk.active[k]).tolist()
             at = blk.pos[k, rows].tolist()
-        if self._opened:  # an opener's stream: the row may have been read elsewhere
-            more = [r for r in self._opened if blk.active[k, r] and r not in rows]
+        if st.opened:  # an opener's stream: the row may have been read elsewhere
+            more = [r for r in st.opened if blk.active[k, r] and r not in rows]
             rows, at = rows + more, at + blk.pos[k, more].tolist()
-        table_rows, first, streams, where = self.rows, self.first_list, self._open, self._at
-        opened, unsized, checked = self._opened, self._unsized, self._checked
-        dtype, step = spec.dtype, spec.shape[1:]
+        first, streams, where, opened, other = (
+            self.first_list,
+            st.open,
+            st.at,
+            st.opened,
+            st.other,
+        )
+        is_array = type(spec) is np.ndarray
+        dtype, shape = (spec.dtype, spec.shape[1:]) if is_array else (None, None)
         if self.arrays is not None:  # in short
             arrays = self.arrays
             for r, p in zip(rows, at, strict=True):
                 stream = streams[r] = arrays[p]
-                if stream.dtype is not dtype or stream.shape[1:] != step:
+                if stream.dtype is not dtype or stream.shape[1:] != shape:
                     self._check_array(spec, stream, r, p)
                 where[r] = p
-            self._next = i + 1
-            return streams
+            st.next = i + 1
+            return True
         for r, p in zip(rows, at, strict=True):
-            ref = table_rows[r].switch(p - first[r])
+            ref = self.rows[r].switch(p - first[r])
             stream = streams[r] = ref.open()
-            if type(stream) is not np.ndarray:
-                unsized.add(r)
-                if checked[r] != p:
-                    self._unchecked.append((r, p))
-            else:
-                if unsized:
-                    unsized.discard(r)
-                if stream.dtype is not dtype or stream.shape[1:] != step:
+            if isinstance(stream, np.ndarray if is_array else ArrayTree):
+                other.discard(r)
+                if not is_array or stream.dtype is not dtype or stream.shape[1:] != shape:
                     self._check_array(spec, stream, r, p)
+            else:
+                other.add(r)
             where[r] = p  # (after the check: a failed row opens and fails again)
             if stream is not ref.source:
                 opened.add(r)
             elif opened:
                 opened.discard(r)
-        self._next = i + 1
-        return streams
+        st.next = i + 1
+        return not other
 
-    def _gather(
-        self, out: np.ndarray, streams: list[Any], blk: _Block, k: int, spec: np.ndarray
-    ) -> None:
+    def _gather(self, out: np.ndarray, streams: list[Any], blk: _Block, k: int) -> None:
         """Copy the slices of every row (and zeros) into ``out`` with one concatenate.
 
         A row reads ``[start, start + T)``: slicing clips it to the end of the stream,
-        which is where a chunk with padding stops. The first slice of each stream opened
-        is checked against ``spec``.
+        which is where a chunk with padding stops.
         """
         starts, t = blk.starts[k], self.tbins
         if blk.full[k]:  # no padding: the common case, in short
             pieces = [s[a : a + t] for s, a in zip(streams, starts, strict=True)]
-            if self._unchecked:
-                self._check_spec(pieces, starts, spec)
-            if self._unsized:
-                self._check(pieces, blk.count[k])
         else:
-            zeros = self._zeros
-            if zeros is None or zeros.dtype != out.dtype or zeros.shape[1:] != out.shape[2:]:
-                zeros = self._zeros = np.zeros((t, *out.shape[2:]), out.dtype)
+            zeros = np.zeros((t, *out.shape[2:]), out.dtype)
             rows_starts = zip(streams, starts, strict=True)
             pieces = [s[a : a + t] if a >= 0 else zeros for s, a in rows_starts]
-            if self._unchecked:
-                self._check_spec(pieces, starts, spec)
-            if self._unsized:
-                self._check(pieces, blk.count[k])
             rows, counts = blk.partial(k)
             for r, n in zip(reversed(rows), reversed(counts), strict=True):
                 pieces.insert(r + 1, zeros[n:])
         np.concatenate(pieces, out=out.reshape(-1, *out.shape[2:]), casting="safe")
 
-    def _check_spec(self, pieces: list[Any], starts: list[int], spec: np.ndarray) -> None:
-        """Check the first slice read of each stream opened against ``spec`` (once each)."""
-        left = []
-        for r, p in self._unchecked:
-            if self._at[r] != p:
-                continue  # the row moved on before reading it
-            if starts[r] < 0:
-                left.append((r, p))
-                continue
-            problem = spec_mismatch(spec, pieces[r])
-            if problem is not None:
-                raise self._ref(r, p).error(problem)  # (left unchecked: raised again)
-            self._checked[r] = p
-        self._unchecked = left
-
-    def _checked_by_fill(self, counts: np.ndarray) -> None:
-        """Mark the streams the compiled pass read as checked (it reads only exact matches)."""
-        left = []
-        for r, p in self._unchecked:
-            if self._at[r] != p:
-                continue  # the row moved on before reading it
-            if counts[r]:
-                self._checked[r] = p
-            else:
-                left.append((r, p))
-        self._unchecked = left
-
-    def _check_array(self, spec: np.ndarray, stream: np.ndarray, r: int, p: int) -> None:
+    def _check_array(self, spec: Any, stream: Any, r: int, p: int) -> None:
         """Raise the error naming stream ``p`` of row ``r`` if ``stream`` differs from ``spec``."""
-        problem = spec_mismatch(spec, stream)
+        problem = spec_mismatch(spec, stream.tree if isinstance(stream, ArrayTree) else stream)
         if problem is not None:
             raise self._ref(r, p).error(problem)
 
@@ -385,22 +395,15 @@ class _Table:
         """The stream at position ``p`` of the table, in row ``r``."""
         return self.rows[r].refs[p - self.first_list[r]]
 
-    def _check(self, pieces: list[Any], counts: np.ndarray) -> None:
-        """Raise when a stream that is not an array returned another number of steps."""
-        for r in self._unsized:
-            if counts[r] and len(pieces[r]) != counts[r]:
-                raise ValueError(f"row {r}: read {len(pieces[r])} steps")
-
-    def _read_checked(self, data: Any, blk: _Block, k: int, spec: Any) -> None:
-        """Read row by row through :meth:`Row.read`, which checks every read.
+    def _read_checked(self, st: _ReadState, data: Any, blk: _Block, k: int, spec: Any) -> None:
+        """Read row by row through :meth:`Row.read`, which checks (and transforms) every read.
 
         The first read of each stream is checked against ``spec``, and every read is
         copied with safe casting, never broadcast.
         """
-        self._at[:] = -1
-        self._next = -1
-        self._unchecked = []
-        checked = self._checked
+        st.at[:] = -1
+        st.next = -1
+        checked = st.checked
         for r, row in enumerate(self.rows):
             n = int(blk.count[k, r])
             if n:
@@ -409,7 +412,7 @@ class _Table:
                 if checked[r] != p:
                     problem = spec_mismatch(spec, d)
                     if problem is not None:
-                        raise self._ref(r, p).error(problem)
+                        raise self._ref(r, p).error(f"steps {a}:{a + n}: {problem}")
                     checked[r] = p
 
                 def put(out: np.ndarray, x: Any, r: int = r, n: int = n) -> None:
@@ -418,7 +421,27 @@ class _Table:
 
                 try:
                     tree_map(put, data, d)
-                except (TypeError, ValueError) as e:
+                except (TypeError, ValueError, KeyError) as e:
                     raise self._ref(r, p).error(f"steps {a}:{a + n}: {e}") from e
             else:
                 tree_map(lambda out, r=r: out.__setitem__(r, 0), data)
+
+
+def _leaves_as(spec: Any, stream: Any) -> list[Any] | None:
+    """The arrays of a tree stream in the order of ``spec``'s leaves (None: no stream)."""
+    if not isinstance(stream, ArrayTree):
+        return None
+    return leaves(tree_map(lambda _, a: a, spec, stream.tree))
+
+
+class _ReadState:
+    """What one process has open in a table's rows (one per process: ``ProcessLocal``)."""
+
+    def __init__(self, rows: int):
+        self.at = np.full(rows, -1, dtype=np.int64)  # position open in each row
+        self.open: list[Any] = [_NOTHING] * rows  # the stream open in each row
+        self.opened: set[int] = set()  # rows whose stream an opener made
+        self.other: set[int] = set()  # rows whose stream is not an array: read checked
+        self.checked = [-1] * rows  # position whose dtype and shape were checked
+        self.next = -1  # the batch after the last one read here
+        self.block: _Block | None = None

@@ -1,0 +1,1 @@
+"""Planning: pure functions of the stream lengths, arrays in and arrays out."""

@@ -1,0 +1,1 @@
+"""Reading: per-process handles on what streams read from."""

@@ -1,0 +1,135 @@
+"""A value opened lazily, once per process: the one mechanism behind every open file.
+
+Streams, rows and sources read from things that cannot cross a process boundary: a
+decoder, an open file, a memory map, a position in a row. :class:`ProcessLocal` holds such
+a value for the process that made it. Used in another process (after a fork) it makes a
+new one; pickled (for a spawned worker) it travels empty.
+
+A forked child never frees what it inherited either: FFmpeg decoders and scalers own
+threads that exist only in the parent, and freeing them in the child waits for those
+threads forever. An inherited value is therefore kept, unused, for the child's whole life.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+_PID = [os.getpid()]  # this process, kept by a fork hook (os.getpid is a system call)
+os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
+
+
+def current_pid() -> int:
+    """The id of this process, without a system call.
+
+    Example:
+        >>> current_pid() == os.getpid()
+        True
+    """
+    return _PID[0]
+
+
+def _keep_forever(value: Any) -> None:
+    """Never free ``value``: it belongs to another process (see the module's note)."""
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(value))
+
+
+class ProcessLocal(Generic[T]):
+    """A value made by ``make()`` on first use in each process; dropped when pickled.
+
+    Args:
+        make: builds the value for the calling process (or give it to :meth:`get`, which
+            spares its owner a reference cycle through a bound method).
+        close: releases a value made in this process (never called on an inherited one).
+
+    Example:
+        >>> import pickle
+        >>> h = ProcessLocal(list)
+        >>> h.get() is h.get(), h.peek()
+        (True, [])
+        >>> pickle.loads(pickle.dumps(h)).peek() is None
+        True
+        >>> h.close(); h.peek() is None
+        True
+    """
+
+    __slots__ = ("_close", "_lock", "_make", "_pid", "_value", "__weakref__")
+
+    def __init__(
+        self, make: Callable[[], T] | None = None, close: Callable[[T], Any] | None = None
+    ):
+        self._make, self._close = make, close
+        self._value: T | None = None
+        self._pid = -1
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"ProcessLocal({self._make!r}, open={self.peek() is not None})"
+
+    @property
+    def lock(self) -> threading.Lock:
+        """A lock for the users of the value (new in every process and every copy)."""
+        return self._lock
+
+    def _forget_inherited(self) -> None:
+        if self._value is not None and self._pid != _PID[0]:
+            _keep_forever(self._value)
+            self._value = None
+            self._lock = threading.Lock()  # may have been held by a thread of the parent
+
+    def peek(self) -> T | None:
+        """The value of this process, or None when it has not been made here."""
+        self._forget_inherited()
+        return self._value
+
+    def get(self, make: Callable[[], T] | None = None) -> T:
+        """The value of this process, made now (by ``make``, else the one given) if needed."""
+        if self._value is not None and self._pid == _PID[0]:
+            return self._value
+        self._forget_inherited()
+        value = (make or self._make)()  # type: ignore[misc]
+        self._value, self._pid = value, _PID[0]
+        return value
+
+    def set(self, value: T | None) -> None:
+        """Replace the value of this process (closing the one it replaces)."""
+        self._forget_inherited()
+        old, self._value, self._pid = self._value, value, _PID[0]
+        if old is not None and old is not value and self._close is not None:
+            self._close(old)
+
+    def close(self) -> None:
+        """Release the value of this process; the next :meth:`get` makes a new one."""
+        self.set(None)
+
+    def __getstate__(self) -> tuple:
+        return (self._make, self._close)
+
+    def __setstate__(self, state: tuple) -> None:
+        self._make, self._close = state
+        self._value, self._pid = None, -1
+        self._lock = threading.Lock()
+
+    def __copy__(self) -> ProcessLocal[T]:
+        return ProcessLocal(self._make, self._close)
+
+    def __deepcopy__(self, memo: dict) -> ProcessLocal[T]:
+        import copy
+
+        return ProcessLocal(copy.deepcopy(self._make, memo), copy.deepcopy(self._close, memo))
+
+    def __del__(self) -> None:
+        try:
+            if self._value is not None:
+                if self._pid == _PID[0]:
+                    if self._close is not None:
+                        self._close(self._value)
+                else:
+                    _keep_forever(self._value)
+        except Exception:  # interpreter shutdown, half-built object
+            pass
