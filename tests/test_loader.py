@@ -6,49 +6,15 @@ import time
 import warnings
 
 import numpy as np
-import psutil
 import pytest
 import torch
+from helpers import as_numpy, assert_same, live_children, no_children
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamseq import StreamError, StreamLoader
 from streamseq.errors import SourceError
 from streamseq.testing import check_continuity, coded_streams, layouts
-
-
-def as_numpy(batches):
-    return [tuple(f.numpy() for f in b) for b in batches]
-
-
-def assert_same(a, b):
-    assert len(a) == len(b)
-    for x, y in zip(a, b, strict=True):
-        for f, g in zip(x, y, strict=True):
-            np.testing.assert_array_equal(f, g)
-
-
-def live_children():
-    alive = []
-    for c in psutil.Process().children(recursive=True):
-        try:
-            if c.status() != psutil.STATUS_ZOMBIE:
-                alive.append(c)
-        except psutil.NoSuchProcess:
-            pass
-    return alive
-
-
-def no_children(before=(), timeout=5.0):
-    """True once every child process not in ``before`` has ended."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        alive = [c for c in live_children() if c.pid not in before]
-        if not alive:
-            return True
-        time.sleep(0.05)
-    print("still running:", [(c.pid, c.cmdline()) for c in alive])
-    return False
 
 
 @given(layouts(), st.sampled_from(["zeros", "drop", "wrap"]), st.booleans())
@@ -466,3 +432,108 @@ def test_a_stream_error_while_gathering_a_batch_is_raised_without_reading_again(
     with pytest.raises(StreamError, match="stream 1 .*dtype float64 differs"):
         list(loader)
     assert floats.reads.count((0, 3)) == 1
+
+
+def dict_streams(lengths):
+    return [
+        {"x": s, "y": (s * 2).astype(np.float32)[:, None].repeat(3, 1)}
+        for s in coded_streams(lengths)
+    ]
+
+
+@settings(max_examples=15)
+@given(layouts(max_streams=8), st.sampled_from(["zeros", "drop", "wrap"]), st.integers(0, 2))
+def test_dict_streams_through_every_pad_mode(layout, pad, workers):
+    streams = dict_streams(layout.lengths)
+    loader = StreamLoader(
+        streams, layout.batch_size, layout.tbins, pad=pad, num_workers=workers, method="thread"
+    )
+    batches = list(loader)
+    assert all(set(b.data) == {"x", "y"} for b in batches)
+    for key in ("x", "y"):
+        check_continuity(
+            [b._replace(data=b.data[key]) for b in batches],
+            layout.lengths,
+            sources=[s[key] for s in streams],
+            complete=pad != "drop",
+            allow_repeats=pad == "wrap",
+        )
+    assert_same(batches, list(StreamLoader(streams, layout.batch_size, layout.tbins, pad=pad)))
+
+
+def test_tuple_streams_and_time_major_pinned_dicts():
+    streams = [(np.arange(5), np.arange(5.0) * 2), (np.arange(3), np.arange(3.0) * 2)]
+    (batch,) = StreamLoader(streams, 2, 5)[:1]
+    assert batch.data[0].tolist() == [[0, 1, 2, 3, 4], [0, 1, 2, 0, 0]]
+    assert batch.data[1][1].tolist() == [0, 2, 4, 0, 0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loader = StreamLoader(
+            dict_streams([4, 6]), 2, 3, time_major=True, pin_memory=True, num_workers=2
+        )
+        batches = list(loader)
+    assert batches[0].data["y"].shape == (3, 2, 3) and batches[0].valid.shape == (3, 2)
+
+
+def test_a_dict_stream_of_unequal_arrays_is_an_error():
+    with pytest.raises(ValueError, match="disagree on the number of steps"):
+        StreamLoader([{"x": np.arange(3), "y": np.arange(4)}], 1, 2)
+
+
+def test_a_dict_stream_with_other_keys_names_the_stream():
+    streams = [{"x": np.arange(4)}, {"z": np.arange(4)}]
+    with pytest.raises(StreamError, match=r"stream 1 .*dict with keys \['z'\]"):
+        list(StreamLoader(streams, 2, 2))
+
+
+class SlowReads:
+    """An array stream whose reads take a little time (so threads interleave)."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __len__(self):
+        return len(self.a)
+
+    def __getitem__(self, key):
+        time.sleep(0.0002)
+        return self.a[key]
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_indexing_from_one_thread_while_another_iterates_gives_correct_batches(wrapped):
+    import threading
+
+    lengths = [37, 12, 55, 8, 23, 41, 5, 30, 19, 60]
+    streams = coded_streams(lengths)
+    sources = [SlowReads(s) for s in streams] if wrapped else streams
+    loader = StreamLoader(sources, 4, 3)
+    n = len(loader)
+    bad, stop = [], threading.Event()
+
+    def check(b):
+        ok = b.valid.numpy()
+        expected = b.stream.numpy()[ok] * 2**32 + b.step.numpy()[ok] + 1
+        return np.array_equal(b.data.numpy()[ok], expected)
+
+    def index_randomly():
+        rng = np.random.default_rng(0)
+        while not stop.is_set():
+            k = int(rng.integers(n))
+            if not check(loader[k]):
+                bad.append(k)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    thread = threading.Thread(target=index_randomly)
+    try:
+        thread.start()
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            bad += [i for i, b in enumerate(loader) if not check(b)]
+    finally:
+        stop.set()
+        thread.join(10)
+        sys.setswitchinterval(interval)
+    assert not thread.is_alive()
+    assert bad == []

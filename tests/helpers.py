@@ -1,0 +1,50 @@
+"""Helpers shared by the tests: batch comparison, child processes, test streams."""
+
+import time
+
+import numpy as np
+import psutil
+
+from streamseq._tree import leaves
+
+
+def as_numpy(batches):
+    """Batches of tensors (data an array or a tree) as tuples of numpy leaves, copied."""
+    return [tuple(_array(x) for x in leaves(tuple(b))) for b in batches]
+
+
+def _array(x):
+    return x.numpy().copy() if hasattr(x, "numpy") else np.array(x)
+
+
+def assert_same(a, b):
+    """Two lists of batches (tensors or arrays) are equal, field by field."""
+    a, b = as_numpy(a), as_numpy(b)
+    assert len(a) == len(b), f"{len(a)} batches != {len(b)}"
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
+        for f, g in zip(x, y, strict=True):
+            np.testing.assert_array_equal(f, g, err_msg=f"batch {i}")
+
+
+def live_children():
+    """Child processes of this one that have not ended (zombies excluded)."""
+    alive = []
+    for c in psutil.Process().children(recursive=True):
+        try:
+            if c.status() != psutil.STATUS_ZOMBIE:
+                alive.append(c)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def no_children(before=(), timeout=5.0):
+    """True once every child process not in ``before`` has ended."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = [c for c in live_children() if c.pid not in before]
+        if not alive:
+            return True
+        time.sleep(0.05)
+    print("still running:", [(c.pid, c.cmdline()) for c in alive])
+    return False
