@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from ._tree import tree_map
+
 
 class Chunk(NamedTuple):
     """``tbins`` consecutive steps of one row, never spanning two streams.
@@ -50,3 +52,42 @@ class Batch(NamedTuple):
     valid: Any
     stream: Any
     step: Any
+
+    def to(self, device: Any, non_blocking: bool = False) -> Batch:
+        """Move every tensor of the batch to ``device``, as ``torch.Tensor.to`` does.
+
+        ``data`` may be a tensor or a tuple, list or dict of tensors (nested); each is
+        moved and the structure kept (``None`` stays ``None``).
+
+        Args:
+            device: where to move the tensors (``"cuda"``, ``torch.device("cuda", 1)``, ...).
+            non_blocking: passed to ``Tensor.to``; with ``pin_memory=True`` on the loader,
+                the copy to a GPU overlaps with the work already queued there.
+
+        Returns:
+            A new :class:`Batch` whose fields are the moved tensors.
+
+        Raises:
+            TypeError: a field holds something other than tensors (numpy arrays, say).
+
+        Example:
+            >>> import torch
+            >>> b = Batch({"x": torch.zeros(2, 3)}, torch.tensor([True, False]),
+            ...           torch.ones(2, 3, dtype=torch.bool), torch.zeros(2, 3, dtype=torch.int64),
+            ...           torch.arange(3).repeat(2, 1))
+            >>> moved = b.to("cpu")
+            >>> moved.data["x"].device, moved.reset.tolist()
+            (device(type='cpu'), [True, False])
+        """
+
+        def move(tensor: Any) -> Any:
+            if tensor is None:  # a batch without data
+                return None
+            if not hasattr(tensor, "to") or not hasattr(tensor, "device"):
+                raise TypeError(
+                    f"Batch.to moves torch tensors, got {type(tensor).__name__}; "
+                    "convert the batch with torch.as_tensor first"
+                )
+            return tensor.to(device, non_blocking=non_blocking)
+
+        return Batch(*(tree_map(move, field) for field in self))
