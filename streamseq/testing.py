@@ -22,6 +22,7 @@ import numpy as np
 
 from ._tree import leaves, tree_map
 from .batch import Batch
+from .read.ref import as_stream
 
 CODE = 1 << 32
 
@@ -36,6 +37,36 @@ def _batch_major(batch: Batch, time_major: bool) -> Batch:
         data = tree_map(lambda a: np.swapaxes(a, 0, 1), fields[0])
         fields = [data, fields[1], *(np.swapaxes(f, 0, 1) for f in fields[2:])]
     return Batch(*fields)
+
+
+def _first_difference(got: Any, want: Any, r: int, n: int, path: str = "") -> str | None:
+    """Where row ``r`` of batch data ``got`` (first ``n`` steps) differs from ``want``.
+
+    Dicts are matched by key, whatever their order; returns None when they agree, else
+    the path of the first difference (``""`` at the top, ``" at ['x'][0]"`` inside).
+    """
+    where = f" at {path}" if path else ""
+    if isinstance(got, dict) or isinstance(want, dict):
+        if not (isinstance(got, dict) and isinstance(want, dict)) or set(got) != set(want):
+            keys = sorted(got, key=str) if isinstance(got, dict) else type(got).__name__
+            wanted = sorted(want, key=str) if isinstance(want, dict) else type(want).__name__
+            return f"{where} (keys {keys}, source has {wanted})"
+        for key in got:
+            differ = _first_difference(got[key], want[key], r, n, f"{path}[{key!r}]")
+            if differ is not None:
+                return differ
+        return None
+    if isinstance(got, (tuple, list)) or isinstance(want, (tuple, list)):
+        if not (isinstance(got, (tuple, list)) and isinstance(want, (tuple, list))) or len(
+            got
+        ) != len(want):
+            return f"{where} (a different structure)"
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            differ = _first_difference(g, w, r, n, f"{path}[{i}]")
+            if differ is not None:
+                return differ
+        return None
+    return None if np.array_equal(got[r, :n], np.asarray(want)) else where
 
 
 def check_continuity(
@@ -59,8 +90,9 @@ def check_continuity(
     Args:
         batches: the batches (numpy arrays or torch tensors, ``[B, T, ...]``).
         lengths: the length of every stream, by source index.
-        sources: the streams themselves; data at (stream s, step k) must equal
-            ``sources[s][k]``.
+        sources: the streams themselves (sequences, or dicts and tuples of arrays); data at
+            (stream s, step k) must equal ``sources[s][k]``. Dict data is compared key by
+            key: a source may list its keys in another order than the batches.
         complete: require every non-empty stream to be delivered whole (False for
             ``pad="drop"``, which may cut the streams still running at the end).
         allow_repeats: allow a stream to start again in its row (``pad="wrap"``).
@@ -79,6 +111,8 @@ def check_continuity(
         4
     """
     lengths = [int(n) for n in lengths]
+    if sources is not None:
+        sources = [as_stream(source) for source in sources]
     current: dict[int, int] = {}  # row -> stream being read
     expected: dict[int, int] = {}  # row -> next step of that stream
     owner: dict[int, int] = {}  # stream -> row
@@ -149,11 +183,11 @@ def check_continuity(
             )
             if sources is not None:
                 want = sources[sid][int(k[0]) : int(k[0]) + n]
-                for got, ref in zip(data, leaves(want), strict=True):
-                    assert np.array_equal(got[r, :n], np.asarray(ref)), (
-                        f"{where}: data of stream {sid} steps {int(k[0])}:{int(k[0]) + n} "
-                        "differ from the source"
-                    )
+                differ = _first_difference(b.data, want, r, n)
+                assert differ is None, (
+                    f"{where}: data of stream {sid} steps {int(k[0])}:{int(k[0]) + n} "
+                    f"differ from the source{differ}"
+                )
         count += 1
     for r, sid in current.items():
         if expected[r] == lengths[sid]:

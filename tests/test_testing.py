@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from streamseq import Batch, interleave_streams, tbin, zip_batch
+from streamseq import Batch, StreamLoader, interleave_streams, tbin, zip_batch
 from streamseq.testing import Layout, check_continuity, coded_streams, layouts
 
 LENGTHS = [5, 3, 4, 2]
@@ -101,3 +101,49 @@ def test_coded_streams_are_never_zero():
     streams = coded_streams([3, 2], shape=(2,))
     assert all((s != 0).all() for s in streams)
     assert streams[1][1].tolist() == [2**32 + 2] * 2
+
+
+class Keyed:
+    """A stream whose slices are dicts ``{"x": code, "y": -code}`` listing keys in ``order``."""
+
+    def __init__(self, code, order=("x", "y")):
+        self.parts, self.order = {"x": code, "y": -code}, order
+
+    def __len__(self):
+        return len(self.parts["x"])
+
+    def __getitem__(self, key):
+        return {name: self.parts[name][key] for name in self.order}
+
+
+def dict_run(lengths):
+    streams = [Keyed(c) for c in coded_streams(lengths)]
+    streams[1].order = ("y", "x")  # another order than the first stream
+    return [Batch(*b) for b in StreamLoader(streams, 2, 2)], streams
+
+
+def test_dict_sources_are_compared_by_key_not_order():
+    batches, streams = dict_run(LENGTHS)
+    assert list(batches[0].data) == ["x", "y"]
+    assert list(streams[1][0:1]) == ["y", "x"]
+    assert check_continuity(batches, LENGTHS, sources=streams) == len(batches)
+
+
+def test_dicts_of_arrays_are_sources_too():
+    batches, streams = dict_run(LENGTHS)
+    arrays = [{"y": s.parts["y"], "x": s.parts["x"]} for s in streams]
+    assert check_continuity(batches, LENGTHS, sources=arrays) == len(batches)
+
+
+def test_dict_data_differing_under_one_key_is_named():
+    batches, streams = dict_run(LENGTHS)
+    batches[0].data["y"][1, 0] = 5
+    with pytest.raises(AssertionError, match=r"batch 0, row 1: data of stream 1 .* at \['y'\]"):
+        check_continuity(batches, LENGTHS, sources=streams)
+
+
+def test_dict_keys_missing_from_the_source_are_caught():
+    batches, streams = dict_run(LENGTHS)
+    streams[0].order = ("x",)
+    with pytest.raises(AssertionError, match=r"batch 0, row 0: .*keys \['x', 'y'\], source"):
+        check_continuity(batches, LENGTHS, sources=streams)
