@@ -85,3 +85,7 @@ def _rebuild(
 
 class WorkerError(RuntimeError):
     """A worker process died (killed, crashed) or a worker thread stopped unexpectedly."""
+
+
+class WorkerTimeout(WorkerError):
+    """The workers delivered nothing for longer than the ``timeout`` they were given."""

@@ -1,20 +1,26 @@
-"""Evaluate a sequence ahead in worker processes or threads (seqtools' prefetch, guarded)."""
+"""Evaluate a sequence ahead in worker processes or threads, in order."""
 
 from __future__ import annotations
 
 import logging
+import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-import seqtools
-import seqtools.errors
-import seqtools.evaluation
-
-from ._processes import _Backend, _describe_exits
-from ._threads import _ThreadBackend
 from ._tree import nbytes
-from .errors import StreamError, WorkerError
+from .errors import WorkerError, WorkerTimeout
+from .workers.failures import (
+    Cancelled,
+    HookFailed,
+    NoResult,
+    WorkerGone,
+    describe_exits,
+    describe_item,
+)
+from .workers.processes import ProcessWorkers
+from .workers.threads import ThreadWorkers
+from .workers.window import Window
 
 logger = logging.getLogger(__name__)
 
@@ -60,24 +66,6 @@ def check_timeout(timeout: float | None) -> float | None:
     return float(timeout)
 
 
-class _Shifted:
-    """``seq[offset:]`` as a sequence whose errors never kill a worker thread."""
-
-    def __init__(self, seq: Sequence[Any], offset: int):
-        self.seq, self.offset = seq, offset
-
-    def __len__(self) -> int:
-        return len(self.seq) - self.offset
-
-    def __getitem__(self, i: int) -> Any:
-        try:
-            return self.seq[i + self.offset]
-        except Exception:
-            raise
-        except BaseException as e:  # SystemExit, KeyboardInterrupt: report, do not die
-            raise WorkerError(f"worker interrupted by {type(e).__name__}: {e}") from e
-
-
 class Prefetched:
     """Items of ``seq`` evaluated ahead by workers; see :func:`prefetch`."""
 
@@ -102,9 +90,10 @@ class Prefetched:
         self.seq, self.num_workers, self.method = seq, num_workers, method
         self.max_buffered, self.start_hook = max_buffered, start_hook
         self.slot_size = None if shm_size is None else max(1, int(shm_size) // max_buffered)
-        self._prefetch: Any = None
-        self._base = 0
-        self._next = -1
+        self._lock = threading.RLock()  # one caller at a time uses the workers
+        self._workers: ProcessWorkers | ThreadWorkers | None = None
+        self._window: Window | None = None
+        self._iterating = 0
         self.grown = 0  # times the slots grew for an item larger than a slot
         self.pickled = 0  # items pickled through a pipe: no slot was free
 
@@ -121,34 +110,47 @@ class Prefetched:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
+        with self._lock:
+            self._iterating += 1
         try:
             for i in range(self.length):
                 yield self[i]
         finally:
-            self.close()
+            with self._lock:
+                self._iterating -= 1
+                last = self._iterating == 0
+            if last:  # (another thread iterating goes on with these workers)
+                self.close()
 
     @property
     def pids(self) -> list[int]:
         """Process ids of the live worker processes (empty for threads)."""
-        if self._prefetch is None or self.method != "process":
-            return []
-        return [w.pid for w in self._prefetch.backend.workers if w.is_alive()]
+        workers = self._workers
+        return [] if workers is None else workers.pids()
 
     def close(self, wait: bool = True) -> None:
         """Stop the workers now (they also stop when this object is collected).
 
+        A thread waiting for an item of these workers meanwhile gets a
+        :class:`WorkerError`. See "Shutdown" in :mod:`streamseq.workers`.
+
         Args:
-            wait: return once the worker processes have exited; otherwise once they
-                have stopped using the shared memory, and let them exit meanwhile
-                (they are joined later; a process with torch loaded takes a few
-                milliseconds to exit). Worker threads are always waited for (up to a
-                second), until they finish the item they are evaluating.
+            wait: return once the worker processes have exited (waiting up to a
+                second); otherwise once they have stopped using the shared memory, and
+                let them exit meanwhile (they are joined in the background; a process
+                with torch loaded takes a few milliseconds to exit). Worker threads are
+                always waited for (up to a second), until they finish the item they are
+                evaluating.
         """
-        pf, self._prefetch = self._prefetch, None
-        self._next = -1
-        if pf is not None:
-            pf.backend.stop(wait=wait)
+        while not self._lock.acquire(timeout=0.05):
+            workers = self._workers  # another thread waits for them: wake it up
+            if workers is not None:
+                workers.cancel()
+        try:
+            self._stop(wait)
+        finally:
+            self._lock.release()
 
     def __del__(self) -> None:
         try:
@@ -156,30 +158,34 @@ class Prefetched:
         except Exception:  # interpreter shutdown
             pass
 
+    def _stop(self, wait: bool = True) -> None:
+        workers, self._workers, self._window = self._workers, None, None
+        if workers is not None:
+            workers.stop(wait=wait)
+
     def _start(self, i: int) -> None:
-        self.close()
+        """Start new workers at item ``i`` (the old ones stopped first); lock held."""
+        self._stop()
         if i >= self.length:
             return
-        hook, seq = self.start_hook, _Shifted(self.seq, i)
         if self.method == "thread":
-            threads = _ThreadBackend(seq, self.num_workers, hook, self.timeout)
-            self._prefetch = seqtools.evaluation.Prefetch(
-                len(seq), threads, buffer_size=self.max_buffered
-            )
+            workers: Any = ThreadWorkers(self.seq, self.num_workers, self.start_hook, self.timeout)
+            depth = self.max_buffered
         else:
-            backend = _Backend(
-                seq,
-                num_workers=self.num_workers,
-                buffer_size=self.max_buffered,
-                init_fn=hook,
-                shm_size=self.slot_size * self.max_buffered,
-                timeout=self.timeout,
+            workers = ProcessWorkers(
+                self.seq,
+                self.num_workers,
+                self.max_buffered,
+                self.slot_size,
+                self.start_hook,
+                self.timeout,
             )
-            # as seqtools.prefetch does: two slots stay free for the items being used
-            self._prefetch = seqtools.evaluation.Prefetch(
-                len(seq), backend, buffer_size=self.max_buffered - 2
-            )
-        self._base, self._next = i, i
+            depth = self.max_buffered - 2  # two slots stay free for the items being used
+        self._workers, self._window = workers, Window(workers, i, self.length, depth)
+
+    def _ready(self) -> bool:
+        """Whether workers can start: with processes, once the slots are sized."""
+        return self.num_workers > 0 and not (self.method == "process" and self.slot_size is None)
 
     def prepare(self, i: int) -> None:
         """Start the workers on item ``i`` now, if they are not there already.
@@ -187,9 +193,10 @@ class Prefetched:
         ``self[i]`` does it too, then waits; preparing several prefetches first lets
         their workers start together.
         """
-        ready = self.num_workers == 0 or (self.method == "process" and self.slot_size is None)
-        if not ready and 0 <= i < self.length and (i != self._next or self._prefetch is None):
-            self._start(i)
+        if self._ready() and 0 <= i < self.length:
+            with self._lock:
+                if self._window is None or self._window.next != i:
+                    self._start(i)
 
     def __getitem__(self, i: int) -> Any:
         given, i = i, int(i)
@@ -199,66 +206,90 @@ class Prefetched:
             raise IndexError(f"item {given} out of range for {self.length} items")
         if self.num_workers == 0:
             return self.seq[i]
-        if self.method == "process" and self.slot_size is None:
-            value = self.seq[i]  # size the shared-memory slots from the first item
-            self.slot_size = int(nbytes(value) * 1.25) + 65536
-            if hasattr(self.seq, "release"):
-                self.seq.release()  # the workers open their own files
-            self._start(i + 1)
+        if not self._ready():
+            return self._sizing(i)
+        with self._lock:
+            if self._window is None or self._window.next != i:
+                self._start(i)  # out of order: restart there instead of draining the queue
+            value = self._take(i)
+            if self.method == "process":
+                self._check_slots(i, value)
             return value
-        if i != self._next or self._prefetch is None:
-            self._start(i)  # out of order: restart there instead of draining the queue
+
+    def _sizing(self, i: int) -> Any:
+        """Item ``i`` evaluated here, to size the shared-memory slots; workers start after."""
+        value = self.seq[i]
+        with self._lock:
+            if self.slot_size is None:
+                self.slot_size = int(nbytes(value) * 1.25) + 65536
+                if hasattr(self.seq, "release"):
+                    self.seq.release()  # the workers open their own files
+                self._start(i + 1)
+        return value
+
+    def _take(self, i: int) -> Any:
+        """Item ``i`` from the workers, or the error that stops them; lock held."""
+        workers, window = self._workers, self._window
         try:
-            value = self._prefetch[i - self._base]
-        except seqtools.EvaluationError as e:
-            self.close()
-            if isinstance(e.__cause__, BaseException):
-                raise e.__cause__ from e.__cause__.__cause__
-            raise StreamError(f"evaluation of item {i} failed in a worker: {e}") from None
-        except WorkerError:  # a start hook failed
-            self.close()
+            ok, value = window.take()
+        except HookFailed:
+            self._stop()
             raise
-        except TimeoutError:
-            self.close()
-            raise WorkerError(
-                f"the workers of {self!r} delivered nothing for {self.timeout:g} s while "
-                f"preparing item {i} (timeout={self.timeout:g}); they were stopped"
-            ) from None
-        except RuntimeError as e:
-            if "worker died" not in str(e):
-                raise
-            backend = self._prefetch.backend
-            self.close()  # joins them: the exit codes are known after
+        except WorkerGone as gone:
+            self._stop()  # joins them: the exit codes are known after
+            what = describe_item(self.seq, i if gone.item is None else gone.item)
             if self.method == "thread":
                 raise WorkerError(
-                    f"a worker thread of {self!r} stopped unexpectedly while preparing "
-                    f"item {i}; its workers were stopped"
+                    f"a worker thread of {self!r} stopped unexpectedly while evaluating "
+                    f"{what}; its workers were stopped"
                 ) from None
             raise WorkerError(
-                f"a worker process of {self!r} died unexpectedly while preparing item {i} "
-                f"({_describe_exits(backend.ended)}); its workers were stopped"
+                f"a worker process of {self!r} died unexpectedly while evaluating {what} "
+                f"({describe_exits(workers.ended)}); its workers were stopped"
             ) from None
-        self._next = i + 1
-        if self.method == "process" and self._prefetch.backend.pickled and not self.pickled:
-            self.pickled = self._prefetch.backend.pickled
+        except NoResult:
+            self._stop()
+            raise WorkerTimeout(
+                f"the workers of {self!r} delivered nothing for {self.timeout:g} s while "
+                f"evaluating {describe_item(self.seq, i)} (timeout={self.timeout:g}); they "
+                "were stopped"
+            ) from None
+        except Cancelled:
+            self._stop()
+            raise WorkerError(
+                f"{self!r} was closed by another thread while item {i} was awaited"
+            ) from None
+        except BaseException:  # KeyboardInterrupt: the window is in an unknown state
+            self._stop(wait=False)
+            raise
+        if not ok:
+            self._stop()
+            raise value
+        return value
+
+    def _check_slots(self, i: int, value: Any) -> None:
+        """Warn when items were pickled for lack of a slot; grow slots too small."""
+        pickled = self._workers.pickled if self._workers is not None else 0
+        if pickled and not self.pickled:
+            self.pickled = pickled
             warnings.warn(
                 f"prefetch: all {self.max_buffered} shared-memory slots were held by items "
                 "already delivered, so items went through a pipe, pickled: release items "
                 "sooner (copy what you keep) or raise max_buffered",
                 RuntimeWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
-        if self.method == "process" and nbytes(value) > self.slot_size:
+        size = nbytes(value)
+        if size > self.slot_size:
             self.grown += 1
             logger.info(
                 "item %d (%d bytes) outgrew its shared-memory slot (%d bytes): growing",
                 i,
-                nbytes(value),
+                size,
                 self.slot_size,
             )
-            self.slot_size = int(nbytes(value) * 1.5)
-            self.close()
-        return value
+            self.slot_size = int(size * 1.5)
+            self._stop()
 
 
 def prefetch(
@@ -273,13 +304,26 @@ def prefetch(
 ) -> Prefetched:
     """Evaluate items of ``seq`` ahead in worker processes or threads, in order.
 
-    Built on :func:`seqtools.prefetch`, with its sharp edges handled: ``num_workers=0``
-    evaluates in the calling process through the same object; an out-of-order access
-    restarts the workers at that index (no draining); a sequence without ``len`` is a
-    ``TypeError`` up front; a dead worker thread or process is an error, never a hang.
-    With processes, items travel through shared memory (pickle protocol 5 out-of-band
-    buffers). The slots are sized from the first item (evaluated in the calling process)
-    unless ``shm_size`` is given, and an item that outgrows its slot makes them grow.
+    ``num_workers=0`` evaluates in the calling process through the same object; an
+    out-of-order access restarts the workers at that index (no draining); a sequence
+    without ``len`` is a ``TypeError`` up front; a dead worker thread or process, or a
+    failing start hook, is a :class:`WorkerError` at once, never a hang. With processes,
+    items travel through shared memory (pickle protocol 5 out-of-band buffers). The
+    slots are sized from the first item (evaluated in the calling process) unless
+    ``shm_size`` is given, and an item that outgrows its slot makes them grow. Errors of
+    ``seq`` reach the caller as themselves (with their causes, and the worker's
+    traceback as a note), and stop the workers.
+
+    When a worker dies or times out, the error names the item it was evaluating, with
+    the text of ``seq.describe_item(i)`` if ``seq`` has that method.
+
+    Thread safety: the returned object may be indexed or iterated from several threads;
+    calls are served one at a time, each gets its own item (threads that interleave
+    indices make the workers restart, which is correct but slow), and ``close()`` from
+    another thread makes a call waiting for an item raise :class:`WorkerError`. With
+    ``method="thread"``, ``seq[i]`` is called from several worker threads at once:
+    ``seq`` must allow that (with ``num_workers=1`` it is called from one thread at a
+    time, though not always the same one).
 
     Args:
         seq: a sequence with ``len`` whose items pickle (numpy arrays travel zero-copy).
@@ -290,8 +334,9 @@ def prefetch(
         start_hook: called in each worker with its index when it starts.
         shm_size: total shared memory in bytes, or ``None`` to size it automatically.
         timeout: seconds the workers may go without delivering anything before
-            :class:`WorkerError` is raised and they are stopped; ``None`` waits as long
-            as they live (a worker that dies is an error at once either way).
+            :class:`~streamseq.errors.WorkerTimeout` (a :class:`WorkerError`) is raised
+            and they are stopped; ``None`` waits as long as they live (a worker that
+            dies is an error at once either way).
 
     Returns:
         A sequence with the same items in the same order; ``close()`` stops the workers.

@@ -1,5 +1,6 @@
 import gc
 import multiprocessing
+import re
 import select
 import threading
 import time
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 from streamseq import WorkerError, prefetch
-from streamseq._processes import _Poller
+from streamseq.workers.wire import Poller
 
 
 class Squares:
@@ -153,23 +154,32 @@ def failing_hook(index):
     raise OSError(f"no device for worker {index}")
 
 
-def test_a_failing_start_hook_of_a_thread_is_an_error_not_a_hang():
+@pytest.mark.parametrize("method", ["process", "thread"])
+def test_a_failing_start_hook_is_an_error_naming_it_not_a_hang(method):
     outcome = []
 
     def use():
         try:
-            with prefetch(Squares(10), 2, method="thread", start_hook=failing_hook) as seq:
+            with prefetch(Squares(10), 2, method=method, start_hook=failing_hook) as seq:
                 seq[0]
+                seq[1]
         except Exception as e:
             outcome.append(e)
 
     caller = threading.Thread(target=use, daemon=True)
     caller.start()
-    caller.join(10)
-    assert not caller.is_alive(), "prefetch hangs when a thread's start hook fails"
+    caller.join(20)
+    assert not caller.is_alive(), "prefetch hangs when a worker's start hook fails"
     (error,) = outcome
-    assert isinstance(error, WorkerError) and "start_hook of worker thread" in str(error)
+    assert isinstance(error, WorkerError)
+    message = (
+        rf"^worker {method} (\d) failed to start: start_hook failing_hook raised "
+        r"OSError: no device for worker (\d)$"
+    )
+    match = re.match(message, str(error))
+    assert match and match[1] == match[2], str(error)
     assert isinstance(error.__cause__, OSError)
+    assert str(error.__cause__) == f"no device for worker {match[1]}"
 
 
 class Logged(Squares):
@@ -238,7 +248,7 @@ def test_poller_tells_readable_and_closed_pipes(monkeypatch, with_poll):
     if not with_poll:
         monkeypatch.delattr(select, "poll")
     rx, tx = multiprocessing.Pipe(duplex=False)
-    poller = _Poller([rx])
+    poller = Poller([rx])
     assert (poller.poller is not None) == with_poll
     assert poller.wait(0) == []
     tx.send_bytes(b"x")

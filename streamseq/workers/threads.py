@@ -1,7 +1,15 @@
-"""Worker threads for :func:`streamseq.prefetch`: seqtools' thread backend, guarded."""
+"""Worker threads: the worker loop behind two queues.
+
+Each thread gets its index for the start hook, as worker processes do; a start hook that
+raises is reported to the caller; every wait checks that the threads are alive and polls
+for :meth:`ThreadWorkers.cancel`. Stopping drops the jobs still queued before it sends
+the stop markers, so a thread stops after the job it is evaluating. How workers stop:
+:mod:`streamseq.workers`.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -10,133 +18,149 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import seqtools
-import seqtools.errors
-import seqtools.evaluation
-
-from .errors import WorkerError
+from .failures import Cancelled, HookFailed, NoResult, WorkerGone
+from .loop import HOOK, STOP, run
 
 logger = logging.getLogger("streamseq.prefetch")
 
-
-class _HookFailed:
-    """What a worker thread reports when its start hook raised."""
-
-    def __init__(self, index: int, error: BaseException):
-        self.index, self.error = index, error
+POLL = 0.1  # seconds between liveness checks while waiting
 
 
-class _ThreadBackend:
-    """Worker threads evaluating jobs of ``seq``: seqtools' thread backend, guarded.
+class _QueueChannel:
+    """A worker thread's channel: a job queue shared by the threads, a result queue."""
 
-    Differences with seqtools': each thread gets its index for the start hook, as the
-    process backend does; a start hook that raises is reported to the caller (seqtools'
-    thread dies and the caller waits forever); every wait checks that the threads are
-    alive; :meth:`stop` drops the jobs still queued before it sends the stop marker, so
-    a thread stops after the job it is evaluating (seqtools' evaluates the whole queue
-    first, concurrently with the threads that replace it).
+    def __init__(
+        self, index: int, jobs: queue.Queue, results: queue.Queue, stopping: threading.Event
+    ):
+        self.index, self.jobs, self.results, self.stopping = index, jobs, results, stopping
+
+    def take(self) -> int | None:
+        while not self.stopping.is_set():
+            try:
+                item = self.jobs.get(timeout=POLL * 5)
+            except queue.Empty:
+                continue
+            return None if item == STOP else item
+        return None
+
+    def building(self) -> contextlib.nullcontext:
+        return contextlib.nullcontext()
+
+    def put(self, item: int, ok: bool, value: Any) -> bool:
+        self.results.put((self.index, item, ok, value))
+        return not self.stopping.is_set()
+
+
+class ThreadWorkers:
+    """Worker threads evaluating jobs of ``seq``.
+
+    Args:
+        seq: the sequence; several threads may call ``seq[i]`` at once.
+        num_workers: number of threads.
+        start_hook: called in each thread with its index before its first job.
+        timeout: seconds :meth:`wait` may go without a result (None: as long as the
+            threads live).
     """
+
+    kind = "thread"
+    pickled = 0
 
     def __init__(
         self,
         seq: Sequence[Any],
         num_workers: int,
-        init_fn: Callable[[int], Any] | None,
+        start_hook: Callable[[int], Any] | None = None,
         timeout: float | None = None,
     ):
-        self.timeout = timeout
-        self.job_queue: queue.Queue = queue.Queue()
-        self.done_queue: queue.Queue = queue.Queue()
+        self.start_hook, self.timeout = start_hook, timeout
+        self.jobs: queue.Queue = queue.Queue()
+        self.results: queue.Queue = queue.Queue()
+        self.stopping = threading.Event()
+        self.cancelled = threading.Event()
+        queues = self.jobs, self.results, self.stopping
         self.workers = [
             threading.Thread(
-                target=_ThreadBackend.worker,
-                args=(seq, self.job_queue, self.done_queue, init_fn, index),
+                target=run,
+                args=(seq, index, start_hook, _QueueChannel(index, *queues)),
+                name=f"streamseq-worker-{index}",
                 daemon=True,
             )
             for index in range(num_workers)
         ]
         for w in self.workers:
             w.start()
-        self._finalizer = weakref.finalize(
-            self, _ThreadBackend.end, self.job_queue, self.workers, 0.0
-        )
+        self._finalizer = weakref.finalize(self, end, self.jobs, self.workers, self.stopping, 0.0)
 
-    def submit_job(self, item: int) -> None:  # noqa: D102
-        self.job_queue.put(item)
+    def pids(self) -> list[int]:
+        """No process ids: the threads run in this process."""
+        return []
 
-    def wait_completion(self, poll: float = 0.2) -> tuple[int, bool, Any]:
-        """The next result of any thread: ``(item, success, value)``.
+    def cancel(self) -> None:
+        """Make a :meth:`wait` in another thread raise :class:`Cancelled` within ``POLL``."""
+        self.cancelled.set()
+
+    def submit(self, item: int) -> None:
+        """Queue ``item`` for the first free thread."""
+        self.jobs.put(item)
+
+    def wait(self) -> tuple[int, bool, Any]:
+        """The next result of any thread: ``(item, ok, value or error)``.
 
         Raises:
-            WorkerError: a start hook raised (its error chained).
-            RuntimeError: a thread is gone (``"a worker died unexpectedly"``).
-            TimeoutError: nothing came within ``timeout`` seconds.
+            WorkerGone: a thread is gone.
+            NoResult: nothing came within ``timeout`` seconds.
+            HookFailed: a start hook raised (its error chained).
+            Cancelled: :meth:`cancel` was called meanwhile.
         """
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while True:
+            left = POLL if deadline is None else min(POLL, max(0.0, deadline - time.monotonic()))
             try:
-                done = self.done_queue.get(timeout=poll)
+                index, item, ok, value = self.results.get(timeout=left)
                 break
             except queue.Empty:
-                if not all(w.is_alive() for w in self.workers) and self.done_queue.empty():
-                    raise RuntimeError("a worker died unexpectedly") from None
+                if self.cancelled.is_set():
+                    raise Cancelled("the workers were closed while a result was awaited") from None
+                for index, w in enumerate(self.workers):
+                    if not w.is_alive() and self.results.empty():
+                        raise WorkerGone(index) from None
                 if deadline is not None and time.monotonic() >= deadline:
-                    message = f"no result from the threads in {self.timeout:g} s"
-                    raise TimeoutError(message) from None
-        if isinstance(done, _HookFailed):
-            e = done.error
-            raise WorkerError(
-                f"the start_hook of worker thread {done.index} raised {type(e).__name__}: {e}"
-            ) from e
-        return done
+                    raise NoResult(self.timeout) from None
+        if item == HOOK:
+            raise HookFailed(self.start_hook, index, "thread", value) from value
+        return item, ok, value
 
-    def stop(self, timeout: float = 1.0, wait: bool = True) -> None:
+    def stop(self, wait: bool = True, timeout: float = 1.0) -> None:
         """Stop the threads after the job each is evaluating, and wait (bounded) for them.
 
         Unlike processes, threads are waited for even without ``wait``: they may be
         reading the same streams as the threads that replace them.
         """
         self._finalizer.detach()
-        _ThreadBackend.end(self.job_queue, self.workers, timeout)
+        end(self.jobs, self.workers, self.stopping, timeout)
 
-    @staticmethod
-    def end(jobs: queue.Queue, workers: list[threading.Thread], timeout: float) -> None:
-        """Drop the queued jobs, send every thread the stop marker, join (bounded)."""
-        while True:
-            try:
-                jobs.get_nowait()
-            except queue.Empty:
-                break
-        for _ in workers:
-            jobs.put(-1)
-        deadline = time.monotonic() + timeout
-        for w in workers:
-            if w is not threading.current_thread():
-                w.join(max(0.0, deadline - time.monotonic()))
-        stuck = sum(w.is_alive() for w in workers)
-        if stuck and timeout > 0:
-            logger.warning(
-                "%d prefetch thread(s) still evaluating an item after %.1f s: left to "
-                "finish it in the background",
-                stuck,
-                timeout,
-            )
 
-    @staticmethod
-    def worker(seq, jobs, done, init_fn, index):  # noqa: D102
-        if init_fn is not None:
-            try:
-                init_fn(index)
-            except BaseException as e:
-                done.put(_HookFailed(index, e))
-                return
-        seqtools.errors.seterr("passthrough")
-        while True:
-            idx = jobs.get()
-            if idx < 0:
-                return
-            try:
-                value, success = seq[idx], True
-            except Exception as e:
-                value, success = e, False
-            done.put((idx, success, value))
+def end(
+    jobs: queue.Queue, workers: list[threading.Thread], stopping: threading.Event, timeout: float
+) -> None:
+    """Drop the queued jobs, send every thread the stop marker, join (bounded)."""
+    stopping.set()
+    while True:
+        try:
+            jobs.get_nowait()
+        except queue.Empty:
+            break
+    for _ in workers:
+        jobs.put(STOP)
+    deadline = time.monotonic() + timeout
+    for w in workers:
+        if w is not threading.current_thread():
+            w.join(max(0.0, deadline - time.monotonic()))
+    stuck = sum(w.is_alive() for w in workers)
+    if stuck and timeout > 0:
+        logger.warning(
+            "%d prefetch thread(s) still evaluating an item after %.1f s: left to "
+            "finish it in the background",
+            stuck,
+            timeout,
+        )

@@ -1,0 +1,55 @@
+"""Workers behind :func:`streamseq.prefetch`: one loop, two transports, one shutdown.
+
+- :mod:`.loop`: the worker loop, the same in a thread and in a process.
+- :mod:`.threads`, :mod:`.processes`: the transports (queues; pipes and shared-memory
+  slots, :mod:`.slots`, with what crosses the pipes in :mod:`.wire`).
+- :mod:`.window`: items evaluated ahead, delivered in order.
+- :mod:`.failures`: what the backends raise, as types; :mod:`.reaper`: joins exited
+  worker processes in the background.
+
+Shutdown
+========
+
+Every ``close()`` of :class:`~streamseq.prefetch.Prefetched`, its finalizer, a restart at
+another index, and every error that ends the workers go through the backend's ``stop()``
+(or, for an object collected without it, the same ``end()`` from a
+:func:`weakref.finalize`), which does this, in this order:
+
+1. **Wake the waiters.** ``close()`` from another thread first cancels the workers: a
+   thread waiting for an item polls (every 0.1 s) and raises instead of waiting on, and
+   releases the lock that ``close()`` then takes. Nothing else ever waits without a
+   timeout or a liveness check: a waiting caller checks that every worker is alive
+   (thread ``is_alive``, process exit code), a worker process checks that its parent is
+   the same every second, and a worker thread polls its stop flag.
+2. **Stop markers.** Threads: the jobs still queued are dropped, then one stop marker per
+   thread is queued, so a thread stops after the item it is evaluating. Processes: one
+   stop marker down each job pipe; a worker answers with a goodbye when it will not
+   touch the shared memory again, after the item it is evaluating (its result is
+   dropped).
+3. **Bounded joins, then kill.** Threads are joined for up to a second in all, then
+   left to finish their item as daemons (logged). A process that sent no goodbye within
+   a second is stuck: it is killed (``SIGKILL``) and joined. The others exit by
+   themselves: ``close(wait=True)`` joins them (up to a second); with ``wait=False``
+   they go to the reaper, a daemon thread that joins each as soon as it has exited (so
+   that none stays a zombie, even after a ``KeyboardInterrupt``), kills one that has
+   not exited after five seconds, and ends when none is left. Every new set of workers
+   reaps first.
+4. **Pipes closed.** Both ends that the main process holds, once the goodbyes are in:
+   a worker still writing gets an error rather than blocking. A forked worker closes
+   its inherited copies of the main process's ends at start, so that its pipes break
+   when the main process dies, even killed; a spawned worker never had them.
+5. **Shared memory released.** The slots are one block of shared memory that the main
+   process maps; after the goodbyes no worker writes to it. Delivered items are views of
+   it that stay valid: the block is freed when the last view is gone (a slot is handed
+   out again only once every view of it is gone).
+6. **Finalizers.** The backend registers ``end()`` with :func:`weakref.finalize`: a
+   backend collected without ``stop()`` still stops its workers; ``stop()`` detaches
+   it, so each step runs once. Worker processes are daemons, and end by themselves when
+   their parent is gone, so none outlives its owner.
+
+Start methods: with ``fork`` a worker inherits the sequence and the shared memory, freezes
+the inherited objects out of its garbage collections and runs torch on one thread; with
+``spawn`` (or ``forkserver``) they are pickled once per worker, and the same protocol
+applies. A worker ignores ``SIGINT``: Ctrl-C is for the main process, which then stops
+the workers as above.
+"""

@@ -1,0 +1,102 @@
+"""The worker loop: the same function runs in a worker thread and in a worker process.
+
+A worker runs its start hook, then takes jobs (item indices) from its channel, evaluates
+``seq[i]`` and puts the result back, or the error it raised; a failing start hook is put
+back as the result of :data:`HOOK`. The backends differ only in their channel: queues for
+threads (:mod:`.threads`), pipes and a shared-memory slot per job for processes
+(:mod:`.processes`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import seqtools
+
+from ..errors import WorkerError
+
+STOP = -1
+"""The job that tells a worker to stop."""
+
+HOOK = -2
+"""The item of the result that reports a failed start hook (its value: the error)."""
+
+
+class Channel(Protocol):
+    """How a worker takes jobs and gives results back."""
+
+    def take(self) -> int | None:
+        """The next item to evaluate; ``None`` when the worker must stop."""
+
+    def building(self) -> contextlib.AbstractContextManager[Any]:
+        """Where the item is built while it is evaluated (a shared-memory slot)."""
+
+    def put(self, item: int, ok: bool, value: Any) -> bool:
+        """Give back the result of ``item`` (or its error); False: nobody listens."""
+
+
+def evaluate(seq: Sequence[Any], item: int) -> tuple[bool, Any]:
+    """``(True, seq[item])``, or ``(False, error)`` for the error it raised.
+
+    An ``Exception`` is given as itself; anything else (``SystemExit``,
+    ``KeyboardInterrupt`` raised by the sequence) as a :class:`WorkerError` naming it,
+    so that it ends the evaluation, not the worker.
+
+    Example:
+        >>> evaluate([10, 11], 1), evaluate([], 0)[0]
+        ((True, 11), False)
+    """
+    try:
+        return True, seq[item]
+    except Exception as e:
+        return False, e
+    except BaseException as e:
+        error = WorkerError(
+            f"evaluating item {item}, the worker was interrupted by {type(e).__name__}: {e}"
+        )
+        error.__cause__ = e
+        return False, error
+
+
+def run(
+    seq: Sequence[Any], index: int, start_hook: Callable[[int], Any] | None, channel: Channel
+) -> None:
+    """Run worker ``index``: its start hook, then every job of ``channel`` until told to stop.
+
+    Errors of ``seq`` are results (they go back through the channel); seqtools sequences
+    raise their own errors, not :class:`seqtools.EvaluationError` wrappers.
+
+    Example:
+        >>> class Listed:
+        ...     def __init__(self, jobs):
+        ...         self.jobs, self.results = list(jobs), []
+        ...     def take(self):
+        ...         return self.jobs.pop(0) if self.jobs else None
+        ...     def building(self):
+        ...         return contextlib.nullcontext()
+        ...     def put(self, item, ok, value):
+        ...         self.results.append((item, ok, value))
+        ...         return True
+        >>> channel = Listed([2, 0])
+        >>> run("abc", 0, None, channel)
+        >>> channel.results
+        [(2, True, 'c'), (0, True, 'a')]
+    """
+    if start_hook is not None:
+        try:
+            start_hook(index)
+        except BaseException as e:
+            channel.put(HOOK, False, e)
+            return
+    seqtools.seterr("passthrough")  # (for this thread only)
+    while True:
+        item = channel.take()
+        if item is None:
+            return
+        with channel.building():
+            ok, value = evaluate(seq, item)
+        if not channel.put(item, ok, value):
+            return
+        del value  # (a delivered item's buffers are not held here while waiting)

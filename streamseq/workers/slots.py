@@ -1,0 +1,141 @@
+"""Shared-memory slots: where a worker process builds an item for the main process.
+
+The main process allocates ``count`` slots of ``size`` bytes (:class:`Slots`) and gives
+a free one with each job. The worker makes it current while it evaluates the item
+(:mod:`streamseq._shm`: arrays the item allocates there are written once, where the main
+process maps them) and pickles the item with its buffers placed in the slot
+(:func:`pickle_into`). The main process unpickles views of the slot
+(:meth:`Slots.lease`); the slot is free again once every view of it is gone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing.sharedctypes
+import pickle
+import weakref
+from typing import Any
+
+import numpy as np
+
+from .. import _shm
+from .wire import pack
+
+
+def shared_bytes(size: int) -> Any:
+    """``RawArray("B", size)`` without zeroing it in this process.
+
+    Every item is written before it is read, and RawArray's ``memset`` would touch all
+    the pages here, in the main process, before each worker starts (10 ms for 32 MB).
+
+    Example:
+        >>> len(memoryview(shared_bytes(16)).cast("B"))
+        16
+    """
+    new = getattr(multiprocessing.sharedctypes, "_new_value", None)  # the allocation only
+    if new is None:
+        return multiprocessing.sharedctypes.RawArray("B", size)
+    return new(ctypes.c_ubyte * size)
+
+
+class Slots:
+    """``count`` slots of ``size`` bytes of shared memory, handed out and taken back.
+
+    Args:
+        count: number of slots (0 or ``size`` 0: no shared memory, items are pickled).
+        size: bytes per slot.
+
+    Example:
+        >>> slots = Slots(2, 64)
+        >>> start = slots.take()
+        >>> view = slots.lease(start, [(start, start + 8)])[0]
+        >>> len(slots.free)
+        1
+        >>> del view
+        >>> len(slots.free)
+        2
+    """
+
+    def __init__(self, count: int, size: int):
+        self.size = max(0, int(size))
+        self.memory = shared_bytes(max(1, count * self.size))
+        self.free = {k * self.size for k in range(count)} if self.size else set()
+
+    def take(self) -> int | None:
+        """The start of a free slot, or None when every slot is held."""
+        try:
+            return self.free.pop()
+        except KeyError:
+            return None
+
+    def give_back(self, start: int | None) -> None:
+        """Make the slot at ``start`` free again (None: no slot)."""
+        if start is not None:
+            self.free.add(start)
+
+    def lease(self, start: int, regions: list[tuple[int, int]]) -> list[memoryview]:
+        """Views of ``regions`` of the slot at ``start``; it is free again when all are gone.
+
+        The views share one array over the slot: once the last view (and every array
+        made from one) is released, the array is collected and the slot given back.
+        """
+        whole = np.frombuffer(self.memory, np.uint8, self.size, start)
+        finalizer = weakref.finalize(whole, self.free.add, start)
+        finalizer.atexit = False
+        view = memoryview(whole)
+        return [view[a - start : z - start] for a, z in regions]
+
+
+class Filling:
+    """A worker's side of one slot: the item is built there, then pickled into it.
+
+    Args:
+        view: the shared memory of every slot, as bytes.
+        base: its address.
+        start: where the slot starts (None: no slot, the item is pickled whole).
+        size: bytes per slot.
+    """
+
+    def __init__(self, view: memoryview, base: int, start: int | None, size: int):
+        self.view, self.base, self.start = view, base, start
+        self.regions: list[tuple[int, int]] = []
+        self.slot = None if start is None else _shm.Slot(self.view, start, start + size)
+
+    def __enter__(self) -> Filling:
+        _shm.use(self.slot)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _shm.use(None)
+
+    def place(self, buffer: pickle.PickleBuffer) -> bool:
+        """Where pickle puts a buffer: in the slot (False), or in the pickle (True)."""
+        slot = self.slot
+        data = buffer.raw()
+        size = data.nbytes
+        at = slot.start
+        if size and not data.readonly:
+            at = ctypes.addressof(ctypes.c_char.from_buffer(data)) - self.base
+        elif size:
+            at = np.frombuffer(data, np.uint8).ctypes.data - self.base
+        if not slot.start <= at <= at + size <= slot.stop:  # not built in the slot
+            at = -(-slot.offset // _shm.ALIGN) * _shm.ALIGN
+            if at + size > slot.stop:
+                return True  # in the pickle
+            self.view[at : at + size] = data
+            slot.offset = at + size
+        self.regions.append((at, at + size))
+        return False
+
+    def pickle(self, value: Any) -> tuple[bytes, list[tuple[int, int]]]:
+        """``value`` pickled, and the regions of the slot where its buffers are.
+
+        Raises what pickling raises (an item that does not pickle).
+        """
+        self.regions = []
+        if self.slot is None:
+            return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL), []
+        payload = pickle.dumps(
+            pack(value), protocol=pickle.HIGHEST_PROTOCOL, buffer_callback=self.place
+        )
+        return payload, self.regions
