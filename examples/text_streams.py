@@ -1,9 +1,12 @@
 """Stream 27 texts ("a_0;a_1;...", "b_0;b_1;...", ...) in batches of 8 rows.
 
-Each row of a batch continues the text it was reading in the previous batch; ``*`` marks a
-row that starts a new text (its ``reset`` flag), ``.`` marks padding.
+Each row of a batch continues the text it was reading in the previous batch. The texts
+have 2 to 10 words, so rows soon reach the end of a text: the rest of that chunk is
+padding (``.``, where ``batch.valid`` is False), and in the next batch the row moves on to
+a new text, marked ``*`` (its ``batch.reset`` flag). At the end of the epoch, rows that
+have run out of texts are all padding until the longest row ends.
 
-Run: ``python examples/text_streams.py [--workers 2] [--batches 6]``
+Run: ``python examples/text_streams.py [--workers 2] [--batches N] [--tbins 12]``
 """
 
 from __future__ import annotations
@@ -15,18 +18,21 @@ import numpy as np
 import streamseq
 
 
-def make_texts(count: int = 27, base: int = 30) -> list[np.ndarray]:
-    """Texts like ``a_0;a_1;...`` of different lengths, as uint8 arrays (one char a step)."""
+def make_texts(count: int = 27, shortest: int = 2) -> list[np.ndarray]:
+    """Texts like ``a_0;a_1;...`` of ``shortest`` to ``shortest + 8`` words, as uint8 arrays.
+
+    One character a step; text k has ``shortest + 2 * (k % 5)`` words.
+    """
     texts = []
     for k in range(count):
         letter = chr(ord("a") + k) if k < 26 else "A"
-        text = "".join(f"{letter}_{i};" for i in range(base + 17 * (k % 5)))
+        text = "".join(f"{letter}_{i};" for i in range(shortest + 2 * (k % 5)))
         texts.append(np.frombuffer(text.encode(), dtype=np.uint8))
     return texts
 
 
 def render(batch: streamseq.Batch) -> list[str]:
-    """One line per row: the characters of the row, ``*`` where it starts a new text."""
+    """One line per row: ``*`` where the row starts a new text, its characters, ``.`` padding."""
     lines = []
     for r in range(batch.data.shape[0]):
         chars = "".join(
@@ -40,7 +46,7 @@ def render(batch: streamseq.Batch) -> list[str]:
 def main(argv: list[str] | None = None) -> list[list[str]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2, help="worker processes")
-    parser.add_argument("--batches", type=int, default=6, help="batches to print")
+    parser.add_argument("--batches", type=int, default=None, help="batches to print (all)")
     parser.add_argument("--tbins", type=int, default=12, help="characters per row and batch")
     args = parser.parse_args(argv)
 
@@ -49,6 +55,7 @@ def main(argv: list[str] | None = None) -> list[list[str]]:
         texts, batch_size=8, tbins=args.tbins, num_workers=args.workers
     )
     print(f"{len(texts)} texts, {len(loader)} batches of 8 rows x {args.tbins} characters")
+    print("* = the row starts a new text (batch.reset), . = padding (batch.valid is False)")
     shown = []
     for i, batch in enumerate(loader):
         if i == args.batches:

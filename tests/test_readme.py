@@ -1,5 +1,12 @@
 import re
+import textwrap
 from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import streamseq
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,3 +28,76 @@ def test_readme_has_the_two_setup_commands():
 def test_ci_runs_the_readme_test_command_verbatim():
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert setup_commands()[1] in ci
+
+
+def python_blocks(path):
+    """The ``.. code-block:: python`` blocks of an rst file, dedented."""
+    lines, blocks = path.read_text().splitlines(), []
+    for i, line in enumerate(lines):
+        if line.strip() != ".. code-block:: python":
+            continue
+        body = []
+        for following in lines[i + 2 :]:
+            if following.strip() and not following.startswith("    "):
+                break
+            body.append(following[4:])
+        blocks.append(textwrap.dedent("\n".join(body)).strip() + "\n")
+    return blocks
+
+
+DOCS = [ROOT / "README.rst", *sorted((ROOT / "docs").rglob("*.rst"))]
+
+
+class RankOf:
+    """``streamseq`` as the README snippet sees it, with the loader on a given rank of two."""
+
+    def __init__(self, rank):
+        self.rank = rank
+
+    def StreamLoader(self, *args, **kwargs):  # noqa: N802 - the name the snippet calls
+        return streamseq.StreamLoader(*args, rank=self.rank, world_size=2, **kwargs)
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_readme_snippet_trains_a_gru_and_survives_all_padding_batches(rank):
+    (snippet,) = python_blocks(ROOT / "README.rst")
+    code = snippet.replace("import streamseq\n", "")
+    rng = np.random.default_rng(0)
+    streams = [rng.normal(size=(n, 3)).astype(np.float32) for n in (300, 20, 7)]
+    names = {"streams": streams, "features": 3, "hidden": 8, "streamseq": RankOf(rank)}
+    exec(compile(code, "README.rst", "exec"), names)
+    batch, loss, h = names["batch"], names["loss"], names["h"]
+    assert h.shape == (1, 64, 8) and torch.isfinite(h).all()
+    assert loss.ndim == 0 and torch.isfinite(loss)
+    if rank == 1:  # rows 64-127 of the global plan: no stream reaches them
+        assert not batch.valid.any() and loss.item() == 0
+    else:
+        assert batch.valid.any() and loss.item() > 0
+
+
+def test_docs_front_page_shows_the_readme_snippet():
+    assert python_blocks(ROOT / "README.rst")[0] in python_blocks(ROOT / "docs" / "index.rst")
+
+
+def test_snippets_reset_the_state_on_its_batch_axis():
+    code = [block for path in DOCS for block in python_blocks(path)]
+    code += [path.read_text() for path in sorted((ROOT / "examples").glob("*.py"))]
+    lines = [
+        line.strip()
+        for text in code
+        for line in text.splitlines()
+        if re.search(r"\[.*batch\.reset\] = ", line)
+    ]
+    assert len(lines) >= 5
+    assert all(re.match(r"h\[:, batch\.reset\] = 0( |$)", line) for line in lines), lines
+
+
+def test_snippet_losses_stay_finite_on_all_padding_batches():
+    blocks = [block for path in DOCS for block in python_blocks(path)]
+    code = "\n".join(blocks)
+    divisions = re.findall(r"/ *(\S*\.sum\(\)\S*)", code)
+    assert len(divisions) >= 4
+    assert all(d.endswith(".sum().clamp(min=1)") for d in divisions), divisions
+    for call in re.findall(r"(?:cross_entropy|mse_loss|l1_loss)\([^)]*\)?[^)]*\)", code):
+        assert 'reduction="sum"' in call, call
+    assert not re.search(r"\[(valid|mask)\]\)?[^\n]*\.mean\(\)", code)

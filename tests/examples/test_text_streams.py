@@ -4,12 +4,22 @@ from runner import load
 def test_rows_visibly_continue_across_batches(capsys):
     shown = load("text_streams").main(["--workers", "2", "--batches", "4", "--tbins", "12"])
     out = capsys.readouterr().out
-    assert "27 texts" in out and "batch 3" in out
+    assert "27 texts, 9 batches" in out and "batch 3" in out and "batch 4" not in out
     assert len(shown) == 4 and all(len(lines) == 8 for lines in shown)
-    assert [line[2:] for line in shown[0]][:2] == ["a_0;a_1;a_2;", "b_0;b_1;b_2;"]
-    assert shown[1][0][2:] == "a_3;a_4;a_5;"
+    assert shown[0][1] == "* b_0;b_1;b_2;" and shown[1][1] == "  b_3;........"
+    assert shown[1][2] == "  c_3;c_4;c_5;"
     assert all(line.startswith("*") for line in shown[0])
-    assert not any(line.startswith("*") for line in shown[1])
+
+
+def test_the_default_run_shows_padding_then_a_new_text_in_the_first_batches(capsys):
+    shown = load("text_streams").main([])
+    out = capsys.readouterr().out
+    assert "* = the row starts a new text (batch.reset), . = padding" in out
+    assert len(shown) == 9  # every batch of the epoch
+    assert shown[0][0] == "* a_0;a_1;...."  # text a ends: padding
+    assert shown[1][0] == "* i_0;i_1;i_2;"  # the row moves on to a new text, with reset
+    assert any(line.startswith("  ") for line in shown[1])  # other rows continue
+    assert shown[-1][0].strip() == "............"  # a row that ran out of texts
 
 
 def test_same_output_in_process():
