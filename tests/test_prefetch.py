@@ -1,16 +1,18 @@
 import gc
-import multiprocessing
+import os
+import random
 import re
-import select
+import signal
 import threading
 import time
 
 import numpy as np
+import psutil
 import pytest
 import torch
 
 from streamseq import WorkerError, prefetch
-from streamseq.workers.wire import Poller
+from streamseq.errors import WorkerTimeout
 
 
 class Squares:
@@ -243,24 +245,6 @@ def test_worker_collections_leave_the_inherited_objects_alone():
     assert gc.get_freeze_count() == 0
 
 
-@pytest.mark.parametrize("with_poll", [True, False])
-def test_poller_tells_readable_and_closed_pipes(monkeypatch, with_poll):
-    if not with_poll:
-        monkeypatch.delattr(select, "poll")
-    rx, tx = multiprocessing.Pipe(duplex=False)
-    poller = Poller([rx])
-    assert (poller.poller is not None) == with_poll
-    assert poller.wait(0) == []
-    tx.send_bytes(b"x")
-    assert poller.wait(1) == [rx] and rx.recv_bytes() == b"x"
-    assert poller.wait(0.01) == []
-    tx.close()
-    assert poller.wait(1) == [rx]  # the writer is gone: the next read says so
-    with pytest.raises(EOFError):
-        rx.recv_bytes()
-    rx.close()
-
-
 class TorchSums(Squares):
     """Items computed with a torch operation large enough to run on several threads."""
 
@@ -297,3 +281,142 @@ def test_an_error_that_cannot_travel_is_described_not_replaced():
         with pytest.raises(WorkerError, match=r"TwoArgError: this and that") as info:
             seq[2]
     assert "raise TwoArgError" in str(info.value)  # the worker's traceback comes along
+
+
+class Index(Squares):
+    """Items are their index, after a short random sleep."""
+
+    def __getitem__(self, i):
+        super().__getitem__(i)  # (the bounds)
+        time.sleep(random.random() * 0.002)
+        return i
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["iterate", "index"])
+def test_threads_sharing_a_prefetch_get_their_own_items(how):
+    ahead = prefetch(Index(150), 2, method="thread")
+    got, errors = {}, []
+
+    def consume(name):
+        try:
+            if how == "iterate":
+                got[name] = list(ahead)
+            else:
+                got[name] = [ahead[i] for i in range(len(ahead))]
+        except Exception as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=consume, args=(k,), daemon=True) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    assert not any(t.is_alive() for t in threads), "a thread waits forever"
+    assert not errors, errors
+    assert got == {0: list(range(150)), 1: list(range(150))}
+    ahead.close()
+
+
+@pytest.mark.parametrize("method", ["process", "thread"])
+def test_closing_while_another_thread_waits_is_a_clear_error_at_once(method):
+    ahead = prefetch(Slow(5, 30), 1, method=method, shm_size=1 << 16)
+    outcome = []
+
+    def wait_for_an_item():
+        try:
+            outcome.append(ahead[0])
+        except Exception as e:
+            outcome.append(e)
+
+    waiting = threading.Thread(target=wait_for_an_item, daemon=True)
+    waiting.start()
+    time.sleep(0.5)
+    start = time.monotonic()
+    ahead.close()
+    assert time.monotonic() - start < 3
+    waiting.join(5)
+    (error,) = outcome
+    assert isinstance(error, WorkerError) and "closed by another thread" in str(error)
+    assert ahead.pids == []
+
+
+class Slow(Squares):
+    def __init__(self, n, delay, at=0):
+        super().__init__(n)
+        self.delay, self.at = delay, at
+
+    def __getitem__(self, i):
+        if i >= self.at:
+            time.sleep(self.delay)
+        return super().__getitem__(i)
+
+
+class Described(Slow):
+    def describe_item(self, i):
+        return f"batch {i}: stream 5 (video('a.mp4')) steps {8 * i}:{8 * i + 8}"
+
+
+class DescribingFails(Slow):
+    def describe_item(self, i):
+        raise RuntimeError("no description")
+
+
+def test_a_killed_worker_names_what_it_was_evaluating():
+    with prefetch(Described(10, 30, at=3), 1, shm_size=1 << 16) as ahead:
+        for i in range(3):
+            ahead[i]
+        (victim,) = ahead.pids
+        threading.Timer(0.5, os.kill, (victim, signal.SIGKILL)).start()
+        message = (
+            r"died unexpectedly while evaluating item 3 \(batch 3: stream 5 "
+            rf"\(video\('a.mp4'\)\) steps 24:32\) \(process {victim} killed by SIGKILL\)"
+        )
+        with pytest.raises(WorkerError, match=message):
+            ahead[3]
+        assert ahead.pids == []
+
+
+@pytest.mark.parametrize("method", ["process", "thread"])
+@pytest.mark.parametrize(
+    "cls, what",
+    [(Described, r"item 2 \(batch 2: .*steps 16:24\)"), (DescribingFails, r"item 2 \(timeout")],
+)
+def test_a_timeout_names_what_the_worker_was_evaluating(method, cls, what):
+    with prefetch(cls(10, 30, at=2), 1, method=method, timeout=0.5, shm_size=1 << 16) as ahead:
+        ahead[0], ahead[1]
+        with pytest.raises(WorkerTimeout, match=rf"nothing for 0.5 s while evaluating {what}"):
+            ahead[2]
+        assert isinstance(WorkerTimeout(), WorkerError)
+
+
+def test_no_zombie_is_left_after_an_interrupt_and_close():
+    ahead = prefetch(Slow(50, 0.3), 1, shm_size=1 << 16)
+    ahead[0]
+    (pid,) = ahead.pids
+    threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        ahead[1]  # interrupted while waiting
+        time.sleep(5)
+    ahead.close(wait=False)  # as the loader does: the worker exits meanwhile
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)  # nothing in this process creates workers or joins them
+    assert not psutil.pid_exists(pid), f"worker {pid} left: {psutil.Process(pid).status()}"
+
+
+class CausedError(Squares):
+    def __getitem__(self, i):
+        try:
+            raise OSError(f"disk error at {i}")
+        except OSError as e:
+            raise KeyError(f"frame {i}") from e
+
+
+def test_errors_from_worker_processes_keep_their_cause_and_traceback():
+    with prefetch(CausedError(4), 1, shm_size=1 << 16) as ahead:
+        with pytest.raises(KeyError, match="frame 0") as info:
+            ahead[0]
+    error = info.value
+    assert type(error.__cause__) is OSError and str(error.__cause__) == "disk error at 0"
+    assert any("raise KeyError" in note for note in getattr(error, "__notes__", []))

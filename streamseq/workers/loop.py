@@ -90,13 +90,17 @@ def run(
         except BaseException as e:
             channel.put(HOOK, False, e)
             return
-    seqtools.seterr("passthrough")  # (for this thread only)
-    while True:
-        item = channel.take()
-        if item is None:
-            return
-        with channel.building():
-            ok, value = evaluate(seq, item)
-        if not channel.put(item, ok, value):
-            return
-        del value  # (a delivered item's buffers are not held here while waiting)
+    setting = seqtools.seterr()
+    seqtools.seterr("passthrough")  # (a setting of this thread only)
+    try:
+        while True:
+            item = channel.take()
+            if item is None:
+                return
+            with channel.building():
+                ok, value = evaluate(seq, item)
+            if not channel.put(item, ok, value):
+                return
+            del value  # (a delivered item's buffers are not held here while waiting)
+    finally:
+        seqtools.seterr(setting)

@@ -109,8 +109,11 @@ class ProcessWorkers:
         self.pending.append(collections.deque())
 
     def pids(self) -> list[int]:
-        """Process ids of the live workers."""
-        return [w.pid for w in self.workers if w.is_alive()]
+        """Process ids of the live workers (none once they are stopped)."""
+        try:
+            return [w.pid for w in self.workers if w.is_alive()]
+        except ValueError:  # stopped meanwhile, and joined
+            return []
 
     def cancel(self) -> None:
         """Make a :meth:`wait` in another thread raise :class:`Cancelled` within ``POLL``."""

@@ -63,7 +63,12 @@ def pack(value: Any) -> Any:
     """
     if isinstance(value, tuple) and value:
         for a in value:
-            if type(a) is not np.ndarray or not a.flags.c_contiguous or not a.dtype.isbuiltin:
+            if (
+                type(a) is not np.ndarray
+                or not a.flags.c_contiguous
+                or not a.dtype.isbuiltin
+                or a.dtype.hasobject
+            ):
                 return value
         return Packed(value)
     return value

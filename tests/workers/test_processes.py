@@ -1,0 +1,154 @@
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+from streamseq.workers import reaper
+from streamseq.workers.failures import Cancelled, HookFailed, NoResult, WorkerGone
+from streamseq.workers.processes import ProcessWorkers
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Squares:
+    def __init__(self, n, delay=0.0):
+        self.n, self.delay = n, delay
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        time.sleep(self.delay)
+        return np.full(4, i * i, dtype=np.int64)
+
+
+def hook_failing(index):
+    raise OSError(f"no device for worker {index}")
+
+
+def results(workers, count):
+    return sorted(
+        (item, ok, value.tolist()) for item, ok, value in (workers.wait() for _ in range(count))
+    )
+
+
+def test_jobs_go_round_robin_and_come_back_in_slots():
+    workers = ProcessWorkers(Squares(10), 2, slots=4, slot_size=4096)
+    try:
+        for i in range(3):
+            workers.submit(i)
+        assert results(workers, 3) == [(i, True, [i * i] * 4) for i in range(3)]
+        assert len(workers.pids()) == 2 and workers.pickled == 0
+    finally:
+        workers.stop()
+    assert workers.pids() == []
+    assert all(code == 0 for _, code in workers.ended)
+
+
+def test_a_job_without_a_free_slot_is_pickled_and_counted():
+    workers = ProcessWorkers(Squares(10), 1, slots=1, slot_size=4096)
+    try:
+        workers.submit(0)
+        _, _, held = workers.wait()  # holds the only slot
+        workers.submit(1)
+        item, ok, value = workers.wait()
+        assert (item, ok, value.tolist()) == (1, True, [1] * 4) and workers.pickled == 1
+        del held, value
+        workers.submit(2)
+        workers.wait()
+        assert workers.pickled == 1  # the slot was free again
+    finally:
+        workers.stop()
+
+
+def test_an_error_comes_back_as_a_result():
+    workers = ProcessWorkers(Squares(2), 1, slots=4, slot_size=1024)
+    try:
+        workers.submit(7)
+        item, ok, error = workers.wait()
+        assert (item, ok) == (7, False) and isinstance(error, IndexError)
+    finally:
+        workers.stop()
+
+
+def test_a_failing_start_hook_is_reported_with_the_worker_index():
+    workers = ProcessWorkers(Squares(2), 1, slots=4, slot_size=1024, start_hook=hook_failing)
+    try:
+        with pytest.raises(HookFailed, match="worker process 0 failed to start") as info:
+            workers.wait()
+        assert isinstance(info.value.__cause__, OSError)
+        assert info.value.worker == 0
+    finally:
+        workers.stop()
+
+
+def test_a_killed_worker_is_gone_with_the_item_it_was_evaluating():
+    workers = ProcessWorkers(Squares(10, delay=0.2), 2, slots=6, slot_size=1024)
+    try:
+        for i in range(4):
+            workers.submit(i)
+        victim = workers.workers[1].pid
+        time.sleep(0.1)
+        os.kill(victim, signal.SIGKILL)
+        got = []
+        with pytest.raises(WorkerGone) as info:
+            for _ in range(4):
+                got.append(workers.wait()[0])
+        assert info.value.worker == 1 and info.value.item == 1
+        assert 1 not in got
+    finally:
+        workers.stop()
+    assert (victim, -signal.SIGKILL) in workers.ended
+
+
+def test_nothing_within_the_timeout_is_no_result():
+    workers = ProcessWorkers(Squares(3, delay=30), 1, slots=4, slot_size=1024, timeout=0.3)
+    start = time.monotonic()
+    try:
+        workers.submit(0)
+        with pytest.raises(NoResult):
+            workers.wait()
+        assert 0.3 <= time.monotonic() - start < 5
+    finally:
+        workers.stop()  # (stuck: killed)
+    assert workers.ended[0][1] == -signal.SIGKILL
+
+
+def test_cancel_wakes_a_thread_waiting_for_a_result():
+    workers = ProcessWorkers(Squares(3, delay=30), 1, slots=4, slot_size=1024)
+    try:
+        workers.submit(0)
+        threading.Timer(0.2, workers.cancel).start()
+        start = time.monotonic()
+        with pytest.raises(Cancelled):
+            workers.wait()
+        assert time.monotonic() - start < 2
+    finally:
+        workers.stop()
+
+
+def test_stop_without_wait_leaves_the_exit_to_the_reaper_and_no_zombie():
+    workers = ProcessWorkers(Squares(10, delay=0.3), 1, slots=4, slot_size=1024)
+    workers.submit(0)
+    time.sleep(0.1)  # evaluating item 0
+    pid = workers.workers[0].pid
+    workers.stop(wait=False)
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)  # (nothing here joins it: the reaper does)
+    assert not psutil.pid_exists(pid), "a stopped worker stays a zombie"
+    assert reaper.wait(1)
+
+
+def test_workers_of_a_collected_backend_stop():
+    workers = ProcessWorkers(Squares(10), 2, slots=4, slot_size=1024)
+    pids = workers.pids()
+    del workers
+    assert reaper.wait(10)
+    assert not any(psutil.pid_exists(p) for p in pids)
