@@ -4,10 +4,11 @@ import importlib
 from typing import Any
 
 from .batch import Batch, Chunk
+from .deliver.assemble import assemble
+from .deliver.pin import pin_memory
 from .errors import SourceError, StreamError, WorkerError
 from .interleave import Row, interleave_streams, map_steps
 from .loader import StreamLoader
-from .pin import pin_memory
 from .prefetch import prefetch
 from .read.transform import StepInfo
 from .split import split_by_worker
@@ -39,6 +40,7 @@ __all__ = [
     "StreamError",
     "StreamLoader",
     "WorkerError",
+    "assemble",
     "interleave_streams",
     "map_steps",
     "pin_memory",

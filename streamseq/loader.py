@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import threading
 import weakref
@@ -13,10 +12,11 @@ import numpy as np
 import torch
 
 from ._tree import nbytes, tree_map
-from .background import Background
 from .batch import Batch
+from .deliver.assemble import Assembled
+from .deliver.background import Background
+from .deliver.pin import PinMemory
 from .interleave import Row, interleave_streams
-from .pin import assemble, can_pin, to_torch
 from .prefetch import Prefetched, check_timeout, check_workers, prefetch
 from .read.ref import as_refs, check_int, identity
 from .read.transform import StepInfo, Transform
@@ -352,15 +352,15 @@ class StreamLoader:
             >>> [b.data.tolist() for b in loader[1:]]
             [[[2, 3]], [[4, 5]]]
         """
-        whole = self._in_process()
+        batches = self._delivery([self._in_process()])
         n = len(self)
         if isinstance(i, slice):
-            return [self._finish(whole[k]) for k in range(*i.indices(n))]
+            return [batches[k] for k in range(*i.indices(n))]
         k = check_int(i, "a batch index")
         k = k + n if k < 0 else k
         if not 0 <= k < n:
             raise IndexError(f"batch {i} out of range for {n} batches")
-        return self._finish(whole[k])
+        return batches[k]
 
     def _in_process(self) -> ZipBatch:
         """All the rows of this rank as one zip, read in this process (kept for the epoch)."""
@@ -370,11 +370,10 @@ class StreamLoader:
                 self._whole = (self.epoch, plan.group(plan.rows, self))
             return self._whole[1]
 
-    def _finish(self, batch: Batch) -> Batch:
-        pin = self.pin_memory and can_pin()
-        if pin or self.time_major:
-            return assemble([batch], pin, self.time_major)
-        return to_torch(batch)
+    def _delivery(self, groups: list[Any]) -> Assembled:
+        """Batches of tensors from the micro-batches of ``groups``, with one copy at most."""
+        share = not any(isinstance(g, Prefetched) for g in groups)
+        return Assembled(groups, self.pin_memory, self.time_major, share=share)
 
     def __iter__(self) -> Iterator[Batch]:
         """A pass over the batches of the epoch, from the loaded position (or batch 0).
@@ -404,26 +403,6 @@ class StreamLoader:
         if it is not None:
             it.close()
         self._active = None
-
-
-def _tensors(group: ZipBatch, i: int) -> Batch:
-    """Batch ``i`` of ``group`` as tensors sharing its arrays (fresh and contiguous)."""
-    return Batch._make(map(torch.from_numpy, group[i]))
-
-
-def _assemble_at(prefetchers: list[Prefetched], i: int, pin: bool, time_major: bool) -> Batch:
-    """Batch ``i`` assembled from the workers' micro-batches."""
-    for pf in prefetchers:  # start every worker before waiting for one
-        pf.prepare(i)
-    return assemble([pf[i] for pf in prefetchers], pin, time_major)
-
-
-def _assembled(
-    prefetchers: list[Prefetched], start: int, stop: int, pin: bool, time_major: bool
-) -> Iterator[Batch]:
-    """Batches ``start`` to ``stop`` assembled from the workers' micro-batches."""
-    for i in range(start, stop):
-        yield _assemble_at(prefetchers, i, pin, time_major)
 
 
 class _Position:
@@ -456,15 +435,11 @@ class _Iteration:
         self.stop = len(loader)
         self.start = self.next = position.next
         workers = min(loader.num_workers, len(plan.rows))
-        self.pin = loader.pin_memory and can_pin()
         self.prefetchers: list[Prefetched] = []
         self.background: Background | None = None
-        self.fast: Callable[[int], Batch] | None = None
         if workers == 0:
             self.groups = [loader._in_process()]
-            spec = loader._data_spec(loader.epoch)
-            if not self.pin and not loader.time_major and type(spec) is np.ndarray:
-                self.fast = functools.partial(_tensors, self.groups[0])
+            self.batches = loader._delivery(self.groups)
             return
         self.groups = [plan.group(g, loader) for g in split_by_worker(plan.rows, workers)]
         for g in self.groups:
@@ -478,31 +453,12 @@ class _Iteration:
                 shm_size=int(shm * 1.1) + 65536 * loader.max_buffered,
             )
             self.prefetchers.append(pf)
-
-    def _batch(self, i: int) -> Batch:
-        if not self.prefetchers:
-            return self.loader._finish(self.groups[0][i])
-        return _assemble_at(self.prefetchers, i, self.pin, self.loader.time_major)
-
-    def _produce(self) -> Callable[[], Iterator[Batch]]:
-        """What the pinning thread runs; it holds the workers but not this object."""
-        return functools.partial(
-            _assembled, self.prefetchers, self.next, self.stop, self.pin, self.loader.time_major
-        )
+        self.batches = loader._delivery(self.prefetchers)
 
     def __iter__(self) -> _Iteration:
         return self
 
     def __next__(self) -> Batch:
-        i = self.next
-        if self.fast is not None and i < self.stop and not self.closed:  # in short
-            try:
-                batch = self.fast(i)
-            except BaseException:
-                self.close()
-                raise
-            self._delivered(i + 1)
-            return batch
         if self.closed:
             if self.superseded and (self.next > self.start or self._newer_running()):
                 raise RuntimeError(
@@ -515,20 +471,19 @@ class _Iteration:
             self.position.pending = False
             self.close()
             raise StopIteration
-        if self.pin and self.prefetchers and self.background is None:
-            self.background = Background(self._produce(), max_buffered=2)
         try:
-            batch = next(self.background) if self.background else self._batch(self.next)
+            if self.prefetchers and self.batches.pin:
+                if self.background is None:
+                    self.background = PinMemory(self.batches).iterate(self.next)
+                batch = next(self.background)
+            else:
+                batch = self.batches[self.next]
         except BaseException:
             self.close()
             raise
-        self._delivered(self.next + 1)
+        self.next = self.position.next = self.next + 1
+        self.position.pending = False  # a loaded position is used once
         return batch
-
-    def _delivered(self, next: int) -> None:
-        """Report the position after a batch delivered (a loaded one is used up)."""
-        self.next = self.position.next = next
-        self.position.pending = False
 
     def _newer_running(self) -> bool:
         newer = self.loader._active() if self.loader._active is not None else None

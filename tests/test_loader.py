@@ -89,9 +89,9 @@ def test_time_major_layout():
 def test_pin_memory_without_cuda_warns_and_delivers_tensors():
     streams = coded_streams([5, 3, 4])
     loader = StreamLoader(streams, 2, 3, pin_memory=True, num_workers=1)
-    import streamseq.pin
+    import streamseq.deliver.torch
 
-    streamseq.pin._warned.clear()
+    streamseq.deliver.torch._warned.clear()
     if torch.cuda.is_available():
         batches = list(loader)
         assert all(b.data.is_pinned() for b in batches)

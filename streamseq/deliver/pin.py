@@ -3,122 +3,13 @@
 from __future__ import annotations
 
 import functools
-import threading
-import warnings
 from collections.abc import Iterator, Sequence
-from typing import Any
 
-import numpy as np
 import torch
 
-from ._tree import leaves, tree_map
+from ..batch import Batch
 from .background import Background
-from .batch import Batch
-
-_warned = threading.Event()
-
-
-def can_pin() -> bool:
-    """Whether page-locked memory is available (CUDA present); warns once when not.
-
-    Example:
-        >>> isinstance(can_pin(), bool)
-        True
-    """
-    if torch.cuda.is_available():
-        return True
-    if not _warned.is_set():
-        _warned.set()
-        warnings.warn(
-            "CUDA is not available: pin_memory delivers unpinned tensors",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-    return False
-
-
-@functools.cache
-def torch_dtype(dtype: np.dtype) -> torch.dtype:
-    """The torch dtype of a numpy dtype (of either byte order).
-
-    Example:
-        >>> torch_dtype(np.dtype("uint8")), torch_dtype(np.dtype(">u2"))
-        (torch.uint8, torch.uint16)
-    """
-    return torch.from_numpy(np.empty(0, np.dtype(dtype).newbyteorder("="))).dtype
-
-
-def _native(a: np.ndarray) -> np.ndarray:
-    """``a``, copied into native byte order if it is not in it (torch reads only that)."""
-    return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
-
-
-def empty(shape: tuple[int, ...], dtype: np.dtype, pin: bool) -> torch.Tensor:
-    """An uninitialised CPU tensor, page-locked when ``pin``."""
-    return torch.empty(shape, dtype=torch_dtype(np.dtype(dtype)), pin_memory=pin)
-
-
-def to_torch(batch: Batch, pin: bool = False) -> Batch:
-    """Turn a numpy :class:`Batch` into torch tensors (copied into page-locked memory if pin).
-
-    Without ``pin`` the tensors share memory with the arrays (no copy), except arrays
-    that are not contiguous or not in native byte order: those are copied once.
-
-    Example:
-        >>> b = to_torch(Batch(np.zeros((1, 2)), np.ones(1, bool), np.ones((1, 2), bool),
-        ...                    np.zeros((1, 2), np.int64), np.arange(2)[None]))
-        >>> b.step
-        tensor([[0, 1]])
-    """
-    if not pin and all(
-        type(f) is np.ndarray and f.flags.c_contiguous and f.dtype.isnative for f in batch
-    ):
-        return Batch._make(map(torch.from_numpy, batch))
-
-    def convert(a: Any) -> torch.Tensor:
-        if type(a) is np.ndarray and not pin and a.flags.c_contiguous and a.dtype.isnative:
-            return torch.from_numpy(a)
-        a = np.asarray(a)
-        if not pin:
-            return torch.from_numpy(np.ascontiguousarray(_native(a)))
-        out = empty(a.shape, a.dtype, True)
-        out.numpy()[...] = a
-        return out
-
-    return Batch(*(convert(f) if type(f) is np.ndarray else tree_map(convert, f) for f in batch))
-
-
-def assemble(parts: Sequence[Batch], pin: bool = False, time_major: bool = False) -> Batch:
-    """Concatenate micro-batches along rows into new tensors, with a single copy.
-
-    The output is allocated once (page-locked when ``pin``), in native byte order, and
-    each part is copied into its rows; with ``time_major`` the output is laid out
-    ``[T, B, ...]``.
-
-    Example:
-        >>> part = Batch(np.ones((1, 2)), np.ones(1, bool), np.ones((1, 2), bool),
-        ...              np.zeros((1, 2), np.int64), np.arange(2)[None])
-        >>> assemble([part, part], time_major=True).data.shape
-        torch.Size([2, 2])
-    """
-
-    def combine(*arrays: Any) -> torch.Tensor:
-        arrays = [a if type(a) is np.ndarray else np.asarray(a) for a in arrays]
-        first, axis = arrays[0], 0
-        shape = (sum(len(a) for a in arrays), *first.shape[1:])
-        if time_major and first.ndim >= 2:
-            arrays = [np.swapaxes(a, 0, 1) for a in arrays]
-            shape, axis = (shape[1], shape[0], *shape[2:]), 1
-        if pin:
-            out = empty(shape, first.dtype, True)
-            np.concatenate(arrays, axis=axis, out=out.numpy(), casting="safe")
-            return out
-        return torch.from_numpy(_native(np.concatenate(arrays, axis=axis)))
-
-    return Batch._make(
-        combine(*fields) if type(fields[0]) is np.ndarray else tree_map(combine, *fields)
-        for fields in zip(*parts, strict=True)
-    )
+from .torch import can_pin, to_torch
 
 
 class PinMemory:
@@ -132,15 +23,27 @@ class PinMemory:
         return len(self.seq)
 
     def __getitem__(self, i: int) -> Batch:
-        return to_torch(self.seq[i], self.pin)
+        return _delivered(self.seq[i], self.pin)
 
     def __iter__(self) -> Iterator[Batch]:
-        def produce() -> Iterator[Batch]:
-            for batch in self.seq:
-                yield to_torch(batch, self.pin)
-
-        with Background(produce, self.max_buffered) as it:
+        with self.iterate() as it:
             yield from it
+
+    def iterate(self, start: int = 0) -> Background:
+        """Batches ``start`` to the end, prepared by the background thread (``close()`` it)."""
+        produce = functools.partial(_produce, self.seq, start, self.pin)
+        return Background(produce, self.max_buffered)
+
+
+def _delivered(batch: Batch, pin: bool) -> Batch:
+    """``batch`` as tensors: as it is when a stage before made them (assemble), else copied."""
+    return batch if isinstance(batch.reset, torch.Tensor) else to_torch(batch, pin)
+
+
+def _produce(seq: Sequence[Batch], start: int, pin: bool) -> Iterator[Batch]:
+    """What the background thread runs; it holds the sequence, not the stage."""
+    for i in range(start, len(seq)):
+        yield _delivered(seq[i], pin)
 
 
 def pin_memory(seq: Sequence[Batch], *, max_buffered: int = 2) -> PinMemory:
@@ -160,6 +63,7 @@ def pin_memory(seq: Sequence[Batch], *, max_buffered: int = 2) -> PinMemory:
 
     Example:
         >>> import warnings
+        >>> import numpy as np
         >>> from streamseq import interleave_streams, tbin, zip_batch
         >>> rows = interleave_streams([np.arange(4), np.arange(10, 13)], 2)
         >>> with warnings.catch_warnings():
@@ -170,8 +74,3 @@ def pin_memory(seq: Sequence[Batch], *, max_buffered: int = 2) -> PinMemory:
                 [12,  0]])
     """
     return PinMemory(seq, max_buffered)
-
-
-def is_pinned(batch: Batch) -> bool:
-    """Whether every tensor of a batch is page-locked."""
-    return all(t.is_pinned() for t in leaves(tuple(batch)))

@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from streamseq.background import Background
+from streamseq.deliver.background import Background
 
 
 def test_items_in_order_and_bounded_buffer():

@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-import streamseq.pin
+import streamseq.deliver.torch
 from streamseq import Batch, interleave_streams, pin_memory, tbin, zip_batch
-from streamseq.pin import assemble, to_torch
+from streamseq.deliver.assemble import assemble_parts as assemble
+from streamseq.deliver.torch import to_torch
 
 
 def batches():
@@ -26,12 +27,12 @@ def test_pin_memory_yields_the_same_batches_as_tensors():
             np.testing.assert_array_equal(t.numpy(), a)
     assert torch.equal(pinned[1].data, got[1].data)
     if torch.cuda.is_available():
-        assert streamseq.pin.is_pinned(got[0])
+        assert streamseq.deliver.torch.is_pinned(got[0])
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the warning is for machines without CUDA")
 def test_warns_once_without_cuda():
-    streamseq.pin._warned.clear()
+    streamseq.deliver.torch._warned.clear()
     with pytest.warns(RuntimeWarning, match="CUDA is not available") as record:
         list(pin_memory(batches()))
         list(pin_memory(batches()))
@@ -79,4 +80,4 @@ def test_arrays_in_non_native_byte_order_are_converted():
     assert outs[0].data.tolist() == outs[1].data.tolist() == native.data.tolist()
     assert outs[2].data.T.tolist() == np.concatenate([native.data] * 2).tolist()
     assert outs[0].step.tolist() == native.step.tolist()
-    assert streamseq.pin.torch_dtype(np.dtype(">u2")) == torch.uint16
+    assert streamseq.deliver.torch.torch_dtype(np.dtype(">u2")) == torch.uint16

@@ -1,0 +1,117 @@
+"""Micro-batches into one batch of tensors, with a single copy (pinned, time-major)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._tree import tree_map
+from ..batch import Batch
+from .torch import _native, can_pin, empty, to_torch
+
+
+def assemble_parts(parts: Sequence[Batch], pin: bool = False, time_major: bool = False) -> Batch:
+    """Concatenate micro-batches along rows into new tensors, with a single copy.
+
+    The output is allocated once (page-locked when ``pin``), in native byte order, and
+    each part is copied into its rows; with ``time_major`` the output is laid out
+    ``[T, B, ...]``.
+
+    Example:
+        >>> part = Batch(np.ones((1, 2)), np.ones(1, bool), np.ones((1, 2), bool),
+        ...              np.zeros((1, 2), np.int64), np.arange(2)[None])
+        >>> assemble_parts([part, part], time_major=True).data.shape
+        torch.Size([2, 2])
+    """
+
+    def combine(*arrays: Any) -> torch.Tensor:
+        arrays = [a if type(a) is np.ndarray else np.asarray(a) for a in arrays]
+        first, axis = arrays[0], 0
+        shape = (sum(len(a) for a in arrays), *first.shape[1:])
+        if time_major and first.ndim >= 2:
+            arrays = [np.swapaxes(a, 0, 1) for a in arrays]
+            shape, axis = (shape[1], shape[0], *shape[2:]), 1
+        if pin:
+            out = empty(shape, first.dtype, True)
+            np.concatenate(arrays, axis=axis, out=out.numpy(), casting="safe")
+            return out
+        return torch.from_numpy(_native(np.concatenate(arrays, axis=axis)))
+
+    return Batch._make(
+        combine(*fields) if type(fields[0]) is np.ndarray else tree_map(combine, *fields)
+        for fields in zip(*parts, strict=True)
+    )
+
+
+class Assembled:
+    """Item i of every group, assembled into one batch of tensors; see :func:`assemble`."""
+
+    def __init__(
+        self,
+        groups: Sequence[Sequence[Batch]],
+        pin: bool = False,
+        time_major: bool = False,
+        share: bool = False,
+    ):
+        self.groups = list(groups)
+        if not self.groups:
+            raise ValueError("assemble needs at least one group")
+        lengths = {len(g) for g in self.groups}
+        if len(lengths) > 1:
+            raise ValueError(f"groups of different lengths: {sorted(lengths)}")
+        self.length = lengths.pop()
+        self.pin, self.time_major = pin and can_pin(), time_major
+        self.share = share and len(self.groups) == 1 and not self.pin and not time_major
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i: int) -> Batch:
+        for g in self.groups:  # start every worker before waiting for one
+            if hasattr(g, "prepare"):
+                g.prepare(i)
+        parts = [g[i] for g in self.groups]
+        if self.share:
+            return to_torch(parts[0])
+        return assemble_parts(parts, self.pin, self.time_major)
+
+
+def assemble(
+    groups: Sequence[Sequence[Batch]],
+    *,
+    pin_memory: bool = False,
+    time_major: bool = False,
+    share: bool = False,
+) -> Assembled:
+    """Batches of torch tensors assembled from groups of rows, with a single copy.
+
+    Item i concatenates item i of every group (micro-batches of numpy arrays, from
+    :func:`zip_batch` or :func:`prefetch`) along the rows, straight into page-locked
+    memory when ``pin_memory`` (and CUDA) and laid out ``[T, B, ...]`` when
+    ``time_major``: what :func:`zip_batch` followed by :func:`pin_memory` does with two
+    copies. Groups with a ``prepare(i)`` method (prefetched groups) are all started on
+    item i before any is waited for.
+
+    Args:
+        groups: sequences of micro-batches of the same length, in row order.
+        pin_memory: allocate the batches page-locked (warns once without CUDA).
+        time_major: lay the batches out ``[T, B, ...]``.
+        share: with one group, no pinning and batch-major, let the tensors share the
+            group's arrays instead of copying them (not for prefetched groups, whose
+            arrays live in shared-memory slots that must be released).
+
+    Returns:
+        A sequence of :class:`Batch` of torch tensors.
+
+    Example:
+        >>> from streamseq import interleave_streams, tbin, zip_batch
+        >>> rows = interleave_streams([np.arange(4), np.arange(10, 13)], 2)
+        >>> groups = [zip_batch([tbin(r, 2)]) for r in rows]
+        >>> assemble(groups, time_major=True)[1].data
+        tensor([[ 2, 12],
+                [ 3,  0]])
+    """
+    return Assembled(groups, pin_memory, time_major, share)
