@@ -23,7 +23,8 @@ _thread: threading.Thread | None = None
 
 def _forget() -> None:
     """In a forked child: the parent's processes are not its children."""
-    global _thread
+    global _lock, _thread
+    _lock = threading.Lock()  # (the parent's reaper may have held it at the fork)
     _exiting.clear()
     _thread = None
 
