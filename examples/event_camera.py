@@ -6,11 +6,12 @@ files, streams them with :func:`streamseq.io.events` (each step: the events of a
 window, as a histogram ``[2, H, W]`` of off and on events) through
 :class:`streamseq.StreamLoader` with two worker processes, and draws the first batches:
 
-- ``event_camera.png``, a contact sheet: one line per batch row, one column per step,
-  batches side by side. On events are orange, off events blue: a moving ball leaves an
-  orange front and a blue trail. A red bar marks a row starting a new recording, grey
-  cells are padding.
-- ``event_camera.gif``, the batch grid as an animation, one frame per step.
+- ``event_camera.png``, a contact sheet: each batch a block headed ``batch i``, one line
+  per batch row and one column per step, captioned ``stream:step``. On events are
+  orange, off events blue: a moving ball leaves an orange front and a blue trail. A red
+  bar and a ``reset`` tag mark a row starting a new recording, grey ``pad`` cells are
+  padding.
+- ``event_camera.gif``, the batch grid as an animation, one picture per step.
 
 Run: ``python examples/event_camera.py [--out out/] [--small]``
 """
@@ -28,7 +29,7 @@ from streamseq.io import events, synthetic_events
 
 # pictures.py lies beside this file: found when run as a script and when loaded by path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pictures import GAP, RED, SEP, save_pictures  # noqa: E402, F401 (the layout, re-exported)
+from pictures import save_pictures  # noqa: E402
 
 ON = np.array([255, 150, 20])
 OFF = np.array([40, 130, 255])
@@ -86,7 +87,11 @@ def main(argv: list[str] | None = None) -> dict:
     columns = min(args.batch_size, 4)
     sheet_path, gif_path = save_pictures(batches, args.out, "event_camera", columns, rgb=colour)
     print(f"wrote {sheet_path} and {gif_path}")
-    return {"sheet": sheet_path, "gif": gif_path, "batches": len(batches), "size": (h, w)}
+    drawn = {
+        "reset": [batch.reset.tolist() for batch in batches],  # [batch][row]
+        "valid": [batch.valid.tolist() for batch in batches],  # [batch][row][step]
+    }
+    return {"sheet": sheet_path, "gif": gif_path, "batches": len(batches), **drawn, "size": (h, w)}
 
 
 if __name__ == "__main__":

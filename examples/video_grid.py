@@ -4,11 +4,13 @@ Writes a few short clips with PyAV (each its own colour, a moving square and its
 or takes the videos of a folder, streams them with :func:`streamseq.io.video` through
 :class:`streamseq.StreamLoader` with two worker processes, and draws the first batches:
 
-- ``video_grid.png``, a contact sheet: one line per batch row, one column per step,
-  batches side by side (separated by white lines). A row reads its clip on, batch after
-  batch; a red bar marks the step where the row starts a new clip (``batch.reset``), grey
-  cells are padding.
-- ``video_grid.gif``, the batch grid as an animation, one frame per step.
+- ``video_grid.png``, a contact sheet: each batch a block headed ``batch i``, one line
+  per batch row and one column per step, captioned ``stream:step``; the blocks follow
+  each other left to right, then line by line. A row reads its clip on, batch after
+  batch; a red bar and a ``reset`` tag mark the step where the row starts a new clip
+  (``batch.reset``), grey ``pad`` cells are padding (``batch.valid`` False).
+- ``video_grid.gif``, the batch grid as an animation, one picture per step: the rows of
+  the batch side by side, each named by its row, stream and step.
 
 Run: ``python examples/video_grid.py [--folder videos/] [--out out/] [--small]``
 """
@@ -28,7 +30,7 @@ from streamseq.io import video
 
 # pictures.py lies beside this file: found when run as a script and when loaded by path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pictures import GAP, RED, SEP, save_pictures  # noqa: E402, F401 (the layout, re-exported)
+from pictures import save_pictures  # noqa: E402
 
 
 def write_clips(folder: str, count: int, frames: int, size: tuple[int, int]) -> list[str]:
@@ -100,7 +102,11 @@ def main(argv: list[str] | None = None) -> dict:
     columns = min(args.batch_size, 4)
     sheet_path, gif_path = save_pictures(batches, args.out, "video_grid", columns)
     print(f"wrote {sheet_path} and {gif_path}")
-    return {"sheet": sheet_path, "gif": gif_path, "batches": len(batches), "size": size}
+    drawn = {
+        "reset": [batch.reset.tolist() for batch in batches],  # [batch][row]
+        "valid": [batch.valid.tolist() for batch in batches],  # [batch][row][step]
+    }
+    return {"sheet": sheet_path, "gif": gif_path, "batches": len(batches), **drawn, "size": size}
 
 
 if __name__ == "__main__":

@@ -6,10 +6,12 @@ smooth path drawn from its seed. Nothing is stored: every frame is rendered when
 reads it, and the same whatever the order of reading. The streams go through
 :class:`streamseq.StreamLoader` with two worker processes; the first batches are drawn:
 
-- ``virtual_camera.png``, a contact sheet: one line per batch row, one column per step,
-  batches side by side. A red bar marks a row starting a new stream, grey cells are
-  padding.
-- ``virtual_camera.gif``, the batch grid as an animation, one frame per step.
+- ``virtual_camera.png``, a contact sheet: each batch a block headed ``batch i``, one
+  line per batch row and one column per step, captioned ``stream:step``. With the
+  default lengths, stream 3 ends in batch 4, whose row 3 ends with padding (grey ``pad``
+  cells), and rows move on to new streams in batches 4 and 5 (a red bar and a ``reset``
+  tag).
+- ``virtual_camera.gif``, the batch grid as an animation, one picture per step.
 
 Run: ``python examples/virtual_camera.py [--out out/] [--small]``
 """
@@ -25,7 +27,7 @@ from streamseq.io import texture, virtual_camera
 
 # pictures.py lies beside this file: found when run as a script and when loaded by path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pictures import GAP, RED, SEP, save_pictures  # noqa: E402, F401 (the layout, re-exported)
+from pictures import save_pictures  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -72,7 +74,11 @@ def main(argv: list[str] | None = None) -> dict:
     columns = min(args.batch_size, 4)
     sheet_path, gif_path = save_pictures(batches, args.out, "virtual_camera", columns)
     print(f"wrote {sheet_path} and {gif_path}")
-    return {"sheet": sheet_path, "gif": gif_path, "batches": len(batches), "size": size}
+    drawn = {
+        "reset": [batch.reset.tolist() for batch in batches],  # [batch][row]
+        "valid": [batch.valid.tolist() for batch in batches],  # [batch][row][step]
+    }
+    return {"sheet": sheet_path, "gif": gif_path, "batches": len(batches), **drawn, "size": size}
 
 
 if __name__ == "__main__":

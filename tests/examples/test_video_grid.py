@@ -1,21 +1,21 @@
 from PIL import Image
 from runner import load
+from sheets import check_pictures
 
 
 def test_contact_sheet_and_animation(tmp_path, capsys):
     module = load("video_grid")
     result = module.main(["--small", "--out", str(tmp_path)])
     assert "5 videos" in capsys.readouterr().out
-    gap, sep = module.GAP, module.SEP
-    batches, b, t, (h, w) = 4, 3, 4, (24, 32)
-    sheet = Image.open(result["sheet"])
-    assert sheet.size == (batches * (t * (w + gap) + sep) - sep + gap, b * (h + gap) + gap)
-    # every row starts a clip in the first batch: red bar at the left of the first column
-    for r in range(b):
-        assert sheet.getpixel((gap + 1, gap + r * (h + gap) + h // 2)) == module.RED
-    gif = Image.open(result["gif"])
-    assert gif.n_frames == batches * t
-    assert gif.size == (b * (w + gap) + gap, h + 2 * gap)
+    assert result["batches"] == 4 and all(result["reset"][0])  # every row starts a clip
+    check_pictures(result, (24, 32), columns=3)
+
+
+def test_the_default_pictures_show_a_new_clip_and_padding(tmp_path):
+    result = load("video_grid").main(["--out", str(tmp_path), "--workers", "0"])
+    assert any(any(reset) for reset in result["reset"][1:])
+    assert not all(all(all(row) for row in valid) for valid in result["valid"])
+    check_pictures(result, (36, 48), columns=4)
 
 
 def test_stream_a_folder(tmp_path):
@@ -27,4 +27,5 @@ def test_stream_a_folder(tmp_path):
     args += ["--batch-size", "2", "--tbins", "3", "--batches", "2", "--workers", "0"]
     result = module.main(args)
     assert len(clips) == 3 and result["batches"] == 2
-    assert Image.open(result["sheet"]).size[1] == 2 * (16 + module.GAP) + module.GAP
+    check_pictures(result, (16, 24), columns=2)
+    assert Image.open(result["sheet"]).size[0] <= load("pictures").WIDTH

@@ -1,19 +1,21 @@
 from PIL import Image
 from runner import load
+from sheets import check_pictures
 
 
 def test_contact_sheet_and_animation(tmp_path, capsys):
     module = load("virtual_camera")
     result = module.main(["--small", "--out", str(tmp_path)])
     assert "4 cameras" in capsys.readouterr().out
-    gap, sep = module.GAP, module.SEP
-    batches, b, t, (h, w) = 3, 3, 4, (20, 28)
-    sheet = Image.open(result["sheet"])
-    assert sheet.size == (batches * (t * (w + gap) + sep) - sep + gap, b * (h + gap) + gap)
-    assert sheet.getpixel((gap + 1, gap + h // 2)) == module.RED
-    gif = Image.open(result["gif"])
-    assert gif.n_frames == batches * t
-    assert gif.size == (b * (w + gap) + gap, h + 2 * gap)
+    assert result["batches"] == 3
+    check_pictures(result, (20, 28), columns=3)
+
+
+def test_the_default_pictures_show_a_reset_and_padding(tmp_path):
+    result = load("virtual_camera").main(["--out", str(tmp_path), "--workers", "0"])
+    assert any(any(reset) for reset in result["reset"][1:])  # a row moves on to a new stream
+    assert not all(all(all(row) for row in valid) for valid in result["valid"])  # padding
+    check_pictures(result, (36, 48), columns=4)
 
 
 def test_same_batches_with_and_without_workers(tmp_path):
