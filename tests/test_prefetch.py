@@ -383,15 +383,21 @@ def test_a_killed_worker_names_what_it_was_evaluating():
     [(Described, r"item 2 \(batch 2: .*steps 16:24\)"), (DescribingFails, r"item 2 \(timeout")],
 )
 def test_a_timeout_names_what_the_worker_was_evaluating(method, cls, what):
-    with prefetch(cls(10, 30, at=2), 1, method=method, timeout=0.5, shm_size=1 << 16) as ahead:
+    with prefetch(cls(10, 3, at=2), 1, method=method, timeout=0.5, shm_size=1 << 16) as ahead:
         ahead[0], ahead[1]
         with pytest.raises(WorkerTimeout, match=rf"nothing for 0.5 s while evaluating {what}"):
             ahead[2]
         assert isinstance(WorkerTimeout(), WorkerError)
 
 
+class SlowOne(Slow):
+    def __getitem__(self, i):
+        return super().__getitem__(i) if i == self.at else Squares.__getitem__(self, i)
+
+
 def test_no_zombie_is_left_after_an_interrupt_and_close():
-    ahead = prefetch(Slow(50, 0.3), 1, shm_size=1 << 16)
+    # the worker says goodbye soon after the interrupt, and exits just after that
+    ahead = prefetch(SlowOne(50, 0.3, at=1), 1, shm_size=1 << 16)
     ahead[0]
     (pid,) = ahead.pids
     threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT)).start()
