@@ -320,7 +320,7 @@ def test_threads_sharing_a_prefetch_get_their_own_items(how):
 
 @pytest.mark.parametrize("method", ["process", "thread"])
 def test_closing_while_another_thread_waits_is_a_clear_error_at_once(method):
-    ahead = prefetch(Slow(5, 30), 1, method=method, shm_size=1 << 16)
+    ahead = prefetch(Slow(5, 3), 1, method=method, shm_size=1 << 16)
     outcome = []
 
     def wait_for_an_item():
