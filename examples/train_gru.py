@@ -12,7 +12,8 @@ with truncated BPTT:
 - rows where ``batch.reset`` is set start a new file: their hidden state is zeroed;
 - the loss covers the valid steps whose next token is in the batch too.
 
-The loss of every batch is drawn in ``train_gru.png`` (one tick per epoch).
+The loss of every batch and the mean loss of every epoch are drawn in ``train_gru.png``,
+over the loss of a uniform guess (chance).
 
 Run: ``python examples/train_gru.py [--epochs 6] [--workers 2] [--out out/] [--small]``
 """
@@ -26,7 +27,7 @@ import tempfile
 
 import numpy as np
 import torch
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, ImageFont
 from torch import nn
 
 import streamseq
@@ -59,20 +60,72 @@ class Model(nn.Module):
         return self.head(out), h
 
 
-def plot(losses: list[float], epochs: int, chance: float, path: str) -> None:
-    """Loss of every batch, from chance (top) to zero (bottom); ticks between epochs."""
-    width, height, margin = 480, 200, 10
-    image = Image.new("RGB", (width, height), "white")
+PLOT = (800, 380)  # pixels: width and height of the loss plot
+FRAME = (70, 40, 20, 50)  # pixels around the axes: left, top, right, bottom
+BATCH_COLOUR, EPOCH_COLOUR, CHANCE_COLOUR = (140, 180, 235), (20, 60, 160), (210, 40, 40)
+
+
+def axes_box(size: tuple[int, int] = PLOT) -> tuple[int, int, int, int]:
+    """The pixels ``(left, top, right, bottom)`` of the plotting area inside the axes."""
+    left, top, right, bottom = FRAME
+    return left, top, size[0] - right, size[1] - bottom
+
+
+def plot(
+    losses: list[float], starts: list[int], epoch_losses: list[float], chance: float, path: str
+) -> None:
+    """Loss of every batch and mean loss of every epoch, over the loss of guessing.
+
+    ``starts`` holds the index in ``losses`` of the first batch of every epoch. The x axis
+    counts batches, with a tick and a grid line at the start of every epoch;
+    the y axis is the cross-entropy loss from 0 to a little over ``chance`` (the loss of a
+    uniform guess, drawn as a dashed baseline). A legend names the three lines.
+    """
+    image = Image.new("RGB", PLOT, "white")
     pen = ImageDraw.Draw(image)
-    for k in range(1, epochs):
-        x = margin + k * (width - 2 * margin) / epochs
-        pen.line([x, margin, x, height - margin], fill=(210, 210, 210))
-    step = (width - 2 * margin) / max(1, len(losses) - 1)
-    scale = (height - 2 * margin) / chance
-    points = [(margin + i * step, height - margin - v * scale) for i, v in enumerate(losses)]
-    pen.line(points, fill=(30, 90, 200), width=2)
-    pen.text((width // 3, margin), f"loss per batch (chance: {chance:.2f})", fill="black")
-    image.save(path)
+    face, small = ImageFont.load_default(size=14), ImageFont.load_default(size=12)
+    x0, y0, x1, y1 = axes_box()
+    top = max([chance, *losses]) * 1.1
+    ends = [*starts[1:], len(losses)]
+
+    def xy(batch: float, loss: float) -> tuple[float, float]:
+        return x0 + batch * (x1 - x0) / len(losses), y1 - loss * (y1 - y0) / top
+
+    for k, start in enumerate([*starts, len(losses)]):  # x ticks: where each epoch starts
+        x = xy(start, 0)[0]
+        pen.line([x, y0, x, y1], fill=(225, 225, 225))
+        pen.line([x, y1, x, y1 + 5], fill="black")
+        pen.text((x, y1 + 7), str(start), fill="black", font=small, anchor="mt")
+        if k < len(starts):
+            middle = xy((start + ends[k]) / 2, 0)[0]
+            pen.text((middle, y0 + 4), f"epoch {k}", fill=(120, 120, 120), font=small, anchor="mt")
+    step = 0.5 if top <= 4 else 1.0
+    for k in range(int(top / step) + 1):  # y ticks
+        y = xy(0, k * step)[1]
+        pen.line([x0 - 5, y, x0, y], fill="black")
+        pen.text((x0 - 8, y), f"{k * step:.1f}", fill="black", font=small, anchor="rm")
+    pen.line([x0, y0, x0, y1, x1, y1], fill="black", width=1)  # the axes
+    baseline = xy(0, chance)[1]
+    for x in range(x0, x1, 12):  # dashed: the loss of a uniform guess
+        pen.line([x, baseline, min(x + 7, x1), baseline], fill=CHANCE_COLOUR, width=2)
+    pen.line([xy(i, v) for i, v in enumerate(losses)], fill=BATCH_COLOUR, width=2)
+    means = [xy((a + b) / 2, v) for a, b, v in zip(starts, ends, epoch_losses, strict=True)]
+    pen.line(means, fill=EPOCH_COLOUR, width=3)
+    for x, y in means:
+        pen.ellipse([x - 4, y - 4, x + 4, y + 4], fill=EPOCH_COLOUR)
+    pen.text((x0 + (x1 - x0) // 2, PLOT[1] - 18), "batch", fill="black", font=face, anchor="mm")
+    pen.text((8, 12), "cross-entropy loss", fill="black", font=face, anchor="lm")
+    entries = [
+        (BATCH_COLOUR, "loss of each batch"),
+        (EPOCH_COLOUR, "mean loss of each epoch"),
+        (CHANCE_COLOUR, f"chance: log(vocab) = {chance:.2f}"),
+    ]
+    x, y = x1 - 230, y0 + 30
+    pen.rectangle([x - 8, y - 8, x1 - 8, y + 3 * 20], fill="white", outline=(180, 180, 180))
+    for k, (colour, text) in enumerate(entries):
+        pen.line([x, y + 20 * k + 7, x + 24, y + 20 * k + 7], fill=colour, width=3)
+        pen.text((x + 32, y + 20 * k), text, fill="black", font=small)
+    image.save(path, optimize=True)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -111,8 +164,9 @@ def main(argv: list[str] | None = None) -> dict:
         optimiser = torch.optim.Adam(model.parameters(), lr=args.lr)
         chance = math.log(args.vocab)
         print(f"{len(streams)} files, {len(loader)} batches an epoch, chance loss {chance:.3f}")
-        losses, batch_losses = [], []
+        losses, batch_losses, starts = [], [], []
         for epoch in range(args.epochs):
+            starts.append(len(batch_losses))  # the epochs' lengths differ with the shuffle
             loader.set_epoch(epoch)  # a new order of the files
             h = torch.zeros(1, args.batch_size, args.hidden)
             total, count = 0.0, 0
@@ -139,9 +193,9 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"epoch {epoch}: loss {losses[-1]:.3f}")
     os.makedirs(args.out, exist_ok=True)
     picture = os.path.join(args.out, "train_gru.png")
-    plot(batch_losses, args.epochs, chance, picture)
+    plot(batch_losses, starts, losses, chance, picture)
     print(f"wrote {picture}")
-    return {"losses": losses, "batch_losses": batch_losses, "picture": picture}
+    return {"losses": losses, "batch_losses": batch_losses, "starts": starts, "picture": picture}
 
 
 if __name__ == "__main__":
