@@ -4,10 +4,11 @@ Synthesises a few sounds (chirps, tones with vibrato, beats, tone bursts), write
 with PyAV in several codecs and sample rates (WAV, FLAC, AAC at 16, 22.05 and 44.1 kHz),
 streams them with :func:`streamseq.io.audio` (mono, resampled to 16 kHz, 512 samples a
 step) through :class:`streamseq.StreamLoader` with two worker processes, prints what each
-row of each batch holds and draws the first batches in ``audio_streams.png``: one strip
-per batch row, one column per step, batches side by side; each strip shows the waveform
-over a spectrogram (one spectrum per step). A red bar marks a row starting a new file,
-grey columns are padding.
+row of each batch holds and draws the first batches in ``audio_streams.png``: each batch a
+block headed ``batch i``, one strip per batch row and one column per step, the blocks left
+to right then line by line; each strip shows the waveform over a spectrogram (one
+spectrum per step) and names the stream and step it starts with. A red bar marks a row
+starting a new file, grey columns are padding.
 
 Run: ``python examples/audio_streams.py [--out out/] [--small]``
 """
@@ -19,18 +20,23 @@ import os
 
 import av
 import numpy as np
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, ImageFont
 
 import streamseq
 from streamseq.io import audio
 
 RATE = 16000  # sample rate of the streams
+PAGE = 800  # pixels: the width of the page the picture is drawn for
 GAP = 2  # pixels between rows of the picture
-SEP = 6  # pixels between batches
+SEP = 14  # pixels between the blocks of batches
+LABEL = 44  # pixels left of the blocks, for the row names
+HEADER = 18  # pixels above a block, for its name
+LEGEND = 24  # pixels below the blocks, for the legend
 WAVE = 24  # height of the waveform, in pixels
 BINS = 48  # height of the spectrogram, in pixels
 RED = (230, 30, 30)
-PAD = (60, 60, 60)
+PAD = (110, 110, 110)
+WAVE_COLOUR = (120, 220, 120)
 FORMATS = [("pcm_s16le", "wav", 16000), ("flac", "flac", 22050), ("aac", "m4a", 44100)]
 
 
@@ -77,35 +83,70 @@ def spectrum(frame: np.ndarray) -> np.ndarray:
 
 
 def draw(batches: list[streamseq.Batch], width: int) -> Image.Image:
-    """Rows = batch rows, columns (``width`` pixels each) = steps, batches side by side."""
+    """Draw the batches as blocks, left to right then line by line, about ``PAGE`` wide.
+
+    In a block, one strip per batch row and ``width`` pixels per step: the waveform over
+    the spectrogram, the first step of the row captioned ``stream:step``.
+    """
     b, t = batches[0].data.shape[:2]
+    block = t * width
+    per_line = max(1, min(len(batches), (PAGE - LABEL + SEP) // (block + SEP)))
+    strip = WAVE + BINS
+    height = HEADER + b * (strip + GAP) + SEP
+    lines = -(-len(batches) // per_line)
     sheet = Image.new(
-        "RGB",
-        (len(batches) * (t * width + SEP) - SEP, b * (WAVE + BINS + GAP) - GAP),
-        "white",
+        "RGB", (LABEL + per_line * (block + SEP) - SEP, lines * height + LEGEND), "white"
     )
     pen = ImageDraw.Draw(sheet)
+    face, small = ImageFont.load_default(size=12), ImageFont.load_default(size=10)
     for i, batch in enumerate(batches):
+        line, place = divmod(i, per_line)
+        x0, y0 = LABEL + place * (block + SEP), line * height + HEADER
+        pen.text((x0, y0 - HEADER + 2), f"batch {i}", fill="black", font=face)
         data = batch.data[..., 0].numpy()  # mono: [B, T, frame]
         for r in range(b):
-            top = r * (WAVE + BINS + GAP)
+            top = y0 + r * (strip + GAP)
+            if place == 0:
+                pen.text((4, top + strip // 2 - 7), f"row {r}", fill="black", font=face)
             for s in range(t):
-                left = (i * t + s) * width + i * SEP
-                box = [left, top, left + width - 1, top + WAVE + BINS - 1]
+                left = x0 + s * width
+                box = [left, top, left + width - 1, top + strip - 1]
                 if not batch.valid[r, s]:
                     pen.rectangle(box, fill=PAD)
                     continue
                 pen.rectangle([left, top, left + width - 1, top + WAVE - 1], fill=(20, 20, 30))
                 samples = data[r, s].reshape(width, -1)  # min and max per pixel column
                 for x, (lo, hi) in enumerate(zip(samples.min(1), samples.max(1), strict=True)):
-                    y0, y1 = (top + WAVE / 2 - v * WAVE / 2 for v in (hi, lo))
-                    pen.line([left + x, y0, left + x, y1], fill=(120, 220, 120))
+                    y_hi, y_lo = (top + WAVE / 2 - v * WAVE / 2 for v in (hi, lo))
+                    pen.line([left + x, y_hi, left + x, y_lo], fill=WAVE_COLOUR)
                 heat = spectrum(data[r, s])
                 colours = (np.stack([heat, heat**2, 0.4 + 0.2 * heat], -1) * 255).astype(np.uint8)
                 column = np.repeat(colours[:, None], width, axis=1)
                 sheet.paste(Image.fromarray(column), (left, top + WAVE))
-                if s == 0 and batch.reset[r]:
-                    pen.rectangle([left, top, left + 2, top + WAVE + BINS - 1], fill=RED)
+            if batch.valid[r, 0]:
+                caption = f"{int(batch.stream[r, 0])}:{int(batch.step[r, 0])}"
+                bar = 3 if batch.reset[r] else 0
+                right, bottom = pen.textbbox(
+                    (x0 + bar + 1, top + strip - 12), caption, font=small
+                )[2:]
+                pen.rectangle([x0 + bar, top + strip - 12, right + 1, bottom], fill="black")
+                pen.text((x0 + bar + 1, top + strip - 12), caption, fill="white", font=small)
+            if batch.reset[r]:
+                pen.rectangle([x0, top, x0 + 2, top + strip - 1], fill=RED)
+    legend = [
+        (WAVE_COLOUR, "waveform"),
+        ((190, 120, 140), "spectrum, 0-8 kHz upwards"),
+        (RED, "a new file starts (reset)"),
+        (PAD, "padding"),
+        (None, "s:k = stream s, step k"),
+    ]
+    x, y = 4, sheet.size[1] - LEGEND + 4
+    for colour, text in legend:
+        if colour is not None:
+            pen.rectangle([x, y + 1, x + 11, y + 12], fill=colour)
+            x += 16
+        pen.text((x, y), text, fill="black", font=face)
+        x = int(pen.textbbox((x, y), text, font=face)[2]) + 16
     return sheet
 
 
