@@ -193,14 +193,17 @@ def pinning(monkeypatch):
     """The pinning thread's code path on a machine without CUDA (memory not page-locked)."""
     import torch
 
-    import streamseq.loader
-    import streamseq.pin
+    from streamseq.deliver import assemble, pin
+    from streamseq.deliver import torch as to_torch
 
     def empty(shape, dtype, pin):
-        return torch.empty(shape, dtype=streamseq.pin.torch_dtype(np.dtype(dtype)))
+        return torch.empty(shape, dtype=to_torch.torch_dtype(np.dtype(dtype)))
 
-    monkeypatch.setattr(streamseq.loader, "can_pin", lambda: True)
-    monkeypatch.setattr(streamseq.pin, "empty", empty)
+    for module in (assemble, pin, to_torch):
+        if hasattr(module, "can_pin"):
+            monkeypatch.setattr(module, "can_pin", lambda: True)
+        if hasattr(module, "empty"):
+            monkeypatch.setattr(module, "empty", empty)
 
 
 @pytest.mark.parametrize("how", HOWS)
@@ -294,7 +297,8 @@ def test_a_thread_worker_that_exits_is_an_error_not_a_hang(clean):
 
 def test_a_stream_error_in_a_worker_stops_every_worker(clean):
     streams = token_streams()
-    loader = StreamLoader(streams, 8, 16, num_workers=2, lengths=[len(s) + 5 for s in streams])
+    openers = [functools.partial(np.array, s) for s in streams]  # opened in the workers
+    loader = StreamLoader(openers, 8, 16, num_workers=2, lengths=[len(s) + 5 for s in streams])
     with pytest.raises(StreamError, match="declared length"):
         list(loader)
     assert not wait_no_children()

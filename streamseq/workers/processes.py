@@ -195,7 +195,7 @@ def end(
     A worker says goodbye when it will not touch the shared memory again; it then exits
     by itself and is joined by the reaper (:mod:`.reaper`), or here with ``wait``
     (bounded). Returns ``(pid, exit code)`` of each worker, ``None`` for one still
-    exiting. Safe to call twice.
+    exiting. Called once per set of workers: by ``stop()``, or else by the finalizer.
     """
     for pipe in job_pipes:
         with contextlib.suppress(OSError):
