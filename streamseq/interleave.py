@@ -167,8 +167,28 @@ def interleave_streams(
         sizes = np.asarray(lengths, dtype=np.int64)
     else:
         sizes = np.fromiter((len(r) for r in refs), np.int64, len(refs))
-    ids = np.fromiter((r.index for r in refs), np.int64, len(refs))
     assignment = assign_rows(sizes, num_rows, shuffle=shuffle, seed=seed, epoch=epoch)
+    return make_rows(refs, sizes, assignment, transform, seed=seed, epoch=epoch)
+
+
+def make_rows(
+    refs: list[StreamRef],
+    sizes: np.ndarray,
+    assignment: Sequence[np.ndarray],
+    transform: Callable[[Any, StepInfo], Any] | None = None,
+    *,
+    seed: int = 0,
+    epoch: int = 0,
+) -> list[Row]:
+    """The rows of a plan: row r reads ``refs[assignment[r]]``, transformed if asked.
+
+    Example:
+        >>> refs = as_refs([np.arange(3), np.arange(2)])
+        >>> [r.stream_ids.tolist() for r in make_rows(refs, np.array([3, 2]), [[1], [0]])]
+        [[1], [0]]
+    """
+    ids = np.fromiter((r.index for r in refs), np.int64, len(refs))
+    assignment = [np.asarray(m, dtype=np.int64) for m in assignment]
     rows = [Row(_pick(refs, m), sizes[m], ids[m]) for m in assignment]
     if transform is not None:
         rows = [map_steps(r, transform, seed=seed, epoch=epoch) for r in rows]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 import weakref
@@ -16,7 +17,8 @@ from .batch import Batch
 from .deliver.assemble import Assembled
 from .deliver.background import Background
 from .deliver.pin import PinMemory
-from .interleave import Row, interleave_streams
+from .interleave import Row, make_rows
+from .plan.epoch import epoch_plan
 from .prefetch import Prefetched, check_timeout, check_workers, prefetch
 from .read.ref import as_refs, check_int, identity
 from .read.transform import StepInfo, Transform
@@ -43,9 +45,66 @@ def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
         return 0, 1
     if rank is None or world_size is None:
         raise ValueError("give both rank and world_size, or neither")
+    rank, world_size = check_int(rank, "rank"), check_int(world_size, "world_size")
     if world_size < 1 or not 0 <= rank < world_size:
         raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
     return int(rank), int(world_size)
+
+
+# DataLoader's keywords that do not apply here, and what to use instead
+_DATALOADER_ONLY = {
+    "drop_last": 'pad="drop" (stop before any row would be all padding)',
+    "collate_fn": "transform= (runs in the workers) or a function of each Batch",
+    "worker_init_fn": "transform= (it gets the stream, the steps and a seeded rng)",
+    "prefetch_factor": "max_buffered= (micro-batches in flight per worker)",
+    "sampler": "shuffle= and seed= (the plan decides the order of the streams)",
+    "batch_sampler": "batch_size= and tbins= (rows and steps of every batch)",
+    "generator": "seed= (the shuffle and info.rng in transforms derive from it)",
+    "multiprocessing_context": 'method= ("process" or "thread")',
+    "in_order": "nothing: batches always come in order",
+    "pin_memory_device": "pin_memory=True, then batch.to(device, non_blocking=True)",
+}
+
+
+def _check_keywords(unsupported: dict[str, Any]) -> None:
+    """Raise TypeError for keywords StreamLoader does not take, saying what to use."""
+    for name in unsupported:
+        hint = _DATALOADER_ONLY.get(name)
+        if hint is not None:
+            raise TypeError(f"StreamLoader does not take DataLoader's {name}=: use {hint} instead")
+        raise TypeError(f"StreamLoader got an unexpected keyword argument {name!r}")
+
+
+def _read_spec(ref: Any, transform: Transform | None) -> Any:
+    """One step of ``ref`` (transformed), closing it after."""
+    try:
+        data = ref.read(0, 1)
+        if transform is not None:
+            data = transform(ref, ref.index, data, 0, 1)
+        return tree_map(_zero_steps, data)
+    finally:
+        ref.close()
+
+
+def _call_with_timeout(fn: Callable[[], Any], timeout: float, ref: Any, what: str) -> Any:
+    """``fn()`` in a daemon thread; a StreamError naming ``ref`` if it takes over ``timeout``."""
+    done: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            done.append((True, fn()))
+        except BaseException as e:
+            done.append((False, e))
+
+    thread = threading.Thread(target=run, daemon=True, name="streamseq-spec")
+    thread.start()
+    thread.join(timeout)
+    if not done:
+        raise ref.error(f"{what} took more than timeout={timeout:g} s; it was left running")
+    ok, value = done[0]
+    if not ok:
+        raise value
+    return value
 
 
 def _zero_steps(a: Any) -> np.ndarray:
@@ -60,20 +119,12 @@ class _Plan:
     """What one epoch delivers on this rank: its rows and number of batches."""
 
     def __init__(self, loader: StreamLoader, epoch: int):
-        b, w, t = loader.batch_size, loader.world_size, loader.tbins
-        rows = interleave_streams(
-            loader.refs,
-            b * w,
-            lengths=loader.lengths,
-            shuffle=loader.shuffle,
-            seed=loader.seed,
-            epoch=epoch,
-            transform=loader.transform,
-        )
+        b, r = loader.batch_size, loader.rank
+        assignment, self.length = loader._epoch_plan(epoch)
         self.epoch = epoch
-        chunks = np.array([int(np.sum(-(-r.lengths // t))) for r in rows])
-        self.length = int(chunks.min() if loader.pad == "drop" else chunks.max())
-        self.rows: list[Row] = rows[loader.rank * b : (loader.rank + 1) * b]
+        mine = assignment[r * b : (r + 1) * b]  # the rows of this rank only
+        seed, transform = loader.seed, loader.transform
+        self.rows = make_rows(loader.refs, loader.lengths, mine, transform, seed=seed, epoch=epoch)
 
     def group(self, rows: Sequence[Row], loader: StreamLoader) -> ZipBatch:
         """The sequence of micro-batches of a group of rows."""
@@ -173,7 +224,11 @@ class StreamLoader:
         max_buffered: int = 6,
         timeout: float | None = None,
         transform: Callable[[Any, StepInfo], Any] | None = None,
+        **unsupported: Any,
     ):
+        _check_keywords(unsupported)
+        if timeout is not None and not isinstance(timeout, bool) and timeout == 0:
+            timeout = None  # as in DataLoader: no timeout
         batch_size, tbins = check_int(batch_size, "batch_size", 1), check_int(tbins, "tbins", 1)
         num_workers = check_int(num_workers, "num_workers", 0)
         max_buffered, seed = check_int(max_buffered, "max_buffered"), check_int(seed, "seed", 0)
@@ -192,7 +247,15 @@ class StreamLoader:
         self.lengths = np.array([len(r) for r in self.refs], dtype=np.int64)
         if not self.lengths.any():
             raise ValueError(f"all {len(self.refs)} streams are empty")
-        self.epoch = 0
+        rows, streams = self.batch_size * self.world_size, int(np.count_nonzero(self.lengths))
+        if self.pad in ("drop", "wrap") and streams < rows:
+            what = "every batch would be dropped" if self.pad == "drop" else "rows would idle"
+            raise ValueError(
+                f"pad={self.pad!r} needs a stream for every row: {rows} rows "
+                f"(batch_size x world_size) but {streams} non-empty streams, so {what}; "
+                'use fewer rows, more streams or pad="zeros"'
+            )
+        self._epoch, self._chosen = 0, False  # chosen: by set_epoch, kept for every pass
         self._plan_cache: tuple[int, _Plan] | None = None
         self._position = _Position(0)  # that of the last pass, or the one loaded
         self._active: weakref.ref | None = None
@@ -200,6 +263,40 @@ class StreamLoader:
         self._fingerprint: str | None = None
         self._spec: tuple[int, Any] | None = None
         self._lock = threading.RLock()  # plan and in-process reads, made once per epoch
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the next pass.
+
+        It advances by one when a pass ends (so a new pass reshuffles, as with a
+        DataLoader), unless :meth:`set_epoch` chose it: then every pass reads that epoch
+        until ``set_epoch`` is called again, as with a ``DistributedSampler``.
+        """
+        self._sync()
+        return self._epoch
+
+    def _sync(self) -> None:
+        """Take in the position the last pass reported: past its end, the next epoch."""
+        if self._position.ended and not self._chosen:
+            self._epoch += 1
+            self._position = _Position(0)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The configuration and the position; not the pass in progress nor the caches.
+
+        A copy (``copy.copy``, ``copy.deepcopy``, pickling) starts from the same position
+        with passes of its own.
+        """
+        state = self.__dict__.copy()
+        del state["_lock"]
+        state["_active"], state["_whole"], state["_plan_cache"] = None, None, None
+        p = self._position
+        state["_position"] = _Position(p.next, p.pending, p.ended)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
 
     def __repr__(self) -> str:
         return (
@@ -236,12 +333,50 @@ class StreamLoader:
         key = epoch if self.transform is not None else 0
         if self._spec is None or self._spec[0] != key:
             ref = self.refs[int(np.flatnonzero(self.lengths)[0])]
-            data = ref.read(0, 1)
+            transform = None
             if self.transform is not None:
-                data = Transform(self.transform, self.seed, epoch)(ref, ref.index, data, 0, 1)
-            self._spec = (key, tree_map(_zero_steps, data))
-            ref.close()
+                transform = Transform(self.transform, self.seed, epoch)
+            read = functools.partial(_read_spec, ref, transform)
+            if self.timeout is None:
+                spec = read()
+            else:
+                what = "reading its first step (the data's dtype and step shape)"
+                spec = _call_with_timeout(read, self.timeout, ref, what)
+            self._spec = (key, spec)
         return self._spec[1]
+
+    def _epoch_plan(self, epoch: int) -> tuple[list[np.ndarray], int]:
+        """The streams of every global row in ``epoch``, and its number of batches."""
+        return epoch_plan(
+            self.lengths,
+            self.batch_size * self.world_size,
+            self.tbins,
+            self.pad,
+            shuffle=self.shuffle,
+            seed=self.seed,
+            epoch=epoch,
+        )
+
+    def epoch_length(self, epoch: int) -> int:
+        """The number of batches of ``epoch``, from the plan, without reading any data.
+
+        Equal to ``len(loader)`` after ``set_epoch(epoch)``; with ``shuffle`` it varies
+        from epoch to epoch, so a schedule over the whole run sums it::
+
+            total = sum(loader.epoch_length(e) for e in range(epochs))
+            scheduler = OneCycleLR(optimizer, max_lr, total_steps=total)
+
+        Example:
+            >>> import numpy as np
+            >>> loader = StreamLoader([np.arange(n) for n in (9, 3, 5, 2)], 2, 2, shuffle=True)
+            >>> [loader.epoch_length(e) for e in range(3)]
+            [6, 6, 7]
+        """
+        epoch = check_int(epoch, "epoch", 0)
+        cached = self._plan_cache
+        if cached is not None and cached[0] == epoch:
+            return cached[1].length
+        return self._epoch_plan(epoch)[1]
 
     def plan(self) -> _Plan:
         """The plan of the current epoch (computed once per epoch)."""
@@ -267,9 +402,10 @@ class StreamLoader:
         """
         epoch = check_int(epoch, "epoch", 0)
         if self._position.pending and epoch == self.epoch:
+            self._chosen = True
             return
         self.close()
-        self.epoch, self._position = epoch, _Position(0)
+        self._epoch, self._position, self._chosen = epoch, _Position(0), True
 
     def state_dict(self) -> dict[str, Any]:
         """Where the run stands: epoch, next batch and the plan's fingerprint.
@@ -281,6 +417,7 @@ class StreamLoader:
             >>> {k: v for k, v in loader.state_dict().items() if k != "fingerprint"}
             {'version': 1, 'epoch': 0, 'next_batch': 1, 'length': 3}
         """
+        self._sync()
         return {
             "version": STATE_VERSION,
             "epoch": self.epoch,
@@ -328,19 +465,13 @@ class StreamLoader:
             )
         epoch = check_int(state["epoch"], "the state's epoch", 0)
         nxt = check_int(state["next_batch"], "the state's next_batch")
-        self.close()
-        previous, self.epoch = self.epoch, epoch
-        try:
-            n = len(self)
-            if "length" in state and int(state["length"]) != n:
-                raise ValueError(
-                    f"the state's epoch has {state['length']} batches, this loader's {n}"
-                )
-            if not 0 <= nxt <= n:
-                raise ValueError(f"next_batch {nxt} out of range for {n} batches")
-        except BaseException:
-            self.epoch = previous  # an invalid state changes nothing
-            raise
+        n = self.epoch_length(epoch)
+        if "length" in state and check_int(state["length"], "the state's length") != n:
+            raise ValueError(f"the state's epoch has {state['length']} batches, this loader's {n}")
+        if not 0 <= nxt <= n:
+            raise ValueError(f"next_batch {nxt} out of range for {n} batches")
+        self.close()  # an invalid state changes nothing: checked first
+        self._epoch, self._chosen = epoch, False
         self._position = _Position(nxt, pending=True)
 
     def __getitem__(self, i: int | slice) -> Batch | list[Batch]:
@@ -391,6 +522,7 @@ class StreamLoader:
         if live is not None and not live.closed:
             live.superseded = True
         self.close()
+        self._sync()
         loaded = self._position  # a loaded position is used up by the first batch delivered
         self._position = _Position(loaded.next if loaded.pending else 0, loaded.pending)
         it = _Iteration(self, self._position)
@@ -409,13 +541,14 @@ class _Position:
     """Where a pass stands: the next batch it delivers, reported to its loader.
 
     ``pending``: a position loaded by :meth:`StreamLoader.load_state_dict` that no pass
-    has used yet (the first batch delivered, or the end, uses it up).
+    has used yet (the first batch delivered, or the end, uses it up). ``ended``: the
+    pass delivered its last batch and reached the end.
     """
 
-    __slots__ = ("next", "pending")
+    __slots__ = ("ended", "next", "pending")
 
-    def __init__(self, next: int, pending: bool = False):
-        self.next, self.pending = next, pending
+    def __init__(self, next: int, pending: bool = False, ended: bool = False):
+        self.next, self.pending, self.ended = next, pending, ended
 
 
 class _Iteration:
@@ -469,6 +602,7 @@ class _Iteration:
             raise StopIteration
         if self.next >= self.stop:
             self.position.pending = False
+            self.position.ended = True  # the loader moves on to the next epoch
             self.close()
             raise StopIteration
         try:

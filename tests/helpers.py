@@ -26,6 +26,14 @@ def assert_same(a, b):
             np.testing.assert_array_equal(f, g, err_msg=f"batch {i}")
 
 
+def assume_rows_filled(layout, pad, world_size=1):
+    """Hypothesis: skip layouts that ``pad`` refuses (drop and wrap need a stream per row)."""
+    from hypothesis import assume
+
+    rows = layout.batch_size * world_size
+    assume(pad == "zeros" or sum(n > 0 for n in layout.lengths) >= rows)
+
+
 def live_children():
     """Child processes of this one that have not ended (zombies excluded)."""
     alive = []

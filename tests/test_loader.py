@@ -1,5 +1,6 @@
 import functools
 import os
+import re
 import subprocess
 import sys
 import time
@@ -8,7 +9,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from helpers import as_numpy, assert_same, live_children, no_children
+from helpers import as_numpy, assert_same, assume_rows_filled, live_children, no_children
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,10 +20,12 @@ from streamseq.testing import check_continuity, coded_streams, layouts
 
 @given(layouts(), st.sampled_from(["zeros", "drop", "wrap"]), st.booleans())
 def test_in_process_continuity_and_data(layout, pad, shuffle):
+    assume_rows_filled(layout, pad)
     streams = coded_streams(layout.lengths, (2,))
     loader = StreamLoader(streams, layout.batch_size, layout.tbins, pad=pad, shuffle=shuffle)
+    n = len(loader)
     batches = list(loader)
-    assert len(batches) == len(loader)
+    assert len(batches) == n
     assert all(isinstance(b.data, torch.Tensor) for b in batches)
     check_continuity(
         batches,
@@ -36,6 +39,7 @@ def test_in_process_continuity_and_data(layout, pad, shuffle):
 @settings(max_examples=8)
 @given(layouts(max_streams=10), st.sampled_from(["zeros", "drop", "wrap"]), st.booleans())
 def test_batches_do_not_depend_on_workers_or_backend(layout, pad, shuffle):
+    assume_rows_filled(layout, pad)
     streams = coded_streams(layout.lengths)
     kwargs = dict(pad=pad, shuffle=shuffle, seed=5)
     reference = as_numpy(StreamLoader(streams, layout.batch_size, layout.tbins, **kwargs))
@@ -131,7 +135,6 @@ def test_dict_data_streams():
         ({"rank": 2, "world_size": 2}, "rank"),
         ({"rank": 0}, "both rank and world_size"),
         ({"lengths": [1]}, "lengths given"),
-        ({"timeout": 0}, "timeout must be > 0"),
         ({"timeout": -1.5}, "timeout must be > 0"),
     ],
 )
@@ -444,6 +447,7 @@ def dict_streams(lengths):
 @settings(max_examples=15)
 @given(layouts(max_streams=8), st.sampled_from(["zeros", "drop", "wrap"]), st.integers(0, 2))
 def test_dict_streams_through_every_pad_mode(layout, pad, workers):
+    assume_rows_filled(layout, pad)
     streams = dict_streams(layout.lengths)
     loader = StreamLoader(
         streams, layout.batch_size, layout.tbins, pad=pad, num_workers=workers, method="thread"
@@ -537,3 +541,135 @@ def test_indexing_from_one_thread_while_another_iterates_gives_correct_batches(w
         sys.setswitchinterval(interval)
     assert not thread.is_alive()
     assert bad == []
+
+
+@pytest.mark.parametrize(
+    "keyword, hint",
+    [
+        ("drop_last", 'pad="drop"'),
+        ("collate_fn", "transform="),
+        ("worker_init_fn", "transform="),
+        ("prefetch_factor", "max_buffered="),
+        ("sampler", "shuffle="),
+        ("generator", "seed="),
+        ("multiprocessing_context", "method="),
+        ("persistent_worker", "unexpected keyword argument 'persistent_worker'"),
+    ],
+)
+def test_dataloader_keywords_say_what_to_use_instead(keyword, hint):
+    with pytest.raises(TypeError, match=re.escape(hint)):
+        StreamLoader(coded_streams([3, 4]), 2, 2, **{keyword: None})
+
+
+def test_timeout_zero_means_no_timeout_as_in_dataloader():
+    assert StreamLoader(coded_streams([3, 4]), 2, 2, timeout=0).timeout is None
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        ({"tbins": 2.5}, TypeError, "tbins must be an integer, got 2.5"),
+        ({"tbins": True}, TypeError, "tbins must be an integer, got True"),
+        ({"batch_size": "3"}, TypeError, "batch_size must be an integer, got '3'"),
+        ({"lengths": [3, 10.5]}, TypeError, r"lengths\[1\] must be an integer, got 10.5"),
+        ({"seed": -1}, ValueError, "seed must be >= 0"),
+        ({"num_workers": 1.5}, TypeError, "num_workers must be an integer"),
+        ({"rank": 0, "world_size": "2"}, TypeError, "world_size must be an integer"),
+    ],
+)
+def test_integer_arguments_are_checked(kwargs, error, message):
+    args = dict(streams=[np.arange(3), np.arange(11)], batch_size=2, tbins=2)
+    args.update(kwargs)
+    with pytest.raises(error, match=message):
+        StreamLoader(**args)
+
+
+def test_epochs_and_states_are_checked_integers():
+    loader = StreamLoader(coded_streams([3, 4]), 2, 2)
+    with pytest.raises(ValueError, match="epoch must be >= 0"):
+        loader.set_epoch(-1)
+    with pytest.raises(TypeError, match="epoch must be an integer"):
+        loader.set_epoch(1.5)
+    state = loader.state_dict()
+    with pytest.raises(TypeError, match="next_batch must be an integer, got '1'"):
+        loader.load_state_dict({**state, "next_batch": "1"})
+
+
+@pytest.mark.parametrize("pad", ["drop", "wrap"])
+def test_drop_and_wrap_need_a_stream_for_every_row(pad):
+    with pytest.raises(ValueError, match=rf"pad='{pad}' needs a stream for every row: 4 rows"):
+        StreamLoader(coded_streams([5, 0, 6, 7]), 4, 2, pad=pad)
+    with pytest.raises(ValueError, match="4 rows"):
+        StreamLoader(coded_streams([5, 6, 7]), 2, 2, pad=pad, rank=0, world_size=2)
+    assert len(StreamLoader(coded_streams([5, 6, 7, 8]), 4, 2, pad=pad)) > 0
+
+
+def order(loader):
+    return [tuple(b.stream[:, 0].tolist()) for b in loader]
+
+
+def test_a_new_pass_reshuffles_without_set_epoch_and_stays_resumable():
+    streams = coded_streams([5, 3, 6, 2, 7, 4, 8, 1])
+    loader = StreamLoader(streams, 2, 2, shuffle=True)
+    passes = []
+    for _ in range(3):
+        n = len(loader)
+        passes.append(order(loader))
+        assert len(passes[-1]) == n
+    assert passes[0] != passes[1] != passes[2]
+    assert loader.epoch == 3
+    explicit = StreamLoader(streams, 2, 2, shuffle=True)
+    for epoch in range(3):  # the same as choosing the epochs
+        explicit.set_epoch(epoch)
+        assert order(explicit) == passes[epoch]
+    assert order(explicit) == passes[2]  # a chosen epoch repeats, like DistributedSampler
+    loader = StreamLoader(streams, 2, 2, shuffle=True)
+    it = iter(loader)
+    next(it)
+    resumed = StreamLoader(streams, 2, 2, shuffle=True)
+    resumed.load_state_dict(loader.state_dict())
+    assert order(resumed) == passes[0][1:]
+    assert order(resumed) == passes[1]  # the pass ended: the next one is epoch 1
+
+
+def test_epoch_length_is_the_length_of_any_epoch_without_reading():
+    reads = RecordedReads(40)
+    streams = [*coded_streams([9, 3, 17, 5, 2, 11, 6]), reads]
+    loader = StreamLoader(streams, 3, 2, shuffle=True, lengths=[9, 3, 17, 5, 2, 11, 6, 40])
+    lengths = [loader.epoch_length(e) for e in range(8)]
+    assert reads.reads == []
+    for epoch, n in enumerate(lengths):
+        loader.set_epoch(epoch)
+        assert len(loader) == n
+    assert len(set(lengths)) > 1
+
+
+def test_copies_and_pickles_have_their_own_passes():
+    import copy
+    import pickle
+
+    loader = StreamLoader(coded_streams([5, 3, 6]), 2, 2)
+    n = len(loader)
+    it = iter(loader)
+    next(it)
+    for clone in (copy.copy(loader), copy.deepcopy(loader), pickle.loads(pickle.dumps(loader))):
+        assert clone.state_dict() == loader.state_dict()
+        assert len(list(clone)) == n  # a new pass, as a new iter(loader) would be
+    assert len(list(it)) == n - 1  # the original pass goes on
+    assert pickle.loads(pickle.dumps(loader)).epoch == 1  # after a whole pass
+
+
+class Hanging:
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, key):
+        time.sleep(30)
+
+
+def test_a_stream_that_hangs_while_its_layout_is_read_is_a_timely_error():
+    loader = StreamLoader([Hanging(), np.arange(10)], 2, 2, timeout=0.5)
+    start = time.monotonic()
+    with pytest.raises(StreamError, match=r"stream 0 .*first step.*timeout=0.5"):
+        list(loader)
+    assert time.monotonic() - start < 5

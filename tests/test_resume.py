@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+from helpers import assume_rows_filled
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -55,6 +56,8 @@ def through_json(state):
 
 @given(layouts(), PADS, st.booleans(), st.integers(0, 3), st.data())
 def test_resume_within_an_epoch(layout, pad, shuffle, epoch, data):
+    assume_rows_filled(layout, pad)
+
     def make():
         streams = coded_streams(layout.lengths)
         kw = dict(pad=pad, shuffle=shuffle, seed=5)
