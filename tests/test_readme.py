@@ -64,7 +64,8 @@ def test_readme_snippet_trains_a_gru_and_survives_all_padding_batches(rank):
     code = snippet.replace("import streamseq\n", "")
     rng = np.random.default_rng(0)
     streams = [rng.normal(size=(n, 3)).astype(np.float32) for n in (300, 20, 7)]
-    names = {"streams": streams, "features": 3, "hidden": 8, "streamseq": RankOf(rank)}
+    names = {"streams": streams, "features": 3, "hidden": 8, "device": "cpu"}
+    names["streamseq"] = RankOf(rank)
     exec(compile(code, "README.rst", "exec"), names)
     batch, loss, h = names["batch"], names["loss"], names["h"]
     assert h.shape == (1, 64, 8) and torch.isfinite(h).all()
