@@ -19,8 +19,9 @@ another index, and every error that ends the workers go through the backend's ``
    thread waiting for an item polls (every 0.1 s) and raises instead of waiting on, and
    releases the lock that ``close()`` then takes. Nothing else ever waits without a
    timeout or a liveness check: a waiting caller checks that every worker is alive
-   (thread ``is_alive``, process exit code), a worker process checks that its parent is
-   the same every second, and a worker thread polls its stop flag.
+   (thread ``is_alive``, process exit code) every 0.1 s, another caller waits for it
+   (the lock), a worker process checks that its parent is the same every second, and a
+   worker thread polls its stop flag.
 2. **Stop markers.** Threads: the jobs still queued are dropped, then one stop marker per
    thread is queued, so a thread stops after the item it is evaluating. Processes: one
    stop marker down each job pipe; a worker answers with a goodbye when it will not

@@ -40,7 +40,7 @@ class _QueueChannel:
                 item = self.jobs.get(timeout=POLL * 5)
             except queue.Empty:
                 continue
-            return None if item == STOP else item
+            return None if item == STOP or self.stopping.is_set() else item
         return None
 
     def building(self) -> contextlib.nullcontext:
