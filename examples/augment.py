@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"{len(streams)} videos -> {len(batches)} batches of {tuple(batches[0].data.shape)}")
     same = all(
         (a.data == b.data).all()
-        for a, b in zip(batches, streamseq.StreamLoader(streams, **kwargs))
+        for a, b in zip(batches, streamseq.StreamLoader(streams, **kwargs), strict=True)
     )
     print(f"identical with {args.workers} workers and with none: {same}")
 
