@@ -25,6 +25,14 @@ def test_readme_has_the_two_setup_commands():
     assert "torch==2.13.0" in (ROOT / "constraints.txt").read_text()
 
 
+def test_readme_names_every_pin_of_the_constraints():
+    pins = [line.strip() for line in (ROOT / "constraints.txt").read_text().splitlines()]
+    pins = [pin for pin in pins if pin and not pin.startswith("#")]
+    text = " ".join((ROOT / "README.rst").read_text().split())
+    assert pins and all(f"``{pin}``" in text for pin in pins), pins
+    assert "CPU build" not in text
+
+
 def test_ci_runs_the_readme_test_command_verbatim():
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert setup_commands()[1] in ci
