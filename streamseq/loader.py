@@ -268,9 +268,11 @@ class StreamLoader:
     def epoch(self) -> int:
         """The epoch of the next pass.
 
-        It advances by one when a pass ends (so a new pass reshuffles, as with a
-        DataLoader), unless :meth:`set_epoch` chose it: then every pass reads that epoch
-        until ``set_epoch`` is called again, as with a ``DistributedSampler``.
+        It advances by one when a pass ends, and when a new pass starts after one that
+        was left before its end (so every new pass reshuffles, as with a DataLoader),
+        unless :meth:`set_epoch` chose it: then every pass reads that epoch until
+        ``set_epoch`` is called again, as with a ``DistributedSampler``. A position loaded
+        by :meth:`load_state_dict` is resumed first.
         """
         self._sync()
         return self._epoch
@@ -291,7 +293,8 @@ class StreamLoader:
         del state["_lock"]
         state["_active"], state["_whole"], state["_plan_cache"] = None, None, None
         p = self._position
-        state["_position"] = _Position(p.next, p.pending, p.ended)
+        state["_position"] = position = _Position(p.next, p.pending, p.ended)
+        position.started = p.started
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -523,6 +526,8 @@ class StreamLoader:
             live.superseded = True
         self.close()
         self._sync()
+        if self._position.started and not self._chosen:  # a pass left before its end
+            self._epoch, self._position = self._epoch + 1, _Position(0)
         loaded = self._position  # a loaded position is used up by the first batch delivered
         self._position = _Position(loaded.next if loaded.pending else 0, loaded.pending)
         it = _Iteration(self, self._position)
@@ -545,10 +550,11 @@ class _Position:
     pass delivered its last batch and reached the end.
     """
 
-    __slots__ = ("ended", "next", "pending")
+    __slots__ = ("ended", "next", "pending", "started")
 
     def __init__(self, next: int, pending: bool = False, ended: bool = False):
         self.next, self.pending, self.ended = next, pending, ended
+        self.started = False  # a pass delivered a batch from here
 
 
 class _Iteration:
@@ -617,6 +623,7 @@ class _Iteration:
             raise
         self.next = self.position.next = self.next + 1
         self.position.pending = False  # a loaded position is used once
+        self.position.started = True
         return batch
 
     def _newer_running(self) -> bool:

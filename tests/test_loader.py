@@ -673,3 +673,14 @@ def test_a_stream_that_hangs_while_its_layout_is_read_is_a_timely_error():
     with pytest.raises(StreamError, match=r"stream 0 .*first step.*timeout=0.5"):
         list(loader)
     assert time.monotonic() - start < 5
+
+
+def test_a_pass_left_before_its_end_is_followed_by_the_next_epoch():
+    streams = coded_streams([5, 3, 6, 2, 7, 4, 8, 1])
+    loader = StreamLoader(streams, 2, 2, shuffle=True)
+    reference = StreamLoader(streams, 2, 2, shuffle=True)
+    for _, _ in zip(range(2), loader, strict=False):  # left after two batches
+        pass
+    assert loader.state_dict()["epoch"] == 0 and loader.state_dict()["next_batch"] == 2
+    reference.set_epoch(1)
+    assert order(loader) == order(reference)
