@@ -176,7 +176,7 @@ class StreamLoader:
             this process with 0 workers), before the copy into shared memory: ``steps``
             is one slice of one stream (an array, or a tuple/dict of arrays) and ``info``
             a :class:`StepInfo` (stream, start, stop, epoch and ``rng(*keys)``, a
-            generator seeded from (seed, epoch, stream, *keys)). It returns the steps to
+            generator seeded from (seed, epoch, stream, ``*keys``)). It returns the steps to
             batch, as many, of any dtype and step shape (the same for every stream);
             see :func:`map_steps`.
 

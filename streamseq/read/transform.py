@@ -43,7 +43,7 @@ class StepInfo(NamedTuple):
     seed: int = 0
 
     def rng(self, *keys: int | str) -> np.random.Generator:
-        """A generator seeded from (seed, epoch, stream, *keys).
+        """A generator seeded from (seed, epoch, stream, ``*keys``).
 
         The same arguments give the same generator in any process and after resuming:
         ``rng()`` draws once per stream (a crop for the whole stream), ``rng(step)`` once
