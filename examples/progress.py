@@ -34,16 +34,6 @@ def write_token_files(folder: str, count: int) -> list[str]:
     return paths
 
 
-def run_length(loader: streamseq.StreamLoader, epochs: int) -> int:
-    """Batches in ``epochs`` epochs (call before loading a state: it moves the epoch)."""
-    total = 0
-    for epoch in range(epochs):
-        loader.set_epoch(epoch)
-        total += len(loader)
-    loader.set_epoch(0)
-    return total
-
-
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=40)
@@ -82,7 +72,7 @@ def main(argv: list[str] | None = None) -> dict:
             bars[f"epoch {epoch}"] = (bar.n, bar.total)
 
         # 3. one bar over the whole run
-        with tqdm(total=run_length(loader, args.epochs), desc="run", unit="batch") as bar:
+        with tqdm(total=sum(loader.epoch_length(e) for e in range(args.epochs)), desc="run", unit="batch") as bar:
             for epoch in range(args.epochs):
                 loader.set_epoch(epoch)
                 for _ in loader:
