@@ -49,6 +49,17 @@ class ProcessWorkers:
         start_hook: called in each worker with its index before its first job.
         timeout: seconds :meth:`wait` may go without a result (None: as long as the
             workers live).
+
+    Example:
+        >>> import numpy as np
+        >>> workers = ProcessWorkers([np.arange(3), np.arange(4)], 1, slots=4, slot_size=256)
+        >>> workers.submit(1)
+        >>> item, ok, value = workers.wait()
+        >>> item, ok, value.tolist()
+        (1, True, [0, 1, 2, 3])
+        >>> workers.stop()
+        >>> [code for _, code in workers.ended]
+        [0]
     """
 
     kind = "process"

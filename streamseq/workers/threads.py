@@ -60,6 +60,13 @@ class ThreadWorkers:
         start_hook: called in each thread with its index before its first job.
         timeout: seconds :meth:`wait` may go without a result (None: as long as the
             threads live).
+
+    Example:
+        >>> workers = ThreadWorkers("abc", 2)
+        >>> workers.submit(2)
+        >>> workers.wait()
+        (2, True, 'c')
+        >>> workers.stop()
     """
 
     kind = "thread"

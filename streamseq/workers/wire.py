@@ -119,6 +119,11 @@ def load_error(payload: bytes) -> BaseException:
 
     An error that would not unpickle arrives described (a WorkerError whose message has
     the worker's traceback); so does one whose class the main process cannot import.
+
+    Example:
+        >>> again = load_error(dump_error(KeyError("frame 3")))
+        >>> again, again.__notes__[0].splitlines()[0]
+        (KeyError('frame 3'), 'raised in a worker process:')
     """
     chain, text = pickle.loads(payload)
     try:
@@ -128,8 +133,11 @@ def load_error(payload: bytes) -> BaseException:
     for error, cause in zip(errors, errors[1:], strict=False):
         error.__cause__ = cause
     first, described = errors[0], chain[0][1]
-    if not described and hasattr(first, "add_note"):
-        first.add_note(f"raised in a worker process:\n{text}")
+    if not described:  # (shown by tracebacks from Python 3.11 on)
+        first.__notes__ = [
+            *getattr(first, "__notes__", ()),
+            f"raised in a worker process:\n{text}",
+        ]
     return first
 
 
