@@ -6,7 +6,7 @@ from typing import Any
 from .batch import Batch, Chunk
 from .deliver.assemble import assemble
 from .deliver.pin import pin_memory
-from .errors import SourceError, StreamError, WorkerError
+from .errors import SourceError, StreamError, WorkerError, WorkerTimeout
 from .interleave import Row, interleave_streams, map_steps
 from .loader import StreamLoader
 from .prefetch import prefetch
@@ -40,6 +40,7 @@ __all__ = [
     "StreamError",
     "StreamLoader",
     "WorkerError",
+    "WorkerTimeout",
     "assemble",
     "interleave_streams",
     "map_steps",

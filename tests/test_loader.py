@@ -1,6 +1,7 @@
 import functools
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ from helpers import as_numpy, assert_same, assume_rows_filled, live_children, no
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamseq import StreamError, StreamLoader
+from streamseq import StreamError, StreamLoader, WorkerError, WorkerTimeout
 from streamseq.errors import SourceError
 from streamseq.testing import check_continuity, coded_streams, layouts
 
@@ -684,3 +685,38 @@ def test_a_pass_left_before_its_end_is_followed_by_the_next_epoch():
     assert loader.state_dict()["epoch"] == 0 and loader.state_dict()["next_batch"] == 2
     reference.set_epoch(1)
     assert order(loader) == order(reference)
+
+
+class Crashing:
+    """A stream whose reads past step 6 kill the process that reads it (a decoder crash)."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, key):
+        if key.stop > 6:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return np.arange(self.n)[key]
+
+    def __repr__(self):
+        return "Crashing('clip.mp4')"
+
+
+def test_a_worker_that_crashes_is_named_with_the_stream_and_steps_it_was_reading():
+    before = {c.pid for c in live_children()}
+    loader = StreamLoader([np.arange(9), Crashing(10)], 2, 3, num_workers=2)
+    message = r"stream 1 \(Crashing\('clip.mp4'\)\) steps 6:9.*SIGSEGV"
+    with pytest.raises(WorkerError, match=message):
+        list(loader)
+    assert no_children(before)
+
+
+def test_a_timeout_names_the_stream_and_steps_being_read():
+    loader = StreamLoader(
+        [np.arange(9), Hanging()], 2, 3, num_workers=1, timeout=1, lengths=[9, 10]
+    )
+    with pytest.raises(WorkerTimeout, match=r"stream 1 \(.*Hanging.*\) steps 0:3"):
+        list(loader)
