@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -27,7 +28,7 @@ import av
 import numpy as np
 
 from streamseq.errors import SourceError
-from streamseq.io._base import Source, check_file, open_media
+from streamseq.io._media import MediaSource, Reader, decoded, open_media, packets
 
 #: packets to decode before the position sought, for the codecs whose decoder
 #: state after that many packets is the same as in a decode from the start
@@ -84,9 +85,11 @@ class _Table:
     exact: bool  # packet timestamps locate samples exactly
     declared: int | None  # number of samples the container declares, if it is reliable
 
-    def offset(self, pts: int | None, time_base: Fraction | None = None) -> int | None:
-        """Sample offset of a timestamp, if it is an exact sample."""
-        return _sample_offset(pts, self.first_pts, time_base or self.time_base, self.rate)
+    def locate(self, frame: Any) -> int | None:
+        """Sample offset of a decoded frame, if its timestamp is an exact sample."""
+        return _sample_offset(
+            frame.pts, self.first_pts, frame.time_base or self.time_base, self.rate
+        )
 
 
 def _declared_samples(container: Any, stream: Any) -> int | None:
@@ -106,10 +109,7 @@ def _demux_table(path: str, stream_index: int) -> _Table:
     try:
         rate, layout = stream.codec_context.sample_rate, stream.codec_context.layout.name
         codec, time_base = stream.codec_context.name, stream.time_base
-        try:
-            first = next(container.decode(stream), None)
-        except av.error.FFmpegError as e:
-            raise SourceError(path, f"decoding failed: {e}") from e
+        first = next(decoded(path, container.decode(stream)), None)
         if first is None:
             raise SourceError(path, "no audio sample")
         first_pts = first.pts
@@ -120,21 +120,7 @@ def _demux_table(path: str, stream_index: int) -> _Table:
     # afresh: seeking back could skip leading packets
     container, stream = open_media(path, "audio", stream_index)
     try:
-        pts: list[int | None] = []
-        count = 0
-        try:
-            for packet in container.demux(stream):
-                if packet.size == 0:
-                    continue
-                if packet.is_corrupt:
-                    raise SourceError(path, f"corrupt packet after {count} packets")
-                count += 1
-                if not packet.is_discard:
-                    pts.append(packet.pts)
-        except av.error.FFmpegError as e:
-            raise SourceError(path, f"demuxing failed after {count} packets: {e}") from e
-        if stream.frames > count:
-            raise SourceError(path, f"truncated: {count} packets found, {stream.frames} declared")
+        pts = [packet.pts for packet in packets(path, container, stream)]
         declared = _declared_samples(container, stream)
     finally:
         container.close()
@@ -163,25 +149,16 @@ def _count_samples(path: str, stream_index: int, table: _Table) -> int:
     container, stream = open_media(path, "audio", stream_index)
     try:
         tail = len(table.offsets) - 8
-        frames = container.decode(stream)
         if table.exact and tail > 0:
             container.seek(int(table.seek_ts[tail]), backward=True, stream=stream)
-            frames = container.decode(stream)
             end = None
-            try:
-                for frame in frames:
-                    offset = table.offset(frame.pts, frame.time_base)
-                    end = None if offset is None else offset + frame.samples
-            except av.error.FFmpegError as e:
-                raise SourceError(path, f"decoding failed: {e}") from e
+            for frame in decoded(path, container.decode(stream)):
+                offset = table.locate(frame)
+                end = None if offset is None else offset + frame.samples
             if end is not None:
                 return end
             container.seek(0, stream=stream)
-            frames = container.decode(stream)
-        try:
-            return sum(frame.samples for frame in frames)
-        except av.error.FFmpegError as e:
-            raise SourceError(path, f"decoding failed: {e}") from e
+        return sum(frame.samples for frame in decoded(path, container.decode(stream)))
     finally:
         container.close()
 
@@ -223,47 +200,46 @@ def _resampled_count(n: int, rate_in: int, rate_out: int, layout: str) -> int:
     return count + k * q
 
 
-class _Inconsistent(Exception):
-    """Timestamps after a seek do not locate samples: read from the start instead."""
+class _Conversion:
+    """The conversion of decoded audio: to float32 in the output layout, then to its rate.
 
+    The first stage is ``av.AudioResampler(format="flt", layout=layout)``, the second
+    (when resampling) ``av.AudioResampler(format="flt", layout=layout, rate=rate_out)``
+    fed with what the first gives; the second keeps state, so a decode that restarts
+    (after a seek) gets a new conversion.
+    """
 
-class _Overshoot(Exception):
-    """A seek landed after the position asked for."""
-
-
-class _Reader:
-    """Decoder state of one process, and the samples decoded but not yet delivered."""
-
-    def __init__(self, container: Any, stream: Any, layout: str):
-        self.container = container
-        self.stream = stream
-        self.frames = container.decode(stream)
+    def __init__(self, layout: str, rate_in: int, rate_out: int | None):
+        self.layout, self.rate_in = layout, rate_in
+        self.channels = av.AudioLayout(layout).nb_channels
         self.convert = av.AudioResampler(format="flt", layout=layout)
-        self.resampler: Any = None
-        self.counting = True  # decoding from the start: the count is the position
-        self.in_pos: int | None = 0  # input offset of the next decoded sample
-        self.target_in = 0  # after a seek: first input sample to keep
-        self.chunks: list[np.ndarray] = []  # output samples from ``start`` to ``end``
-        self.start: int | None = 0
-        self.end: int | None = 0
-        self.done = False
+        self.resampler = (
+            None
+            if rate_out is None
+            else av.AudioResampler(format="flt", layout=layout, rate=rate_out)
+        )
 
-    def drop(self, upto: int) -> None:
-        """Forget the output samples before ``upto``."""
-        while self.chunks and self.start + len(self.chunks[0]) <= upto:
-            self.start += len(self.chunks.pop(0))
-        if self.chunks and self.start < upto:
-            self.chunks[0] = self.chunks[0][upto - self.start :]
-            self.start = upto
-        if not self.chunks:
-            self.start = max(self.start, min(upto, self.end))
+    def samples(self, frame: Any) -> np.ndarray:
+        """The samples of a decoded frame, ``[n, channels]``."""
+        return _frame_to_array(self.convert.resample(frame), self.channels)
 
-    def close(self) -> None:
-        self.frames.close()
-        self.container.close()
+    def resample(self, x: np.ndarray, position: int) -> np.ndarray:
+        """The output samples of samples ``x`` that start at input sample ``position``."""
+        if self.resampler is None:
+            return x
+        frame = _array_to_frame(x, self.layout, self.rate_in, position)
+        return _frame_to_array(self.resampler.resample(frame), self.channels)
+
+    def flush(self) -> np.ndarray:
+        """The output samples the resampler still holds at the end of the input."""
+        if self.resampler is None:
+            return np.zeros((0, self.channels), np.float32)
+        return _frame_to_array(self.resampler.resample(None), self.channels)
 
 
-class _Audio(Source):
+class _Audio(MediaSource):
+    kind = "audio"
+
     def __init__(
         self,
         path: str,
@@ -273,37 +249,22 @@ class _Audio(Source):
         length: int | None,
         stream_index: int,
     ):
-        super().__init__()
         if frame < 1:
             raise ValueError(f"frame must be positive, got {frame}")
         if isinstance(layout, int):
             layout = av.AudioLayout(f"{layout}c").name
         elif layout is not None:
             layout = av.AudioLayout(layout).name  # validates the name
-        self.path = check_file(path)
+        super().__init__(path, stream_index, length)
         self.sample_rate = None if sample_rate is None else int(sample_rate)
         self.frame = int(frame)
         self.layout = layout
-        self.length = None if length is None else int(length)
-        self.stream_index = stream_index
-        self._table_: _Table | None = None
         self._samples: int | None = None  # output samples, when counted
-        self._trusted = True
-
-    def __repr__(self) -> str:
-        return f"audio({self.path!r})"
-
-    # -- probing ---------------------------------------------------------------------------
-
-    def _table(self) -> _Table:
-        if self._table_ is None:
-            self._table_ = _demux_table(self.path, self.stream_index)
-        return self._table_
 
     @property
     def rate(self) -> int:
         """Sample rate of the output."""
-        return self.sample_rate or self._table().rate
+        return self.sample_rate or self.probe().rate
 
     @property
     def channels(self) -> int:
@@ -311,15 +272,15 @@ class _Audio(Source):
         return av.AudioLayout(self._layout()).nb_channels
 
     def _layout(self) -> str:
-        return self.layout or self._table().layout
+        return self.layout or self.probe().layout
 
     def _resampling(self) -> bool:
-        return self.sample_rate is not None and self.sample_rate != self._table().rate
+        return self.sample_rate is not None and self.sample_rate != self.probe().rate
 
     def num_samples(self) -> int:
         """Number of samples of the output (the last step is padded beyond it)."""
         if self._samples is None:
-            table = self._table()
+            table = self.probe()
             n = _count_samples(self.path, self.stream_index, table)
             if table.declared is not None:
                 spacing = np.diff(table.offsets)
@@ -342,174 +303,75 @@ class _Audio(Source):
     def _empty(self) -> np.ndarray:
         return np.zeros((0, self.frame, self.channels), np.float32)
 
-    # -- decoding --------------------------------------------------------------------------
+    # -- hooks of the decoding skeleton ----------------------------------------------------
 
-    def _open(self) -> _Reader:
-        container, stream = open_media(self.path, "audio", self.stream_index)
-        try:
-            reader = _Reader(container, stream, self._layout())
-        except BaseException:
-            container.close()
-            raise
-        self._new_resampler(reader)
-        return reader
+    def _demux(self) -> _Table:
+        return _demux_table(self.path, self.stream_index)
 
-    def _close(self, handle: _Reader) -> None:
-        handle.close()
+    def _begin(self, reader: Reader) -> None:
+        rate_out = self.sample_rate if self._resampling() else None
+        reader.convert = _Conversion(self._layout(), self.probe().rate, rate_out)
 
-    def _new_resampler(self, reader: _Reader) -> None:
-        if self._resampling():
-            reader.resampler = av.AudioResampler(
-                format="flt", layout=self._layout(), rate=self.sample_rate
-            )
+    def _units(self, reader: Reader, frame: Any) -> np.ndarray:
+        return reader.convert.samples(frame)
 
-    def _emit(self, reader: _Reader, x: np.ndarray) -> None:
-        if len(x):
-            reader.chunks.append(x)
-            reader.end += len(x)
+    def _output(self, reader: Reader, units: np.ndarray, position: int) -> np.ndarray:
+        return reader.convert.resample(units, position)
 
-    def _pull(self, reader: _Reader) -> bool:
-        """Decode one more frame into the buffer; False at the end of the file."""
-        if reader.done:
-            return False
-        channels = self.channels
-        try:
-            frame = next(reader.frames)
-        except StopIteration:
-            if not reader.counting and reader.end is None:
-                raise _Inconsistent from None
-            reader.done = True
-            if reader.resampler is not None:
-                self._emit(reader, _frame_to_array(reader.resampler.resample(None), channels))
-            return False
-        except av.error.FFmpegError as e:
-            raise SourceError(self.path, f"decoding failed: {e}") from e
-        x = _frame_to_array(reader.convert.resample(frame), channels)
-        table = self._table_
-        offset = None if table is None else table.offset(frame.pts, frame.time_base)
-        if reader.counting:
-            if table is not None and offset != reader.in_pos:
-                self._trusted = False
-            offset = reader.in_pos
-        elif offset is None:
-            raise _Inconsistent
-        elif reader.in_pos is None:
-            if offset > reader.target_in:
-                raise _Overshoot
-        elif offset != reader.in_pos:
-            raise _Inconsistent
-        reader.in_pos = offset + len(x)
-        if reader.end is None:  # after a seek, before the first sample to keep
-            if reader.in_pos <= reader.target_in:
-                return True
-            x = x[reader.target_in - offset :]
-            offset = reader.target_in
-            reader.start = reader.end = self._out_offset(offset)
-        if reader.resampler is None:
-            self._emit(reader, x)
-        else:
-            frame = _array_to_frame(
-                x, self._layout(), table.rate if table else frame.sample_rate, offset
-            )
-            self._emit(reader, _frame_to_array(reader.resampler.resample(frame), channels))
-        return True
+    def _flush(self, reader: Reader) -> np.ndarray:
+        return reader.convert.flush()
 
-    def _out_offset(self, in_offset: int) -> int:
+    def _out_position(self, position: int) -> int:
         if not self._resampling():
-            return in_offset
-        g = math.gcd(self._table().rate, self.sample_rate)
-        return in_offset // (self._table().rate // g) * (self.sample_rate // g)
+            return position
+        g = math.gcd(self.probe().rate, self.sample_rate)
+        return position // (self.probe().rate // g) * (self.sample_rate // g)
 
-    def _skip_to(self, reader: _Reader, s0: int) -> _Reader:
-        while reader.end < s0 and self._pull(reader):
-            reader.drop(min(reader.end, s0))
-        reader.drop(s0)
-        return reader
+    def _span(self, a: int, b: int) -> tuple[int, int]:
+        stop = b * self.frame
+        return a * self.frame, stop if self.length is not None else min(stop, self.num_samples())
 
-    def _seek_target(self, s0: int) -> int | None:
-        """Input sample to restart from to deliver output sample ``s0`` (None: the start)."""
-        table = self._table()
+    def _assemble(self, reader: Reader, chunks: list[np.ndarray], a: int, b: int) -> np.ndarray:
+        out = np.zeros(((b - a) * self.frame, self.channels), np.float32)
+        if chunks:
+            x = np.concatenate(chunks)
+            out[: len(x)] = x
+        return out.reshape(b - a, self.frame, self.channels)
+
+    def _seek_target(self, start: int) -> int | None:
+        """Input sample to restart from to deliver output sample ``start`` (None: the start)."""
+        table = self.probe()
         if not (self._trusted and table.exact) or _preroll(table.codec) is None:
             return None
         if not self._resampling():
-            return s0
+            return start
         g = math.gcd(table.rate, self.sample_rate)
         p, q = table.rate // g, self.sample_rate // g
         if p > _MAX_PHASES:
             return None
         margin = max(2048, 64 * -(-table.rate // self.sample_rate))
-        return max(0, (s0 * p // q - margin) // p * p)
+        return max(0, (start * p // q - margin) // p * p)
 
-    def _seek(self, reader: _Reader, s0: int) -> _Reader:
-        target = self._seek_target(s0)
-        table = self._table()
-        if target:
-            preroll = _preroll(table.codec)
-            j = int(np.searchsorted(table.offsets, target, side="right")) - 1 - preroll
-            for _ in range(3):
-                if j <= 0:
-                    break
-                try:
-                    reader.container.seek(
-                        int(table.seek_ts[j]), backward=True, any_frame=False, stream=reader.stream
-                    )
-                except av.error.FFmpegError:
-                    break
-                reader.frames = reader.container.decode(reader.stream)
-                reader.counting, reader.in_pos, reader.target_in = False, None, target
-                reader.chunks, reader.start, reader.end, reader.done = [], None, None, False
-                self._new_resampler(reader)
-                try:
-                    while reader.end is None:
-                        self._pull(reader)
-                except _Overshoot:
-                    j -= preroll + 2
-                    continue
-                return self._skip_to(reader, s0)
-        return self._skip_to(self._restart(), s0)
+    def _seek_points(self, target: int) -> Iterator[int]:
+        """A few packets before the one that holds input sample ``target``, then earlier."""
+        table = self.probe()
+        preroll = _preroll(table.codec)
+        j = int(np.searchsorted(table.offsets, target, side="right")) - 1 - preroll
+        for _ in range(3):
+            if target == 0 or j <= 0:
+                return
+            yield int(table.seek_ts[j])
+            j -= preroll + 2
 
-    def _position(self, reader: _Reader, s0: int) -> _Reader:
-        """Make output sample ``s0`` the first of the buffer."""
-        if reader.start is not None and reader.start <= s0 <= reader.end:
-            reader.drop(s0)
-            return reader
-        if reader.end is not None and reader.end < s0:
-            if s0 - reader.end <= _CONTINUE_SECONDS * self.rate or self._seek_target(s0) is None:
-                return self._skip_to(reader, s0)
-        elif self._seek_target(s0) is None:
-            return self._skip_to(self._restart(), s0)
-        return self._seek(reader, s0)
+    def _decode_on(self, reader: Reader, start: int) -> bool:
+        return start - reader.end <= _CONTINUE_SECONDS * self.rate
 
-    def _read(self, reader: _Reader, a: int, b: int) -> np.ndarray:
-        s0, s1 = a * self.frame, b * self.frame
-        if self.length is None:
-            s1 = min(s1, self.num_samples())
-        try:
-            reader = self._position(reader, s0)
-            while reader.end < s1 and self._pull(reader):
-                pass
-        except _Inconsistent:
-            self._trusted = False
-            reader = self._skip_to(self._restart(), s0)
-            while reader.end < s1 and self._pull(reader):
-                pass
-        if reader.end < s1 and (
-            self.length is None or reader.end <= (self.length - 1) * self.frame
-        ):
-            expected = f"{len(self)} steps" if self.length is not None else f"{s1} samples"
-            raise SourceError(
-                self.path, f"truncated: decoding ends at sample {reader.end}, expected {expected}"
-            )
-        got = max(0, min(s1, reader.end) - s0)
-        x = (
-            np.concatenate(reader.chunks)[:got]
-            if reader.chunks
-            else np.zeros((0, self.channels), np.float32)
-        )
-        reader.drop(s0 + got)
-        out = np.zeros(((b - a) * self.frame, self.channels), np.float32)
-        out[:got] = x
-        return out.reshape(b - a, self.frame, self.channels)
+    def _short(self, end: int, stop: int) -> bool:
+        return self.length is None or end <= (self.length - 1) * self.frame
+
+    def _truncated(self, end: int, stop: int) -> str:
+        expected = f"{len(self)} steps" if self.length is not None else f"{stop} samples"
+        return f"truncated: decoding ends at sample {end}, expected {expected}"
 
 
 def audio(

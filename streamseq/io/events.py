@@ -16,6 +16,7 @@ import numpy as np
 
 from streamseq.errors import SourceError
 from streamseq.io._base import Source, check_file
+from streamseq.io._npy import NPY_HEADER_ERRORS
 
 #: the dtype :func:`synthetic_events` produces (any dtype with fields t, x, y, p will do)
 EVENT_DTYPE = np.dtype([("t", "<i8"), ("x", "<u2"), ("y", "<u2"), ("p", "i1")])
@@ -70,8 +71,8 @@ class _Events(Source):
     def _load(self) -> np.ndarray:
         try:
             recording = np.load(self.path, mmap_mode="r", allow_pickle=False)
-        except (ValueError, OSError, EOFError) as e:
-            raise SourceError(self.path, f"cannot load events: {e}") from e
+        except (OSError, *NPY_HEADER_ERRORS) as e:
+            raise SourceError(self.path, f"cannot load events, not a valid .npy file: {e}") from e
         if not isinstance(recording, np.ndarray):
             raise SourceError(self.path, "not a .npy array of events")
         return recording

@@ -14,8 +14,9 @@ import contextlib
 import functools
 import json
 import os
+import secrets
 import signal
-import tempfile
+import stat
 import threading
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
@@ -158,13 +159,26 @@ def _load_cache(path: str) -> dict[str, dict[str, Any]]:
 
 
 def _save_cache(path: str, files: dict[str, dict[str, Any]]) -> None:
-    """Write the cache atomically: a reader sees the old file or the new one, never half."""
-    folder = os.path.dirname(os.path.abspath(path))
+    """Write the cache atomically: a reader sees the old file or the new one, never half.
+
+    A symbolic link is written through (its target is replaced, the link stays) and the
+    file keeps its permissions; a new file gets those of any new file (``0o666`` less the
+    umask).
+    """
+    path = os.path.realpath(path)
+    folder = os.path.dirname(path)
     os.makedirs(folder, exist_ok=True)
+    try:
+        mode: int | None = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        mode = None
     content = {"format": CACHE_FORMAT, "version": CACHE_VERSION, "files": files}
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(path) + ".", suffix=".tmp")
+    tmp = f"{path}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
+            if mode is not None:
+                os.fchmod(f.fileno(), mode)
             f.write(json.dumps(content, separators=(",", ":")))  # C encoder: fast
             f.flush()
             os.fsync(f.fileno())

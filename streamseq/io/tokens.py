@@ -10,24 +10,9 @@ import numpy.typing as npt
 
 from streamseq.errors import SourceError
 from streamseq.io._base import Source, check_file
+from streamseq.io._npy import read_npy_header
 
 _NPY_MAGIC = b"\x93NUMPY"
-
-
-def _read_npy_header(path: str) -> tuple[tuple[int, ...], bool, np.dtype, int]:
-    """Shape, Fortran order, dtype and data offset of a ``.npy`` file."""
-    with open(path, "rb") as f:
-        try:
-            version = np.lib.format.read_magic(f)
-            if version == (1, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-            elif version in ((2, 0), (3, 0)):
-                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
-            else:
-                raise ValueError(f"unsupported .npy version {version}")
-        except ValueError as e:
-            raise SourceError(path, f"bad .npy header: {e}") from e
-        return shape, fortran, dtype, f.tell()
 
 
 class _Tokens(Source):
@@ -38,7 +23,7 @@ class _Tokens(Source):
         with open(self.path, "rb") as f:
             is_npy = f.read(len(_NPY_MAGIC)) == _NPY_MAGIC
         if is_npy:
-            shape, fortran, file_dtype, offset = _read_npy_header(self.path)
+            shape, fortran, file_dtype, offset = read_npy_header(self.path)
             if dtype is not None and np.dtype(dtype) != file_dtype:
                 raise ValueError(
                     f"{self.path}: dtype {np.dtype(dtype)} given, file has {file_dtype}"
@@ -87,8 +72,8 @@ class _Tokens(Source):
 
     def array(self) -> np.ndarray:
         """The whole file as a read-only memory map (opened in this process)."""
-        with self._lock:
-            return self._get_handle()
+        with self._lock():
+            return self._handle.get(self._open)
 
 
 def tokens(path: str | os.PathLike, dtype: npt.DTypeLike | None = None) -> _Tokens:

@@ -3,15 +3,16 @@
 The length and a table of presentation timestamps come from one demuxing pass over the
 file (packets are read, never decoded). Reading continues the open decoder when the
 requested frames come next, and otherwise seeks to the nearest earlier keyframe and decodes
-forward, identifying frames by their timestamp. Frame ``i`` is always the ``i``-th frame
-that a plain decode of the file from its start gives: whenever the timestamps of a file
-turn out not to identify its frames reliably, reading falls back to decoding from the
-start and counting.
+forward, identifying frames by their timestamp (the skeleton of :mod:`streamseq.io._media`).
+Frame ``i`` is always the ``i``-th frame that a plain decode of the file from its start
+gives: whenever the timestamps of a file turn out not to identify its frames reliably,
+reading falls back to decoding from the start and counting.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,7 @@ import numpy as np
 from av.video.reformatter import VideoReformatter
 
 from streamseq.errors import SourceError
-from streamseq.io._base import Source, check_file, open_media
+from streamseq.io._media import MediaSource, Reader, open_media, packets
 
 #: channels of the packed pixel formats a video stream can deliver (``None``: no channel axis)
 _CHANNELS = {
@@ -42,40 +43,21 @@ class _Probe:
     pts: np.ndarray  # presentation timestamps in presentation order (frame i has pts[i])
     keys: np.ndarray  # frame indices of the keyframes, increasing
     seek_ts: np.ndarray  # timestamp to seek to for each keyframe
+    times: np.ndarray  # seconds of each frame, in presentation order (read-only)
+    fps: float  # average frame rate
     height: int
     width: int
     exact: bool  # timestamps are present and distinct: they can identify frames
 
     def __len__(self) -> int:
-        return len(self.pts)
+        return len(self.times)
 
-
-class _Inconsistent(Exception):
-    """Decoded timestamps do not identify frames: fall back to counting from the start."""
-
-
-class _Reader:
-    """Decoder state of one process: an open container and where its decoder stands."""
-
-    def __init__(self, container: Any, stream: Any):
-        self.container = container
-        self.stream = stream
-        self.frames = container.decode(stream)
-        self.last: int | None = -1  # index of the last frame decoded (None: not known yet)
-        self.pending: tuple[int, Any] | None = None  # a decoded frame not yet delivered
-        self.reformatter = VideoReformatter()  # one scaler for all frames (as each frame's)
-        self.counting = True  # decoding from the start: the count is the index
-
-    @property
-    def position(self) -> int | None:
-        """Index of the frame the next read delivers (None: not known)."""
-        if self.pending is not None:
-            return self.pending[0]
-        return None if self.last is None else self.last + 1
-
-    def close(self) -> None:
-        self.frames.close()
-        self.container.close()
+    def locate(self, frame: Any) -> int | None:
+        """Index of a decoded frame, from its timestamp (``None``: it tells none)."""
+        if not self.exact or frame.pts is None:
+            return None
+        index = int(np.searchsorted(self.pts, frame.pts))
+        return index if index < len(self.pts) and self.pts[index] == frame.pts else None
 
 
 def _probe(path: str, stream_index: int) -> _Probe:
@@ -85,37 +67,25 @@ def _probe(path: str, stream_index: int) -> _Probe:
         keys: list[bool] = []
         seek_ts: list[int | None] = []
         end = None  # end time of the last frame, in stream time_base
-        packets = 0  # discarded ones included, as in the declared frame count
-        try:
-            for packet in container.demux(stream):
-                if packet.size == 0:  # end of file marker
-                    continue
-                if packet.is_corrupt:
-                    raise SourceError(path, f"corrupt packet after {len(pts)} frames")
-                packets += 1
-                if packet.is_discard:
-                    continue
-                pts.append(packet.pts)
-                keys.append(bool(packet.is_keyframe))
-                ts = [t for t in (packet.pts, packet.dts) if t is not None]
-                seek_ts.append(min(ts) if ts else None)
-                if packet.pts is not None and packet.duration:
-                    stop = packet.pts + packet.duration
-                    end = stop if end is None else max(end, stop)
-        except av.error.FFmpegError as e:
-            raise SourceError(path, f"demuxing failed after {len(pts)} frames: {e}") from e
-        declared = stream.frames
-        height, width = stream.codec_context.height, stream.codec_context.width
-        if not declared:  # no frame count: compare what the packets cover with the duration
+        for packet in packets(path, container, stream):
+            pts.append(packet.pts)
+            keys.append(bool(packet.is_keyframe))
+            ts = [t for t in (packet.pts, packet.dts) if t is not None]
+            seek_ts.append(min(ts) if ts else None)
+            if packet.pts is not None and packet.duration:
+                stop = packet.pts + packet.duration
+                end = stop if end is None else max(end, stop)
+        if not stream.frames:  # no frame count: compare what the packets cover with the duration
             missing = _missing_time(container, stream, end, len(pts))
             if missing is not None:
                 raise SourceError(path, f"truncated: {len(pts)} frames cover {missing}")
+        height, width = stream.codec_context.height, stream.codec_context.width
+        rate, time_base, start = stream.average_rate, stream.time_base, stream.start_time
     finally:
         container.close()
     if not pts:
         raise SourceError(path, "no video frame")
-    if declared > packets:
-        raise SourceError(path, f"truncated: {packets} frames found, {declared} declared")
+    times, fps = _times(pts, time_base, rate, start)
     exact = None not in pts and len(set(pts)) == len(pts) and None not in seek_ts
     if exact:
         order = np.argsort(np.asarray(pts, np.int64), kind="stable")
@@ -131,7 +101,28 @@ def _probe(path: str, stream_index: int) -> _Probe:
         sorted_pts = np.zeros(len(pts), np.int64)
         key_idx = np.zeros(0, np.int64)
         key_seek = np.zeros(0, np.int64)
-    return _Probe(sorted_pts, key_idx, key_seek, height, width, exact)
+    return _Probe(sorted_pts, key_idx, key_seek, times, fps, height, width, exact)
+
+
+def _times(
+    pts: list[int | None], time_base: Any, rate: Any, start: int | None
+) -> tuple[np.ndarray, float]:
+    """Seconds of every frame in presentation order, and the average frame rate.
+
+    The times are the timestamps times the time base; a file with frames that have no
+    timestamp gets times spaced by the average frame rate from the start of the stream.
+    The rate is the one the container gives, else the one of the timestamps (NaN when
+    neither tells).
+    """
+    fps = float(rate) if rate else float("nan")
+    if None in pts:
+        times = float((start or 0) * time_base) + np.arange(len(pts)) / fps
+    else:
+        times = np.sort(np.asarray(pts, np.float64)) * time_base.numerator / time_base.denominator
+        if not rate and times[-1] > times[0]:
+            fps = (len(times) - 1) / (times[-1] - times[0])
+    times.flags.writeable = False
+    return times, fps
 
 
 def _missing_time(container: Any, stream: Any, end: int | None, count: int) -> str | None:
@@ -153,7 +144,9 @@ def _missing_time(container: Any, stream: Any, end: int | None, count: int) -> s
     return None
 
 
-class _Video(Source):
+class _Video(MediaSource):
+    kind = "video"
+
     def __init__(
         self,
         path: str,
@@ -162,151 +155,87 @@ class _Video(Source):
         length: int | None,
         stream_index: int,
     ):
-        super().__init__()
         if format not in _CHANNELS:
             raise ValueError(f"format must be one of {sorted(_CHANNELS)}, got {format!r}")
-        if size is not None:
-            size = (int(size[0]), int(size[1]))
-        self.path = check_file(path)
-        self.size = size
+        super().__init__(path, stream_index, length)
+        self.size = None if size is None else (int(size[0]), int(size[1]))
         self.format = format
-        self.length = None if length is None else int(length)
-        self.stream_index = stream_index
-        self._info: _Probe | None = None
-        self._trusted = True  # timestamps identify frames (until proven otherwise)
-
-    def __repr__(self) -> str:
-        return f"video({self.path!r})"
-
-    def probe(self) -> _Probe:
-        """Demux the file once (no decoding); the result travels with the object."""
-        if self._info is None:
-            self._info = _probe(self.path, self.stream_index)
-        return self._info
 
     def __len__(self) -> int:
         if self.length is not None:
             return self.length
         return len(self.probe())
 
+    @property
+    def timestamps(self) -> np.ndarray:
+        """Presentation time of every frame of the file, in seconds (read-only float64).
+
+        ``timestamps[i]`` is the time of frame ``i`` (presentation order): its timestamp
+        times the time base of the stream, so the first is the start time of the stream
+        (often 0). A file whose frames lack timestamps gets times spaced by :attr:`fps`.
+        The first use demuxes the file, unless :func:`len` already did.
+        """
+        return self.probe().times
+
+    @property
+    def fps(self) -> float:
+        """The average frame rate of the stream, in frames per second.
+
+        The container's average rate (FFmpeg's ``avg_frame_rate``), else the one of the
+        timestamps; NaN when neither tells.
+        """
+        return self.probe().fps
+
     def _frame_shape(self) -> tuple[int, ...]:
-        if self.size is not None:
-            h, w = self.size
-        else:
-            h, w = self.probe().height, self.probe().width
+        h, w = self.size if self.size is not None else (self.probe().height, self.probe().width)
         c = _CHANNELS[self.format]
         return (h, w) if c is None else (h, w, c)
 
     def _empty(self) -> np.ndarray:
         return np.zeros((0, *self._frame_shape()), np.uint8)
 
-    def _convert(self, reader: _Reader, frame: Any) -> np.ndarray:
-        """``frame.to_ndarray(format=..., width=..., height=...)``, reusing one scaler."""
+    # -- hooks of the decoding skeleton ----------------------------------------------------
+
+    def _demux(self) -> _Probe:
+        return _probe(self.path, self.stream_index)
+
+    def _begin(self, reader: Reader) -> None:
+        reader.convert = VideoReformatter()  # one scaler for all frames (as each frame's)
+
+    def _units(self, reader: Reader, frame: Any) -> list[Any]:
+        return [frame]  # converted when delivered: frames skipped after a seek never are
+
+    def _output(self, reader: Reader, units: Sequence[Any], position: int) -> Sequence[Any]:
+        return units
+
+    def _span(self, a: int, b: int) -> tuple[int, int]:
+        return a, b
+
+    def _assemble(self, reader: Reader, chunks: list[Sequence[Any]], a: int, b: int) -> Any:
         h, w = self.size if self.size is not None else (None, None)
-        return reader.reformatter.reformat(frame, w, h, self.format).to_ndarray()
+        return np.stack(  # ``frame.to_ndarray(format=..., width=..., height=...)``
+            [reader.convert.reformat(f, w, h, self.format).to_ndarray() for c in chunks for f in c]
+        )
 
-    # -- decoder management ----------------------------------------------------------------
+    def _seek_target(self, start: int) -> int | None:
+        return start if self._trusted and self.probe().exact else None
 
-    def _open(self) -> _Reader:
-        container, stream = open_media(self.path, "video", self.stream_index)
-        try:
-            return _Reader(container, stream)
-        except BaseException:
-            container.close()
-            raise
-
-    def _close(self, handle: _Reader) -> None:
-        handle.close()
-
-    def _decode_next(self, reader: _Reader) -> tuple[int, Any]:
-        """Decode one frame and identify it; raise SourceError at the end of the file."""
-        try:
-            frame = next(reader.frames)
-        except StopIteration:
-            if not reader.counting:
-                raise _Inconsistent from None  # let a decode from the start tell
-            raise SourceError(
-                self.path,
-                f"truncated: decoding ends after {reader.last + 1} of {len(self)} frames",
-            ) from None
-        except av.error.FFmpegError as e:
-            raise SourceError(self.path, f"decoding failed after frame {reader.last}: {e}") from e
-        info = self._info
-        if reader.counting:
-            index = reader.last + 1
-            if self._trusted and info is not None:
-                if index >= len(info) or not info.exact or frame.pts != info.pts[index]:
-                    self._trusted = False  # the count is right, the timestamps are not
-        else:
-            index = int(np.searchsorted(info.pts, frame.pts)) if frame.pts is not None else -1
-            if not (0 <= index < len(info) and info.pts[index] == frame.pts):
-                raise _Inconsistent
-            if reader.last is not None and index != reader.last + 1:
-                raise _Inconsistent
-        reader.last = index
-        return index, frame
-
-    def _take(self, reader: _Reader) -> Any:
-        """The next frame (decoded, not converted)."""
-        if reader.pending is not None:
-            frame = reader.pending[1]
-            reader.pending = None
-            return frame
-        return self._decode_next(reader)[1]
-
-    def _skip_to(self, reader: _Reader, a: int) -> _Reader:
-        while reader.position < a:
-            self._take(reader)
-        return reader
-
-    def _seek(self, reader: _Reader, a: int) -> _Reader:
-        """Seek to the last keyframe at or before frame ``a`` and decode up to it."""
+    def _seek_points(self, target: int) -> Iterator[int]:
+        """The last keyframes at or before frame ``target`` (never the first frame)."""
         info = self.probe()
-        k = int(np.searchsorted(info.keys, a, side="right")) - 1
+        k = int(np.searchsorted(info.keys, target, side="right")) - 1
         for key in range(k, max(k - 3, 0), -1):
             if info.keys[key] == 0:
-                break  # as cheap, and exact whatever the file: decode from the start
-            try:
-                reader.container.seek(
-                    int(info.seek_ts[key]), backward=True, any_frame=False, stream=reader.stream
-                )
-            except av.error.FFmpegError:
-                break
-            reader.frames = reader.container.decode(reader.stream)
-            reader.counting, reader.last, reader.pending = False, None, None
-            index, frame = self._decode_next(reader)
-            if index > a:  # landed after the keyframe: try an earlier one
-                continue
-            reader.pending = (index, frame)
-            return self._skip_to(reader, a)
-        return self._skip_to(self._restart(), a)
+                return  # as cheap, and exact whatever the file: decode from the start
+            yield int(info.seek_ts[key])
 
-    def _position(self, reader: _Reader, a: int) -> _Reader:
-        """Make frame ``a`` the next frame delivered, continuing or seeking."""
-        pos = reader.position
-        if pos == a:
-            return reader
-        seekable = self._trusted and self.probe().exact
-        if pos is not None and pos < a:
-            if not seekable:
-                return self._skip_to(reader, a)
-            keys = self.probe().keys
-            k = int(np.searchsorted(keys, a, side="right")) - 1
-            if k < 0 or keys[k] <= pos:
-                return self._skip_to(reader, a)  # no keyframe in between: decode on
-        if not seekable:
-            return self._skip_to(self._restart(), a)
-        return self._seek(reader, a)
+    def _decode_on(self, reader: Reader, start: int) -> bool:
+        keys = self.probe().keys
+        k = int(np.searchsorted(keys, start, side="right")) - 1
+        return k < 0 or keys[k] <= reader.end  # no keyframe in between
 
-    def _read(self, reader: _Reader, a: int, b: int) -> np.ndarray:
-        try:
-            reader = self._position(reader, a)
-            frames = [self._convert(reader, self._take(reader)) for _ in range(b - a)]
-        except _Inconsistent:
-            self._trusted = False
-            reader = self._skip_to(self._restart(), a)
-            frames = [self._convert(reader, self._take(reader)) for _ in range(b - a)]
-        return np.stack(frames)  # b > a: never empty
+    def _truncated(self, end: int, stop: int) -> str:
+        return f"truncated: decoding ends after {end} of {len(self)} frames"
 
 
 def video(

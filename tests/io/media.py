@@ -117,3 +117,16 @@ def truncate(src, dst, fraction):
     data = src.read_bytes()
     dst.write_bytes(data[: int(len(data) * fraction)])
     return dst
+
+
+def damage_codec_tag(src, dst):
+    """Copy an MP4 or WAV file, overwriting the codec of its first stream with an unknown one."""
+    data = bytearray(src.read_bytes())
+    if data[:4] == b"RIFF":
+        tag = data.index(b"fmt ") + 8  # chunk size, then the format tag
+        data[tag : tag + 2] = b"\x99\x99"
+    else:
+        tag = data.index(b"stsd") + 16  # version, flags, entry count, entry size
+        data[tag : tag + 4] = b"zzzz"
+    dst.write_bytes(data)
+    return dst

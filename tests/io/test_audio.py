@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from media import AUDIO_FILES, frames_of, plain_audio, truncate, write_audio
+from media import AUDIO_FILES, damage_codec_tag, frames_of, plain_audio, truncate, write_audio
 
 from streamseq.errors import SourceError
 from streamseq.io import audio
@@ -143,6 +143,15 @@ def test_missing_and_garbage_files(tmp_path):
     path.write_bytes(b"RIFF" + np.random.default_rng(0).bytes(3000))
     with pytest.raises(SourceError, match="garbage.wav"):
         len(audio(path))
+
+
+def test_damaged_codec_description(tmp_path):
+    whole = write_audio(tmp_path / "whole.wav", 20000, "pcm_s16le", "wav", 16000, "stereo")
+    path = damage_codec_tag(whole, tmp_path / "damaged.wav")
+    with pytest.raises(SourceError, match="damaged.wav: no decoder for audio stream 0"):
+        len(audio(path))
+    with pytest.raises(SourceError, match="damaged.wav"):
+        audio(path, length=5, layout="mono", sample_rate=16000)[0:2]
 
 
 @pytest.mark.parametrize(

@@ -108,6 +108,13 @@ def test_bad_input(tmp_path, recording):
     garbage.write_bytes(b"not an array at all")
     with pytest.raises(SourceError, match="garbage.npy"):
         events(garbage, window_us=1000, height=H, width=W)
+    damaged = tmp_path / "damaged.npy"
+    np.save(damaged, recording)
+    data = bytearray(damaged.read_bytes())
+    data[10:11] = b"'"  # the header no longer tokenizes
+    damaged.write_bytes(data)
+    with pytest.raises(SourceError, match="damaged.npy: .*not a valid .npy file"):
+        events(damaged, window_us=1000, height=H, width=W)
     with pytest.raises(ValueError, match="fields"):
         events(np.zeros(5), window_us=1000, height=H, width=W)
     with pytest.raises(ValueError, match="window_us"):

@@ -1,6 +1,7 @@
 import functools
 import json
 import os
+import stat
 import time
 
 import numpy as np
@@ -172,6 +173,35 @@ def test_corrupt_cache_rebuilt(tmp_path, garbage):
     with pytest.warns(UserWarning, match="length cache"):
         assert probe_lengths(openers, cache=cache, progress=False) == [3, 5]
     assert json.loads(cache.read_text())["format"] == "streamseq-lengths"
+
+
+def test_rewritten_cache_keeps_its_mode(tmp_path):
+    paths = write(tmp_path, [3, 5])
+    cache = tmp_path / "lengths.json"
+    probe_lengths([npy(paths[0])], cache=cache, progress=False)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o666 & ~umask  # as any new file
+    cache.chmod(0o640)  # shared with a group
+    assert probe_lengths([npy(p) for p in paths], cache=cache, progress=False) == [3, 5]
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o640
+    assert len(json.loads(cache.read_text())["files"]) == 2
+
+
+def test_cache_written_through_a_symlink(tmp_path, counted):
+    paths = write(tmp_path, [3, 5])
+    (tmp_path / "shared").mkdir()
+    target = tmp_path / "shared" / "lengths.json"
+    link = tmp_path / "lengths.json"
+    link.symlink_to(target)
+    probe_lengths([npy(paths[0])], cache=link, progress=False)  # the target is made
+    probe_lengths([npy(p) for p in paths], cache=link, progress=False)  # and rewritten
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert len(json.loads(target.read_text())["files"]) == 2
+    assert not list(tmp_path.glob("*.tmp")) and not list(target.parent.glob("*.tmp"))
+    counted.clear()
+    assert probe_lengths([npy(p) for p in paths], cache=link, progress=False) == [3, 5]
+    assert counted == []
 
 
 def test_damaged_entry_measured_again(tmp_path, counted):

@@ -1,6 +1,7 @@
 import multiprocessing
 import operator
 import pickle
+import tokenize
 
 import numpy as np
 import pytest
@@ -104,6 +105,25 @@ def test_bad_files(tmp_path):
     bad.write_bytes(b"\x93NUMPY\x01\x00garbage")
     with pytest.raises(SourceError, match="bad.npy"):
         tokens(bad)
+
+
+@pytest.mark.parametrize(
+    "offset, byte, error",
+    [
+        (10, b"'", tokenize.TokenError),  # the header no longer tokenizes
+        (21, b",", SyntaxError),  # nor parses
+        (26, b"B", TypeError),  # a dtype that is no dtype
+        (6, b"\x00", ValueError),  # a version that does not exist
+    ],
+)
+def test_damaged_npy_header(npy, offset, byte, error):
+    data = bytearray(npy.read_bytes())
+    data[offset : offset + 1] = byte
+    npy.write_bytes(data)
+    with pytest.raises(SourceError, match="tokens.npy: not a valid .npy file") as info:
+        tokens(npy)
+    assert info.value.path == str(npy)
+    assert isinstance(info.value.__cause__, error)
 
 
 def test_empty_file(tmp_path):
