@@ -18,6 +18,7 @@ The sources say what is particular to them through a few hooks (see
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
@@ -185,11 +186,11 @@ class Reader:
         self.container.close()
 
     def __del__(self) -> None:
-        if self.__dict__.get("pid", current_pid()) != current_pid():
+        if self.pid != current_pid():
             _INHERITED.append(self)  # never freed here (see the class's note)
 
 
-class MediaSource(Source):
+class MediaSource(Source, ABC):
     """A source that decodes one stream of a media file with the skeleton of this module.
 
     Subclasses set ``kind`` (``"video"`` or ``"audio"``) and implement:
@@ -198,20 +199,23 @@ class MediaSource(Source):
       decoded frame from its timestamp, or ``None`` when it tells none);
     - ``_begin(reader)``: set up ``reader.convert`` for a decode that starts (from the
       start of the file, or after a seek);
-    - ``_units(reader, frame)``: the input units of a decoded frame, and
-      ``_output(reader, units, position)``: the output units they give
-      (``_flush(reader)``: those still held at the end of the file);
-    - ``_out_position(position)``: the output position of an input position where a
-      decode after a seek starts delivering;
-    - ``_span(a, b)``: the output units that steps ``a`` to ``b`` cover, and
-      ``_assemble(reader, chunks, a, b)``: the steps made of those units;
+    - ``_units(reader, frame)``: the input units of a decoded frame;
+    - ``_assemble(reader, chunks, a, b)``: steps ``a`` to ``b`` made of their units;
     - ``_seek_target(start)``: the input position to land at to deliver from output
       position ``start``, or ``None`` when a seek cannot be exact;
       ``_seek_points(target)``: timestamps to seek to for it, best first (when they run
       out, reading restarts from the start); ``_decode_on(reader, start)``: whether
       decoding on from the reader's position beats a seek;
-    - ``_short(end, stop)``: whether a decode that ends at ``end`` instead of ``stop`` is
-      truncated, and ``_truncated(end, stop)``: the message saying so.
+    - ``_truncated(end, stop)``: the message saying that decoding ended at output unit
+      ``end`` instead of ``stop``.
+
+    A source whose output units are not its input units (audio resampled) or whose steps
+    are not its units (audio frames of samples) also overrides ``_output(reader, units,
+    position)`` (the output units of input units), ``_flush(reader)`` (those still held
+    at the end of the file), ``_out_position(position)`` (the output position of an
+    input position where a decode after a seek starts delivering), ``_span(a, b)`` (the
+    output units that steps ``a`` to ``b`` cover) and ``_short(end, stop)`` (whether
+    ending at ``end`` is truncated, the last step being padded).
     """
 
     kind: ClassVar[str]
@@ -346,17 +350,17 @@ class MediaSource(Source):
 
     # -- hooks -----------------------------------------------------------------------------
 
-    def _demux(self) -> Any:
-        raise NotImplementedError
+    @abstractmethod
+    def _demux(self) -> Any: ...
 
-    def _begin(self, reader: Reader) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def _begin(self, reader: Reader) -> None: ...
 
-    def _units(self, reader: Reader, frame: Any) -> Sequence[Any]:
-        raise NotImplementedError
+    @abstractmethod
+    def _units(self, reader: Reader, frame: Any) -> Sequence[Any]: ...
 
     def _output(self, reader: Reader, units: Sequence[Any], position: int) -> Sequence[Any]:
-        raise NotImplementedError
+        return units
 
     def _flush(self, reader: Reader) -> Sequence[Any]:
         return ()
@@ -365,22 +369,22 @@ class MediaSource(Source):
         return position
 
     def _span(self, a: int, b: int) -> tuple[int, int]:
-        raise NotImplementedError
+        return a, b
 
-    def _assemble(self, reader: Reader, chunks: list[Sequence[Any]], a: int, b: int) -> Any:
-        raise NotImplementedError
+    @abstractmethod
+    def _assemble(self, reader: Reader, chunks: list[Sequence[Any]], a: int, b: int) -> Any: ...
 
-    def _seek_target(self, start: int) -> int | None:
-        raise NotImplementedError
+    @abstractmethod
+    def _seek_target(self, start: int) -> int | None: ...
 
-    def _seek_points(self, target: int) -> Iterator[int]:
-        raise NotImplementedError
+    @abstractmethod
+    def _seek_points(self, target: int) -> Iterator[int]: ...
 
-    def _decode_on(self, reader: Reader, start: int) -> bool:
-        raise NotImplementedError
+    @abstractmethod
+    def _decode_on(self, reader: Reader, start: int) -> bool: ...
 
     def _short(self, end: int, stop: int) -> bool:
         return True
 
-    def _truncated(self, end: int, stop: int) -> str:
-        raise NotImplementedError
+    @abstractmethod
+    def _truncated(self, end: int, stop: int) -> str: ...

@@ -205,12 +205,6 @@ class _Video(MediaSource):
     def _units(self, reader: Reader, frame: Any) -> list[Any]:
         return [frame]  # converted when delivered: frames skipped after a seek never are
 
-    def _output(self, reader: Reader, units: Sequence[Any], position: int) -> Sequence[Any]:
-        return units
-
-    def _span(self, a: int, b: int) -> tuple[int, int]:
-        return a, b
-
     def _assemble(self, reader: Reader, chunks: list[Sequence[Any]], a: int, b: int) -> Any:
         h, w = self.size if self.size is not None else (None, None)
         return np.stack(  # ``frame.to_ndarray(format=..., width=..., height=...)``
@@ -257,8 +251,10 @@ def video(
 
     The length comes from one pass over the file that reads its packets without decoding
     them; it also gives the timestamp of every frame, which is how frames are identified
-    after a seek (B-frames included). The pass happens on the first call to ``len`` (or
-    the first seek), and its result is kept in the object, pickles included.
+    after a seek (B-frames included), and is public: ``v.timestamps`` (seconds of every
+    frame, in presentation order) and ``v.fps`` (the average frame rate). The pass happens
+    on the first call to ``len`` (or the first seek, or use of those two), and its result
+    is kept in the object, pickles included.
 
     Args:
         path: a video file that FFmpeg can read.
@@ -274,12 +270,14 @@ def video(
 
     Returns:
         A stream: ``v[a:b]`` is a ``uint8`` array ``[b - a, H, W, 3]`` (for ``rgb24``),
-        ``v[i]`` one frame.
+        ``v[i]`` one frame; ``v.timestamps`` is a read-only float64 array of the times of
+        the frames (in seconds) and ``v.fps`` the average frame rate.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
         streamseq.errors.SourceError: the file cannot be opened or demuxed, has no video
-            stream, or decodes to fewer frames than its length (on the read that finds out).
+            stream or no decoder for it (a damaged codec description), or decodes to fewer
+            frames than its length (on the read that finds out).
 
     Example:
         >>> import tempfile, os, av, numpy as np
@@ -294,6 +292,8 @@ def video(
         ...         out.mux(s.encode())
         ...     v = video(path)
         ...     print(len(v), v[2:5].shape, v[-1].shape)
+        ...     print(v.fps, v.timestamps[:3])
         10 (3, 16, 32, 3) (16, 32, 3)
+        25.0 [0.   0.04 0.08]
     """
     return _Video(os.fspath(path), size, format, length, stream_index)

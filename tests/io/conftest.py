@@ -3,6 +3,8 @@
 import pytest
 from media import AUDIO_FILES, VIDEO_CLIPS, write_audio, write_video
 
+from streamseq.io._media import MediaSource
+
 
 @pytest.fixture(scope="session")
 def video_clips(tmp_path_factory):
@@ -22,3 +24,22 @@ def audio_files(tmp_path_factory):
     for name, (codec, fmt, ext, rate, layout) in AUDIO_FILES.items():
         paths[name] = write_audio(folder / f"{name}.{ext}", 20000, codec, fmt, rate, layout)
     return paths
+
+
+@pytest.fixture
+def seeks(monkeypatch):
+    """Count the seeks and the restarts from the beginning of the file of media sources."""
+    counts = {"seek": 0, "restart": 0}
+    real_seek, real_restart = MediaSource._seek, MediaSource._restart
+
+    def seek(self, reader, start):
+        counts["seek"] += 1
+        return real_seek(self, reader, start)
+
+    def restart(self):
+        counts["restart"] += 1
+        return real_restart(self)
+
+    monkeypatch.setattr(MediaSource, "_seek", seek)
+    monkeypatch.setattr(MediaSource, "_restart", restart)
+    return counts

@@ -1,4 +1,3 @@
-import importlib
 import multiprocessing
 import operator
 import pickle
@@ -11,8 +10,6 @@ from media import AUDIO_FILES, damage_codec_tag, frames_of, plain_audio, truncat
 
 from streamseq.errors import SourceError
 from streamseq.io import audio
-
-audio_module = importlib.import_module("streamseq.io.audio")
 
 # (layout, sample_rate, frame): conversions to check against the plain decode
 SETTINGS = [(None, None, 1000), ("mono", None, 777), ("stereo", 22050, 1024), (1, 8000, 500)]
@@ -31,25 +28,6 @@ def references(audio_files):
         return cache[key]
 
     return reference
-
-
-@pytest.fixture
-def seeks(monkeypatch):
-    """Count the repositionings and the restarts from the beginning of the file."""
-    counts = {"seek": 0, "restart": 0}
-    real_seek, real_restart = audio_module._Audio._seek, audio_module._Audio._restart
-
-    def seek(self, reader, s0):
-        counts["seek"] += 1
-        return real_seek(self, reader, s0)
-
-    def restart(self):
-        counts["restart"] += 1
-        return real_restart(self)
-
-    monkeypatch.setattr(audio_module._Audio, "_seek", seek)
-    monkeypatch.setattr(audio_module._Audio, "_restart", restart)
-    return counts
 
 
 @pytest.mark.parametrize("name", AUDIO_FILES)

@@ -1,5 +1,4 @@
 import gc
-import importlib
 import multiprocessing
 import operator
 import pickle
@@ -15,31 +14,10 @@ from media import VIDEO_CLIPS, damage_codec_tag, plain_video, truncate, write_vi
 from streamseq.errors import SourceError
 from streamseq.io import video
 
-video_module = importlib.import_module("streamseq.io.video")
-
 
 @pytest.fixture(scope="module")
 def references(video_clips):
     return {name: plain_video(path) for name, path in video_clips.items()}
-
-
-@pytest.fixture
-def seeks(monkeypatch):
-    """Count the seeks and the restarts from the beginning of the file."""
-    counts = {"seek": 0, "restart": 0}
-    real_seek, real_restart = video_module._Video._seek, video_module._Video._restart
-
-    def seek(self, reader, a):
-        counts["seek"] += 1
-        return real_seek(self, reader, a)
-
-    def restart(self):
-        counts["restart"] += 1
-        return real_restart(self)
-
-    monkeypatch.setattr(video_module._Video, "_seek", seek)
-    monkeypatch.setattr(video_module._Video, "_restart", restart)
-    return counts
 
 
 @pytest.mark.parametrize("name", VIDEO_CLIPS)
