@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import threading
@@ -179,6 +180,10 @@ class StreamLoader:
             generator seeded from (seed, epoch, stream, ``*keys``)). It returns the steps to
             batch, as many, of any dtype and step shape (the same for every stream);
             see :func:`map_steps`.
+        persistent_workers: keep the worker processes (or threads) for the whole run
+            instead of starting them for every pass: the same workers read the next
+            epoch (each plans it for its rows). :meth:`close`, or losing the last
+            reference to the loader, stops them.
 
     Thread safety: indexing a loader (``loader[i]``) from several threads, also while
     one thread iterates it, gives correct batches; a loader runs one pass at a time.
@@ -224,6 +229,7 @@ class StreamLoader:
         max_buffered: int = 6,
         timeout: float | None = None,
         transform: Callable[[Any, StepInfo], Any] | None = None,
+        persistent_workers: bool = False,
         **unsupported: Any,
     ):
         _check_keywords(unsupported)
@@ -235,6 +241,8 @@ class StreamLoader:
         if transform is not None:
             Transform(transform)  # checks it now rather than in a worker
         self.transform = transform
+        self.persistent_workers = bool(persistent_workers) and num_workers > 0
+        self._persistent: list[Prefetched] | None = None  # the persistent workers, once started
         check_workers(num_workers, method, max_buffered, name="method")
         self.timeout = check_timeout(timeout)
         self.pad = check_pad(pad)
@@ -292,6 +300,7 @@ class StreamLoader:
         state = self.__dict__.copy()
         del state["_lock"]
         state["_active"], state["_whole"], state["_plan_cache"] = None, None, None
+        state["_persistent"] = None
         p = self._position
         state["_position"] = position = _Position(p.next, p.pending, p.ended)
         position.started = p.started
@@ -407,7 +416,7 @@ class StreamLoader:
         if self._position.pending and epoch == self.epoch:
             self._chosen = True
             return
-        self.close()
+        self._end_pass()
         self._epoch, self._position, self._chosen = epoch, _Position(0), True
 
     def state_dict(self) -> dict[str, Any]:
@@ -473,7 +482,7 @@ class StreamLoader:
             raise ValueError(f"the state's epoch has {state['length']} batches, this loader's {n}")
         if not 0 <= nxt <= n:
             raise ValueError(f"next_batch {nxt} out of range for {n} batches")
-        self.close()  # an invalid state changes nothing: checked first
+        self._end_pass()  # an invalid state changes nothing: checked first
         self._epoch, self._chosen = epoch, False
         self._position = _Position(nxt, pending=True)
 
@@ -486,7 +495,7 @@ class StreamLoader:
             >>> [b.data.tolist() for b in loader[1:]]
             [[[2, 3]], [[4, 5]]]
         """
-        batches = self._delivery([self._in_process()])
+        batches = self._delivery([self._in_process()], share=True)
         n = len(self)
         if isinstance(i, slice):
             return [batches[k] for k in range(*i.indices(n))]
@@ -504,10 +513,43 @@ class StreamLoader:
                 self._whole = (self.epoch, plan.group(plan.rows, self))
             return self._whole[1]
 
-    def _delivery(self, groups: list[Any]) -> Assembled:
-        """Batches of tensors from the micro-batches of ``groups``, with one copy at most."""
-        share = not any(isinstance(g, Prefetched) for g in groups)
+    def _delivery(self, groups: list[Any], share: bool) -> Assembled:
+        """Batches of tensors from the micro-batches of ``groups``, with one copy at most.
+
+        ``share``: the tensors may share the groups' arrays (not when they are workers'
+        shared-memory slots, which must be released).
+        """
         return Assembled(groups, self.pin_memory, self.time_major, share=share)
+
+    def _workers(self, groups: list[ZipBatch]) -> list[Prefetched]:
+        """The workers reading ``groups``: new ones, or the loader's persistent ones."""
+        kept = self._persistent
+        if kept is not None and len(kept) == len(groups):
+            return kept
+        self._stop_persistent()
+        made = []
+        for w, g in enumerate(groups):
+            shm = _micro_batch_bytes(g.spec_, g.num_rows, self.tbins) * self.max_buffered
+            seq = _EpochGroup(self, w, len(groups)) if self.persistent_workers else g
+            made.append(
+                prefetch(
+                    seq,
+                    1,
+                    method=self.method,
+                    max_buffered=self.max_buffered,
+                    timeout=self.timeout,
+                    shm_size=int(shm * 1.1) + 65536 * self.max_buffered,
+                    persistent_workers=self.persistent_workers,
+                )
+            )
+        if self.persistent_workers:
+            self._persistent = made
+        return made
+
+    def _stop_persistent(self) -> None:
+        kept, self._persistent = self._persistent, None
+        for pf in kept or ():
+            pf.close(wait=False)
 
     def __iter__(self) -> Iterator[Batch]:
         """A pass over the batches of the epoch, from the loaded position (or batch 0).
@@ -524,7 +566,7 @@ class StreamLoader:
         live = self._active() if self._active is not None else None
         if live is not None and not live.closed:
             live.superseded = True
-        self.close()
+        self._end_pass()
         self._sync()
         if self._position.started and not self._chosen:  # a pass left before its end
             self._epoch, self._position = self._epoch + 1, _Position(0)
@@ -534,12 +576,89 @@ class StreamLoader:
         self._active = weakref.ref(it)
         return it
 
-    def close(self) -> None:
-        """Stop the workers of the iteration in progress, if any."""
+    def _end_pass(self) -> None:
+        """Stop the pass in progress, if any (persistent workers are kept)."""
         it = self._active() if self._active is not None else None
         if it is not None:
             it.close()
         self._active = None
+
+    def close(self) -> None:
+        """Stop the pass in progress and the workers, persistent ones included."""
+        self._end_pass()
+        self._stop_persistent()
+
+    def __del__(self) -> None:
+        try:
+            self._stop_persistent()
+        except Exception:  # interpreter shutdown, half-built object
+            pass
+
+
+_STRIDE = 1 << 32  # with persistent workers, batch i of epoch e is item e * _STRIDE + i
+
+
+class _EpochGroup:
+    """The micro-batches of group ``w`` of ``workers`` in every epoch: item e * _STRIDE + i.
+
+    What persistent workers read: each plans the epochs for its own rows, from a copy of
+    the loader's configuration (no reference to the loader itself, so that the loader
+    and its workers are collected when it is no longer referenced).
+    """
+
+    def __init__(self, loader: StreamLoader, w: int, workers: int):
+        self.loader, self.w, self.workers = copy.copy(loader), w, workers
+        self._group: tuple[int, ZipBatch] | None = None
+
+    def __len__(self) -> int:
+        return _STRIDE << 24
+
+    def group(self, epoch: int) -> ZipBatch:
+        """The micro-batches of this group in ``epoch`` (kept until another is asked for)."""
+        if self._group is None or self._group[0] != epoch:
+            self.release()
+            plan = _Plan(self.loader, epoch)
+            rows = split_by_worker(plan.rows, self.workers)[self.w]
+            self._group = (epoch, plan.group(rows, self.loader))
+        return self._group[1]
+
+    def __getitem__(self, k: int) -> Batch:
+        epoch, i = divmod(k, _STRIDE)
+        return self.group(epoch)[i]
+
+    def segment_end(self, k: int) -> int:
+        """The item after the last batch of the epoch of item ``k``."""
+        epoch = k // _STRIDE
+        return epoch * _STRIDE + self.loader.epoch_length(epoch)
+
+    def describe_item(self, k: int) -> str:
+        """What item ``k`` reads: its epoch, streams and steps."""
+        epoch, i = divmod(k, _STRIDE)
+        return f"epoch {epoch}, {self.group(epoch).describe_item(i)}"
+
+    def release(self) -> None:
+        """Close the files the group holds open."""
+        if self._group is not None:
+            self._group[1].release()
+
+
+class _Shifted:
+    """Batches ``base`` to ``base + length`` of persistent workers, as a pass's group."""
+
+    def __init__(self, workers: Prefetched, base: int, length: int):
+        self.workers, self.base, self.length = workers, base, length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def prepare(self, i: int) -> None:  # noqa: D102
+        self.workers.prepare(self.base + i)
+
+    def __getitem__(self, i: int) -> Batch:
+        return self.workers[self.base + i]
+
+    def release(self) -> None:
+        """Nothing: the workers own their files."""
 
 
 class _Position:
@@ -578,21 +697,18 @@ class _Iteration:
         self.background: Background | None = None
         if workers == 0:
             self.groups = [loader._in_process()]
-            self.batches = loader._delivery(self.groups)
+            self.batches = loader._delivery(self.groups, share=True)
             return
         self.groups = [plan.group(g, loader) for g in split_by_worker(plan.rows, workers)]
-        for g in self.groups:
-            shm = _micro_batch_bytes(g.spec_, g.num_rows, loader.tbins) * loader.max_buffered
-            pf = prefetch(
-                g,
-                1,
-                method=loader.method,
-                max_buffered=loader.max_buffered,
-                timeout=loader.timeout,
-                shm_size=int(shm * 1.1) + 65536 * loader.max_buffered,
-            )
-            self.prefetchers.append(pf)
-        self.batches = loader._delivery(self.prefetchers)
+        workers_ = loader._workers(self.groups)
+        if loader.persistent_workers:  # the loader's: this pass reads its epoch from them
+            base = loader.epoch * _STRIDE
+            self.groups = [_Shifted(pf, base, self.stop) for pf in workers_]
+        else:
+            self.prefetchers = workers_
+        self.batches = loader._delivery(
+            self.groups if loader.persistent_workers else workers_, False
+        )
 
     def __iter__(self) -> _Iteration:
         return self
@@ -612,7 +728,7 @@ class _Iteration:
             self.close()
             raise StopIteration
         try:
-            if self.prefetchers and self.batches.pin:
+            if not self.batches.share and self.batches.pin:
                 if self.background is None:
                     self.background = PinMemory(self.batches).iterate(self.next)
                 batch = next(self.background)

@@ -78,8 +78,10 @@ class Prefetched:
         start_hook: Callable[[int], Any] | None = None,
         shm_size: int | None = None,
         timeout: float | None = None,
+        persistent_workers: bool = False,
     ):
         check_workers(num_workers, method, max_buffered)
+        self.persistent_workers = bool(persistent_workers)
         self.timeout = check_timeout(timeout)
         try:
             self.length = len(seq)
@@ -163,8 +165,24 @@ class Prefetched:
         if workers is not None:
             workers.stop(wait=wait)
 
+    def _end(self, i: int) -> int:
+        """Where the workers stop evaluating ahead of item ``i``: the end of its segment."""
+        segment_end = getattr(self.seq, "segment_end", None)
+        return self.length if segment_end is None else min(self.length, segment_end(i))
+
     def _start(self, i: int) -> None:
-        """Start new workers at item ``i`` (the old ones stopped first); lock held."""
+        """Start the workers at item ``i``; lock held.
+
+        New workers replace the old ones, unless they persist: then the items they have
+        in flight are awaited and dropped, and they go on from ``i``.
+        """
+        if self.persistent_workers and self._workers is not None and self._window is not None:
+            if i < self.length:
+                window = self._window
+                self._window = None  # (a failure while draining: new workers next time)
+                window.drain()
+                self._window = Window(self._workers, i, self._end(i), window.depth)
+            return
         self._stop()
         if i >= self.length:
             return
@@ -181,7 +199,7 @@ class Prefetched:
                 self.timeout,
             )
             depth = self.max_buffered - 2  # two slots stay free for the items being used
-        self._workers, self._window = workers, Window(workers, i, self.length, depth)
+        self._workers, self._window = workers, Window(workers, i, self._end(i), depth)
 
     def _ready(self) -> bool:
         """Whether workers can start: with processes, once the slots are sized."""
@@ -301,6 +319,7 @@ def prefetch(
     start_hook: Callable[[int], Any] | None = None,
     shm_size: int | None = None,
     timeout: float | None = None,
+    persistent_workers: bool = False,
 ) -> Prefetched:
     """Evaluate items of ``seq`` ahead in worker processes or threads, in order.
 
@@ -337,6 +356,11 @@ def prefetch(
             :class:`~streamseq.errors.WorkerTimeout` (a :class:`WorkerError`) is raised
             and they are stopped; ``None`` waits as long as they live (a worker that
             dies is an error at once either way).
+        persistent_workers: keep the workers when an access restarts them at another
+            index (their items in flight are awaited and dropped), until ``close()``.
+            With a sequence of segments (such as epochs) that has a method
+            ``segment_end(i)``, the workers never evaluate past the end of the segment
+            of the item asked for, so the next segment starts with idle workers.
 
     Returns:
         A sequence with the same items in the same order; ``close()`` stops the workers.
@@ -353,4 +377,6 @@ def prefetch(
         ...     [int(x[0]) for x in ahead]
         [0, 1, 2, 3, 4]
     """
-    return Prefetched(seq, num_workers, method, max_buffered, start_hook, shm_size, timeout)
+    return Prefetched(
+        seq, num_workers, method, max_buffered, start_hook, shm_size, timeout, persistent_workers
+    )

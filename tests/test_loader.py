@@ -720,3 +720,50 @@ def test_a_timeout_names_the_stream_and_steps_being_read():
     )
     with pytest.raises(WorkerTimeout, match=r"stream 1 \(.*Hanging.*\) steps 0:3"):
         list(loader)
+
+
+def worker_pids(loader):
+    return sorted(pid for pf in loader._persistent or () for pid in pf.pids)
+
+
+@pytest.mark.parametrize("method", ["process", "thread"])
+def test_persistent_workers_read_every_epoch_and_give_the_same_batches(method):
+    before = {c.pid for c in live_children()}
+    streams = coded_streams([23, 7, 31, 12, 5, 18, 26, 9, 14, 3, 20, 11])
+    kw = dict(shuffle=True, seed=3, transform=shift_by_epoch)
+    reference = StreamLoader(streams, 4, 3, **kw)
+    loader = StreamLoader(
+        streams, 4, 3, num_workers=2, method=method, persistent_workers=True, **kw
+    )
+    pids = None
+    for epoch in range(3):
+        expected = list(reference)
+        assert_same(list(loader), expected)
+        if method == "process":
+            assert pids is None or worker_pids(loader) == pids, "the workers were replaced"
+            pids = worker_pids(loader)
+            assert len(pids) == 2
+    for _, _ in zip(range(2), loader, strict=False):  # a pass left early, then the next
+        pass
+    next(iter(reference))
+    assert_same(list(loader), list(reference))
+    state = {**loader.state_dict(), "epoch": 1, "next_batch": 3}
+    del state["length"]
+    reference.load_state_dict(state)
+    loader.load_state_dict(state)
+    assert_same(list(loader), list(reference))
+    loader.close()
+    assert loader._persistent is None and no_children(before)
+
+
+def shift_by_epoch(steps, info):
+    return steps + info.epoch * 1000
+
+
+def test_persistent_workers_stop_with_the_last_reference_to_the_loader():
+    before = {c.pid for c in live_children()}
+    loader = StreamLoader(coded_streams([9, 7, 5]), 2, 2, num_workers=2, persistent_workers=True)
+    list(loader)
+    assert len(worker_pids(loader)) == 2
+    del loader
+    assert no_children(before)

@@ -42,6 +42,7 @@ class Window:
 
     def __init__(self, workers: Workers, start: int, stop: int, depth: int):
         self.workers, self.next, self.ahead, self.stop = workers, start, start, stop
+        self.depth = depth
         self.done: dict[int, tuple[bool, Any]] = {}
         for _ in range(depth):
             self._submit()
@@ -50,6 +51,29 @@ class Window:
         if self.ahead < self.stop:
             self.workers.submit(self.ahead)
             self.ahead += 1
+
+    def drain(self) -> None:
+        """Wait for the jobs in flight and drop their results: the workers are then idle.
+
+        Example:
+            >>> class Later:  # results come when asked for
+            ...     def __init__(self):
+            ...         self.jobs = []
+            ...     def submit(self, item):
+            ...         self.jobs.append(item)
+            ...     def wait(self):
+            ...         item = self.jobs.pop(0)
+            ...         return item, True, item
+            >>> workers = Later()
+            >>> window = Window(workers, 0, 10, depth=3)
+            >>> window.drain(); workers.jobs, window.done
+            ([], {})
+        """
+        while self.ahead - self.next > len(self.done):
+            done, ok, value = self.workers.wait()
+            self.done[done] = ok, value
+        self.done.clear()
+        self.next = self.ahead
 
     def take(self) -> tuple[bool, Any]:
         """``(ok, value or error)`` of the next item, once a worker delivered it."""
