@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> dict:
             bars[f"epoch {epoch}"] = (bar.n, bar.total)
 
         # 3. one bar over the whole run
-        with tqdm(total=sum(loader.epoch_length(e) for e in range(args.epochs)), desc="run", unit="batch") as bar:
+        total = sum(loader.epoch_length(e) for e in range(args.epochs))
+        with tqdm(total=total, desc="run", unit="batch") as bar:
             for epoch in range(args.epochs):
                 loader.set_epoch(epoch)
                 for _ in loader:

@@ -736,7 +736,7 @@ def test_persistent_workers_read_every_epoch_and_give_the_same_batches(method):
         streams, 4, 3, num_workers=2, method=method, persistent_workers=True, **kw
     )
     pids = None
-    for epoch in range(3):
+    for _ in range(3):  # three epochs: each pass reads the next
         expected = list(reference)
         assert_same(list(loader), expected)
         if method == "process":
