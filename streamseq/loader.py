@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
+import multiprocessing
+import pickle
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -13,11 +15,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._tree import nbytes, tree_map
+from ._tree import leaves, nbytes, tree_map
 from .batch import Batch
 from .deliver.assemble import Assembled
 from .deliver.background import Background
 from .deliver.pin import PinMemory
+from .deliver.torch import torch_dtype
 from .interleave import Row, make_rows
 from .plan.epoch import epoch_plan
 from .prefetch import Prefetched, check_timeout, check_workers, prefetch
@@ -77,14 +80,52 @@ def _check_keywords(unsupported: dict[str, Any]) -> None:
 
 
 def _read_spec(ref: Any, transform: Transform | None) -> Any:
-    """One step of ``ref`` (transformed), closing it after."""
+    """One step of ``ref`` (transformed), closing it after.
+
+    Raises:
+        StreamError: naming the stream, when the steps are of a dtype that tensors
+            cannot hold (objects, strings, records).
+    """
     try:
         data = ref.read(0, 1)
         if transform is not None:
             data = transform(ref, ref.index, data, 0, 1)
-        return tree_map(_zero_steps, data)
+        spec = tree_map(_zero_steps, data)
     finally:
         ref.close()
+    for leaf in leaves(spec):
+        try:
+            torch_dtype(leaf.dtype)
+        except TypeError:
+            raise ref.error(
+                f"its steps are of dtype {leaf.dtype}, which tensors cannot hold: turn them "
+                "into numbers in the stream or in a transform="
+            ) from None
+    return spec
+
+
+def _check_picklable(loader: StreamLoader, groups: list[Any]) -> None:
+    """Raise a TypeError naming what spawned workers could not receive, if anything."""
+    try:
+        pickle.dumps(groups)
+        return
+    except Exception as e:
+        error = e
+    hint = (
+        "spawned worker processes receive it pickled: use a module-level function or a "
+        'functools.partial of one (not a lambda or a local function), or method="thread"'
+    )
+    if loader.transform is not None:
+        try:
+            pickle.dumps(loader.transform)
+        except Exception as e:
+            raise TypeError(f"transform {loader.transform!r} does not pickle ({e}): {hint}") from e
+    for ref in loader.refs:
+        try:
+            pickle.dumps(ref.source)
+        except Exception as e:
+            raise ref.error(f"does not pickle ({type(e).__name__}: {e}): {hint}") from e
+    raise TypeError(f"the streams do not pickle ({error}): {hint}") from error
 
 
 def _call_with_timeout(fn: Callable[[], Any], timeout: float, ref: Any, what: str) -> Any:
@@ -527,6 +568,8 @@ class StreamLoader:
         if kept is not None and len(kept) == len(groups):
             return kept
         self._stop_persistent()
+        if self.method == "process" and multiprocessing.get_start_method() != "fork":
+            _check_picklable(self, groups)
         made = []
         for w, g in enumerate(groups):
             shm = _micro_batch_bytes(g.spec_, g.num_rows, self.tbins) * self.max_buffered

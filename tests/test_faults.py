@@ -308,7 +308,7 @@ SPAWN = """
 import functools, multiprocessing, os, sys, time
 import numpy as np
 import psutil
-from streamseq import StreamLoader
+from streamseq import StreamError, StreamLoader
 
 class Squares:
     def __init__(self, n):
@@ -331,6 +331,19 @@ if __name__ == "__main__":
     pids = {int(p) for b in StreamLoader([functools.partial(pid_stream, 6)] * 2, 2, 3,
             num_workers=2, lengths=[6, 6]) for p in b.data[b.valid].tolist()}
     assert os.getpid() not in pids and len(pids) == 2, pids
+    try:
+        streams = [np.arange(5), lambda: np.arange(3)]
+        list(StreamLoader(streams, 2, 2, num_workers=2, lengths=[5, 3]))
+    except StreamError as e:
+        assert "stream 1" in str(e) and "lambda" in str(e) and "does not pickle" in str(e), e
+    else:
+        raise AssertionError("a lambda opener went to spawned workers")
+    try:
+        list(StreamLoader([np.arange(5)], 1, 2, num_workers=1, transform=lambda x, info: x))
+    except TypeError as e:
+        assert "transform" in str(e) and "does not pickle" in str(e), e
+    else:
+        raise AssertionError("a lambda transform went to spawned workers")
     deadline = time.monotonic() + 10
     def command(c):  # empty while a process starts or ends; gone once it has ended
         try:

@@ -767,3 +767,19 @@ def test_persistent_workers_stop_with_the_last_reference_to_the_loader():
     assert len(worker_pids(loader)) == 2
     del loader
     assert no_children(before)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_steps_that_tensors_cannot_hold_name_the_stream(workers):
+    objects = np.array([{"a": i} for i in range(5)], dtype=object)
+    with pytest.raises(StreamError, match=r"stream 0 .*dtype object, which tensors cannot hold"):
+        list(StreamLoader([objects, np.arange(4)], 2, 2, num_workers=workers))
+    with pytest.raises(StreamError, match=r"stream 1 .*dtype object differs from the first"):
+        list(StreamLoader([np.arange(4), objects], 2, 2, num_workers=workers))
+
+
+def test_a_source_error_while_reading_names_the_stream_and_steps():
+    loader = StreamLoader([np.arange(8), Truncated(10)], 2, 3)
+    with pytest.raises(SourceError, match=r"stream 1 .*steps 3:6: clip.bin: truncated") as e:
+        list(loader)
+    assert e.value.index == 1 and e.value.steps == (3, 6) and e.value.path == "clip.bin"
