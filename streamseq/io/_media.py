@@ -26,7 +26,7 @@ import av
 
 from streamseq.errors import SourceError
 from streamseq.io._base import Source, check_file
-from streamseq.read.handle import current_pid
+from streamseq.read.handle import current_pid, keep_forever
 
 
 def open_media(path: str, kind: str, stream_index: int) -> tuple[Any, Any]:
@@ -106,7 +106,6 @@ class Overshoot(Exception):
 
 
 #: readers made by another process (before a fork), kept here when this process drops them
-_INHERITED: list[Reader] = []
 
 
 class Reader:
@@ -187,7 +186,7 @@ class Reader:
 
     def __del__(self) -> None:
         if self.pid != current_pid():
-            _INHERITED.append(self)  # never freed here (see the class's note)
+            keep_forever(self)  # never freed here (see the class's note)
 
 
 class MediaSource(Source, ABC):

@@ -12,7 +12,6 @@ threads forever. An inherited value is therefore kept, unused, for the child's w
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 from collections.abc import Callable
@@ -34,9 +33,19 @@ def current_pid() -> int:
     return _PID[0]
 
 
-def _keep_forever(value: Any) -> None:
-    """Never free ``value``: it belongs to another process (see the module's note)."""
-    ctypes.pythonapi.Py_IncRef(ctypes.py_object(value))
+_KEPT: list[Any] = []  # what this process inherited and must never free
+
+
+def keep_forever(value: Any) -> None:
+    """Never free ``value`` in this process: it belongs to another (see the module's note).
+
+    Also for an object whose ``__del__`` finds it is about to be freed in a process that
+    did not make it: keeping itself there resurrects it.
+
+    Example:
+        >>> keep_forever(object())
+    """
+    _KEPT.append(value)
 
 
 class ProcessLocal(Generic[T]):
@@ -58,7 +67,7 @@ class ProcessLocal(Generic[T]):
         True
     """
 
-    __slots__ = ("_close", "_lock", "_make", "_pid", "_value", "__weakref__")
+    __slots__ = ("_close", "_lock", "_lock_pid", "_make", "_pid", "_value", "__weakref__")
 
     def __init__(
         self, make: Callable[[], T] | None = None, close: Callable[[T], Any] | None = None
@@ -66,21 +75,25 @@ class ProcessLocal(Generic[T]):
         self._make, self._close = make, close
         self._value: T | None = None
         self._pid = -1
-        self._lock = threading.Lock()
+        self._lock, self._lock_pid = threading.Lock(), _PID[0]
 
     def __repr__(self) -> str:
         return f"ProcessLocal({self._make!r}, open={self.peek() is not None})"
 
     @property
     def lock(self) -> threading.Lock:
-        """A lock for the users of the value (new in every process and every copy)."""
+        """A lock for the users of the value (new in every process and every copy).
+
+        A thread of the parent may have held it at the fork: a child takes a new one.
+        """
+        if self._lock_pid != _PID[0]:
+            self._lock, self._lock_pid = threading.Lock(), _PID[0]
         return self._lock
 
     def _forget_inherited(self) -> None:
         if self._value is not None and self._pid != _PID[0]:
-            _keep_forever(self._value)
+            keep_forever(self._value)
             self._value = None
-            self._lock = threading.Lock()  # may have been held by a thread of the parent
 
     def peek(self) -> T | None:
         """The value of this process, or None when it has not been made here."""
@@ -113,7 +126,7 @@ class ProcessLocal(Generic[T]):
     def __setstate__(self, state: tuple) -> None:
         self._make, self._close = state
         self._value, self._pid = None, -1
-        self._lock = threading.Lock()
+        self._lock, self._lock_pid = threading.Lock(), _PID[0]
 
     def __copy__(self) -> ProcessLocal[T]:
         return ProcessLocal(self._make, self._close)
@@ -130,6 +143,6 @@ class ProcessLocal(Generic[T]):
                     if self._close is not None:
                         self._close(self._value)
                 else:
-                    _keep_forever(self._value)
+                    keep_forever(self._value)
         except Exception:  # interpreter shutdown, half-built object
             pass

@@ -1,0 +1,60 @@
+"""A value opened once per process: made again after a fork, dropped when pickled."""
+
+import os
+import pickle
+
+from streamseq.read.handle import ProcessLocal, current_pid
+
+
+class Opened:
+    """Something opened, that records where it was made and whether it was closed."""
+
+    def __init__(self):
+        self.pid, self.closed = os.getpid(), False
+
+    def close(self):
+        self.closed = True
+
+
+def close(value):
+    value.close()
+
+
+def test_the_value_is_made_once_per_process_and_closed_only_where_it_was_made():
+    handle = ProcessLocal(Opened, close)
+    parent = handle.get()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: a value of its own, the parent's left alone
+        try:
+            mine = handle.get()
+            ok = mine is not parent and mine.pid == os.getpid() == current_pid()
+            handle.close()
+            ok = ok and mine.closed and not parent.closed
+            os.write(write, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 1) == b"1"
+    assert handle.get() is parent and not parent.closed
+    handle.close()
+    assert parent.closed and handle.peek() is None
+
+
+def test_pickled_and_copied_handles_are_empty():
+    import copy
+
+    handle = ProcessLocal(Opened, close)
+    value = handle.get()
+    for other in (pickle.loads(pickle.dumps(handle)), copy.copy(handle), copy.deepcopy(handle)):
+        assert other.peek() is None
+        assert other.get() is not value
+    assert handle.get() is value
+
+
+def test_set_closes_the_value_it_replaces():
+    handle = ProcessLocal(close=close)
+    first, second = Opened(), Opened()
+    handle.set(first)
+    handle.set(second)
+    assert first.closed and not second.closed and handle.get() is second
