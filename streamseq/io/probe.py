@@ -279,10 +279,10 @@ def probe_lengths(
     time) or opened differently, and adds them to the file, which is written atomically
     (also when probing fails or is interrupted, so that finished measurements are kept),
     keeping its permissions (a cache shared with a group stays so) and, when it is a
-    symbolic link, replacing the file it points to. Streams whose file cannot be told (in-
-    memory arrays, arbitrary callables) are measured every time. Paths alone are refused:
-    they do not say how to open the file. An unreadable or foreign cache file is ignored
-    with a warning and replaced.
+    symbolic link, replacing the file it points to. Streams whose file cannot be told
+    (in-memory arrays, arbitrary callables) are measured every time. Paths alone are
+    refused: they do not say how to open the file. An unreadable or foreign cache file is
+    ignored with a warning and replaced.
 
     Args:
         openers: streams (``len`` and slicing) or picklable zero-argument openers.
