@@ -191,7 +191,7 @@ class _Table:
         self.block_size = max(1, 4096 // max(1, len(self.rows)))
         self.shape = (len(self.rows), tbins)
         self.transformed = any(r.transform is not None for r in self.rows)
-        self._state: ProcessLocal[_ReadState] = ProcessLocal()
+        self._state = ProcessLocal(functools.partial(_ReadState, len(self.rows)))
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:
@@ -216,7 +216,7 @@ class _Table:
             return self._batch(i, spec)
 
     def _batch(self, i: int, spec: Any) -> Batch:
-        st = self._state.get(functools.partial(_ReadState, len(self.rows)))
+        st = self._state.get()
         first = i - i % self.block_size
         blk = st.block
         if blk is None or blk.first != first:
