@@ -65,18 +65,17 @@ class Assembled:
         self.length = lengths.pop()
         self.pin, self.time_major = pin and can_pin(), time_major
         self.share = share and len(self.groups) == 1 and not self.pin and not time_major
+        self._prepare = [g.prepare for g in self.groups if hasattr(g, "prepare")]
 
     def __len__(self) -> int:
         return self.length
 
     def __getitem__(self, i: int) -> Batch:
-        for g in self.groups:  # start every worker before waiting for one
-            if hasattr(g, "prepare"):
-                g.prepare(i)
-        parts = [g[i] for g in self.groups]
-        if self.share:
-            return to_torch(parts[0])
-        return assemble_parts(parts, self.pin, self.time_major)
+        if self.share:  # one group read here: the tensors share its arrays
+            return to_torch(self.groups[0][i])
+        for prepare in self._prepare:  # start every worker before waiting for one
+            prepare(i)
+        return assemble_parts([g[i] for g in self.groups], self.pin, self.time_major)
 
 
 def assemble(
