@@ -8,6 +8,7 @@ processes, forked or spawned.
 """
 
 from streamseq.io.audio import audio
+from streamseq.io.corpus import token_corpus
 from streamseq.io.events import EVENT_DTYPE, events, synthetic_events
 from streamseq.io.probe import probe_lengths
 from streamseq.io.procedural import texture, virtual_camera
@@ -21,6 +22,7 @@ __all__ = [
     "probe_lengths",
     "synthetic_events",
     "texture",
+    "token_corpus",
     "tokens",
     "video",
     "virtual_camera",

@@ -1,0 +1,308 @@
+"""One token file split into documents, each a stream of a shared memory map.
+
+A corpus file (nanoGPT's ``.bin``: flat ``uint16`` tokens with an end-of-document token
+after each document; a ``.npy`` array; Megatron's ``.bin`` with its ``.idx``) holds many
+documents back to back. :func:`token_corpus` finds their boundaries once, with numpy
+(never a Python loop over tokens), and returns one small stream per document: the file's
+key and the document's token range. A document maps nothing of its own: every document of
+a file reads through one memory map per process, made on the first read in that process
+(a :class:`~streamseq.read.handle.ProcessLocal` kept in this module, by file), so a
+hundred thousand documents cost a hundred thousand small objects, and pickle to their
+ranges.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from streamseq.errors import SourceError
+from streamseq.io._base import Source
+from streamseq.io._npy import read_npy_header
+from streamseq.read.handle import ProcessLocal
+from streamseq.read.ref import _collector_paused
+
+_NPY_MAGIC = b"\x93NUMPY"
+#: tokens compared with ``eod`` at a time (bounds the temporary boolean array)
+BLOCK = 1 << 24
+
+#: Megatron's index: header, version, dtype code, then the sequence and document counts
+_IDX_MAGIC = b"MMIDIDX\x00\x00"
+_IDX_HEAD = struct.Struct("<9sQBQQ")
+_IDX_DTYPES = {
+    1: np.uint8,
+    2: np.int8,
+    3: np.int16,
+    4: np.int32,
+    5: np.int64,
+    6: np.float64,
+    7: np.float32,
+    8: np.uint16,
+}
+
+#: (path, dtype, byte offset, tokens) -> the memory map of this process
+_Key = tuple[str, str, int, int]
+_MAPS: dict[_Key, ProcessLocal[np.ndarray]] = {}
+
+
+def _map(key: _Key) -> np.ndarray:
+    path, dtype, offset, count = key
+    if count == 0:  # mmap refuses empty files
+        return np.zeros(0, dtype)
+    return np.memmap(path, np.dtype(dtype), mode="r", offset=offset, shape=(count,))
+
+
+def _shared(key: _Key) -> ProcessLocal[np.ndarray]:
+    """The one handle of the file ``key`` in this process (its map made on first read)."""
+    handle = _MAPS.get(key)
+    if handle is None:
+        handle = _MAPS.setdefault(key, ProcessLocal())
+    return handle
+
+
+class _Document(Source):
+    """Tokens ``start:stop`` of a file, read through the file's shared memory map."""
+
+    __slots__ = ("_handle", "key", "start", "stop")
+
+    def __init__(self, key: _Key, start: int, stop: int, handle: ProcessLocal | None = None):
+        # no Source.__init__: the handle is the file's, shared by all its documents
+        self.key, self.start, self.stop = key, start, stop
+        self._handle = _shared(key) if handle is None else handle
+
+    def __reduce__(self) -> tuple:
+        return (_Document, (self.key, self.start, self.stop))
+
+    @property
+    def path(self) -> str:
+        """The token file."""
+        return self.key[0]
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The dtype of the tokens."""
+        return np.dtype(self.key[1])
+
+    def __repr__(self) -> str:
+        return f"document({self.key[0]!r}, {self.start}:{self.stop})"
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def _open(self) -> np.ndarray:
+        return _map(self.key)
+
+    def _read(self, handle: Any, a: int, b: int) -> np.ndarray:
+        return handle[self.start + a : self.start + b]
+
+    def _empty(self) -> np.ndarray:
+        return np.zeros(0, self.key[1])
+
+    def close(self) -> None:
+        """Leave the file's map open: every document of the file in this process uses it."""
+
+
+def _layout(path: str, dtype: npt.DTypeLike | None, size: int) -> tuple[np.dtype, int, int]:
+    """dtype, byte offset and number of tokens of a flat or ``.npy`` token file."""
+    with open(path, "rb") as f:
+        is_npy = f.read(len(_NPY_MAGIC)) == _NPY_MAGIC
+    if is_npy:
+        shape, fortran, file_dtype, offset = read_npy_header(path)
+        if dtype is not None and np.dtype(dtype) != file_dtype:
+            raise ValueError(f"{path}: dtype {np.dtype(dtype)} given, file has {file_dtype}")
+        if len(shape) != 1 or file_dtype.kind not in "iu":
+            raise SourceError(
+                path, f"a corpus is a 1-d array of integer tokens, not {file_dtype} {shape}"
+            )
+        count = int(shape[0])
+        if size < offset + count * file_dtype.itemsize:
+            expected = offset + count * file_dtype.itemsize
+            raise SourceError(path, f"truncated: {size} bytes, {expected} expected")
+        return file_dtype, offset, count
+    dtype = np.dtype(np.uint16 if dtype is None else dtype)
+    if size % dtype.itemsize:
+        raise SourceError(path, f"size {size} is not a multiple of {dtype} ({dtype.itemsize})")
+    return dtype, 0, size // dtype.itemsize
+
+
+def _eod_bounds(tokens: np.ndarray, eod: int) -> tuple[np.ndarray, np.ndarray]:
+    """Documents that each end with an ``eod`` token (the last one may lack it)."""
+    ends = [
+        np.flatnonzero(tokens[i : i + BLOCK] == eod) + (i + 1)
+        for i in range(0, len(tokens), BLOCK)
+    ]
+    stops = np.concatenate([np.zeros(0, np.int64), *ends]).astype(np.int64)
+    if not len(stops) or stops[-1] != len(tokens):
+        stops = np.append(stops, len(tokens))  # tokens after the last eod: one more document
+    starts = np.concatenate([[0], stops[:-1]]).astype(np.int64)
+    return starts, stops
+
+
+def _index_bounds(path: str, index: Any, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Documents from their start offsets (an array, or a ``.npy`` file of them)."""
+    if isinstance(index, (str, os.PathLike)):
+        where = os.fspath(index)
+        try:
+            offsets = np.load(where, mmap_mode="r")
+        except (OSError, ValueError) as e:
+            raise SourceError(where, f"cannot read the document index: {e}") from e
+    else:
+        offsets = np.asarray(index)
+    if offsets.ndim != 1 or not len(offsets) or offsets.dtype.kind not in "iu":
+        raise SourceError(
+            path,
+            "the index must be a non-empty 1-d array of integer offsets, "
+            f"got {offsets.dtype} {offsets.shape}",
+        )
+    starts = np.asarray(offsets, np.int64)
+    if starts[0] < 0 or starts[-1] > count:
+        bad = int(np.flatnonzero((starts < 0) | (starts > count))[0])
+        raise SourceError(
+            path, f"index[{bad}] = {starts[bad]} is out of range for a file of {count} tokens"
+        )
+    down = np.flatnonzero(np.diff(starts) < 0)
+    if len(down):
+        i = int(down[0])
+        raise SourceError(
+            path,
+            f"the index decreases: index[{i}] = {starts[i]} > index[{i + 1}] = {starts[i + 1]}",
+        )
+    if len(starts) > 1 and starts[-1] == count:
+        starts = starts[:-1]  # a final boundary at the end of the file, not an empty document
+    stops = np.append(starts[1:], count)
+    return starts, stops
+
+
+def _megatron(bin_path: str, idx_path: str, dtype: npt.DTypeLike | None, size: int) -> tuple:
+    """dtype, token count and document bounds of a Megatron ``.bin`` and its ``.idx``.
+
+    The ``.idx`` (``megatron/core/datasets/indexed_dataset.py``, ``_IndexWriter``): the
+    header ``MMIDIDX`` and two zero bytes, version 1 (``<Q``), the dtype code (``<B``), the
+    number of sequences and of document indices (``<Q`` each), then the length of every
+    sequence (int32), its byte offset in the ``.bin`` (int64), and the document indices
+    (int64: document ``d`` is sequences ``doc[d]:doc[d + 1]``).
+    """
+    try:
+        with open(idx_path, "rb") as f:
+            head = f.read(_IDX_HEAD.size)
+    except OSError as e:
+        raise SourceError(idx_path, f"cannot read the index: {e}") from e
+    if len(head) < _IDX_HEAD.size or head[:9] != _IDX_MAGIC:
+        raise SourceError(idx_path, "not a Megatron index (no MMIDIDX header)")
+    _, version, code, sequences, documents = _IDX_HEAD.unpack(head)
+    if version != 1 or code not in _IDX_DTYPES:
+        raise SourceError(idx_path, f"unsupported index: version {version}, dtype code {code}")
+    file_dtype = np.dtype(_IDX_DTYPES[code])
+    if dtype is not None and np.dtype(dtype) != file_dtype:
+        raise ValueError(f"{idx_path}: dtype {np.dtype(dtype)} given, index has {file_dtype}")
+    need = _IDX_HEAD.size + sequences * 12 + documents * 8
+    if os.path.getsize(idx_path) < need:
+        raise SourceError(
+            idx_path, f"truncated: {os.path.getsize(idx_path)} bytes, {need} expected"
+        )
+    raw = np.memmap(idx_path, np.uint8, mode="r")
+    at = _IDX_HEAD.size
+    lengths = np.frombuffer(raw, "<i4", sequences, at).astype(np.int64)
+    pointers = np.frombuffer(raw, "<i8", sequences, at + 4 * sequences)
+    doc = np.frombuffer(raw, "<i8", documents, at + 12 * sequences).astype(np.int64)
+    if size % file_dtype.itemsize:
+        raise SourceError(bin_path, f"size {size} is not a multiple of {file_dtype}")
+    count = size // file_dtype.itemsize
+    item = file_dtype.itemsize
+    expected = np.concatenate([[0], np.cumsum(lengths * item)[:-1]]) if sequences else lengths
+    if len(lengths) and ((lengths < 0).any() or not np.array_equal(pointers, expected)):
+        raise SourceError(idx_path, "the sequence offsets do not follow the sequence lengths")
+    if len(doc) == 0 or doc[0] != 0 or doc[-1] != sequences or (np.diff(doc) < 0).any():
+        raise SourceError(idx_path, "the document indices do not cover the sequences in order")
+    token_at = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    if token_at[-1] > count:
+        raise SourceError(
+            bin_path, f"the index covers {token_at[-1]} tokens, the file has {count}"
+        )
+    return file_dtype, count, token_at[doc[:-1]], token_at[doc[1:]]
+
+
+def token_corpus(
+    path: str | os.PathLike,
+    *,
+    dtype: npt.DTypeLike | None = None,
+    eod: int | None = None,
+    index: npt.ArrayLike | str | os.PathLike | None = None,
+) -> list[_Document]:
+    """Split one token file into documents: one memory-mapped stream per document.
+
+    The documents come either from an end-of-document token, ``eod`` (nanoGPT's layout:
+    each document followed by it), found by one vectorised pass over the file, or from an
+    ``index``: the start offsets of the documents (an array or a ``.npy`` file), or the
+    path of Megatron's ``.idx`` file for its ``.bin`` (sequences grouped into documents).
+
+    With ``eod``, each document ends with its ``eod`` token, kept (a model learns where
+    documents end), so the documents concatenated give back the file exactly; tokens after
+    the last ``eod`` are one more document, and a file without ``eod`` is one document.
+    With an ``index``, document ``i`` runs from ``index[i]`` to ``index[i + 1]`` (the last
+    one to the end of the file; a last offset equal to the number of tokens is that end,
+    as cumulative sums give, not one more document), and tokens before ``index[0]`` are
+    in none. Equal offsets make documents with no token: they are kept, empty (a loader
+    skips them), so that document ``i`` is the ``i``-th of the index.
+
+    Every document reads the file through one memory map per process, made on the first
+    read in that process; documents pickle to their file and token range, never tokens.
+
+    Args:
+        path: the token file: flat binary (``.bin``) or ``.npy`` (a 1-d integer array).
+        dtype: of the tokens of a flat file (default ``uint16``, as nanoGPT writes);
+            read from the header of a ``.npy`` file and from a Megatron ``.idx``, and
+            checked against them when given.
+        eod: the end-of-document token id.
+        index: the document start offsets (in tokens), as an array or a ``.npy`` file,
+            or the path of a Megatron ``.idx`` file (ending in ``.idx``).
+
+    Returns:
+        A list of streams, one per document, in file order: ``len(doc)`` is its number
+        of tokens and ``doc[a:b]`` a read-only view of the memory map.
+
+    Raises:
+        ValueError: neither or both of ``eod`` and ``index``, or a ``dtype`` that
+            contradicts the file.
+        streamseq.errors.SourceError: naming the file: it is missing, empty, not a whole
+            number of tokens, a ``.npy`` array that is not 1-d integers, or the index is
+            out of range, decreasing or (``.idx``) damaged.
+
+    Example:
+        >>> import tempfile, os, numpy as np
+        >>> path = os.path.join(tempfile.mkdtemp(), "train.bin")
+        >>> np.array([5, 6, 0, 7, 0, 8, 9], np.uint16).tofile(path)
+        >>> docs = token_corpus(path, eod=0)
+        >>> [d[:].tolist() for d in docs], len(docs[2])
+        ([[5, 6, 0], [7, 0], [8, 9]], 2)
+        >>> [len(d) for d in token_corpus(path, index=[0, 3, 3])]
+        [3, 0, 4]
+    """
+    if (eod is None) == (index is None):
+        raise ValueError("give either eod (the end-of-document token) or index (the offsets)")
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise SourceError(path, "no such file")
+    size = os.path.getsize(path)
+    megatron = isinstance(index, (str, os.PathLike)) and os.fspath(index).endswith(".idx")
+    if megatron:
+        file_dtype, count, starts, stops = _megatron(path, os.fspath(index), dtype, size)  # type: ignore[arg-type]
+        offset = 0
+    else:
+        file_dtype, offset, count = _layout(path, dtype, size)
+    if count == 0:
+        raise SourceError(path, "empty: no token")
+    key: _Key = (path, file_dtype.str, offset, count)
+    if not megatron:
+        if eod is not None:
+            starts, stops = _eod_bounds(_shared(key).get(lambda: _map(key)), int(eod))
+        else:
+            starts, stops = _index_bounds(path, index, count)
+    handle = _shared(key)
+    with _collector_paused():  # 100k objects without cycles: no collection in between
+        bounds = zip(starts.tolist(), stops.tolist(), strict=True)
+        return [_Document(key, a, b, handle) for a, b in bounds]

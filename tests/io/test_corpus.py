@@ -1,0 +1,214 @@
+import multiprocessing
+import pickle
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamseq import StreamLoader
+from streamseq.errors import SourceError
+from streamseq.io import token_corpus
+from streamseq.testing import check_continuity
+
+EOD = 50256
+
+
+def write_docs(path, docs, dtype=np.uint16):
+    """nanoGPT's layout: every document followed by EOD, flat."""
+    flat = np.concatenate([np.append(d, EOD) for d in docs]).astype(dtype)
+    flat.tofile(path)
+    return flat
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(0, 1000, n) for n in rng.integers(1, 60, 40)]
+    path = tmp_path / "train.bin"
+    return path, write_docs(path, docs), docs
+
+
+def test_documents_end_with_eod_and_concatenate_to_the_file(corpus):
+    path, flat, docs = corpus
+    got = token_corpus(path, eod=EOD)
+    assert len(got) == len(docs)
+    for d, want in zip(got, docs, strict=True):
+        assert len(d) == len(want) + 1
+        assert d[:].tolist() == [*want.tolist(), EOD]
+    np.testing.assert_array_equal(np.concatenate([d[:] for d in got]), flat)
+
+
+def test_slices_are_views_of_one_shared_map(corpus):
+    path, _, docs = corpus
+    got = token_corpus(path, eod=EOD)
+    a, b = got[3][1:4], got[7][:]
+    assert isinstance(a, np.memmap) and not a.flags.writeable
+    assert a.base is not None and np.shares_memory(a, a.base)
+    assert got[3]._handle is got[7]._handle  # one handle (one map) for the file
+    assert np.shares_memory(np.asarray(b.base), np.asarray(a.base))
+    assert got[3][-1] == EOD and got[3][0] == docs[3][0]
+    assert got[3][100:200].shape == (0,) and got[3][100:200].dtype == np.uint16
+
+
+def test_trailing_tokens_and_no_eod(tmp_path):
+    path = tmp_path / "t.bin"
+    np.array([1, 2, EOD, EOD, 3, 4], np.uint16).tofile(path)
+    assert [d[:].tolist() for d in token_corpus(path, eod=EOD)] == [[1, 2, EOD], [EOD], [3, 4]]
+    one = token_corpus(path, eod=7)  # never found: the whole file is one document
+    assert len(one) == 1 and one[0][:].tolist() == [1, 2, EOD, EOD, 3, 4]
+
+
+def test_npy_dtype_from_header(tmp_path):
+    path = tmp_path / "t.npy"
+    np.save(path, np.array([9, 9, 0, 8, 0], np.int32))
+    docs = token_corpus(path, eod=0)
+    assert [d[:].tolist() for d in docs] == [[9, 9, 0], [8, 0]] and docs[0].dtype == np.int32
+    with pytest.raises(ValueError, match="int32"):
+        token_corpus(path, eod=0, dtype=np.uint16)
+    np.save(tmp_path / "m.npy", np.zeros((3, 2), np.int32))
+    with pytest.raises(SourceError, match="m.npy.*1-d"):
+        token_corpus(tmp_path / "m.npy", eod=0)
+
+
+def test_index_offsets(tmp_path):
+    path = tmp_path / "t.bin"
+    np.arange(10, dtype=np.uint32).tofile(path)
+    docs = token_corpus(path, dtype=np.uint32, index=[2, 5, 5, 9])
+    assert [d[:].tolist() for d in docs] == [[2, 3, 4], [], [5, 6, 7, 8], [9]]
+    ends = token_corpus(path, dtype=np.uint32, index=np.array([0, 4, 10]))  # with the end
+    assert [len(d) for d in ends] == [4, 6]
+    np.save(tmp_path / "offsets.npy", np.array([0, 7]))
+    assert [len(d) for d in token_corpus(path, dtype="u4", index=tmp_path / "offsets.npy")] == [
+        7,
+        3,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("index", "match"),
+    [
+        ([0, 11], r"index\[1\] = 11 is out of range for a file of 10 tokens"),
+        ([-1, 3], r"index\[0\] = -1 is out of range"),
+        ([0, 5, 3], r"decreases: index\[1\] = 5 > index\[2\] = 3"),
+        ([], "non-empty 1-d array"),
+        ([0.5], "integer offsets"),
+    ],
+)
+def test_bad_index_names_the_file(tmp_path, index, match):
+    path = tmp_path / "t.bin"
+    np.arange(10, dtype=np.uint16).tofile(path)
+    with pytest.raises(SourceError, match="t.bin: .*" + match) as e:
+        token_corpus(path, index=np.asarray(index))
+    assert e.value.path == str(path)
+
+
+def test_bad_files_name_the_file(tmp_path):
+    with pytest.raises(SourceError, match="missing.bin: no such file"):
+        token_corpus(tmp_path / "missing.bin", eod=0)
+    odd = tmp_path / "odd.bin"
+    odd.write_bytes(b"\x01\x00\x02")
+    with pytest.raises(SourceError, match="odd.bin: size 3 is not a multiple of uint16"):
+        token_corpus(odd, eod=0)
+    empty = tmp_path / "empty.bin"
+    empty.write_bytes(b"")
+    with pytest.raises(SourceError, match="empty.bin: empty"):
+        token_corpus(empty, eod=0)
+    with pytest.raises(ValueError, match="either eod"):
+        token_corpus(odd)
+    with pytest.raises(ValueError, match="either eod"):
+        token_corpus(odd, eod=0, index=[0])
+
+
+def write_megatron(prefix, documents, dtype=np.uint16):
+    """Megatron's .bin and .idx for documents given as lists of sequences."""
+    sequences = [np.asarray(s, dtype) for doc in documents for s in doc]
+    np.concatenate(sequences).tofile(f"{prefix}.bin")
+    lengths = np.array([len(s) for s in sequences], np.int32)
+    pointers = np.concatenate([[0], np.cumsum(lengths.astype(np.int64) * 2)[:-1]])
+    doc_idx = np.concatenate([[0], np.cumsum([len(doc) for doc in documents])]).astype(np.int64)
+    with open(f"{prefix}.idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00" + struct.pack("<Q", 1) + struct.pack("<B", 8))
+        f.write(struct.pack("<Q", len(lengths)) + struct.pack("<Q", len(doc_idx)))
+        f.write(lengths.tobytes() + pointers.astype(np.int64).tobytes() + doc_idx.tobytes())
+
+
+def test_megatron_bin_and_idx(tmp_path):
+    prefix = tmp_path / "corpus_text_document"
+    write_megatron(prefix, [[[1, 2], [3]], [[4, 5, 6]], [], [[7], [8], [9, 10]]])
+    docs = token_corpus(f"{prefix}.bin", index=f"{prefix}.idx")
+    assert [d[:].tolist() for d in docs] == [[1, 2, 3], [4, 5, 6], [], [7, 8, 9, 10]]
+    with pytest.raises(ValueError, match="uint16"):
+        token_corpus(f"{prefix}.bin", index=f"{prefix}.idx", dtype=np.int32)
+    damaged = tmp_path / "bad.idx"
+    damaged.write_bytes(b"NOTANIDX" + bytes(40))
+    with pytest.raises(SourceError, match="bad.idx: not a Megatron index"):
+        token_corpus(f"{prefix}.bin", index=damaged)
+    short = tmp_path / "short.bin"
+    short.write_bytes(np.arange(5, dtype=np.uint16).tobytes())
+    with pytest.raises(SourceError, match="short.bin: the index covers 10 tokens, the file has 5"):
+        token_corpus(short, index=f"{prefix}.idx")
+
+
+def test_pickle_carries_the_range_not_the_tokens(tmp_path):
+    path = tmp_path / "big.bin"
+    write_docs(path, [np.arange(100_000) % 1000, np.arange(10)])
+    docs = token_corpus(path, eod=EOD)
+    docs[0][:10]  # opened here
+    data = pickle.dumps(docs[0])
+    assert len(data) < 300  # 200 kB of tokens
+    copy = pickle.loads(data)
+    np.testing.assert_array_equal(copy[:], docs[0][:])
+    assert copy._handle is docs[0]._handle  # one map per file and process, also when unpickled
+
+
+def _read_each(pickled):
+    """Unpickle documents one by one and read them: sums, handles and maps they used."""
+    docs = [pickle.loads(p) for p in pickled]
+    sums = [int(d[:].astype(np.int64).sum()) for d in docs]
+    maps = {id(d._handle.peek()) for d in docs}
+    return sums, len({id(d._handle) for d in docs}), len(maps)
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_read_in_worker_process_through_one_map(corpus, method):
+    path, _, docs = corpus
+    got = token_corpus(path, eod=EOD)
+    parent = got[0]._handle.get()
+    with multiprocessing.get_context(method).Pool(1) as pool:
+        sums, handles, maps = pool.apply(_read_each, ([pickle.dumps(d) for d in got[:5]],))
+    assert sums == [int(d.sum()) + EOD for d in docs[:5]]
+    assert handles == 1 and maps == 1  # one map of the file in the worker, for all documents
+    assert got[0]._handle.get() is parent  # the parent's is its own
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_streaming_passes_check_continuity(corpus, workers):
+    path, _, _ = corpus
+    docs = token_corpus(path, eod=EOD)
+    loader = StreamLoader(docs, batch_size=4, tbins=16, num_workers=workers)
+    assert check_continuity(loader, [len(d) for d in docs], sources=docs) == len(loader)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 30), min_size=1, max_size=25),
+    seed=st.integers(0, 2**16),
+)
+def test_random_document_lengths(tmp_path_factory, lengths, seed):
+    rng = np.random.default_rng(seed)
+    docs = [rng.integers(0, EOD, n) for n in lengths]
+    folder = tmp_path_factory.mktemp("corpus")
+    flat = write_docs(folder / "c.bin", docs)
+    by_eod = token_corpus(folder / "c.bin", eod=EOD)
+    assert [len(d) for d in by_eod] == [n + 1 for n in lengths]
+    assert all(d[:].tolist() == [*w.tolist(), EOD] for d, w in zip(by_eod, docs, strict=True))
+    np.testing.assert_array_equal(np.concatenate([d[:] for d in by_eod]), flat)
+    body = np.concatenate([np.zeros(0, np.uint16), *[w.astype(np.uint16) for w in docs]])
+    body.tofile(folder / "body.bin")
+    if len(body):
+        bounds = np.concatenate([[0], np.cumsum(lengths)])  # with the end: empty last ones too
+        by_index = token_corpus(folder / "body.bin", index=bounds)
+        assert [len(d) for d in by_index] == lengths
+        assert all(d[:].tolist() == w.tolist() for d, w in zip(by_index, docs, strict=True))
