@@ -36,6 +36,8 @@ class Row:
         stream_ids: their indices in the user's list, when already known (else each
             ref's ``index``).
         transform: applied to every slice read (see :func:`map_steps`).
+        starts: where each stream of the row starts in its source (a segment of a longer
+            stream, see ``segment_length``); steps are then counted in the source.
 
     Example:
         >>> import numpy as np
@@ -50,6 +52,7 @@ class Row:
         lengths: Sequence[int] | None = None,
         stream_ids: Sequence[int] | None = None,
         transform: Transform | None = None,
+        starts: Sequence[int] | None = None,
     ):
         self.refs = list(refs)
         self.transform = transform
@@ -60,6 +63,9 @@ class Row:
             stream_ids = [r.index for r in self.refs]
         self.stream_ids = np.asarray(stream_ids, dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.lengths)]).astype(np.int64)
+        self.starts = np.asarray(
+            np.zeros(len(self.refs)) if starts is None else starts, dtype=np.int64
+        )  # where each stream of the row starts in its source
         self._cursor: ProcessLocal[_Cursor] = ProcessLocal(_Cursor)
 
     def __repr__(self) -> str:
@@ -72,17 +78,20 @@ class Row:
         """Make the row's ``j``-th stream the current one, closing the one before."""
         cursor = self._cursor.get()
         if cursor.at != j:
-            if cursor.at >= 0:
-                self.refs[cursor.at].close()
+            if cursor.at >= 0 and self.refs[cursor.at] is not self.refs[j]:
+                self.refs[cursor.at].close()  # (the next segment of a source keeps it open)
             cursor.at = j
         return self.refs[j]
 
     def read(self, j: int, start: int, stop: int) -> Any:
         """Read steps ``start:stop`` of the row's ``j``-th stream, closing the one before.
 
-        The row's transform, if any, is applied to what was read.
+        The row's transform, if any, is applied to what was read. For a segment, the
+        steps count from the segment's start.
         """
         ref = self.switch(j)
+        shift = int(self.starts[j])
+        start, stop = start + shift, stop + shift
         data = ref.read(start, stop)
         if self.transform is None:
             return data
@@ -179,8 +188,13 @@ def make_rows(
     *,
     seed: int = 0,
     epoch: int = 0,
+    units: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> list[Row]:
     """The rows of a plan: row r reads ``refs[assignment[r]]``, transformed if asked.
+
+    With ``units`` (the source and start of every segment, from
+    :func:`streamseq.plan.segments.segments`), the assignment and ``sizes`` index
+    segments, and row r reads segment ``m`` from ``refs[source[m]]`` at ``start[m]``.
 
     Example:
         >>> refs = as_refs([np.arange(3), np.arange(2)])
@@ -189,7 +203,14 @@ def make_rows(
     """
     ids = np.fromiter((r.index for r in refs), np.int64, len(refs))
     assignment = [np.asarray(m, dtype=np.int64) for m in assignment]
-    rows = [Row(_pick(refs, m), sizes[m], ids[m]) for m in assignment]
+    if units is not None:
+        source, start = units
+        rows = [
+            Row(_pick(refs, source[m]), sizes[m], ids[source[m]], None, start[m])
+            for m in assignment
+        ]
+    else:
+        rows = [Row(_pick(refs, m), sizes[m], ids[m]) for m in assignment]
     if transform is not None:
         rows = [map_steps(r, transform, seed=seed, epoch=epoch) for r in rows]
     return rows
@@ -231,7 +252,8 @@ def map_steps(
         >>> out[0] == out[3] != out[4] == out[5]
         True
     """
-    return Row(row.refs, row.lengths, row.stream_ids, Transform(fn, seed, epoch, row.transform))
+    transform = Transform(fn, seed, epoch, row.transform)
+    return Row(row.refs, row.lengths, row.stream_ids, transform, row.starts)
 
 
 def _pick(items: list[Any], indices: np.ndarray) -> list[Any]:

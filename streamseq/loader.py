@@ -23,6 +23,7 @@ from .deliver.pin import PinMemory
 from .deliver.torch import torch_dtype
 from .interleave import Row, make_rows
 from .plan.epoch import epoch_plan
+from .plan.segments import segments
 from .prefetch import Prefetched, check_timeout, check_workers, prefetch
 from .read.ref import as_refs, check_int, identity
 from .read.transform import StepInfo, Transform
@@ -166,7 +167,11 @@ class _Plan:
         self.epoch = epoch
         mine = assignment[r * b : (r + 1) * b]  # the rows of this rank only
         seed, transform = loader.seed, loader.transform
-        self.rows = make_rows(loader.refs, loader.lengths, mine, transform, seed=seed, epoch=epoch)
+        source, start, length = loader.units
+        units = None if loader.segment_length is None else (source, start)
+        self.rows = make_rows(
+            loader.refs, length, mine, transform, seed=seed, epoch=epoch, units=units
+        )
 
     def group(self, rows: Sequence[Row], loader: StreamLoader) -> ZipBatch:
         """The sequence of micro-batches of a group of rows."""
@@ -221,6 +226,10 @@ class StreamLoader:
             generator seeded from (seed, epoch, stream, ``*keys``)). It returns the steps to
             batch, as many, of any dtype and step shape (the same for every stream);
             see :func:`map_steps`.
+        segment_length: cut streams longer than this into segments of at most this many
+            steps, planned as streams of their own (each starts with ``reset``; ``stream``
+            still names the source and ``step`` counts in it): rows, and ranks, end
+            closer together, with less padding.
         persistent_workers: keep the worker processes (or threads) for the whole run
             instead of starting them for every pass: the same workers read the next
             epoch (each plans it for its rows). :meth:`close`, or losing the last
@@ -271,6 +280,7 @@ class StreamLoader:
         timeout: float | None = None,
         transform: Callable[[Any, StepInfo], Any] | None = None,
         persistent_workers: bool = False,
+        segment_length: int | None = None,
         **unsupported: Any,
     ):
         _check_keywords(unsupported)
@@ -296,7 +306,11 @@ class StreamLoader:
         self.lengths = np.array([len(r) for r in self.refs], dtype=np.int64)
         if not self.lengths.any():
             raise ValueError(f"all {len(self.refs)} streams are empty")
-        rows, streams = self.batch_size * self.world_size, int(np.count_nonzero(self.lengths))
+        self.segment_length = None
+        if segment_length is not None:
+            self.segment_length = check_int(segment_length, "segment_length", 1)
+        self.units = segments(self.lengths, self.segment_length)  # what the rows read
+        rows, streams = self.batch_size * self.world_size, int(np.count_nonzero(self.units[2]))
         if self.pad in ("drop", "wrap") and streams < rows:
             what = "every batch would be dropped" if self.pad == "drop" else "rows would idle"
             raise ValueError(
@@ -364,12 +378,14 @@ class StreamLoader:
 
         It covers the stream lengths and identities (file paths where the sources have
         them, see :func:`streamseq.read.ref.identity`), batch size, tbins, pad, shuffle,
-        seed and world size.
+        seed, world size and segment length.
         """
         if self._fingerprint is None:
             h = hashlib.sha256(self.lengths.tobytes())
             h.update("\0".join(identity(r.source) for r in self.refs).encode())
             key = (self.batch_size, self.tbins, self.pad, self.shuffle, self.seed, self.world_size)
+            if self.segment_length is not None:  # (states made without it stay valid)
+                key += (self.segment_length,)
             h.update(repr(key).encode())
             self._fingerprint = h.hexdigest()[:16]
         return self._fingerprint
@@ -401,7 +417,7 @@ class StreamLoader:
     def _epoch_plan(self, epoch: int) -> tuple[list[np.ndarray], int]:
         """The streams of every global row in ``epoch``, and its number of batches."""
         return epoch_plan(
-            self.lengths,
+            self.units[2],
             self.batch_size * self.world_size,
             self.tbins,
             self.pad,

@@ -77,6 +77,7 @@ def check_continuity(
     complete: bool = True,
     allow_repeats: bool = False,
     time_major: bool = False,
+    segment_length: int | None = None,
 ) -> int:
     """Assert that batches stream every stream whole, in order, within one row.
 
@@ -97,6 +98,9 @@ def check_continuity(
             ``pad="drop"``, which may cut the streams still running at the end).
         allow_repeats: allow a stream to start again in its row (``pad="wrap"``).
         time_major: the batches are laid out ``[T, B, ...]``.
+        segment_length: the loader's ``segment_length``: each segment of a stream is
+            checked as a stream of its own (it starts at its first step with ``reset``,
+            may go to another row than the segment before).
 
     Returns:
         The number of batches checked.
@@ -113,10 +117,24 @@ def check_continuity(
     lengths = [int(n) for n in lengths]
     if sources is not None:
         sources = [as_stream(source) for source in sources]
-    current: dict[int, int] = {}  # row -> stream being read
+    n_ = segment_length
+
+    def unit_of(sid: int, step: int) -> tuple[int, int]:
+        return sid, (step // n_ if n_ else 0)
+
+    def first(unit: tuple[int, int]) -> int:  # first step of a stream (or segment)
+        return unit[1] * n_ if n_ else 0
+
+    def end(unit: tuple[int, int]) -> int:  # step after its last
+        return min(lengths[unit[0]], (unit[1] + 1) * n_) if n_ else lengths[unit[0]]
+
+    def name(unit: tuple[int, int]) -> str:
+        return f"stream {unit[0]}" + (f" segment {unit[1]}" if n_ else "")
+
+    current: dict[int, tuple[int, int]] = {}  # row -> stream (or segment) being read
     expected: dict[int, int] = {}  # row -> next step of that stream
-    owner: dict[int, int] = {}  # stream -> row
-    done: dict[int, int] = {}  # stream -> times completed
+    owner: dict[tuple[int, int], int] = {}  # stream (or segment) -> row
+    done: dict[tuple[int, int], int] = {}  # stream (or segment) -> times completed
     count = 0
     for i, raw in enumerate(batches):
         b = _batch_major(raw, time_major)
@@ -135,12 +153,12 @@ def check_continuity(
             if n == 0:
                 assert not reset[r], f"{where}: reset set on a chunk of padding"
                 if r in current:
-                    sid = current.pop(r)
-                    assert expected[r] == lengths[sid], (
-                        f"{where}: stream {sid} stopped at step {expected[r]} of {lengths[sid]}"
+                    unit = current.pop(r)
+                    assert expected[r] == end(unit), (
+                        f"{where}: {name(unit)} stopped at step {expected[r]} of {end(unit)}"
                         " and the row went on with padding"
                     )
-                    done[sid] = done.get(sid, 0) + 1
+                    done[unit] = done.get(unit, 0) + 1
                 continue
             sid = int(s[0])
             assert (s[:n] == sid).all(), f"{where}: a chunk spans two streams: {s.tolist()}"
@@ -148,38 +166,37 @@ def check_continuity(
             assert (k[:n] == k[0] + np.arange(n)).all(), (
                 f"{where}: steps are not consecutive: {k[:n].tolist()}"
             )
-            starts = int(k[0]) == 0 and current.get(r) != sid
-            if current.get(r) == sid and expected[r] == lengths[sid] and int(k[0]) == 0:
+            unit = unit_of(sid, int(k[0]))
+            starts = int(k[0]) == first(unit) and current.get(r) != unit
+            if current.get(r) == unit and expected[r] == end(unit) and int(k[0]) == first(unit):
                 starts = True  # the same stream again (wrap)
             if starts:
-                assert reset[r], f"{where}: stream {sid} starts without reset"
+                assert reset[r], f"{where}: {name(unit)} starts without reset"
                 if r in current:
                     prev = current[r]
-                    assert expected[r] == lengths[prev], (
-                        f"{where}: stream {prev} left at step {expected[r]} of {lengths[prev]}"
-                        f" for stream {sid}"
+                    assert expected[r] == end(prev), (
+                        f"{where}: {name(prev)} left at step {expected[r]} of {end(prev)}"
+                        f" for {name(unit)}"
                     )
                     done[prev] = done.get(prev, 0) + 1
-                assert owner.get(sid, r) == r, (
-                    f"{where}: stream {sid} was already read in row {owner[sid]}"
+                assert owner.get(unit, r) == r, (
+                    f"{where}: {name(unit)} was already read in row {owner[unit]}"
                 )
-                assert allow_repeats or sid not in done, f"{where}: stream {sid} delivered twice"
-                current[r], expected[r], owner[sid] = sid, 0, r
+                assert allow_repeats or unit not in done, f"{where}: {name(unit)} delivered twice"
+                current[r], expected[r], owner[unit] = unit, first(unit), r
             else:
-                assert not reset[r], f"{where}: reset set in the middle of stream {sid}"
-                assert current.get(r) == sid, (
-                    f"{where}: stream {sid} appears at step {int(k[0])} without its start "
+                assert not reset[r], f"{where}: reset set in the middle of {name(unit)}"
+                assert current.get(r) == unit, (
+                    f"{where}: {name(unit)} appears at step {int(k[0])} without its start "
                     f"(row was reading {current.get(r)})"
                 )
             assert int(k[0]) == expected[r], (
-                f"{where}: stream {sid} jumps from step {expected[r]} to {int(k[0])}"
+                f"{where}: {name(unit)} jumps from step {expected[r]} to {int(k[0])}"
             )
             expected[r] += n
-            assert expected[r] <= lengths[sid], (
-                f"{where}: stream {sid} goes past its length {lengths[sid]}"
-            )
-            assert n == valid.shape[1] or expected[r] == lengths[sid], (
-                f"{where}: stream {sid} padded at step {expected[r]} before its end"
+            assert expected[r] <= end(unit), f"{where}: {name(unit)} goes past its end {end(unit)}"
+            assert n == valid.shape[1] or expected[r] == end(unit), (
+                f"{where}: {name(unit)} padded at step {expected[r]} before its end"
             )
             if sources is not None:
                 want = sources[sid][int(k[0]) : int(k[0]) + n]
@@ -189,16 +206,17 @@ def check_continuity(
                     f"differ from the source{differ}"
                 )
         count += 1
-    for r, sid in current.items():
-        if expected[r] == lengths[sid]:
-            done[sid] = done.get(sid, 0) + 1
+    for r, unit in current.items():
+        if expected[r] == end(unit):
+            done[unit] = done.get(unit, 0) + 1
     if complete:
         for sid, n in enumerate(lengths):
-            if n > 0:
-                assert sid in done, (
-                    f"stream {sid} ({n} steps) was not delivered whole "
-                    f"(row {owner.get(sid)}, reached step "
-                    f"{expected.get(owner.get(sid, -1), 0) if sid in owner else 0})"
+            for seg in range(-(-n // n_) if n_ else (1 if n > 0 else 0)):
+                unit = (sid, seg)
+                assert unit in done, (
+                    f"{name(unit)} ({n} steps) was not delivered whole "
+                    f"(row {owner.get(unit)}, reached step "
+                    f"{expected.get(owner.get(unit, -1), 0) if unit in owner else 0})"
                 )
     return count
 

@@ -113,10 +113,16 @@ class _Block:
         self.active = np.ascontiguousarray(active)
         self.pos = np.where(active, pos, -1)
         self.start = np.ascontiguousarray(np.where(active, start, -1), np.int64)
+        if table.segmented:  # where the slices start in the sources (steps count there)
+            shift = table.shifts[pos] if len(table.ends) else 0
+            self.source_start = np.ascontiguousarray(np.where(active, start + shift, -1))
+        else:
+            self.source_start = self.start
         self.count = np.ascontiguousarray(np.where(active, stop - start, 0), np.int64)
         self.id_rows = np.ascontiguousarray(np.where(active, ids, -1), np.int64)
         self.ramp = np.where(active, start // t, -1)  # row of the table of steps (-1: none)
-        self.starts = self.start.tolist()  # slices are [start, start + T): numpy clips them
+        self.starts = self.source_start.tolist()
+        self.counts = self.count.tolist()
         self.partial = _Rows((self.count < t) & (self.count > 0), self.count)
         self.full = (self.count == t).all(axis=1).tolist()
         moved = self.active.copy()
@@ -179,10 +185,12 @@ class _Table:
         if all(_plain(f.source, f.length) for f in refs):
             self.arrays = [f.source for f in refs]  # nothing to open, measure or close
         self.lengths = np.concatenate([np.zeros(0, np.int64), *(r.lengths for r in self.rows)])
+        self.shifts = np.concatenate([np.zeros(0, np.int64), *(r.starts for r in self.rows)])
+        self.segmented = bool(self.shifts.any())  # streams that are segments of longer ones
         self.steps = np.arange(tbins, dtype=np.int64)
         longest = -(-int(self.lengths.max(initial=0)) // tbins)
         self.ramps = None  # row c: the steps of chunk c; last row: -1
-        if (longest + 1) * tbins <= _TABLE_LIMIT:
+        if (longest + 1) * tbins <= _TABLE_LIMIT and not self.segmented:
             self.ramps = np.arange((longest + 1) * tbins, dtype=np.int64).reshape(-1, tbins)
             self.ramps[-1] = -1
         self.masks = None  # row n: n valid steps
@@ -255,8 +263,10 @@ class _Table:
         """
         if _fill is not None:
             reset, valid, stream, step = meta or self._scratch(out.shape[:2])
-            start, count, ids = blk.start[k], blk.count[k], blk.id_rows[k]
+            start, count, ids = blk.source_start[k], blk.count[k], blk.id_rows[k]
             if _fill(streams, start, count, ids, out, reset, valid, stream, step) < 0:
+                if self.segmented:  # a segment starts where its own step 0 is
+                    np.equal(blk.start[k], 0, out=reset)
                 return meta is not None
         self._gather(out, streams, blk, k)
         return False
@@ -281,7 +291,7 @@ class _Table:
         for r in range(len(self.rows)):
             n = int(blk.count[0, r])
             if n:
-                ref, a = self._ref(r, int(blk.pos[0, r])), int(blk.start[0, r])
+                ref, a = self._ref(r, int(blk.pos[0, r])), int(blk.source_start[0, r])
                 parts.append(f"stream {ref.index} ({describe(ref.source)}) steps {a}:{a + n}")
         return "; ".join(parts) or "padding only"
 
@@ -298,7 +308,7 @@ class _Table:
 
         The one place where they are computed (the compiled pass writes the same).
         """
-        start = blk.start[k]
+        start = blk.source_start[k]
         if blk.full[k]:
             valid.fill(True)
         elif self.masks is not None:
@@ -311,7 +321,7 @@ class _Table:
             np.add(self.steps, start[:, None], out=step)
             np.putmask(step, ~valid, -1)
         stream[...] = blk.id_rows[k][:, None]
-        np.equal(start, 0, out=reset)
+        np.equal(blk.start[k], 0, out=reset)
         a, z = blk.partial.bounds[k], blk.partial.bounds[k + 1]
         if a < z:
             for r, n in zip(blk.partial.rows[a:z], blk.partial.values[a:z], strict=True):
@@ -370,16 +380,15 @@ class _Table:
     def _gather(self, out: np.ndarray, streams: list[Any], blk: _Block, k: int) -> None:
         """Copy the slices of every row (and zeros) into ``out`` with one concatenate.
 
-        A row reads ``[start, start + T)``: slicing clips it to the end of the stream,
-        which is where a chunk with padding stops.
+        A row reads its ``count`` steps from ``start`` (in the source, for a segment).
         """
         starts, t = blk.starts[k], self.tbins
         if blk.full[k]:  # no padding: the common case, in short
             pieces = [s[a : a + t] for s, a in zip(streams, starts, strict=True)]
         else:
             zeros = np.zeros((t, *out.shape[2:]), out.dtype)
-            rows_starts = zip(streams, starts, strict=True)
-            pieces = [s[a : a + t] if a >= 0 else zeros for s, a in rows_starts]
+            rows = zip(streams, starts, blk.counts[k], strict=True)
+            pieces = [s[a : a + c] if a >= 0 else zeros for s, a, c in rows]
             rows, counts = blk.partial(k)
             for r, n in zip(reversed(rows), reversed(counts), strict=True):
                 pieces.insert(r + 1, zeros[n:])
