@@ -26,16 +26,20 @@ import av
 
 from streamseq.errors import SourceError
 from streamseq.io._base import Source, check_file
+from streamseq.io.remote import Remote, locate
 from streamseq.read.handle import current_pid, keep_forever
 
 
-def open_media(path: str, kind: str, stream_index: int) -> tuple[Any, Any]:
+def open_media(
+    path: str, kind: str, stream_index: int, remote: Remote | None = None
+) -> tuple[Any, Any]:
     """Open a media file with PyAV and find one of its streams, with a decoder for it.
 
     Args:
-        path: The file.
+        path: The file (its URL when ``remote`` is given).
         kind: ``"audio"`` or ``"video"``.
         stream_index: Which stream of that kind, counting from 0.
+        remote: The file at a URL, opened as a file object (ranged reads, read ahead).
 
     Returns:
         The open container and the stream; the caller closes the container.
@@ -45,9 +49,12 @@ def open_media(path: str, kind: str, stream_index: int) -> tuple[Any, Any]:
         SourceError: Naming the file, if PyAV cannot open it, it has no such stream, or
             no decoder can be made for the stream (unknown or damaged codec description).
     """
-    check_file(path)
+    if remote is None:
+        check_file(path)
     try:
-        container = av.open(path, metadata_errors="ignore")
+        container = av.open(
+            path if remote is None else remote.open(), "r", metadata_errors="ignore"
+        )
     except av.error.FFmpegError as e:
         raise SourceError(path, f"cannot open: {e}") from e
     try:
@@ -124,10 +131,10 @@ class Reader:
     traceback in garbage that the child collects, say) is kept by :meth:`__del__`.
     """
 
-    def __init__(self, path: str, kind: str, stream_index: int):
+    def __init__(self, path: str, kind: str, stream_index: int, remote: Remote | None = None):
         self.pid = current_pid()
         self.path = path
-        self.container, self.stream = open_media(path, kind, stream_index)
+        self.container, self.stream = open_media(path, kind, stream_index, remote)
         self.frames = decoded(path, self.container.decode(self.stream))
         self.counting = True  # decoding from the start: the count is the position
         self.in_pos: int | None = 0
@@ -219,9 +226,16 @@ class MediaSource(Source, ABC):
 
     kind: ClassVar[str]
 
-    def __init__(self, path: str, stream_index: int, length: int | None):
+    def __init__(
+        self,
+        path: str,
+        stream_index: int,
+        length: int | None,
+        storage_options: dict[str, Any] | None = None,
+    ):
         super().__init__(close=Reader.close)
-        self.path = check_file(path)
+        self._remote = locate(path, storage_options)
+        self.path = path if self._remote is not None else check_file(path)
         self.stream_index = stream_index
         self.length = None if length is None else int(length)
         self._index: Any = None
@@ -239,7 +253,7 @@ class MediaSource(Source, ABC):
     # -- the skeleton ----------------------------------------------------------------------
 
     def _open(self) -> Reader:
-        reader = Reader(self.path, self.kind, self.stream_index)
+        reader = Reader(self.path, self.kind, self.stream_index, self._remote)
         try:
             self._begin(reader)
         except BaseException:

@@ -29,6 +29,7 @@ import numpy as np
 
 from streamseq.errors import SourceError
 from streamseq.io._media import MediaSource, Reader, decoded, open_media, packets
+from streamseq.io.remote import Remote
 
 #: packets to decode before the position sought, for the codecs whose decoder
 #: state after that many packets is the same as in a decode from the start
@@ -104,8 +105,8 @@ def _declared_samples(container: Any, stream: Any) -> int | None:
     return None
 
 
-def _demux_table(path: str, stream_index: int) -> _Table:
-    container, stream = open_media(path, "audio", stream_index)
+def _demux_table(path: str, stream_index: int, remote: Remote | None = None) -> _Table:
+    container, stream = open_media(path, "audio", stream_index, remote)
     try:
         rate, layout = stream.codec_context.sample_rate, stream.codec_context.layout.name
         codec, time_base = stream.codec_context.name, stream.time_base
@@ -118,7 +119,7 @@ def _demux_table(path: str, stream_index: int) -> _Table:
     finally:
         container.close()
     # afresh: seeking back could skip leading packets
-    container, stream = open_media(path, "audio", stream_index)
+    container, stream = open_media(path, "audio", stream_index, remote)
     try:
         pts = [packet.pts for packet in packets(path, container, stream)]
         declared = _declared_samples(container, stream)
@@ -140,13 +141,15 @@ def _demux_table(path: str, stream_index: int) -> _Table:
     )
 
 
-def _count_samples(path: str, stream_index: int, table: _Table) -> int:
+def _count_samples(
+    path: str, stream_index: int, table: _Table, remote: Remote | None = None
+) -> int:
     """Number of samples a plain decode of the file gives.
 
     It is read from the last packets when their timestamps locate samples exactly, and
     counted by decoding the whole file otherwise.
     """
-    container, stream = open_media(path, "audio", stream_index)
+    container, stream = open_media(path, "audio", stream_index, remote)
     try:
         tail = len(table.offsets) - 8
         if table.exact and tail > 0:
@@ -248,6 +251,7 @@ class _Audio(MediaSource):
         layout: str | int | None,
         length: int | None,
         stream_index: int,
+        storage_options: dict[str, Any] | None = None,
     ):
         if frame < 1:
             raise ValueError(f"frame must be positive, got {frame}")
@@ -255,7 +259,7 @@ class _Audio(MediaSource):
             layout = av.AudioLayout(f"{layout}c").name
         elif layout is not None:
             layout = av.AudioLayout(layout).name  # validates the name
-        super().__init__(path, stream_index, length)
+        super().__init__(path, stream_index, length, storage_options)
         self.sample_rate = None if sample_rate is None else int(sample_rate)
         self.frame = int(frame)
         self.layout = layout
@@ -281,7 +285,7 @@ class _Audio(MediaSource):
         """Number of samples of the output (the last step is padded beyond it)."""
         if self._samples is None:
             table = self.probe()
-            n = _count_samples(self.path, self.stream_index, table)
+            n = _count_samples(self.path, self.stream_index, table, self._remote)
             if table.declared is not None:
                 spacing = np.diff(table.offsets)
                 # up to a packet of slack: encoder delay counted in some declared durations
@@ -306,7 +310,7 @@ class _Audio(MediaSource):
     # -- hooks of the decoding skeleton ----------------------------------------------------
 
     def _demux(self) -> _Table:
-        return _demux_table(self.path, self.stream_index)
+        return _demux_table(self.path, self.stream_index, self._remote)
 
     def _begin(self, reader: Reader) -> None:
         rate_out = self.sample_rate if self._resampling() else None
@@ -382,6 +386,7 @@ def audio(
     layout: str | int | None = None,
     length: int | None = None,
     stream_index: int = 0,
+    storage_options: dict[str, Any] | None = None,
 ) -> _Audio:
     """Stream an audio file as frames of ``frame`` samples, decoded with PyAV.
 
@@ -399,7 +404,9 @@ def audio(
     object, pickles included.
 
     Args:
-        path: an audio file (or a video file with an audio stream) that FFmpeg can read.
+        path: an audio file (or a video file with an audio stream) that FFmpeg can read:
+            a local path, or a URL (``s3://``, ``gs://``, ``https://``, any fsspec
+            protocol) read in ranges, ahead.
         sample_rate: output sample rate; ``None`` keeps the rate of the file.
         frame: samples per step.
         layout: output channel layout (``"mono"``, ``"stereo"``, ...) or number of
@@ -408,14 +415,18 @@ def audio(
             ends before the last step raises :class:`~streamseq.errors.SourceError` on
             the read that finds out.
         stream_index: which audio stream of the file.
+        storage_options: for a URL, the options of its fsspec filesystem (credentials,
+            endpoint, ...); see :mod:`streamseq.io.remote`.
 
     Returns:
         A stream: ``s[a:b]`` is a float32 array ``[b - a, frame, channels]``.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        streamseq.errors.SourceError: the file cannot be opened, demuxed or decoded, or
-            ends before its length.
+        ImportError: ``path`` is a URL and fsspec (or the package of its protocol) is
+            missing: ``pip install 'streamseq[remote]'``.
+        streamseq.errors.SourceError: a URL cannot be reached (after a few attempts);
+            the file cannot be opened, demuxed or decoded, or ends before its length.
 
     Example:
         >>> import tempfile, os, av, numpy as np
@@ -433,4 +444,6 @@ def audio(
         ...     print(len(a), a[1:3].shape, b.num_samples(), len(b))
         3 (2, 1000, 1) 6000 12
     """
-    return _Audio(os.fspath(path), sample_rate, frame, layout, length, stream_index)
+    return _Audio(
+        os.fspath(path), sample_rate, frame, layout, length, stream_index, storage_options
+    )

@@ -11,12 +11,14 @@ from __future__ import annotations
 import bisect
 import math
 import os
+from typing import Any
 
 import numpy as np
 
 from streamseq.errors import SourceError
 from streamseq.io._base import Source, check_file
-from streamseq.io._npy import NPY_HEADER_ERRORS
+from streamseq.io._npy import NPY_HEADER_ERRORS, RemoteArray, read_npy_header
+from streamseq.io.remote import locate
 
 #: the dtype :func:`synthetic_events` produces (any dtype with fields t, x, y, p will do)
 EVENT_DTYPE = np.dtype([("t", "<i8"), ("x", "<u2"), ("y", "<u2"), ("p", "i1")])
@@ -32,16 +34,20 @@ class _Events(Source):
         width: int,
         t0: int | None,
         length: int | None,
+        storage_options: dict[str, Any] | None = None,
     ):
-        super().__init__()
+        super().__init__(close=_close)
         if window_us <= 0:
             raise ValueError(f"window_us must be positive, got {window_us}")
+        self._remote = None
         if isinstance(source, np.ndarray):
             self.path = None
             self.array: np.ndarray | None = source
             recording = source
         else:
-            self.path = check_file(source)
+            path = os.fspath(source)
+            self._remote = locate(path, storage_options)
+            self.path = path if self._remote is not None else check_file(path)
             self.array = None
             recording = self._load()
         names = recording.dtype.names or ()
@@ -68,7 +74,18 @@ class _Events(Source):
         what = repr(self.path) if self.path is not None else f"<{len(self.array)} events>"
         return f"events({what}, window_us={self.window_us})"
 
-    def _load(self) -> np.ndarray:
+    def _load(self) -> np.ndarray | RemoteArray:
+        if self._remote is not None:
+            file = self._remote.open("blockcache")  # bisection reads here and there
+            try:
+                shape, _, dtype, offset = read_npy_header(self.path, file)
+            except BaseException:
+                file.close()
+                raise
+            if dtype.hasobject:
+                file.close()
+                raise SourceError(self.path, "not a .npy array of events")
+            return RemoteArray(file, shape, dtype, offset)
         try:
             recording = np.load(self.path, mmap_mode="r", allow_pickle=False)
         except (OSError, *NPY_HEADER_ERRORS) as e:
@@ -80,13 +97,13 @@ class _Events(Source):
     def __len__(self) -> int:
         return self.length
 
-    def _open(self) -> np.ndarray:
+    def _open(self) -> np.ndarray | RemoteArray:
         return self.array if self.array is not None else self._load()
 
     def _empty(self) -> np.ndarray:
         return np.zeros((0, 2, self.height, self.width), np.float32)
 
-    def _read(self, recording: np.ndarray, a: int, b: int) -> np.ndarray:
+    def _read(self, recording: np.ndarray | RemoteArray, a: int, b: int) -> np.ndarray:
         start, stop = self.t0 + a * self.window_us, self.t0 + b * self.window_us
         t = recording["t"]
         i0 = bisect.bisect_left(t, start)  # O(log n) reads: never copies the column
@@ -111,6 +128,11 @@ class _Events(Source):
         return counts.astype(np.float32).reshape(b - a, 2, self.height, self.width)
 
 
+def _close(recording: Any) -> None:
+    if isinstance(recording, RemoteArray):
+        recording.close()
+
+
 def events(
     source: str | os.PathLike | np.ndarray,
     *,
@@ -119,6 +141,7 @@ def events(
     width: int,
     t0: int | None = None,
     length: int | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> _Events:
     """Stream an event-camera recording as histograms over fixed time windows.
 
@@ -129,14 +152,18 @@ def events(
     read, whatever the size of the recording.
 
     Args:
-        source: a ``.npy`` file (memory-mapped, in each process that reads) or an array,
-            1-d, structured with fields ``t`` (microseconds, sorted), ``x``, ``y``, ``p``.
+        source: a ``.npy`` file (memory-mapped, in each process that reads; at a URL,
+            ``s3://``, ``https://`` or any fsspec protocol, read in ranges through a
+            block cache) or an array, 1-d, structured with fields ``t`` (microseconds,
+            sorted), ``x``, ``y``, ``p``.
         window_us: duration of a step, in microseconds.
         height: sensor height (``y < height``).
         width: sensor width (``x < width``).
         t0: start of the first window; the time of the first event by default.
         length: number of steps; by default enough to cover the last event:
             ``ceil((t_last - t0 + 1) / window_us)``.
+        storage_options: for a URL, the options of its fsspec filesystem (credentials,
+            endpoint, ...); see :mod:`streamseq.io.remote`.
 
     Returns:
         A stream: ``e[a:b]`` is a float32 array ``[b - a, 2, height, width]``.
@@ -145,7 +172,10 @@ def events(
         FileNotFoundError: ``source`` is a path that does not exist.
         ValueError: ``source`` lacks a field; an event read lies outside the sensor or
             out of order.
-        streamseq.errors.SourceError: the file is not a readable ``.npy`` array.
+        ImportError: ``source`` is a URL and fsspec (or the package of its protocol) is
+            missing: ``pip install 'streamseq[remote]'``.
+        streamseq.errors.SourceError: the file is not a readable ``.npy`` array; a URL
+            cannot be reached (after a few attempts).
 
     Example:
         >>> ev = np.zeros(4, EVENT_DTYPE)
@@ -156,7 +186,7 @@ def events(
         >>> e[1].tolist()  # t=12: one off event at x=1
         [[[0.0, 1.0, 0.0]], [[0.0, 0.0, 0.0]]]
     """
-    return _Events(source, window_us, height, width, t0, length)
+    return _Events(source, window_us, height, width, t0, length, storage_options)
 
 
 def _smooth_noise(rng: np.random.Generator, height: int, width: int, cells: int) -> np.ndarray:

@@ -3,8 +3,9 @@
 :class:`~streamseq.StreamLoader` plans from the stream lengths alone, so for a large
 collection of recordings the only cost at start-up is measuring them. :func:`probe_lengths`
 does it once, in worker processes, with a progress bar, and stores the lengths in a JSON
-file keyed by each file's path, size and modification time: the next run reads them back
-and measures only the files that are new or changed since.
+file keyed by each file's path, size and modification time (a URL: its ETag, else its size
+and modification time): the next run reads them back and measures only the files that are
+new or changed since.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from streamseq.errors import StreamError
+from streamseq.io.remote import is_url
 from streamseq.read.ref import StreamRef, describe
 
 CACHE_FORMAT = "streamseq-lengths"
@@ -72,13 +74,15 @@ def cache_key(opener: Any) -> tuple[str, str] | None:
     :mod:`streamseq.io` have one), or the first positional argument (or ``path=``
     keyword) of a :func:`functools.partial`. The description names the type or function
     and its other settings, so two openers that read the same file differently (another
-    stream index, another window) are cached apart.
+    stream index, another window) are cached apart; the ``storage_options`` of a URL
+    (credentials, endpoints) are left out.
 
     Args:
         opener: a stream or a zero-argument opener.
 
     Returns:
-        ``(absolute path, description)``, or ``None`` when no file can be told.
+        ``(absolute path, description)`` (a URL as it is), or ``None`` when no file can
+        be told.
 
     Example:
         >>> import functools, numpy as np
@@ -106,20 +110,49 @@ def cache_key(opener: Any) -> tuple[str, str] | None:
             path = keywords.pop("path")
         else:
             return None
+        keywords.pop("storage_options", None)  # credentials: never written, not "how"
         parts = [_describe_value(v) for v in rest]
         parts += [f"{k}={_describe_value(v)}" for k, v in sorted(keywords.items())]
         how = f"{_qualname(opener.func)}({', '.join(parts)})"
     else:
         return None
-    return os.path.abspath(os.fspath(path)), how
+    path = os.fspath(path)
+    return (path if is_url(path) else os.path.abspath(path)), how
 
 
-def _stat(path: str) -> tuple[int, int] | None:
+#: the fields of a cache entry that tell a version of a file, and their types
+_IDENTITY = {"size": int, "mtime_ns": int, "etag": str, "mtime": str}
+
+
+def _stat(path: str, opener: Any = None) -> dict[str, Any] | None:
+    """What tells this version of a file, or ``None`` when it cannot be told.
+
+    Size and modification time (ns); for a URL its size and ETag (or size and
+    modification time where the server gives no ETag).
+
+    A source made from a URL asked for it when it was made; other openers of a URL (a
+    :func:`functools.partial`) are asked with their ``storage_options=`` keyword.
+    """
+    if is_url(path):
+        remote = getattr(opener, "_remote", None)
+        if remote is not None and getattr(remote, "url", None) == path:
+            return dict(remote.stat)
+        keywords = opener.keywords if isinstance(opener, functools.partial) else {}
+        from streamseq.io import remote as remote_files
+
+        try:
+            return remote_files.stat(path, keywords.get("storage_options"))
+        except Exception:  # unreachable, or no fsspec: measured (and failing) as usual
+            return None
     try:
         st = os.stat(path)
     except OSError:
         return None
-    return int(st.st_size), int(st.st_mtime_ns)
+    return {"size": int(st.st_size), "mtime_ns": int(st.st_mtime_ns)}
+
+
+def _identity(entry: dict[str, Any]) -> dict[str, Any]:
+    return {k: entry[k] for k in _IDENTITY if k in entry}
 
 
 def _load_cache(path: str) -> dict[str, dict[str, Any]]:
@@ -148,11 +181,9 @@ def _load_cache(path: str) -> dict[str, dict[str, Any]]:
     for name, entry in content["files"].items():
         try:
             lengths = {str(k): int(v) for k, v in entry["lengths"].items() if int(v) >= 0}
-            files[name] = {
-                "size": int(entry["size"]),
-                "mtime_ns": int(entry["mtime_ns"]),
-                "lengths": lengths,
-            }
+            identity = {k: kind(entry[k]) for k, kind in _IDENTITY.items() if k in entry}
+            int(entry["size"])  # every entry has one
+            files[name] = {**identity, "lengths": lengths}
         except (KeyError, TypeError, ValueError, AttributeError):
             continue  # a damaged entry: measured again
     return files
@@ -274,15 +305,16 @@ def probe_lengths(
     until it reads.
 
     With ``cache``, lengths are stored in a JSON file, by file path (absolute), size and
-    modification time (ns), and by how the file is opened (see :func:`cache_key`). A later
-    call measures only the streams whose file is new, changed (other size or modification
-    time) or opened differently, and adds them to the file, which is written atomically
-    (also when probing fails or is interrupted, so that finished measurements are kept),
-    keeping its permissions (a cache shared with a group stays so) and, when it is a
-    symbolic link, replacing the file it points to. Streams whose file cannot be told
-    (in-memory arrays, arbitrary callables) are measured every time. Paths alone are
-    refused: they do not say how to open the file. An unreadable or foreign cache file is
-    ignored with a warning and replaced.
+    modification time (ns), and by how the file is opened (see :func:`cache_key`); a file
+    at a URL by its URL and ETag (where the server gives none, its size and modification
+    time). A later call measures only the streams whose file is new, changed (other size
+    or modification time, other ETag) or opened differently, and adds them to the file,
+    which is written atomically (also when probing fails or is interrupted, so that
+    finished measurements are kept), keeping its permissions (a cache shared with a group
+    stays so) and, when it is a symbolic link, replacing the file it points to. Streams
+    whose file cannot be told (in-memory arrays, arbitrary callables) are measured every
+    time. Paths alone are refused: they do not say how to open the file. An unreadable or
+    foreign cache file is ignored with a warning and replaced.
 
     Args:
         openers: streams (``len`` and slicing) or picklable zero-argument openers.
@@ -324,15 +356,15 @@ def probe_lengths(
     cache_path = None if cache is None else os.fspath(cache)
     files = _load_cache(cache_path) if cache_path is not None else {}
     lengths: list[int | None] = [None] * len(openers)
-    keys: list[tuple[str, str, tuple[int, int]] | None] = [None] * len(openers)
+    keys: list[tuple[str, str, dict[str, Any]] | None] = [None] * len(openers)
     todo: list[tuple[int, Any]] = []
     for i, opener in enumerate(openers):
         key = cache_key(opener) if cache_path is not None else None
-        stat = None if key is None else _stat(key[0])
+        stat = None if key is None else _stat(key[0], opener)
         if key is not None and stat is not None:
             keys[i] = (key[0], key[1], stat)
             entry = files.get(key[0])
-            if entry is not None and (entry["size"], entry["mtime_ns"]) == stat:
+            if entry is not None and _identity(entry) == stat:
                 lengths[i] = entry["lengths"].get(key[1])
         if lengths[i] is None:
             todo.append((i, opener))
@@ -356,10 +388,10 @@ def probe_lengths(
             bar.update(1)
             key = keys[index]
             if key is not None:
-                path, how, (size, mtime_ns) = key
+                path, how, stat = key
                 entry = files.get(path)
-                if entry is None or (entry["size"], entry["mtime_ns"]) != (size, mtime_ns):
-                    entry = files[path] = {"size": size, "mtime_ns": mtime_ns, "lengths": {}}
+                if entry is None or _identity(entry) != stat:
+                    entry = files[path] = {**stat, "lengths": {}}
                 entry["lengths"][how] = n
                 changed = True
     finally:

@@ -1,4 +1,4 @@
-"""Token files (flat binary or ``.npy``) as memory-mapped streams."""
+"""Token files (flat binary or ``.npy``) as memory-mapped streams, or read in ranges at URLs."""
 
 from __future__ import annotations
 
@@ -10,20 +10,34 @@ import numpy.typing as npt
 
 from streamseq.errors import SourceError
 from streamseq.io._base import Source, check_file
-from streamseq.io._npy import read_npy_header
+from streamseq.io._npy import RemoteArray, read_npy_header
+from streamseq.io.remote import locate
 
 _NPY_MAGIC = b"\x93NUMPY"
 
 
 class _Tokens(Source):
-    def __init__(self, path: str, dtype: npt.DTypeLike | None):
-        super().__init__()
-        self.path = check_file(path)
-        size = os.path.getsize(self.path)
-        with open(self.path, "rb") as f:
-            is_npy = f.read(len(_NPY_MAGIC)) == _NPY_MAGIC
-        if is_npy:
-            shape, fortran, file_dtype, offset = read_npy_header(self.path)
+    def __init__(
+        self,
+        path: str,
+        dtype: npt.DTypeLike | None,
+        storage_options: dict[str, Any] | None = None,
+    ):
+        super().__init__(close=_close)
+        self._remote = locate(path, storage_options)
+        if self._remote is None:
+            self.path = check_file(path)
+            size = os.path.getsize(self.path)
+            file = open(self.path, "rb")
+        else:
+            self.path, size = path, self._remote.size
+            file = self._remote.open()
+        with file:
+            is_npy = file.read(len(_NPY_MAGIC)) == _NPY_MAGIC
+            file.seek(0)
+            header = read_npy_header(self.path, file) if is_npy else None
+        if header is not None:
+            shape, fortran, file_dtype, offset = header
             if dtype is not None and np.dtype(dtype) != file_dtype:
                 raise ValueError(
                     f"{self.path}: dtype {np.dtype(dtype)} given, file has {file_dtype}"
@@ -57,9 +71,17 @@ class _Tokens(Source):
     def __len__(self) -> int:
         return self.shape[0]
 
-    def _open(self) -> np.memmap:
+    def _open(self) -> np.ndarray | RemoteArray:
         if min(self.shape) == 0:  # nothing to map (mmap refuses empty files)
             return np.zeros(self.shape, self.dtype, order=self.order)
+        if self._remote is not None:
+            array = RemoteArray(self._remote.open(), self.shape, self.dtype, self.offset)
+            if self.order == "F" and len(self.shape) > 1:  # rows are not contiguous
+                with array.file:
+                    flat = array.file.read_range(self.offset, self._remote.size)
+                data = np.frombuffer(flat, self.dtype, int(np.prod(self.shape)))
+                return data.reshape(self.shape, order="F")
+            return array
         return np.memmap(
             self.path, self.dtype, mode="r", offset=self.offset, shape=self.shape, order=self.order
         )
@@ -71,12 +93,26 @@ class _Tokens(Source):
         return np.zeros((0, *self.shape[1:]), self.dtype)
 
     def array(self) -> np.ndarray:
-        """The whole file as a read-only memory map (opened in this process)."""
+        """The whole file as a read-only memory map (opened in this process).
+
+        A file at a URL is read whole, into memory.
+        """
         with self._lock():
-            return self._handle.get(self._open)
+            handle = self._handle.get(self._open)
+            return handle[:] if isinstance(handle, RemoteArray) else handle
 
 
-def tokens(path: str | os.PathLike, dtype: npt.DTypeLike | None = None) -> _Tokens:
+def _close(handle: Any) -> None:
+    if isinstance(handle, RemoteArray):
+        handle.close()
+
+
+def tokens(
+    path: str | os.PathLike,
+    dtype: npt.DTypeLike | None = None,
+    *,
+    storage_options: dict[str, Any] | None = None,
+) -> _Tokens:
     """Stream a file of tokens (or of any fixed-size records) through a memory map.
 
     The file is either a ``.npy`` file (shape and dtype read from its header; step ``i``
@@ -85,20 +121,32 @@ def tokens(path: str | os.PathLike, dtype: npt.DTypeLike | None = None) -> _Toke
     The memory map is opened on the first read, separately in each process that reads;
     slices are views of it (no copy).
 
+    A file at a URL cannot be memory-mapped: each slice is read as a byte range, through a
+    cache that reads ahead (:data:`streamseq.io.remote.BLOCK_SIZE` bytes a request), so
+    consecutive slices cost one request per block. A Fortran-order ``.npy`` file at a URL
+    is read whole on the first read (its rows are not contiguous).
+
     Args:
-        path: the file.
+        path: the file: a local path, or a URL (``s3://``, ``gs://``, ``https://``, any
+            fsspec protocol).
         dtype: dtype of the elements; required for flat files, checked against the header
             for ``.npy`` files.
+        storage_options: for a URL, the options of its fsspec filesystem (credentials,
+            endpoint, ...); see :mod:`streamseq.io.remote`.
 
     Returns:
-        A stream: ``t[a:b]`` is a read-only ``np.memmap`` view ``[b - a, ...]``.
+        A stream: ``t[a:b]`` is a read-only ``np.memmap`` view ``[b - a, ...]`` (a
+        read-only array for a URL).
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
+        ImportError: ``path`` is a URL and fsspec (or the package of its protocol) is
+            missing: ``pip install 'streamseq[remote]'``.
         ValueError: a flat file without ``dtype``, or a ``dtype`` that contradicts the
             ``.npy`` header.
         streamseq.errors.SourceError: a bad ``.npy`` header, or a file shorter than its
-            header declares or not a whole number of elements.
+            header declares or not a whole number of elements; a URL that cannot be
+            reached (after a few attempts).
 
     Example:
         >>> import tempfile, os, numpy as np
@@ -110,4 +158,4 @@ def tokens(path: str | os.PathLike, dtype: npt.DTypeLike | None = None) -> _Toke
         ...     print(len(a), a[10:14], len(b), b[8:].tolist())
         100 [10 11 12 13] 10 [[16, 17], [18, 19]]
     """
-    return _Tokens(os.fspath(path), dtype)
+    return _Tokens(os.fspath(path), dtype, storage_options)

@@ -22,6 +22,7 @@ from av.video.reformatter import VideoReformatter
 
 from streamseq.errors import SourceError
 from streamseq.io._media import MediaSource, Reader, open_media, packets
+from streamseq.io.remote import Remote
 
 #: channels of the packed pixel formats a video stream can deliver (``None``: no channel axis)
 _CHANNELS = {
@@ -60,8 +61,8 @@ class _Probe:
         return index if index < len(self.pts) and self.pts[index] == frame.pts else None
 
 
-def _probe(path: str, stream_index: int) -> _Probe:
-    container, stream = open_media(path, "video", stream_index)
+def _probe(path: str, stream_index: int, remote: Remote | None = None) -> _Probe:
+    container, stream = open_media(path, "video", stream_index, remote)
     try:
         pts: list[int | None] = []
         keys: list[bool] = []
@@ -154,10 +155,11 @@ class _Video(MediaSource):
         format: str,
         length: int | None,
         stream_index: int,
+        storage_options: dict[str, Any] | None = None,
     ):
         if format not in _CHANNELS:
             raise ValueError(f"format must be one of {sorted(_CHANNELS)}, got {format!r}")
-        super().__init__(path, stream_index, length)
+        super().__init__(path, stream_index, length, storage_options)
         self.size = None if size is None else (int(size[0]), int(size[1]))
         self.format = format
 
@@ -197,7 +199,7 @@ class _Video(MediaSource):
     # -- hooks of the decoding skeleton ----------------------------------------------------
 
     def _demux(self) -> _Probe:
-        return _probe(self.path, self.stream_index)
+        return _probe(self.path, self.stream_index, self._remote)
 
     def _begin(self, reader: Reader) -> None:
         reader.convert = VideoReformatter()  # one scaler for all frames (as each frame's)
@@ -239,6 +241,7 @@ def video(
     format: str = "rgb24",
     length: int | None = None,
     stream_index: int = 0,
+    storage_options: dict[str, Any] | None = None,
 ) -> _Video:
     """Stream the frames of a video file, decoded with PyAV.
 
@@ -257,7 +260,8 @@ def video(
     is kept in the object, pickles included.
 
     Args:
-        path: a video file that FFmpeg can read.
+        path: a video file that FFmpeg can read: a local path, or a URL (``s3://``,
+            ``gs://``, ``https://``, any fsspec protocol) read in ranges, ahead.
         size: ``(height, width)`` to resize the frames to (by the PyAV reformatter);
             ``None`` keeps the size of the file.
         format: pixel format of the arrays: ``"rgb24"`` (``[H, W, 3]``), ``"bgr24"``,
@@ -267,6 +271,8 @@ def video(
             needs it. A file with fewer frames raises :class:`~streamseq.errors.SourceError`
             when the missing frames are read.
         stream_index: which video stream of the file.
+        storage_options: for a URL, the options of its fsspec filesystem (credentials,
+            endpoint, ...); see :mod:`streamseq.io.remote`.
 
     Returns:
         A stream: ``v[a:b]`` is a ``uint8`` array ``[b - a, H, W, 3]`` (for ``rgb24``),
@@ -275,7 +281,10 @@ def video(
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        streamseq.errors.SourceError: the file cannot be opened or demuxed, has no video
+        ImportError: ``path`` is a URL and fsspec (or the package of its protocol) is
+            missing: ``pip install 'streamseq[remote]'``.
+        streamseq.errors.SourceError: a URL cannot be reached (after a few attempts);
+            the file cannot be opened or demuxed, has no video
             stream or no decoder for it (a damaged codec description), or decodes to fewer
             frames than its length (on the read that finds out).
 
@@ -296,4 +305,4 @@ def video(
         10 (3, 16, 32, 3) (16, 32, 3)
         25.0 [0.   0.04 0.08]
     """
-    return _Video(os.fspath(path), size, format, length, stream_index)
+    return _Video(os.fspath(path), size, format, length, stream_index, storage_options)

@@ -1,0 +1,352 @@
+"""Files behind URLs (``s3://``, ``gs://``, ``http(s)://``, any fsspec protocol).
+
+A source given a URL reads it through `fsspec <https://filesystem-spec.readthedocs.io>`_,
+imported only then (with the package of the protocol: ``s3fs``, ``gcsfs``, ``aiohttp``
+for HTTP; ``pip install 'streamseq[remote]'``). Local paths never come here.
+
+- **Ranged reads, read ahead.** Files are opened with fsspec's read-ahead cache (the
+  decoders and token files read forward) or its block cache (event files, searched by
+  bisection) in blocks of :data:`BLOCK_SIZE` bytes: one request fetches the next 4 MiB,
+  so consecutive steps do not pay a round trip each. Object stores answer a request in
+  tens of milliseconds and stream at 50-200 MB/s, so a 4 MiB block spends about as long
+  transferring as waiting, and a worker holds one block per open file.
+- **One connection per process.** The filesystem (its HTTP session, its event loop) is
+  made once per process and never shared across a fork: a forked child makes its own
+  (and keeps the parent's, unused: closing it would close the parent's connections).
+  fsspec's own cache of filesystems is skipped.
+- **Bounded failures.** Clients get connect and read timeouts, and a failed request is
+  tried :data:`ATTEMPTS` times in all, with a short backoff, before it is a
+  :class:`~streamseq.errors.SourceError` naming the URL. A missing file is a
+  :class:`FileNotFoundError`, at once.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from streamseq.errors import SourceError
+from streamseq.read.handle import ProcessLocal
+
+T = TypeVar("T")
+
+#: bytes fetched by one request (the block of the read-ahead and block caches)
+BLOCK_SIZE = 4 * 2**20
+#: attempts of a request before it is an error, and the wait before each new one (seconds)
+ATTEMPTS = 3
+BACKOFF = (0.2, 0.5)
+#: client settings unless ``storage_options`` say otherwise (seconds)
+CONNECT_TIMEOUT = 5.0
+READ_TIMEOUT = 20.0
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
+_FILESYSTEMS: ProcessLocal[dict[str, Any]] = ProcessLocal(dict)
+
+
+def is_url(path: Any) -> bool:
+    """Whether ``path`` is a URL (``protocol://...``) rather than a local path.
+
+    Example:
+        >>> is_url("s3://bucket/a.mp4"), is_url("https://host/a.wav"), is_url("data/a.mp4")
+        (True, True, False)
+    """
+    return isinstance(path, str) and _URL.match(path) is not None
+
+
+def _protocol(url: str) -> str:
+    return url.split("://", 1)[0].lower()
+
+
+def _import_fsspec(url: str) -> Any:
+    try:
+        import fsspec
+    except ImportError as e:
+        raise ImportError(f"reading {url} needs fsspec: pip install 'streamseq[remote]'") from e
+    return fsspec
+
+
+def _defaults(protocol: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with timeouts set for the clients that take them."""
+    options = dict(options)
+    if protocol in ("s3", "s3a"):
+        config = dict(options.get("config_kwargs") or {})
+        config.setdefault("connect_timeout", CONNECT_TIMEOUT)
+        config.setdefault("read_timeout", READ_TIMEOUT)
+        config.setdefault("retries", {"max_attempts": 1, "mode": "standard"})
+        options["config_kwargs"] = config
+    elif protocol in ("http", "https"):
+        client = dict(options.get("client_kwargs") or {})
+        if "timeout" not in client:
+            import aiohttp
+
+            client["timeout"] = aiohttp.ClientTimeout(
+                total=None, sock_connect=CONNECT_TIMEOUT, sock_read=READ_TIMEOUT
+            )
+        options["client_kwargs"] = client
+    return options
+
+
+def filesystem(url: str, storage_options: Mapping[str, Any] | None = None) -> Any:
+    """The fsspec filesystem of ``url`` for this process, made on first use.
+
+    One per protocol and ``storage_options`` in each process (a forked child makes its
+    own), with the timeouts of this module unless the options set them.
+
+    Raises:
+        ImportError: fsspec, or the package of the protocol, is not installed.
+    """
+    protocol = _protocol(url)
+    options = dict(storage_options or {})
+    key = protocol + json.dumps(options, sort_keys=True, default=repr)
+    cache = _FILESYSTEMS.get()
+    fs = cache.get(key)
+    if fs is None:
+        fsspec = _import_fsspec(url)
+        try:
+            cls = fsspec.get_filesystem_class(protocol)
+            options = _defaults(protocol, options)
+        except ImportError as e:
+            raise ImportError(
+                f"reading {url} needs the fsspec package of {protocol}:// ({e}); "
+                "pip install 'streamseq[remote]'"
+            ) from e
+        fs = cls(skip_instance_cache=True, **options)
+        if protocol in ("s3", "s3a"):
+            fs.retries = 1  # retried here, with the other protocols
+        cache[key] = fs
+    return fs
+
+
+def _retryable(error: BaseException) -> bool:
+    """Whether ``error`` may be a network failure (fsspec's HTTP calls some "not found")."""
+    if isinstance(error, FileNotFoundError):
+        cause = error.__cause__ or error.__context__
+        if cause is None or isinstance(cause, FileNotFoundError):
+            return False
+        status = getattr(cause, "status", None)  # an HTTP answer: 4xx tells, but 408, 429
+        return not (isinstance(status, int) and 400 <= status < 500 and status not in (408, 429))
+    return not isinstance(error, (PermissionError, IsADirectoryError, ValueError, TypeError))
+
+
+def retry(url: str, what: str, call: Callable[[], T]) -> T:
+    """``call()``, tried :data:`ATTEMPTS` times in all when it fails for a network error.
+
+    Raises:
+        FileNotFoundError: at once, for a missing file.
+        SourceError: naming ``url`` and ``what`` was being done, after the last attempt.
+    """
+    for attempt in range(ATTEMPTS):
+        try:
+            return call()
+        except SourceError:
+            raise
+        except Exception as e:
+            if not _retryable(e):
+                raise
+            if attempt == ATTEMPTS - 1:
+                shown = e.__cause__ if isinstance(e, FileNotFoundError) and e.__cause__ else e
+                raise SourceError(
+                    url,
+                    f"{what} failed after {ATTEMPTS} attempts: {type(shown).__name__}: {shown}",
+                ) from e
+            time.sleep(BACKOFF[min(attempt, len(BACKOFF) - 1)])
+    raise AssertionError("unreachable")
+
+
+def stat(url: str, storage_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Size, and ETag or modification time, of the file at ``url``.
+
+    Returns:
+        ``{"size": int, "etag": str}``, or ``{"size": int, "mtime": str}`` where the
+        server gives no ETag (``{"size": int}`` where it gives neither).
+
+    Raises:
+        FileNotFoundError: no file there.
+        SourceError: the server could not be reached (after the retries).
+    """
+    fs = filesystem(url, storage_options)
+    info = retry(url, "getting its size", lambda: fs.info(url))
+    if info.get("type") == "directory":
+        raise IsADirectoryError(url)
+    out: dict[str, Any] = {"size": int(info["size"])}
+    etag = next((info[k] for k in ("ETag", "etag", "Etag") if info.get(k)), None)
+    if etag is not None:
+        out["etag"] = str(etag)
+    else:
+        mtime = next(
+            (info[k] for k in ("LastModified", "Last-Modified", "mtime", "updated") if k in info),
+            None,
+        )
+        if mtime is not None:
+            out["mtime"] = str(mtime)
+    return out
+
+
+class RemoteFile(io.RawIOBase):
+    """A read-only, seekable file at a URL: fsspec's cached file, with retries.
+
+    A read that fails is tried again from a newly opened file at the same position, up to
+    :data:`ATTEMPTS` times in all; then it is a :class:`~streamseq.errors.SourceError`
+    naming the URL.
+
+    Args:
+        url: the file.
+        storage_options: for fsspec.
+        size: its size in bytes (asked to the server when ``None``).
+        cache_type: ``"readahead"`` for forward reading, ``"blockcache"`` for random
+            reading.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        storage_options: Mapping[str, Any] | None = None,
+        size: int | None = None,
+        cache_type: str = "readahead",
+    ):
+        super().__init__()
+        self.url = url
+        self.storage_options = dict(storage_options or {})
+        self.size = stat(url, storage_options)["size"] if size is None else int(size)
+        self.cache_type = cache_type
+        self.pos = 0
+        self._file: Any = None
+
+    def __repr__(self) -> str:
+        return f"RemoteFile({self.url!r})"
+
+    def _open(self) -> Any:
+        fs = filesystem(self.url, self.storage_options)
+        options = {"maxblocks": 8} if self.cache_type == "blockcache" else {}
+        return fs.open(
+            self.url,
+            "rb",
+            block_size=BLOCK_SIZE,
+            cache_type=self.cache_type,
+            cache_options=options,
+            size=self.size,
+        )
+
+    def readable(self) -> bool:
+        """Always true."""
+        return True
+
+    def seekable(self) -> bool:
+        """Always true."""
+        return True
+
+    def tell(self) -> int:
+        """The position of the next read."""
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        """Move to a position (nothing is read until the next read)."""
+        if whence == io.SEEK_SET:
+            pos = offset
+        elif whence == io.SEEK_CUR:
+            pos = self.pos + offset
+        elif whence == io.SEEK_END:
+            pos = self.size + offset
+        else:
+            raise ValueError(f"invalid whence {whence}")
+        if pos < 0:
+            raise ValueError(f"negative position {pos}")
+        self.pos = pos
+        return pos
+
+    def read(self, size: int = -1) -> bytes:
+        """Up to ``size`` bytes (all the rest when negative), through the cache."""
+        end = self.size if size is None or size < 0 else min(self.size, self.pos + size)
+        if end <= self.pos:
+            return b""
+        data = self.read_range(self.pos, end)
+        self.pos += len(data)
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        """Read into ``buffer``; the number of bytes read."""
+        data = self.read(len(memoryview(buffer)))
+        memoryview(buffer).cast("B")[: len(data)] = data
+        return len(data)
+
+    def readall(self) -> bytes:
+        """All the bytes from the position on."""
+        return self.read(-1)
+
+    def read_range(self, start: int, end: int) -> bytes:
+        """Bytes ``start`` to ``end`` (clamped to the file), through the cache."""
+        end = min(end, self.size)
+        if end <= start:
+            return b""
+
+        def attempt() -> bytes:
+            if self._file is None:
+                self._file = self._open()
+            try:
+                self._file.seek(start)
+                data = self._file.read(end - start)
+            except Exception:
+                self._drop()
+                raise
+            if len(data) != end - start:
+                self._drop()
+                raise OSError(f"short read: {len(data)} of {end - start} bytes at {start}")
+            return data
+
+        return retry(self.url, f"reading bytes {start}:{end}", attempt)
+
+    def _drop(self) -> None:
+        file, self._file = self._file, None
+        if file is not None:
+            try:
+                file.close()
+            except Exception:  # a broken connection: nothing more to release
+                pass
+
+    def close(self) -> None:
+        """Drop the open file and its cache."""
+        self._drop()
+        super().close()
+
+
+class Remote:
+    """Where a source reads from when given a URL: picklable, no connection in it.
+
+    Args:
+        url: the file.
+        storage_options: for fsspec.
+
+    The file is asked for its size (and ETag) once, here: a missing file is a
+    :class:`FileNotFoundError` when the source is made, as for a local path.
+    """
+
+    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None):
+        self.url = url
+        self.storage_options = dict(storage_options or {})
+        self.stat = stat(url, self.storage_options)
+        self.size: int = self.stat["size"]
+
+    def __repr__(self) -> str:
+        return f"Remote({self.url!r})"
+
+    def open(self, cache_type: str = "readahead") -> RemoteFile:
+        """A file object reading it, for this process (see :class:`RemoteFile`)."""
+        return RemoteFile(self.url, self.storage_options, self.size, cache_type)
+
+
+def locate(path: str, storage_options: Mapping[str, Any] | None) -> Remote | None:
+    """A :class:`Remote` for a URL, ``None`` for a local path (``storage_options`` refused).
+
+    Example:
+        >>> locate("data/a.mp4", None) is None
+        True
+    """
+    if is_url(path):
+        return Remote(path, storage_options)
+    if storage_options:
+        raise ValueError(f"storage_options are for URLs, {path!r} is a local path")
+    return None

@@ -1,0 +1,261 @@
+"""A Parquet table as one stream per group of rows (an episode), read by row group.
+
+Robot and trajectory datasets (LeRobot's among them) keep every frame of every episode as
+one row of a Parquet table, with a column naming the episode. :func:`table` reads that
+column once, with the file's row groups, and records for every episode where its rows
+are: runs of consecutive rows, each inside one row group. An episode is a small picklable
+stream of those runs; reading steps ``a:b`` reads only the row groups that hold them
+(``ParquetFile.read_row_group``), in the process that reads, through one reader of the
+file per process (a :class:`~streamseq.read.handle.ProcessLocal` kept in this module)
+that keeps the last row groups it decoded, so consecutive reads decode each once.
+
+pyarrow is imported only here, when a table is opened (``pip install 'streamseq[table]'``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from streamseq.errors import SourceError
+from streamseq.io._base import Source
+from streamseq.read.handle import ProcessLocal
+
+#: decoded row groups a reader keeps (the rows of one worker read different episodes)
+CACHED_ROW_GROUPS = 8
+
+#: (path or URL, columns) -> the reader of this process
+_Key = tuple[str, tuple[str, ...]]
+_READERS: dict[_Key, ProcessLocal[_Reader]] = {}
+
+
+def _pyarrow() -> Any:
+    """``pyarrow.parquet``, or an ImportError saying how to install it."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as e:
+        raise ImportError(
+            "streamseq.io.table reads Parquet with pyarrow: pip install 'streamseq[table]'"
+        ) from e
+    return pq
+
+
+def _open_file(path: str) -> Any:
+    """A ``pyarrow.parquet.ParquetFile`` of a local path or a URL pyarrow can open."""
+    pq = _pyarrow()
+    try:
+        if "://" in path:
+            from pyarrow import fs
+
+            filesystem, inner = fs.FileSystem.from_uri(path)
+            return pq.ParquetFile(filesystem.open_input_file(inner))
+        if not os.path.isfile(path):
+            raise SourceError(path, "no such file")
+        return pq.ParquetFile(path)
+    except SourceError:
+        raise
+    except Exception as e:  # pyarrow's errors: ArrowInvalid, OSError, FileNotFoundError
+        raise SourceError(path, f"cannot open as Parquet: {type(e).__name__}: {e}") from e
+
+
+def _to_numpy(array: Any, path: str, name: str) -> np.ndarray:
+    """A column as numpy: lists of one length become a 2-d array ``[rows, k, ...]``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if array.null_count:
+        raise SourceError(path, f"column {name!r} has {array.null_count} missing values")
+    kind = array.type
+    if pa.types.is_fixed_size_list(kind):
+        width = kind.list_size
+    elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        sizes = pc.list_value_length(array).to_numpy()
+        width = int(sizes[0]) if len(sizes) else 0
+        if len(sizes) and (sizes != width).any():
+            raise SourceError(
+                path,
+                f"column {name!r} holds lists of {sizes.min()} to {sizes.max()} values: "
+                "only lists of one length make an array",
+            )
+    else:
+        return array.to_numpy(zero_copy_only=False)
+    values = _to_numpy(array.flatten(), path, name)
+    return values.reshape(len(array), width, *values.shape[1:])
+
+
+class _Reader:
+    """A Parquet file and the row groups it decoded last (as numpy columns)."""
+
+    def __init__(self, path: str, columns: tuple[str, ...]):
+        self.path, self.columns = path, columns
+        self.file = _open_file(path)
+        self.groups: OrderedDict[int, dict[str, np.ndarray]] = OrderedDict()
+
+    def row_group(self, i: int) -> dict[str, np.ndarray]:
+        """Row group ``i``: one numpy array per column."""
+        group = self.groups.get(i)
+        if group is not None:
+            self.groups.move_to_end(i)
+            return group
+        data = self.file.read_row_group(i, columns=list(self.columns))
+        group = {n: _to_numpy(data.column(n), self.path, n) for n in self.columns}
+        self.groups[i] = group
+        if len(self.groups) > CACHED_ROW_GROUPS:
+            self.groups.popitem(last=False)
+        return group
+
+
+def _shared(key: _Key) -> ProcessLocal[_Reader]:
+    """The one reader handle of ``key`` in this process (its file opened on first read)."""
+    handle = _READERS.get(key)
+    if handle is None:
+        handle = _READERS.setdefault(key, ProcessLocal())
+    return handle
+
+
+class _Episode(Source):
+    """The rows of one group of a Parquet table, as a stream of dict steps."""
+
+    def __init__(self, key: _Key, group: Any, runs: np.ndarray):
+        # no Source.__init__: the handle is the file's, shared by all its episodes
+        self.key, self.group = key, group
+        self.runs = runs  # [n, 3]: row group, first row, end row (in the row group)
+        self.offsets = np.concatenate([[0], np.cumsum(runs[:, 2] - runs[:, 1])])
+        self._handle = _shared(key)
+
+    def __reduce__(self) -> tuple:
+        return (_Episode, (self.key, self.group, self.runs))
+
+    @property
+    def path(self) -> str:
+        """The Parquet file (or its URL)."""
+        return self.key[0]
+
+    @property
+    def row_groups(self) -> list[int]:
+        """The row groups that hold the rows of this episode, in row order."""
+        return list(dict.fromkeys(self.runs[:, 0].tolist()))
+
+    def __repr__(self) -> str:
+        return f"table({self.key[0]!r})[{self.group!r}]"
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    def _open(self) -> _Reader:
+        return _Reader(*self.key)
+
+    def _read(self, handle: Any, a: int, b: int) -> dict[str, np.ndarray]:
+        first = int(np.searchsorted(self.offsets, a, side="right")) - 1
+        last = int(np.searchsorted(self.offsets, b, side="left"))
+        parts: dict[str, list[np.ndarray]] = {n: [] for n in self.key[1]}
+        for j in range(first, last):
+            group, lo, _ = (int(x) for x in self.runs[j])
+            start = lo + max(a - int(self.offsets[j]), 0)
+            stop = lo + min(b, int(self.offsets[j + 1])) - int(self.offsets[j])
+            for name, column in handle.row_group(group).items():
+                parts[name].append(column[start:stop])
+        return {n: p[0] if len(p) == 1 else np.concatenate(p) for n, p in parts.items()}
+
+    def _empty(self) -> dict[str, np.ndarray]:
+        return {n: v[:0] for n, v in self._locked_read(0, 1).items()}
+
+    def close(self) -> None:
+        """Leave the file's reader open: every episode of the file in this process uses it."""
+
+
+def table(
+    path_or_url: str | os.PathLike,
+    group_by: str = "episode_index",
+    columns: Sequence[str] | None = None,
+    *,
+    sort: bool = False,
+) -> list[_Episode]:
+    """One stream per group of rows of a Parquet table: the episodes of a robot dataset.
+
+    The rows whose ``group_by`` column holds one value are one stream (an episode), in
+    row order; step ``i`` is a dict of the ``columns`` of its ``i``-th row, as numpy
+    (numbers and booleans as they are; a column of lists of one length, such as a state
+    vector, as a 2-d array ``[steps, k]``). The ``group_by`` column is read once, here,
+    and gives every episode its runs of rows within the row groups; reading steps ``a:b``
+    reads only the row groups holding them, with the columns asked for, in the process
+    that reads (one reader per file and process, which keeps its last
+    :data:`CACHED_ROW_GROUPS` decoded row groups).
+
+    Args:
+        path_or_url: a Parquet file, or a URL that ``pyarrow.fs`` opens (``s3://``,
+            ``gs://``, ``hdfs://``, ``file://``).
+        group_by: the column that names the episode of each row.
+        columns: the columns of the steps (all, ``group_by`` included, when ``None``).
+        sort: order the episodes by their ``group_by`` value; by default, in the order
+            in which they first appear in the file.
+
+    Returns:
+        A list of streams, one per episode: ``len(e)`` is its number of rows, ``e[a:b]`` a
+        dict of arrays with ``b - a`` steps, ``e.group`` its ``group_by`` value and
+        ``e.row_groups`` the row groups that hold it.
+
+    Raises:
+        ImportError: pyarrow is not installed (the ``table`` extra).
+        streamseq.errors.SourceError: naming the file: it is missing or not Parquet, a
+            column is missing, ``group_by`` has missing values, or a list column has lists
+            of different lengths (on the read that finds it).
+
+    Example:
+        >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq
+        >>> path = os.path.join(tempfile.mkdtemp(), "data.parquet")
+        >>> pq.write_table(pa.table({"episode_index": [0, 0, 1, 1, 1],
+        ...                          "action": [[0.0, 1.0], [2, 3], [4, 5], [6, 7], [8, 9]]}),
+        ...                path, row_group_size=2)
+        >>> episodes = table(path, columns=["action"])
+        >>> [len(e) for e in episodes], episodes[1].row_groups
+        ([2, 3], [1, 2])
+        >>> episodes[1][1:3]["action"]
+        array([[6., 7.],
+               [8., 9.]])
+    """
+    path = os.fspath(path_or_url)
+    file = _open_file(path)
+    names = file.schema_arrow.names
+    wanted = tuple(names if columns is None else columns)
+    missing = [n for n in (*wanted, group_by) if n not in names]
+    if missing:
+        raise SourceError(path, f"no column {missing[0]!r}; the columns are {names}")
+    if not wanted:
+        raise SourceError(path, "no column asked for")
+    values, firsts = [], [0]
+    for i in range(file.metadata.num_row_groups):
+        values.append(
+            _to_numpy(file.read_row_group(i, columns=[group_by]).column(0), path, group_by)
+        )
+        firsts.append(firsts[-1] + len(values[-1]))
+    if firsts[-1] == 0:
+        raise SourceError(path, "no row")
+    rows = np.concatenate(values)
+    starts_group = np.zeros(len(rows), bool)
+    starts_group[np.asarray(firsts[:-1])] = True
+    run_start = np.flatnonzero(starts_group | np.concatenate([[True], rows[1:] != rows[:-1]]))
+    run_stop = np.append(run_start[1:], len(rows))
+    group = np.searchsorted(np.asarray(firsts), run_start, side="right") - 1
+    base = np.asarray(firsts)[group]
+    runs = np.stack([group, run_start - base, run_stop - base], axis=1).astype(np.int64)
+    uniques, first_run, which = np.unique(rows[run_start], return_index=True, return_inverse=True)
+    order = np.arange(len(uniques)) if sort else np.argsort(first_run, kind="stable")
+    by_episode = np.argsort(which.ravel(), kind="stable")  # runs of each episode, in order
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(which.ravel(), minlength=len(uniques)))])
+    key: _Key = (path, wanted)
+    return [
+        _Episode(key, _plain(uniques[k]), runs[by_episode[bounds[k] : bounds[k + 1]]])
+        for k in order.tolist()
+    ]
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python value it holds (other values as they are)."""
+    return value.item() if isinstance(value, np.generic) else value

@@ -1,0 +1,251 @@
+import functools
+import json
+import multiprocessing
+import operator
+import os
+import sys
+import time
+
+import numpy as np
+import pytest
+from helpers import assert_same, live_children, no_children
+from media import plain_audio, plain_video, write_audio, write_video
+from servers import RangeServer, http_folder, http_server, s3_server  # noqa: F401
+
+from streamseq import StreamLoader
+from streamseq.errors import SourceError
+from streamseq.io import audio, events, probe, probe_lengths, synthetic_events, tokens, video
+from streamseq.io import remote as remote_files
+from streamseq.testing import check_continuity
+
+pytest.importorskip("s3fs")
+pytest.importorskip("moto")
+
+VIDEO_LENGTHS = {"a.mp4": 40, "b.mkv": 25, "c.mp4": 33}
+TOKEN_LENGTHS = {"t0.npy": 300, "t1.npy": 170, "t2.npy": 45, "t3.npy": 260}
+
+
+@pytest.fixture(scope="module")
+def files(http_folder, s3_server):  # noqa: F811
+    """Videos, audio, tokens and events, in the served folder and in the bucket."""
+    folder = http_folder
+    for name, n in VIDEO_LENGTHS.items():
+        fmt = "matroska" if name.endswith("mkv") else "mp4"
+        write_video(folder / name, n, fmt=fmt, gop=7, bf=2)
+    write_audio(folder / "s.wav", 20000, "pcm_s16le", "wav", 16000, "stereo")
+    write_audio(folder / "m.flac", 15000, "flac", "flac", 16000, "mono")
+    for i, (name, n) in enumerate(TOKEN_LENGTHS.items()):
+        np.save(folder / name, (np.arange(2 * n, dtype=np.int32) + 1000 * i).reshape(n, 2))
+    np.arange(999, dtype=np.uint16).tofile(folder / "flat.bin")
+    np.save(folder / "ev.npy", synthetic_events(height=16, width=24, duration_us=200_000))
+    for path in sorted(folder.iterdir()):
+        s3_server.upload(path)
+    return folder
+
+
+def where(kind, files, s3_server, http_server):  # noqa: F811
+    """(base URL, storage options) of a server."""
+    if kind == "s3":
+        return f"s3://{s3_server.bucket}", s3_server.options
+    return http_server.url, {}
+
+
+SERVERS = ["s3", "http"]
+
+
+@pytest.fixture(params=SERVERS)
+def served(request, files, s3_server, http_server):  # noqa: F811
+    base, options = where(request.param, files, s3_server, http_server)
+    return base, options, files
+
+
+def open_all(make, names, base, options, **kw):
+    return [make(f"{base}/{name}", storage_options=options, **kw) for name in names]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_video_and_tokens_batches_equal_local(served, workers):
+    base, options, folder = served
+    names = list(VIDEO_LENGTHS)
+    remote = open_all(video, names, base, options)
+    local = [video(folder / n) for n in names]
+    lengths = [len(s) for s in remote]
+    assert lengths == list(VIDEO_LENGTHS.values())
+    loader = StreamLoader(remote, 2, 8, num_workers=workers)
+    batches = list(loader)
+    check_continuity(batches, lengths, sources=local)
+    assert_same(batches, list(StreamLoader(local, 2, 8)))
+
+    names = list(TOKEN_LENGTHS)
+    remote = open_all(tokens, names, base, options)
+    local = [tokens(folder / n) for n in names]
+    lengths = [len(s) for s in remote]
+    assert lengths == list(TOKEN_LENGTHS.values())
+    batches = list(StreamLoader(remote, 3, 16, num_workers=workers))
+    check_continuity(batches, lengths, sources=local)
+    assert_same(batches, list(StreamLoader(local, 3, 16)))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_audio_and_events_batches_equal_local(served, workers):
+    base, options, folder = served
+    names = ["s.wav", "m.flac"]
+    remote = open_all(audio, names, base, options, frame=512, layout="mono")
+    local = [audio(folder / n, frame=512, layout="mono") for n in names]
+    lengths = [len(s) for s in remote]
+    assert lengths == [len(s) for s in local]
+    batches = list(StreamLoader(remote, 2, 5, num_workers=workers))
+    check_continuity(batches, lengths, sources=local)
+    assert_same(batches, list(StreamLoader(local, 2, 5)))
+
+    kw = {"window_us": 5000, "height": 16, "width": 24}
+    remote = [events(f"{base}/ev.npy", storage_options=options, **kw)]
+    local = [events(folder / "ev.npy", **kw)]
+    assert len(remote[0]) == len(local[0]) == 40
+    batches = list(StreamLoader(remote * 2, 2, 7, num_workers=workers))
+    check_continuity(batches, [40, 40], sources=local * 2)
+    assert_same(batches, list(StreamLoader(local * 2, 2, 7)))
+
+
+def test_random_access(served):
+    base, options, folder = served
+    v = video(f"{base}/a.mp4", storage_options=options)
+    ref = plain_video(folder / "a.mp4")
+    for a in [30, 3, 20, 19, 38, 0]:
+        np.testing.assert_array_equal(v[a : a + 3], ref[a : a + 3])
+    np.testing.assert_allclose(v.timestamps, np.arange(40) / 25)
+    s = audio(f"{base}/s.wav", storage_options=options, frame=1000)
+    ref = plain_audio(folder / "s.wav")
+    for a in [15, 2, 9]:
+        np.testing.assert_array_equal(s[a : a + 2].reshape(-1, 2), ref[a * 1000 : (a + 2) * 1000])
+    t = tokens(f"{base}/flat.bin", np.uint16, storage_options=options)
+    assert len(t) == 999 and t[990:].tolist() == list(range(990, 999))
+    assert t[5] == 5 and not t[0:4].flags.writeable
+    np.testing.assert_array_equal(t.array(), np.arange(999))
+
+
+def test_fortran_order_tokens(s3_server, tmp_path):  # noqa: F811
+    data = np.asfortranarray(np.arange(60).reshape(20, 3))
+    np.save(tmp_path / "fortran.npy", data)
+    t = tokens(s3_server.upload(tmp_path / "fortran.npy"), storage_options=s3_server.options)
+    np.testing.assert_array_equal(t[4:9], data[4:9])
+
+
+def test_pickle_is_small_and_opens_nothing(served):
+    import pickle
+
+    base, options, _ = served
+    t = tokens(f"{base}/t1.npy", storage_options=options)
+    t[0:10]  # holds an open file
+    data = pickle.dumps(t)
+    assert len(data) < 2000
+    np.testing.assert_array_equal(pickle.loads(data)[5:7], t[5:7])
+
+
+def _filesystem_of_child(url, options, parent):
+    fs = remote_files.filesystem(url, options)
+    return id(fs) != parent and getattr(fs, "_pid", os.getpid()) == os.getpid()
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_each_process_its_own_connection(served, method):
+    base, options, folder = served
+    url = f"{base}/t0.npy"
+    t = tokens(url, storage_options=options)
+    t[0:5]  # the parent's filesystem (session, loop) is open
+    parent = id(remote_files.filesystem(url, options))
+    with multiprocessing.get_context(method).Pool(1) as pool:
+        own = pool.apply(_filesystem_of_child, (url, options, parent))
+        got = pool.apply(operator.getitem, (t, slice(100, 104)))
+    assert own
+    np.testing.assert_array_equal(got, np.load(folder / "t0.npy")[100:104])
+    np.testing.assert_array_equal(t[7:9], np.load(folder / "t0.npy")[7:9])  # the parent's goes on
+
+
+def test_missing_file_and_local_options(served):
+    base, options, folder = served
+    start = time.monotonic()
+    with pytest.raises(FileNotFoundError):
+        video(f"{base}/nowhere.mp4", storage_options=options)
+    with pytest.raises(FileNotFoundError):
+        tokens(f"{base}/nowhere.npy", storage_options=options)
+    assert time.monotonic() - start < 5  # not retried
+    with pytest.raises(ValueError, match="storage_options are for URLs"):
+        tokens(folder / "t0.npy", storage_options={"anon": True})
+
+
+def test_missing_fsspec_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "fsspec", None)
+    with pytest.raises(ImportError, match=r"streamseq\[remote\]"):
+        tokens("s3://bucket/never-imported.npy", storage_options={"anon": True, "x": 1})
+
+
+def test_unreachable_server_is_a_source_error(http_folder):  # noqa: F811
+    server = RangeServer(http_folder).start()
+    url = f"{server.url}/t0.npy"
+    server.stop()
+    start = time.monotonic()
+    with pytest.raises(SourceError, match=url) as info:
+        tokens(url)
+    assert time.monotonic() - start < 10
+    assert info.value.path == url and "3 attempts" in str(info.value)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_server_stops_in_the_middle_of_an_epoch(http_folder, workers):  # noqa: F811
+    before = {c.pid for c in live_children()}
+    for i in range(12):
+        np.save(http_folder / f"fault{i}.npy", np.arange(120, dtype=np.int64) + 1000 * i)
+    server = RangeServer(http_folder).start()
+    try:
+        streams = [tokens(f"{server.url}/fault{i}.npy") for i in range(12)]
+        loader = StreamLoader(streams, 2, 8, num_workers=workers, max_buffered=4)
+        it = iter(loader)
+        first = next(it)
+        assert first.data.shape == (2, 8)
+        server.stop()
+        start = time.monotonic()
+        with pytest.raises(SourceError, match=rf"{server.url}/fault\d+\.npy") as info:
+            for _ in it:
+                pass
+        assert time.monotonic() - start < 20  # the retries, not a hang
+        assert "attempts" in str(info.value)
+        loader.close()
+        del it, loader
+    finally:
+        server.stop()
+    assert no_children(before)
+
+
+def test_probe_cache_keyed_by_etag(s3_server, tmp_path, monkeypatch):  # noqa: F811
+    measured = []
+    real = probe._measure
+    monkeypatch.setattr(probe, "_measure", lambda o: measured.append(o) or real(o))
+    np.save(tmp_path / "p.npy", np.arange(50))
+    url = s3_server.upload(tmp_path / "p.npy")
+    cache = tmp_path / "lengths.json"
+
+    def run():
+        return probe_lengths(
+            [tokens(url, storage_options=s3_server.options)], cache=cache, progress=False
+        )
+
+    assert run() == [50] and len(measured) == 1
+    entry = json.loads(cache.read_text())["files"][url]
+    assert entry["etag"] and entry["size"] > 0 and "mtime_ns" not in entry
+    assert run() == [50] and len(measured) == 1  # same ETag: read back
+    np.save(tmp_path / "p.npy", np.arange(70))
+    s3_server.upload(tmp_path / "p.npy")  # same name, new content: new ETag
+    assert run() == [70] and len(measured) == 2
+    assert json.loads(cache.read_text())["files"][url]["etag"] != entry["etag"]
+
+
+def test_probe_cache_of_a_partial_opener(served, tmp_path):
+    base, options, _ = served
+    url = f"{base}/t2.npy"
+    opener = functools.partial(tokens, url, storage_options=options)
+    cache = tmp_path / "lengths.json"
+    assert probe_lengths([opener], cache=cache, progress=False, num_workers=2) == [45]
+    entry = json.loads(cache.read_text())["files"][url]
+    assert entry["etag"] and list(entry["lengths"].values()) == [45]
+    assert "secret" not in cache.read_text()  # the options are not the description

@@ -1,0 +1,181 @@
+import builtins
+import pickle
+
+import numpy as np
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+from streamseq import StreamLoader  # noqa: E402
+from streamseq.errors import SourceError  # noqa: E402
+from streamseq.io import table  # noqa: E402
+from streamseq.testing import check_continuity  # noqa: E402
+
+LENGTHS = {3: 23, 0: 17, 4: 31, 1: 9, 2: 40}  # episode -> frames, in file order
+
+
+def frames(episodes=LENGTHS, state=6):
+    """Rows of a LeRobot-like table: episode by episode, frames in order."""
+    ep = np.concatenate([np.full(n, e) for e, n in episodes.items()])
+    frame = np.concatenate([np.arange(n) for n in episodes.values()])
+    values = ep * 1000.0 + frame
+    last = np.concatenate([np.full(n, n - 1) for n in episodes.values()])
+    st = values[:, None] + np.arange(state) / 10
+    return pa.table(
+        {
+            "episode_index": pa.array(ep, pa.int64()),
+            "frame_index": pa.array(frame, pa.int64()),
+            "observation.state": pa.FixedSizeListArray.from_arrays(
+                pa.array(st.ravel(), pa.float32()), state
+            ),
+            "action": pa.array([[v, -v] for v in values], pa.list_(pa.float64())),
+            "timestamp": pa.array(frame / 30, pa.float32()),
+            "next.done": pa.array(frame == last),
+        }
+    )
+
+
+@pytest.fixture
+def parquet(tmp_path):
+    path = tmp_path / "data.parquet"
+    data = frames()
+    pq.write_table(data, path, row_group_size=16)  # 120 rows: 8 row groups
+    return path, data
+
+
+def rows_of(data, episode, columns):
+    mask = data.column("episode_index").to_numpy() == episode
+    return data.filter(pa.array(mask)).select(columns).to_pydict()
+
+
+def test_each_episode_is_its_rows_in_order(parquet):
+    path, data = parquet
+    columns = ["frame_index", "observation.state", "action", "next.done"]
+    episodes = table(path, columns=columns)
+    assert [e.group for e in episodes] == list(LENGTHS)  # order of first appearance
+    for e in episodes:
+        assert len(e) == LENGTHS[e.group]
+        steps = e[:]
+        assert list(steps) == columns
+        assert steps["observation.state"].shape == (len(e), 6)
+        assert steps["observation.state"].dtype == np.float32
+        assert steps["action"].shape == (len(e), 2) and steps["next.done"].dtype == bool
+        want = rows_of(data, e.group, columns)
+        for name in columns:
+            np.testing.assert_array_equal(steps[name], np.asarray(want[name]))
+    one = episodes[2][5]
+    assert one["frame_index"] == 5 and one["observation.state"].shape == (6,)
+    assert [e.group for e in table(path, sort=True)] == [0, 1, 2, 3, 4]
+
+
+def test_a_read_touches_only_its_row_groups(parquet, monkeypatch):
+    path, _ = parquet
+    episodes = table(path, columns=["frame_index", "action"])
+    seen = []
+    real = pq.ParquetFile.read_row_group
+
+    def spy(self, i, *args, **kwargs):
+        seen.append(i)
+        return real(self, i, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", spy)
+    e4 = episodes[2]  # episode 4: rows 40 to 70, row groups 2, 3, 4
+    assert e4.row_groups == [2, 3, 4]
+    assert e4[10:20]["frame_index"].tolist() == list(range(10, 20))  # rows 50:60
+    assert seen == [3]
+    e4[0:3]
+    assert seen == [3, 2]
+    e4[0:31]
+    assert seen == [3, 2, 4]  # the others were decoded already
+    assert sorted(set(seen)) == e4.row_groups
+
+
+def test_row_groups_are_decoded_once_while_cached(parquet, monkeypatch):
+    path, _ = parquet
+    episodes = table(path, columns=["frame_index"])
+    seen = []
+    real = pq.ParquetFile.read_row_group
+    monkeypatch.setattr(
+        pq.ParquetFile, "read_row_group", lambda s, i, **k: seen.append(i) or real(s, i, **k)
+    )
+    for e in episodes:
+        for a in range(0, len(e), 4):
+            e[a : a + 4]
+    assert sorted(seen) == list(range(8))  # every row group once
+
+
+def test_episodes_interleaved_with_row_groups(tmp_path):
+    ep = np.array([7, 7, 2, 2, 7, 7, 2, 9, 9, 7])
+    path = tmp_path / "mixed.parquet"
+    pq.write_table(pa.table({"ep": ep, "x": np.arange(10) * 1.5}), path, row_group_size=3)
+    episodes = table(path, "ep", ["x"])
+    assert [e.group for e in episodes] == [7, 2, 9]
+    for e in episodes:
+        np.testing.assert_array_equal(e[:]["x"], np.flatnonzero(ep == e.group) * 1.5)
+        for a in range(len(e)):
+            for b in range(a, len(e) + 1):
+                np.testing.assert_array_equal(e[a:b]["x"], e[:]["x"][a:b])
+    assert episodes[0][2:2]["x"].shape == (0,)
+
+
+def test_string_groups_and_all_columns(tmp_path):
+    path = tmp_path / "s.parquet"
+    pq.write_table(pa.table({"take": ["b", "b", "a"], "v": [1, 2, 3]}), path)
+    episodes = table(path, "take")
+    assert [(e.group, len(e)) for e in episodes] == [("b", 2), ("a", 1)]
+    assert episodes[0][:]["v"].tolist() == [1, 2] and list(episodes[0][:]) == ["take", "v"]
+
+
+def test_pickle_is_small_and_reads_elsewhere(parquet):
+    path, data = parquet
+    episodes = table(path, columns=["action"])
+    episodes[0][:2]
+    blob = pickle.dumps(episodes[4])
+    assert len(blob) < 1000
+    copy = pickle.loads(blob)
+    np.testing.assert_array_equal(copy[:]["action"], episodes[4][:]["action"])
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_loader_passes_check_continuity(parquet, workers):
+    path, _ = parquet
+    episodes = table(path, columns=["frame_index", "observation.state", "action"])
+    loader = StreamLoader(episodes, batch_size=2, tbins=8, num_workers=workers)
+    assert check_continuity(loader, [len(e) for e in episodes], sources=episodes) == len(loader)
+
+
+def test_errors_name_the_file(parquet, tmp_path):
+    path, _ = parquet
+    with pytest.raises(SourceError, match="data.parquet: no column 'reward'") as e:
+        table(path, columns=["action", "reward"])
+    assert e.value.path == str(path)
+    with pytest.raises(SourceError, match="no column 'episode'"):
+        table(path, "episode")
+    with pytest.raises(SourceError, match="nothing.parquet: no such file"):
+        table(tmp_path / "nothing.parquet")
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"not parquet at all")
+    with pytest.raises(SourceError, match="bad.parquet: cannot open as Parquet"):
+        table(bad)
+    ragged = tmp_path / "ragged.parquet"
+    pq.write_table(pa.table({"episode_index": [0, 0], "a": [[1.0], [2.0, 3.0]]}), ragged)
+    with pytest.raises(SourceError, match="ragged.parquet: column 'a' holds lists of 1 to 2"):
+        table(ragged)[0][:]
+    holes = tmp_path / "holes.parquet"
+    pq.write_table(pa.table({"episode_index": [0, None]}), holes)
+    with pytest.raises(SourceError, match="holes.parquet: column 'episode_index' has 1 missing"):
+        table(holes)
+
+
+def test_without_pyarrow_the_error_names_the_extra(parquet, monkeypatch):
+    real_import = builtins.__import__
+
+    def no_pyarrow(name, *args, **kwargs):
+        if name.startswith("pyarrow"):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_pyarrow)
+    with pytest.raises(ImportError, match=r"pip install 'streamseq\[table\]'"):
+        table(parquet[0])
