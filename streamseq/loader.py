@@ -175,7 +175,7 @@ class _Plan:
 
     def group(self, rows: Sequence[Row], loader: StreamLoader) -> ZipBatch:
         """The sequence of micro-batches of a group of rows."""
-        parts = [tbin(r, loader.tbins) for r in rows]
+        parts = [tbin(r, loader.tbins, pack=loader.pad == "pack") for r in rows]
         spec = loader._data_spec(self.epoch)
         return ZipBatch(parts, pad=loader.pad, length=self.length, spec=spec)
 
@@ -206,7 +206,10 @@ class StreamLoader:
         shuffle: draw a new stream order every epoch (see :meth:`set_epoch`).
         seed: seed of the shuffle.
         pad: ``"zeros"`` (run until the longest row ends), ``"drop"`` (stop before any
-            row would be all padding) or ``"wrap"`` (rows that end start again).
+            row would be all padding), ``"wrap"`` (rows that end start again) or
+            ``"pack"`` (a row goes on with its next stream inside the chunk instead of
+            padding it; ``step == 0`` marks where each stream starts, ``reset`` a chunk
+            that starts with one; padding is left only at the ends of rows).
         pin_memory: deliver page-locked tensors, prepared by one background thread.
         lengths: declared stream lengths, sparing the probe of openers.
         rank: this process' rank; with ``world_size``, defaults to torch.distributed's.

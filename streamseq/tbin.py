@@ -21,13 +21,19 @@ class TBinned:
 
     num_rows = 1
 
-    def __init__(self, row: Row, tbins: int):
+    def __init__(self, row: Row, tbins: int, pack: bool = False):
         if tbins < 1:
             raise ValueError(f"tbins must be >= 1, got {tbins}")
         self.row = row
         self.tbins = int(tbins)
+        self.pack = bool(pack)
         counts = -(-row.lengths // self.tbins)
         self.chunk_ends = np.cumsum(counts, dtype=np.int64)
+        self.length = (
+            -(-len(row) // self.tbins)
+            if pack
+            else (int(self.chunk_ends[-1]) if len(counts) else 0)
+        )
         self._table: _Table | None = None
         self._spec: Any = None
 
@@ -35,7 +41,7 @@ class TBinned:
         return f"tbin({self.row!r}, {self.tbins})"
 
     def __len__(self) -> int:
-        return int(self.chunk_ends[-1]) if len(self.chunk_ends) else 0
+        return self.length
 
     def locate(self, c: int) -> tuple[int, int, int]:
         """Return ``(j, start, stop)``: chunk ``c`` covers steps start:stop of stream j."""
@@ -62,7 +68,7 @@ class TBinned:
     def table(self) -> _Table:
         """The row as a one-row batch writer (made once)."""
         if self._table is None:
-            self._table = _Table([self], "zeros", self.tbins)
+            self._table = _Table([self], "pack" if self.pack else "zeros", self.tbins)
         return self._table
 
     def release(self) -> None:
@@ -81,15 +87,19 @@ class TBinned:
         return Chunk(tree_map(lambda a: a[0], b.data), b.reset[0], *(f[0] for f in b[2:]))
 
 
-def tbin(row: Row, tbins: int) -> TBinned:
+def tbin(row: Row, tbins: int, *, pack: bool = False) -> TBinned:
     """Cut a row into chunks of ``tbins`` steps; a chunk never spans two streams.
 
     The last chunk of a stream is padded (zeros, ``valid`` False) and the next chunk
-    starts the next stream at its step 0, with ``reset`` set.
+    starts the next stream at its step 0, with ``reset`` set. With ``pack`` the next
+    stream starts right after inside the same chunk (``step == 0`` marks it; ``reset`` is
+    set when a chunk starts with a stream's first step), and only the end of the row is
+    padded.
 
     Args:
         row: a row from :func:`interleave_streams`.
         tbins: steps per chunk.
+        pack: pack the streams of the row, without padding between them.
 
     Returns:
         A lazy sequence of :class:`Chunk`.
@@ -106,5 +116,7 @@ def tbin(row: Row, tbins: int) -> TBinned:
         [[0, 1, 2], [3, 4, 0], [100, 101, 0]]
         >>> [bool(c.reset) for c in chunks]
         [True, False, True]
+        >>> [c.data.tolist() for c in tbin(row, 3, pack=True)]
+        [[0, 1, 2], [3, 4, 100], [101, 0, 0]]
     """
-    return TBinned(row, tbins)
+    return TBinned(row, tbins, pack)

@@ -39,8 +39,10 @@ def _batch_major(batch: Batch, time_major: bool) -> Batch:
     return Batch(*fields)
 
 
-def _first_difference(got: Any, want: Any, r: int, n: int, path: str = "") -> str | None:
-    """Where row ``r`` of batch data ``got`` (first ``n`` steps) differs from ``want``.
+def _first_difference(
+    got: Any, want: Any, r: int, n: int, at: int = 0, path: str = ""
+) -> str | None:
+    """Where row ``r`` of batch data ``got`` (``n`` steps from ``at``) differs from ``want``.
 
     Dicts are matched by key, whatever their order; returns None when they agree, else
     the path of the first difference (``""`` at the top, ``" at ['x'][0]"`` inside).
@@ -52,7 +54,7 @@ def _first_difference(got: Any, want: Any, r: int, n: int, path: str = "") -> st
             wanted = sorted(want, key=str) if isinstance(want, dict) else type(want).__name__
             return f"{where} (keys {keys}, source has {wanted})"
         for key in got:
-            differ = _first_difference(got[key], want[key], r, n, f"{path}[{key!r}]")
+            differ = _first_difference(got[key], want[key], r, n, at, f"{path}[{key!r}]")
             if differ is not None:
                 return differ
         return None
@@ -62,11 +64,11 @@ def _first_difference(got: Any, want: Any, r: int, n: int, path: str = "") -> st
         ) != len(want):
             return f"{where} (a different structure)"
         for i, (g, w) in enumerate(zip(got, want, strict=True)):
-            differ = _first_difference(g, w, r, n, f"{path}[{i}]")
+            differ = _first_difference(g, w, r, n, at, f"{path}[{i}]")
             if differ is not None:
                 return differ
         return None
-    return None if np.array_equal(got[r, :n], np.asarray(want)) else where
+    return None if np.array_equal(got[r, at : at + n], np.asarray(want)) else where
 
 
 def check_continuity(
@@ -78,6 +80,7 @@ def check_continuity(
     allow_repeats: bool = False,
     time_major: bool = False,
     segment_length: int | None = None,
+    pack: bool = False,
 ) -> int:
     """Assert that batches stream every stream whole, in order, within one row.
 
@@ -101,6 +104,10 @@ def check_continuity(
         segment_length: the loader's ``segment_length``: each segment of a stream is
             checked as a stream of its own (it starts at its first step with ``reset``,
             may go to another row than the segment before).
+        pack: the batches come from ``pad="pack"``: a row goes on with its next stream
+            inside a chunk (the new stream starts at its step 0; ``reset`` is set where
+            a chunk starts with a stream's first step), and padding is left only at the
+            end of a row.
 
     Returns:
         The number of batches checked.
@@ -135,11 +142,47 @@ def check_continuity(
     expected: dict[int, int] = {}  # row -> next step of that stream
     owner: dict[tuple[int, int], int] = {}  # stream (or segment) -> row
     done: dict[tuple[int, int], int] = {}  # stream (or segment) -> times completed
+
+    def check_run(where: str, run: int, sid: int, k0: int, m: int, reset_r: bool, r: int) -> None:
+        """Steps ``k0 : k0 + m`` of stream ``sid``: the ``run``-th piece of row ``r``'s chunk."""
+        assert 0 <= sid < len(lengths), f"{where}: unknown stream index {sid}"
+        unit = unit_of(sid, k0)
+        starts = k0 == first(unit) and current.get(r) != unit
+        if current.get(r) == unit and expected[r] == end(unit) and k0 == first(unit):
+            starts = True  # the same stream again (wrap)
+        if starts:
+            if run == 0:
+                assert reset_r, f"{where}: {name(unit)} starts without reset"
+            if r in current:
+                prev = current[r]
+                assert expected[r] == end(prev), (
+                    f"{where}: {name(prev)} left at step {expected[r]} of {end(prev)}"
+                    f" for {name(unit)}"
+                )
+                done[prev] = done.get(prev, 0) + 1
+            assert owner.get(unit, r) == r, (
+                f"{where}: {name(unit)} was already read in row {owner[unit]}"
+            )
+            assert allow_repeats or unit not in done, f"{where}: {name(unit)} delivered twice"
+            current[r], expected[r], owner[unit] = unit, first(unit), r
+        else:
+            assert run == 0, f"{where}: {name(unit)} appears at step {k0} inside the chunk"
+            assert not reset_r, f"{where}: reset set in the middle of {name(unit)}"
+            assert current.get(r) == unit, (
+                f"{where}: {name(unit)} appears at step {k0} without its start "
+                f"(row was reading {current.get(r)})"
+            )
+        assert k0 == expected[r], f"{where}: {name(unit)} jumps from step {expected[r]} to {k0}"
+        expected[r] += m
+        assert expected[r] <= end(unit), f"{where}: {name(unit)} goes past its end {end(unit)}"
+
+    ended: set[int] = set()  # rows padded for good (pad="pack": padding at row ends only)
     count = 0
     for i, raw in enumerate(batches):
         b = _batch_major(raw, time_major)
         valid, stream, step, reset = b.valid.astype(bool), b.stream, b.step, b.reset.astype(bool)
         data = leaves(b.data)
+        t = valid.shape[1]
         for r in range(valid.shape[0]):
             where = f"batch {i}, row {r}"
             v, s, k = valid[r], stream[r], step[r]
@@ -150,6 +193,7 @@ def check_continuity(
             )
             for a in data:
                 assert not np.any(a[r, n:]), f"{where}: padding data is not zero"
+            assert n == 0 or r not in ended, f"{where}: data after padding in a packed row"
             if n == 0:
                 assert not reset[r], f"{where}: reset set on a chunk of padding"
                 if r in current:
@@ -160,51 +204,33 @@ def check_continuity(
                     )
                     done[unit] = done.get(unit, 0) + 1
                 continue
-            sid = int(s[0])
-            assert (s[:n] == sid).all(), f"{where}: a chunk spans two streams: {s.tolist()}"
-            assert 0 <= sid < len(lengths), f"{where}: unknown stream index {sid}"
-            assert (k[:n] == k[0] + np.arange(n)).all(), (
-                f"{where}: steps are not consecutive: {k[:n].tolist()}"
-            )
-            unit = unit_of(sid, int(k[0]))
-            starts = int(k[0]) == first(unit) and current.get(r) != unit
-            if current.get(r) == unit and expected[r] == end(unit) and int(k[0]) == first(unit):
-                starts = True  # the same stream again (wrap)
-            if starts:
-                assert reset[r], f"{where}: {name(unit)} starts without reset"
-                if r in current:
-                    prev = current[r]
-                    assert expected[r] == end(prev), (
-                        f"{where}: {name(prev)} left at step {expected[r]} of {end(prev)}"
-                        f" for {name(unit)}"
+            # runs: pieces of one stream (or segment) with consecutive steps
+            cuts = [0]
+            for j in range(1, n):
+                if s[j] != s[j - 1] or k[j] != k[j - 1] + 1 or (n_ and k[j] % n_ == 0):
+                    cuts.append(j)
+            if not pack and len(cuts) > 1:
+                same = (s[:n] == s[0]).all()
+                assert same, f"{where}: a chunk spans two streams: {s.tolist()}"
+                raise AssertionError(f"{where}: steps are not consecutive: {k[:n].tolist()}")
+            for run, c0 in enumerate(cuts):
+                c1 = cuts[run + 1] if run + 1 < len(cuts) else n
+                check_run(where, run, int(s[c0]), int(k[c0]), c1 - c0, bool(reset[r]), r)
+                if sources is not None:
+                    sid, k0, m = int(s[c0]), int(k[c0]), c1 - c0
+                    want = sources[sid][k0 : k0 + m]
+                    differ = _first_difference(b.data, want, r, m, c0)
+                    assert differ is None, (
+                        f"{where}: data of stream {sid} steps {k0}:{k0 + m} "
+                        f"differ from the source{differ}"
                     )
-                    done[prev] = done.get(prev, 0) + 1
-                assert owner.get(unit, r) == r, (
-                    f"{where}: {name(unit)} was already read in row {owner[unit]}"
+            if n < t:
+                unit = current[r]
+                assert expected[r] == end(unit), (
+                    f"{where}: {name(unit)} padded at step {expected[r]} before its end"
                 )
-                assert allow_repeats or unit not in done, f"{where}: {name(unit)} delivered twice"
-                current[r], expected[r], owner[unit] = unit, first(unit), r
-            else:
-                assert not reset[r], f"{where}: reset set in the middle of {name(unit)}"
-                assert current.get(r) == unit, (
-                    f"{where}: {name(unit)} appears at step {int(k[0])} without its start "
-                    f"(row was reading {current.get(r)})"
-                )
-            assert int(k[0]) == expected[r], (
-                f"{where}: {name(unit)} jumps from step {expected[r]} to {int(k[0])}"
-            )
-            expected[r] += n
-            assert expected[r] <= end(unit), f"{where}: {name(unit)} goes past its end {end(unit)}"
-            assert n == valid.shape[1] or expected[r] == end(unit), (
-                f"{where}: {name(unit)} padded at step {expected[r]} before its end"
-            )
-            if sources is not None:
-                want = sources[sid][int(k[0]) : int(k[0]) + n]
-                differ = _first_difference(b.data, want, r, n)
-                assert differ is None, (
-                    f"{where}: data of stream {sid} steps {int(k[0])}:{int(k[0]) + n} "
-                    f"differ from the source{differ}"
-                )
+                if pack:
+                    ended.add(r)
         count += 1
     for r, unit in current.items():
         if expected[r] == end(unit):

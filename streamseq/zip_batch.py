@@ -12,7 +12,7 @@ from .batch import Batch, Chunk
 from .read.writer import _put, _Table
 from .tbin import TBinned
 
-PAD_MODES = ("zeros", "drop", "wrap")
+PAD_MODES = ("zeros", "drop", "wrap", "pack")
 _NO_SPEC = (
     "every row is padding in this batch and no part can describe the data: "
     "pass spec= (zero-step arrays of the data's dtype and step shape)"
@@ -79,6 +79,12 @@ class ZipBatch:
         self.length = natural if length is None else int(length)
         if self.length < 0:
             raise ValueError(f"length must be >= 0, got {length}")
+        packed = [p for p in self.parts if getattr(p, "pack", False)]
+        if (pad == "pack") != (len(packed) == len(self.parts)) and (packed or pad == "pack"):
+            raise ValueError(
+                'pad="pack" zips packed rows: every part from tbin(row, tbins, pack=True), '
+                "and only those"
+            )
         self._table = None
         if all(isinstance(p, TBinned) for p in self.parts):
             self._table = _Table(self.parts, self.pad, self.tbins)
@@ -224,7 +230,8 @@ def zip_batch(
         parts: the parts, in row order.
         pad: ``"zeros"`` runs until the longest part ends, padding rows that ended;
             ``"drop"`` stops before any row would be all padding; ``"wrap"`` restarts a
-            row that ended from its first chunk (same length as ``"zeros"``).
+            row that ended from its first chunk (same length as ``"zeros"``); ``"pack"``
+            zips packed rows (``tbin(row, tbins, pack=True)``), padded at their ends.
         length: number of batches, overriding the one ``pad`` gives (the loader uses it to
             give every worker group and every rank the same length).
         spec: zero-step arrays with the data's dtype and step shape, for batches in which

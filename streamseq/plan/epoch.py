@@ -7,14 +7,27 @@ import numpy as np
 from .rows import assign_rows
 
 
-def row_chunks(lengths: np.ndarray, assignment: list[np.ndarray], tbins: int) -> np.ndarray:
-    """Chunks of ``tbins`` steps in each row (a chunk never spans two streams).
+def row_chunks(
+    lengths: np.ndarray, assignment: list[np.ndarray], tbins: int, pack: bool = False
+) -> np.ndarray:
+    """Chunks of ``tbins`` steps in each row.
+
+    A chunk never spans two streams, unless ``pack``: then a row's streams follow one
+    another inside chunks, and only the end of the row is padded.
 
     Example:
-        >>> row_chunks(np.array([5, 2, 3]), [np.array([0]), np.array([1, 2])], 2).tolist()
+        >>> rows = [np.array([0]), np.array([1, 2])]
+        >>> row_chunks(np.array([5, 2, 3]), rows, 2).tolist()
+        [3, 3]
+        >>> row_chunks(np.array([5, 2, 3]), rows, 2, pack=True).tolist()
+        [3, 3]
+        >>> row_chunks(np.array([5, 3, 3]), rows, 2, pack=True).tolist()
         [3, 3]
     """
-    per_stream = -(-np.asarray(lengths, dtype=np.int64) // tbins)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if pack:
+        return np.array([-(-int(lengths[m].sum()) // tbins) for m in assignment], np.int64)
+    per_stream = -(-lengths // tbins)
     return np.array([int(per_stream[m].sum()) for m in assignment], dtype=np.int64)
 
 
@@ -49,4 +62,5 @@ def epoch_plan(
         ([[0], [1, 2]], 3)
     """
     assignment = assign_rows(lengths, num_rows, shuffle=shuffle, seed=seed, epoch=epoch)
-    return assignment, num_batches(row_chunks(lengths, assignment, tbins), pad)
+    chunks = row_chunks(lengths, assignment, tbins, pack=pad == "pack")
+    return assignment, num_batches(chunks, pad)

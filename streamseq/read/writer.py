@@ -225,19 +225,24 @@ class _Table:
 
     def _batch(self, i: int, spec: Any) -> Batch:
         st = self._state.get()
+        bt = self.shape
+        empty = np.empty if _shm.current() is None else _shm.empty
+        reset, valid = empty(bt[:1], bool), empty(bt, bool)  # (once: they may be in shm)
+        stream, step = empty(bt, np.int64), empty(bt, np.int64)
+        data = (
+            None if spec is None else tree_map(lambda s: empty((*bt, *s.shape[1:]), s.dtype), spec)
+        )
+        if self.pad == "pack":
+            self._read_packed(st, i, spec, data, reset, valid, stream, step)
+            return Batch(data, reset, valid, stream, step)
         first = i - i % self.block_size
         blk = st.block
         if blk is None or blk.first != first:
             blk = st.block = _Block(self, first, self.block_size)
         k = i - first
-        bt = self.shape
-        empty = np.empty if _shm.current() is None else _shm.empty
-        reset, valid = empty(bt[:1], bool), empty(bt, bool)  # (once: they may be in shm)
-        stream, step = empty(bt, np.int64), empty(bt, np.int64)
         if spec is None:
             self._metadata(blk, k, reset, valid, stream, step)
             return Batch(None, reset, valid, stream, step)
-        data = tree_map(lambda s: empty((*bt, *s.shape[1:]), s.dtype), spec)
         if self.transformed or not self._open_arrays(st, blk, k, i, spec):
             self._read_checked(st, data, blk, k, spec)  # read and check row by row
         elif type(spec) is np.ndarray:
@@ -286,6 +291,13 @@ class _Table:
             >>> print(table.describe(1))  # doctest: +ELLIPSIS
             stream 0 (ndarray(shape=(5,), dtype=int64)) steps 2:4; stream 1 (...) steps 2:3
         """
+        if self.pad == "pack":
+            parts = []
+            for row in self.rows:
+                for j, a, n, _ in _Packed.pieces(row, i, self.tbins):
+                    ref, a = row.refs[j], int(row.starts[j]) + a
+                    parts.append(f"stream {ref.index} ({describe(ref.source)}) steps {a}:{a + n}")
+            return "; ".join(parts) or "padding only"
         blk = _Block(self, i, 1)
         parts = []
         for r in range(len(self.rows)):
@@ -404,6 +416,56 @@ class _Table:
         """The stream at position ``p`` of the table, in row ``r``."""
         return self.rows[r].refs[p - self.first_list[r]]
 
+    def _read_packed(
+        self,
+        st: _ReadState,
+        i: int,
+        spec: Any,
+        data: Any,
+        reset: np.ndarray,
+        valid: np.ndarray,
+        stream: np.ndarray,
+        step: np.ndarray,
+    ) -> None:
+        """Write packed batch ``i``: each row's streams one after the other, in its chunks.
+
+        Every read goes through :meth:`Row.read` (checked, transformed); the first read of
+        each stream is checked against ``spec``. ``data`` None: the metadata only.
+        """
+        st.at[:] = -1
+        st.next = -1
+        reset.fill(False)
+        valid.fill(False)
+        stream.fill(-1)
+        step.fill(-1)
+        if data is not None:
+            tree_map(lambda out: out.fill(0), data)
+        for r, row in enumerate(self.rows):
+            for j, a, n, at in _Packed.pieces(row, i, self.tbins):
+                source = int(row.starts[j]) + a
+                valid[r, at : at + n] = True
+                stream[r, at : at + n] = row.stream_ids[j]
+                step[r, at : at + n] = np.arange(source, source + n)
+                if at == 0 and a == 0:
+                    reset[r] = True
+                if data is None:
+                    continue
+                d = row.read(j, a, a + n)
+                p = self.first_list[r] + j
+                if st.checked[r] != p:
+                    problem = spec_mismatch(spec, d)
+                    if problem is not None:
+                        raise self._ref(r, p).error(f"steps {source}:{source + n}: {problem}")
+                    st.checked[r] = p
+
+                def put(out: np.ndarray, x: Any, r: int = r, at: int = at, n: int = n) -> None:
+                    _put(out[r, at : at + n], x)
+
+                try:
+                    tree_map(put, data, d)
+                except (TypeError, ValueError, KeyError) as e:
+                    raise self._ref(r, p).error(f"steps {source}:{source + n}: {e}") from e
+
     def _read_checked(self, st: _ReadState, data: Any, blk: _Block, k: int, spec: Any) -> None:
         """Read row by row through :meth:`Row.read`, which checks (and transforms) every read.
 
@@ -441,6 +503,33 @@ def _leaves_as(spec: Any, stream: Any) -> list[Any] | None:
     if not isinstance(stream, ArrayTree):
         return None
     return leaves(tree_map(lambda _, a: a, spec, stream.tree))
+
+
+class _Packed:
+    """The pieces of packed chunk ``i`` of a row: ``(stream j, first step, steps, at)``."""
+
+    @staticmethod
+    def pieces(row: Row, i: int, tbins: int) -> list[tuple[int, int, int, int]]:
+        """Stream ``j`` of the row gives ``n`` steps from its step ``a``, at column ``at``.
+
+        Example:
+            >>> from streamseq.read.ref import as_refs
+            >>> from streamseq.interleave import Row
+            >>> row = Row(as_refs([np.arange(5), np.arange(2), np.arange(4)]))
+            >>> _Packed.pieces(row, 1, 4)
+            [(0, 4, 1, 0), (1, 0, 2, 1), (2, 0, 1, 3)]
+        """
+        first, total = i * tbins, len(row)
+        stop = min(first + tbins, total)
+        out = []
+        j = int(np.searchsorted(row.offsets, first, side="right")) - 1
+        while first < stop:
+            while row.offsets[j + 1] <= first:  # (empty streams)
+                j += 1
+            end = min(stop, int(row.offsets[j + 1]))
+            out.append((j, first - int(row.offsets[j]), end - first, first - i * tbins))
+            first, j = end, j + 1
+        return out
 
 
 class _ReadState:

@@ -1,0 +1,147 @@
+"""pad="pack": a row goes on with its next stream inside a chunk; padding only at row ends."""
+
+import numpy as np
+import pytest
+from helpers import as_numpy, assert_same
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamseq import Batch, StreamLoader, interleave_streams, tbin, zip_batch
+from streamseq.plan.epoch import row_chunks
+from streamseq.testing import check_continuity, coded_streams, layouts, stream_lengths
+
+
+@given(stream_lengths(max_streams=6, max_length=30), st.integers(1, 7))
+def test_a_packed_row_is_its_streams_back_to_back(lengths, t):
+    streams = coded_streams(lengths)
+    (row,) = interleave_streams(streams, 1)
+    chunks = tbin(row, t, pack=True)
+    total = sum(lengths)
+    assert len(chunks) == -(-total // t)
+    valid = np.concatenate([c.valid for c in chunks]) if len(chunks) else np.zeros(0, bool)
+    assert valid[:total].all() and not valid[total:].any()  # padding at the row's end only
+    data = np.concatenate([c.data for c in chunks])[:total] if total else []
+    expected = [x for s in row.stream_ids.tolist() for x in streams[s].tolist()]
+    assert list(data) == expected
+    steps = np.concatenate([c.step for c in chunks])[:total] if total else np.zeros(0)
+    starts = np.cumsum([0, *(lengths[s] for s in row.stream_ids.tolist())])[:-1]
+    nonempty = [a for a, s in zip(starts, row.stream_ids.tolist(), strict=True) if lengths[s]]
+    assert sorted(np.flatnonzero(steps == 0).tolist()) == sorted(set(nonempty))
+    for i, c in enumerate(chunks):  # reset where a chunk starts with a stream's first step
+        assert bool(c.reset) == (bool(c.valid[0]) and int(c.step[0]) == 0), i
+
+
+@settings(max_examples=40, deadline=None)
+@given(layouts(max_streams=10, max_length=40), st.booleans(), st.sampled_from([None, 9]))
+def test_packed_batches_deliver_every_stream_whole(layout, shuffle, segment_length):
+    lengths = list(layout.lengths)
+    streams = coded_streams(lengths, (2,))
+    kw = dict(pad="pack", shuffle=shuffle, segment_length=segment_length)
+    loader = StreamLoader(streams, layout.batch_size, layout.tbins, **kw)
+    planned = len(loader)
+    batches = list(loader)
+    assert len(batches) == planned
+    check_continuity(batches, lengths, sources=streams, pack=True, segment_length=segment_length)
+    for b in batches:  # padding only at row ends: once a row pads, it pads for good
+        valid = b.valid.numpy()
+        assert all((v[: v.sum()]).all() for v in valid)
+    last = batches[-1].valid.numpy() if batches else None
+    assert last is None or last.any()  # no batch of padding only at the end
+    for workers, method in ((2, "process"), (3, "thread")):
+        again = StreamLoader(
+            streams, layout.batch_size, layout.tbins, num_workers=workers, method=method, **kw
+        )
+        assert_same(list(again), batches)
+
+
+def test_packing_pads_less_than_zeros():
+    rng = np.random.default_rng(0)
+    lengths = np.clip(np.exp(rng.normal(4, 1.2, 200)), 1, 2000).astype(int).tolist()
+    streams = coded_streams(lengths)
+    padding = {}
+    for pad in ("zeros", "pack"):
+        batches = as_numpy(StreamLoader(streams, 8, 32, pad=pad))
+        padding[pad] = 1 - sum(v.sum() for _, _, v, _, _ in batches) / sum(
+            v.size for _, _, v, _, _ in batches
+        )
+    assert padding["pack"] < padding["zeros"] / 2
+
+
+def test_packed_resume_and_dict_streams():
+    lengths = [13, 4, 9, 1, 22, 6, 3]
+    streams = [{"x": s, "y": -s} for s in coded_streams(lengths)]
+    reference = as_numpy(StreamLoader(streams, 2, 5, pad="pack", shuffle=True))
+    run = StreamLoader(streams, 2, 5, pad="pack", shuffle=True)
+    for _, _ in zip(range(3), run, strict=False):
+        pass
+    resumed = StreamLoader(streams, 2, 5, pad="pack", shuffle=True, num_workers=2)
+    resumed.load_state_dict(run.state_dict())
+    assert_same(list(resumed), reference[3:])
+
+
+def test_a_transform_sees_each_packed_piece_in_source_steps():
+    lengths = [7, 2, 5]
+    streams = coded_streams(lengths)
+    seen = []
+
+    def note(steps, info):
+        seen.append((info.stream, info.start, info.stop))
+        return steps
+
+    batches = list(StreamLoader(streams, 1, 4, pad="pack", transform=note))
+    check_continuity(batches, lengths, sources=streams, pack=True)
+    covered = {(s, k) for s, a, b in seen for k in range(a, b)}
+    assert covered == {(s, k) for s, n in enumerate(lengths) for k in range(n)}
+    assert all(b - a <= 4 for _, a, b in seen)  # one piece of one chunk at a time
+
+
+def test_a_bad_step_names_stream_and_steps():
+    streams = [np.arange(6), np.arange(5).astype(np.float32)]
+    with pytest.raises(Exception, match=r"stream 1.*steps 0:"):
+        list(StreamLoader(streams, 1, 4, pad="pack"))
+
+
+def test_zip_batch_pack_takes_packed_parts_only():
+    rows = interleave_streams(coded_streams([3, 4]), 2)
+    with pytest.raises(ValueError, match="pack=True"):
+        zip_batch([tbin(r, 2) for r in rows], pad="pack")
+    with pytest.raises(ValueError, match="pack=True"):
+        zip_batch([tbin(r, 2, pack=True) for r in rows])
+    assert len(zip_batch([tbin(r, 2, pack=True) for r in rows], pad="pack")) == 2
+
+
+def test_row_chunks_count_packed_rows():
+    rows = [np.array([0, 1]), np.array([2])]
+    assert row_chunks(np.array([3, 2, 4]), rows, 4).tolist() == [2, 1]
+    assert row_chunks(np.array([3, 2, 4]), rows, 4, pack=True).tolist() == [2, 1]
+    assert row_chunks(np.array([3, 1, 4]), rows, 4, pack=True).tolist() == [1, 1]
+
+
+def packed():
+    lengths = [5, 3, 2, 6]
+    streams = coded_streams(lengths)
+    batches = [
+        Batch(*(f.numpy().copy() for f in b)) for b in StreamLoader(streams, 2, 4, pad="pack")
+    ]
+    return batches, lengths, streams
+
+
+def test_check_continuity_accepts_packed_batches_only_with_pack():
+    batches, lengths, streams = packed()
+    assert check_continuity(batches, lengths, sources=streams, pack=True) == len(batches)
+    with pytest.raises(AssertionError, match="spans two streams"):
+        check_continuity(batches, lengths, sources=streams)
+
+
+def test_check_continuity_catches_broken_packing():
+    batches, lengths, streams = packed()
+    row = next(r for r in range(2) if (batches[0].step[r, 1:] == 0).any())
+    at = int(np.flatnonzero(batches[0].step[row, 1:] == 0)[0]) + 1
+    broken = [Batch(*(f.copy() for f in b)) for b in batches]
+    broken[0].step[row, at] = 1  # a stream starting inside a chunk without its step 0
+    with pytest.raises(AssertionError, match=f"batch 0, row {row}"):
+        check_continuity(broken, lengths, sources=streams, pack=True)
+    broken = [Batch(*(f.copy() for f in b)) for b in batches]
+    broken[0].data[row, at] += 1
+    with pytest.raises(AssertionError, match=f"batch 0, row {row}: data of stream"):
+        check_continuity(broken, lengths, sources=streams, pack=True)
