@@ -1,4 +1,8 @@
-"""Servers on 127.0.0.1 for the tests of remote files: S3 (moto) and HTTP with byte ranges."""
+"""Servers on 127.0.0.1 for the tests of remote files: S3 (moto) and HTTP with byte ranges.
+
+Shared by tests/io and tests/examples (``from servers import ...``: pytest puts tests/ on
+``sys.path``, as for ``helpers``).
+"""
 
 import hashlib
 import http.server
