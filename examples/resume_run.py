@@ -175,14 +175,14 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"  identical to the uninterrupted run's batches {start}..: {same_batches}")
     print(f"  identical final parameters: {same_params}")
 
-    # a checkpoint does not load into a run with another plan
-    other = streamseq.StreamLoader(make_streams(), args.batch_size + 1, args.tbins)
+    # a checkpoint does not load into a run with another plan (here: other tbins)
+    other = streamseq.StreamLoader(make_streams(), args.batch_size, args.tbins + 1)
     try:
         other.load_state_dict(state)
         refused = ""
     except ValueError as e:
         refused = str(e)
-        print(f"loading it with batch_size={args.batch_size + 1}: ValueError: {refused[:60]}...")
+        print(f"loading it with tbins={args.tbins + 1}: ValueError: {refused[:60]}...")
     if folder is not None:
         folder.cleanup()
     return {

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import hashlib
 import multiprocessing
 import pickle
 import threading
@@ -22,16 +21,17 @@ from .deliver.background import Background
 from .deliver.pin import PinMemory
 from .deliver.torch import torch_dtype
 from .interleave import Row, make_rows
-from .plan.epoch import epoch_plan
+from .plan.epoch import num_batches, row_chunks
+from .plan.progress import Pieces, Progress, rest_of_epoch, whole_units
+from .plan.rows import assign_rows, stream_order
 from .plan.segments import segments
 from .prefetch import Prefetched, check_timeout, check_workers, prefetch
-from .read.ref import as_refs, check_int, identity
+from .read.ref import as_refs, check_int
 from .read.transform import StepInfo, Transform
+from .resume import fingerprint, make_state, plan_key, read_state, row_map
 from .split import split_by_worker
 from .tbin import tbin
 from .zip_batch import ZipBatch, check_pad
-
-STATE_VERSION = 1
 
 
 def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -163,12 +163,15 @@ class _Plan:
 
     def __init__(self, loader: StreamLoader, epoch: int):
         b, r = loader.batch_size, loader.rank
-        assignment, self.length = loader._epoch_plan(epoch)
+        self.pieces, self.assignment, self.length = loader._epoch_plan(epoch)
         self.epoch = epoch
-        mine = assignment[r * b : (r + 1) * b]  # the rows of this rank only
+        mine = self.assignment[r * b : (r + 1) * b]  # the rows of this rank only
         seed, transform = loader.seed, loader.transform
-        source, start, length = loader.units
-        units = None if loader.segment_length is None else (source, start)
+        source, start, _ = loader.units
+        unit, offset, length = self.pieces
+        units = None
+        if loader.segment_length is not None or loader._rest_of(epoch) is not None:
+            units = (source[unit], start[unit] + offset)
         self.rows = make_rows(
             loader.refs, length, mine, transform, seed=seed, epoch=epoch, units=units
         )
@@ -322,11 +325,13 @@ class StreamLoader:
                 'use fewer rows, more streams or pad="zeros"'
             )
         self._epoch, self._chosen = 0, False  # chosen: by set_epoch, kept for every pass
+        self._rest: tuple[int, Progress] | None = None  # (epoch, where it was resumed)
         self._plan_cache: tuple[int, _Plan] | None = None
         self._position = _Position(0)  # that of the last pass, or the one loaded
         self._active: weakref.ref | None = None
         self._whole: tuple[int, ZipBatch] | None = None
         self._fingerprint: str | None = None
+        self._plan_key: dict[str, Any] | None = None
         self._spec: tuple[int, Any] | None = None
         self._lock = threading.RLock()  # plan and in-process reads, made once per epoch
 
@@ -377,21 +382,23 @@ class StreamLoader:
 
     @property
     def fingerprint(self) -> str:
-        """Hash of everything that decides the plan, except the epoch and the rank.
+        """Hash of everything that decides the plan, except the rows, the epoch and the rank.
 
         It covers the stream lengths and identities (file paths where the sources have
-        them, see :func:`streamseq.read.ref.identity`), batch size, tbins, pad, shuffle,
-        seed, world size and segment length.
+        them, see :func:`streamseq.read.ref.identity`), tbins, pad, shuffle, seed and
+        segment length (:attr:`plan_key`). Batch size and world size are not in it: a
+        state loads into a loader with other ones (see :meth:`load_state_dict`).
         """
         if self._fingerprint is None:
-            h = hashlib.sha256(self.lengths.tobytes())
-            h.update("\0".join(identity(r.source) for r in self.refs).encode())
-            key = (self.batch_size, self.tbins, self.pad, self.shuffle, self.seed, self.world_size)
-            if self.segment_length is not None:  # (states made without it stay valid)
-                key += (self.segment_length,)
-            h.update(repr(key).encode())
-            self._fingerprint = h.hexdigest()[:16]
+            self._fingerprint = fingerprint(self.plan_key)
         return self._fingerprint
+
+    @property
+    def plan_key(self) -> dict[str, Any]:
+        """What :attr:`fingerprint` hashes, field by field (states keep it)."""
+        if self._plan_key is None:
+            self._plan_key = plan_key(self)
+        return dict(self._plan_key)
 
     def _data_spec(self, epoch: int) -> Any:
         """Zero-step arrays with the dtype and step shape of the data (or a tree of them).
@@ -417,17 +424,32 @@ class StreamLoader:
             self._spec = (key, spec)
         return self._spec[1]
 
-    def _epoch_plan(self, epoch: int) -> tuple[list[np.ndarray], int]:
-        """The streams of every global row in ``epoch``, and its number of batches."""
-        return epoch_plan(
-            self.units[2],
-            self.batch_size * self.world_size,
-            self.tbins,
-            self.pad,
-            shuffle=self.shuffle,
-            seed=self.seed,
-            epoch=epoch,
-        )
+    def _rest_of(self, epoch: int) -> Progress | None:
+        """Where ``epoch`` was resumed on other rows (then it plans the rest), else None."""
+        rest = self._rest
+        return rest[1] if rest is not None and rest[0] == epoch else None
+
+    def _epoch_plan(self, epoch: int) -> tuple[Pieces, list[np.ndarray], int]:
+        """The pieces of ``epoch``, those of every global row, and its number of batches.
+
+        A fresh epoch reads every unit (stream or segment) whole; one resumed on other
+        rows (:meth:`load_state_dict`) reads what was left of it.
+        """
+        return self._plan_from(epoch, self._rest_of(epoch))
+
+    def _plan_from(
+        self, epoch: int, resumed: Progress | None
+    ) -> tuple[Pieces, list[np.ndarray], int]:
+        """:meth:`_epoch_plan` of ``epoch`` resumed at ``resumed`` (None: fresh)."""
+        lengths = self.units[2]
+        order = stream_order(len(lengths), shuffle=self.shuffle, seed=self.seed, epoch=epoch)
+        pieces = whole_units(lengths)
+        if resumed is not None:
+            pieces = rest_of_epoch(resumed, lengths, order)
+            order = np.arange(len(pieces[0]))
+        assignment = assign_rows(pieces[2], self.batch_size * self.world_size, order=order)
+        chunks = row_chunks(pieces[2], assignment, self.tbins, pack=self.pad == "pack")
+        return pieces, assignment, num_batches(chunks, self.pad)
 
     def epoch_length(self, epoch: int) -> int:
         """The number of batches of ``epoch``, from the plan, without reading any data.
@@ -448,7 +470,7 @@ class StreamLoader:
         cached = self._plan_cache
         if cached is not None and cached[0] == epoch:
             return cached[1].length
-        return self._epoch_plan(epoch)[1]
+        return self._epoch_plan(epoch)[2]
 
     def plan(self) -> _Plan:
         """The plan of the current epoch (computed once per epoch)."""
@@ -480,32 +502,42 @@ class StreamLoader:
         self._epoch, self._position, self._chosen = epoch, _Position(0), True
 
     def state_dict(self) -> dict[str, Any]:
-        """Where the run stands: epoch, next batch and the plan's fingerprint.
+        """Where the run stands: epoch, next batch and where every stream of the epoch is.
+
+        Its size does not grow with the number of batches: one bit per stream (or
+        segment), plus the streams begun (at most one per global row) and the plan's
+        settings (to name what differs when it is loaded elsewhere).
 
         Example:
             >>> import numpy as np
             >>> loader = StreamLoader([np.arange(6)], batch_size=1, tbins=2)
             >>> it = iter(loader); _ = next(it)
-            >>> {k: v for k, v in loader.state_dict().items() if k != "fingerprint"}
-            {'version': 1, 'epoch': 0, 'next_batch': 1, 'length': 3}
+            >>> state = loader.state_dict()
+            >>> state["epoch"], state["next_batch"], state["length"], state["progress"]["next"]
+            (0, 1, 3, [2])
         """
         self._sync()
-        return {
-            "version": STATE_VERSION,
-            "epoch": self.epoch,
-            "next_batch": self._position.next,
-            "length": len(self),
-            "fingerprint": self.fingerprint,
-        }
+        return make_state(self, self.epoch, self._position.next)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume: the next iteration starts at the batch after the last one delivered.
+        """Resume: the next iteration starts where the state's run stood.
 
-        The state may come from any rank: all ranks of a run stand at the same batch.
+        The state may come from any rank: all ranks of a run stand at the same batch. It
+        loads into a loader with any ``num_workers``, ``method``, ``batch_size`` and
+        ``world_size`` over the same streams (and ``tbins``, ``pad``, ``shuffle``,
+        ``seed``, ``segment_length``):
+
+        - the same global rows (``batch_size * world_size``): the next batches are those
+          the run would have delivered;
+        - other global rows: the rest of the epoch is planned anew from where every stream
+          stands. Every step not yet delivered is delivered once; a stream that was begun
+          goes on from its next step at the start of a row, with ``reset`` set there
+          (:meth:`row_map` tells which old row each new row continues); nothing delivered
+          is delivered again. The next epochs are this loader's own.
 
         Raises:
-            ValueError: the state is malformed, or was made with other streams, batch
-                size, tbins, pad, shuffle, seed or world size.
+            ValueError: the state is malformed, or was made over other streams or with
+                another tbins, pad, shuffle, seed or segment length (named).
 
         Example:
             >>> import numpy as np
@@ -517,34 +549,57 @@ class StreamLoader:
             >>> again.load_state_dict(state)
             >>> [b.data.tolist() for b in again]
             [[[4, 5]], [[10, 11]], [[12, 13]]]
-            >>> StreamLoader(streams, batch_size=2, tbins=2).load_state_dict(state)
+            >>> wider = StreamLoader(streams, batch_size=2, tbins=2)
+            >>> wider.load_state_dict(state)
+            >>> [b.data.tolist() for b in wider]
+            [[[4, 5], [10, 11]], [[0, 0], [12, 13]]]
+            >>> StreamLoader(streams, batch_size=1, tbins=3).load_state_dict(state)
             Traceback (most recent call last):
             ...
-            ValueError: this state was made by a loader with other streams, ...
+            ValueError: this state was made by another plan, differing in tbins (the state ...
         """
-        missing = {"epoch", "next_batch", "fingerprint"} - set(state)
-        if missing:
-            raise ValueError(f"not a StreamLoader state: missing {sorted(missing)}")
-        if state.get("version", STATE_VERSION) != STATE_VERSION:
-            raise ValueError(
-                f"state of version {state['version']}, this streamseq reads {STATE_VERSION}"
-            )
-        if state["fingerprint"] != self.fingerprint:
-            raise ValueError(
-                "this state was made by a loader with other streams, lengths, batch size, "
-                f"tbins, pad, shuffle, seed or world size (fingerprint {state['fingerprint']} "
-                f"!= {self.fingerprint}); resuming would silently change the run"
-            )
-        epoch = check_int(state["epoch"], "the state's epoch", 0)
-        nxt = check_int(state["next_batch"], "the state's next_batch")
-        n = self.epoch_length(epoch)
-        if "length" in state and check_int(state["length"], "the state's length") != n:
-            raise ValueError(f"the state's epoch has {state['length']} batches, this loader's {n}")
-        if not 0 <= nxt <= n:
-            raise ValueError(f"next_batch {nxt} out of range for {n} batches")
+        resumed = read_state(self, state)
+        rest = None if resumed.rest is None else (resumed.epoch, resumed.rest)
+        if resumed.rows == self.batch_size * self.world_size:  # the same plan: check it
+            e = resumed.epoch
+            if resumed.rest is None and self._rest_of(e) is None:
+                n = self.epoch_length(e)  # (from the cached plan when it is this epoch's)
+            else:
+                n = self._plan_from(e, resumed.rest)[2]
+            if "length" in state and check_int(state["length"], "the state's length") != n:
+                raise ValueError(
+                    f"the state's epoch has {state['length']} batches, this loader's {n}"
+                )
+            if not 0 <= resumed.next_batch <= n:
+                raise ValueError(f"next_batch {resumed.next_batch} out of range for {n} batches")
         self._end_pass()  # an invalid state changes nothing: checked first
-        self._epoch, self._chosen = epoch, False
-        self._position = _Position(nxt, pending=True)
+        if rest is not None or self._rest is not None:
+            self._stop_persistent()  # they plan epochs from the loader they were given
+        with self._lock:
+            self._rest, self._plan_cache, self._whole = rest, None, None
+        self._epoch, self._chosen = resumed.epoch, False
+        self._position = _Position(resumed.next_batch, pending=True)
+
+    def row_map(self, state: dict[str, Any]) -> list[int]:
+        """For each row of this loader, the global row of ``state``'s run it continues.
+
+        Global row ``g`` of the old run is row ``g % batch_size`` of its rank
+        ``g // batch_size`` (``state["batch_size"]``). -1: the row starts afresh (a
+        stream from its first step, or one whose row had moved on). With the same
+        global rows every row continues itself. Carry the recurrent state across with it::
+
+            rows = torch.tensor(loader.row_map(state))
+            h = torch.where((rows >= 0)[:, None], old_h[rows.clamp(min=0)], 0.0)
+
+        Example:
+            >>> import numpy as np
+            >>> streams = [np.arange(n) for n in (8, 6, 4, 2)]
+            >>> run = StreamLoader(streams, batch_size=4, tbins=2)
+            >>> it = iter(run); _ = next(it)
+            >>> StreamLoader(streams, batch_size=2, tbins=2).row_map(run.state_dict())
+            [0, 1]
+        """
+        return row_map(self, read_state(self, state))
 
     def __getitem__(self, i: int | slice) -> Batch | list[Batch]:
         """Batch ``i`` of the current epoch (a list of batches for a slice), read here.

@@ -107,5 +107,5 @@ def test_segments_balance_the_ranks():
 def test_a_state_records_the_segment_length():
     streams = coded_streams([50, 30])
     state = StreamLoader(streams, 1, 4, segment_length=10).state_dict()
-    with pytest.raises(ValueError, match="fingerprint"):
+    with pytest.raises(ValueError, match="segment_length .the state has 10, this loader None"):
         StreamLoader(streams, 1, 4).load_state_dict(state)

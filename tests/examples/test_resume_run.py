@@ -15,5 +15,5 @@ def test_resumed_run_is_the_uninterrupted_run(argv, start, tmp_path, capsys):
     assert result["start"] == start
     assert result["resumed"] == result["expected"][start:]
     assert result["same_batches"] and result["same_params"]
-    assert "other streams" in result["refused"]
+    assert "differing in tbins" in result["refused"]
     assert "identical final parameters: True" in capsys.readouterr().out

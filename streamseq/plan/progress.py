@@ -1,0 +1,184 @@
+"""Where every stream of an epoch stands, and the rest of the epoch planned from there.
+
+An epoch's plan deals *pieces* out to rows: a piece is steps ``offset : offset + length``
+of a unit (a stream, or a segment with ``segment_length``). A fresh epoch has one piece
+per unit, whole. After ``k`` batches every unit is done, begun (its next step known) or
+untouched: a :class:`Progress`, whose size is that of the units, not of the batches. The
+rest of the epoch, on any number of rows, is then one piece per begun unit (from its
+next step) followed by the untouched units in the epoch's order (:func:`rest_of_epoch`):
+every step not yet delivered is delivered once, each unit in order.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from streamseq.read.ref import check_int
+
+#: ``(unit, offset, length)`` arrays: steps ``offset : offset + length`` of each unit
+Pieces = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def whole_units(lengths: np.ndarray) -> Pieces:
+    """The pieces of a fresh epoch: every unit whole.
+
+    Example:
+        >>> [a.tolist() for a in whole_units(np.array([3, 0, 2]))]
+        [[0, 1, 2], [0, 0, 0], [3, 0, 2]]
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    return np.arange(len(lengths), dtype=np.int64), np.zeros_like(lengths), lengths
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where the units of an epoch stand after some batches.
+
+    Attributes:
+        done: per unit, whether every step of it was delivered (empty units are done).
+        begun: the units begun and not finished.
+        next: the next step of each (within the unit).
+        row: the global row that was reading each, -1 for one not being read (its row
+            moved on when the epoch was planned anew).
+    """
+
+    done: np.ndarray
+    begun: np.ndarray
+    next: np.ndarray
+    row: np.ndarray
+
+    def to_state(self) -> dict[str, Any]:
+        """A compact form for JSON or pickle (``done`` as base64 bits; plain ints elsewhere).
+
+        Example:
+            >>> p = Progress(np.array([True, False, False]), np.array([1]), np.array([4]),
+            ...              np.array([0]))
+            >>> state = p.to_state()
+            >>> state["done"], state["begun"], state["next"]
+            ('gA==', [1], [4])
+        """
+        return {
+            "units": len(self.done),
+            "done": base64.b64encode(np.packbits(self.done).tobytes()).decode("ascii"),
+            "begun": self.begun.tolist(),
+            "next": self.next.tolist(),
+            "row": self.row.tolist(),
+        }
+
+    @classmethod
+    def from_state(cls, state: Any, lengths: np.ndarray) -> Progress:
+        """Read :meth:`to_state`'s form back, checked against the units' ``lengths``.
+
+        Raises:
+            ValueError: the form is malformed or does not fit ``lengths``.
+        """
+        if not isinstance(state, dict) or not {"units", "done", "begun", "next", "row"} <= set(
+            state
+        ):
+            raise ValueError(f"malformed progress in the state: {state!r:.200}")
+        units = check_int(state["units"], "the state's number of units", 0)
+        if units != len(lengths):
+            raise ValueError(
+                f"the state has {units} streams or segments, this loader {len(lengths)}"
+            )
+        try:
+            raw = base64.b64decode(state["done"], validate=True)
+        except (TypeError, ValueError):
+            raw = b""
+        if len(raw) != -(-units // 8):
+            raise ValueError("malformed progress in the state: 'done' is not one bit per unit")
+        done = np.unpackbits(np.frombuffer(raw, np.uint8), count=units).astype(bool)
+        begun, nxt, row = (np.asarray(state[k], dtype=np.int64) for k in ("begun", "next", "row"))
+        if not (begun.ndim == nxt.ndim == row.ndim == 1 and len(begun) == len(nxt) == len(row)):
+            raise ValueError("malformed progress in the state: 'begun', 'next', 'row' differ")
+        ok = (begun >= 0) & (begun < units)
+        if not ok.all() or len(np.unique(begun)) != len(begun):
+            raise ValueError("malformed progress in the state: bad or repeated begun units")
+        if done[begun].any() or not ((nxt > 0) & (nxt < lengths[begun])).all():
+            raise ValueError("malformed progress in the state: a begun unit out of its steps")
+        return cls(done | (lengths == 0), begun, nxt, row)
+
+
+def progress_at(
+    lengths: np.ndarray,
+    pieces: Pieces,
+    assignment: list[np.ndarray],
+    tbins: int,
+    pack: bool,
+    batches: int,
+    done_before: np.ndarray | None = None,
+) -> Progress:
+    """Where the units stand after ``batches`` batches of a plan.
+
+    Args:
+        lengths: steps of every unit.
+        pieces: the plan's pieces.
+        assignment: piece indices of every global row, in order.
+        tbins: steps per batch.
+        pack: the rows are packed (``pad="pack"``); else each piece fills whole chunks.
+        batches: batches delivered.
+        done_before: units done before this plan started (not among its pieces).
+
+    Example:
+        >>> lengths = np.array([5, 2, 3])
+        >>> p = progress_at(lengths, whole_units(lengths), [np.array([0]), np.array([1, 2])],
+        ...                 2, False, 2)
+        >>> p.done.tolist(), p.begun.tolist(), p.next.tolist(), p.row.tolist()
+        ([False, True, False], [0, 2], [4, 2], [0, 1])
+    """
+    unit, offset, length = pieces
+    sizes = np.array([len(a) for a in assignment], dtype=np.int64)
+    flat = np.concatenate(assignment).astype(np.int64) if len(assignment) else np.zeros(0, int)
+    rows = np.repeat(np.arange(len(sizes)), sizes)
+    cost = length[flat] if pack else -(-length[flat] // tbins)
+    ends = np.cumsum(cost)
+    first = np.repeat(np.cumsum(sizes) - sizes, sizes)  # index of the row's first piece
+    end = ends - (ends - cost)[first] if len(flat) else ends
+    start = end - cost
+    budget = batches * tbins if pack else batches
+    finished = end <= budget
+    begun = ~finished & (start < budget)
+    waiting = ~finished & ~begun & (offset[flat] > 0)  # begun earlier, not resumed yet
+    done = np.asarray(lengths) == 0
+    if done_before is not None:
+        done = done | done_before
+    done[unit[flat[finished]]] = True
+    into = (budget - start[begun]) * (1 if pack else tbins)
+    return Progress(
+        done,
+        np.concatenate([unit[flat[begun]], unit[flat[waiting]]]),
+        np.concatenate([offset[flat[begun]] + into, offset[flat[waiting]]]),
+        np.concatenate([rows[begun], np.full(int(waiting.sum()), -1, np.int64)]),
+    )
+
+
+def rest_of_epoch(progress: Progress, lengths: np.ndarray, order: np.ndarray) -> Pieces:
+    """The pieces left: begun units from their next step (by row), then untouched ones.
+
+    ``order`` is the epoch's order of the units (:func:`~streamseq.plan.rows.stream_order`).
+    Dealt out to rows in this order, begun unit ``i`` (by its old row) is the first piece
+    of new row ``i`` when there are at least as many rows as begun units.
+
+    Example:
+        >>> lengths = np.array([5, 2, 3, 4])
+        >>> p = Progress(np.array([False, True, False, False]), np.array([2, 0]),
+        ...              np.array([1, 4]), np.array([1, 0]))
+        >>> [a.tolist() for a in rest_of_epoch(p, lengths, np.arange(4))]
+        [[0, 2, 3], [4, 1, 0], [1, 2, 4]]
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    by_row = np.lexsort(
+        (progress.begun, np.where(progress.row < 0, np.iinfo(np.int64).max, progress.row))
+    )
+    begun, nxt = progress.begun[by_row], progress.next[by_row]
+    waiting = ~progress.done
+    waiting[progress.begun] = False
+    order = np.asarray(order, dtype=np.int64)
+    untouched = order[waiting[order]]
+    unit = np.concatenate([begun, untouched])
+    offset = np.concatenate([nxt, np.zeros(len(untouched), np.int64)])
+    return unit, offset, lengths[unit] - offset
