@@ -17,16 +17,33 @@ the "MultiStreamDataLoader" pattern (one torch ``DataLoader`` with one worker pe
 of rows, zipped). Every loader gets the same streams, batch shape and number of workers
 and delivers every step of every stream once per epoch.
 
+``--baseline [REV]`` (default ``327156d``, the last release before transforms, dict
+streams and the new worker loop) also times the streamseq of revision ``REV`` in the same
+run, interleaved with the current tree: in-process tokens, 2-worker tokens and 2-worker
+video. The revision is checked out as a git worktree in ``--data`` (kept for the next
+run), its C extension is built in place, and its children run with ``PYTHONPATH`` set to
+that worktree; every child checks that ``import streamseq`` found the tree it was meant
+to time. The table then shows the baseline rows next to the current ones, and the ratios
+current / baseline per workload (of the medians, and per repeat).
+
+The video workload has one more row: 2 workers with a ``transform`` that crops every
+frame to 160x160 at a random offset per stream (:func:`crop`), to compare with the plain
+video rows (the crop's cost; it also makes the batch half as large). The limit stays the
+plain decode.
+
 Each measurement runs in a fresh process (so peak memory is its own), repeated
 ``--repeats`` times, interleaved; the table shows medians. Throughput counts the steps of
 the streams (tokens or frames) delivered per second after the first batch; the time to
-the first batch is shown apart. Peak memory is the largest sum of the RSS of the main
-process and its worker processes, sampled every 20 ms (pages shared between processes
-count in each).
+the first batch is shown apart. The CPU time per step is that of the process and its
+workers (user and system) over whole epochs, planning and worker starts included. Peak
+memory is the largest sum of the RSS of the main process and its worker processes, sampled
+every 20 ms (pages shared between processes count in each).
 
 Run ``python benchmarks/bench_throughput.py`` (both workloads, about 3 minutes) or
 ``--quick`` (smaller data, one repeat, under a minute); ``--workload tokens`` or ``video``
-selects one. Needs the ``bench`` extra (``pip install -c constraints.txt -e ".[bench]"``).
+selects one; ``--baseline`` adds the baseline rows (about 8 minutes in all on 2 cores);
+``--loaders streamseq,psd`` runs only those loaders (and the limit). Needs the ``bench``
+extra (``pip install -c constraints.txt -e ".[bench]"``).
 """
 
 from __future__ import annotations
@@ -50,6 +67,9 @@ from torch.utils.data import DataLoader, IterableDataset
 B_TOKENS, T_TOKENS = 64, 256
 B_VIDEO, T_VIDEO = 8, 8
 SIZE = 224
+CROP = 160
+BASELINE = "327156d"
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # -- data ----------------------------------------------------------------------------------
@@ -210,15 +230,70 @@ class _Iterable:
         return self.make()
 
 
-def streamseq_loader(sources: list[Any], workers: int, video: bool) -> Any:
+def crop(frames: np.ndarray, info: Any) -> np.ndarray:
+    """The ``transform`` of the crop row: frames cropped to 160x160, one offset per stream."""
+    top, left = info.rng("crop").integers(0, np.subtract(frames.shape[1:3], CROP - 1))
+    return frames[:, top : top + CROP, left : left + CROP]
+
+
+def streamseq_loader(sources: list[Any], workers: int, video: bool, transform: Any = None) -> Any:
     import streamseq
 
+    extra = {} if transform is None else {"transform": transform}
     if video:
         from streamseq.io import video as open_video
 
         streams = [open_video(p) for p in sources]
-        return streamseq.StreamLoader(streams, B_VIDEO, T_VIDEO, num_workers=workers)
-    return streamseq.StreamLoader(sources, B_TOKENS, T_TOKENS, num_workers=workers)
+        return streamseq.StreamLoader(streams, B_VIDEO, T_VIDEO, num_workers=workers, **extra)
+    return streamseq.StreamLoader(sources, B_TOKENS, T_TOKENS, num_workers=workers, **extra)
+
+
+def check_import(root: str) -> str:
+    """Where ``streamseq`` comes from in this process; raises unless it is under ``root``.
+
+    Also raises when its compiled batch assembly is missing: every tree is timed built.
+    """
+    import streamseq
+
+    where = os.path.realpath(streamseq.__file__)
+    if not where.startswith(os.path.realpath(root) + os.sep):
+        raise RuntimeError(f"streamseq imported from {where}, expected under {root}")
+    import streamseq._gather  # noqa: F401
+
+    return where
+
+
+def git(*args: str) -> str:
+    cmd = ["git", "--no-optional-locks", "-C", REPO, *args]
+    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def baseline_tree(rev: str, data: str) -> str:
+    """A git worktree of ``rev`` in ``data``, its C extension built in place (kept for reuse).
+
+    Remove it with ``git worktree remove --force <path>``.
+    """
+    commit = git("rev-parse", "--verify", f"{rev}^{{commit}}")
+    path = os.path.join(os.path.abspath(data), f"baseline-{commit[:12]}")
+    if not os.path.exists(os.path.join(path, ".git")):
+        os.makedirs(data, exist_ok=True)
+        git("worktree", "prune")
+        git("worktree", "add", "--detach", path, commit)
+    head = subprocess.run(
+        ["git", "-C", path, "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    if head != commit:
+        raise RuntimeError(f"{path} is at {head}, not {rev} ({commit})")
+    build = [sys.executable, "setup.py", "build_ext", "--inplace", "-q"]
+    subprocess.run(build, cwd=path, check=True, capture_output=True)
+    return path
+
+
+def describe_current() -> str:
+    """The commit of the current tree and whether the package differs from it."""
+    head = git("rev-parse", "--short", "HEAD")
+    changed = git("status", "--porcelain", "--", "streamseq", "setup.py")
+    return f"{head}" + (" with uncommitted changes in streamseq/" if changed else "")
 
 
 # -- limits --------------------------------------------------------------------------------
@@ -311,16 +386,18 @@ def measure(job: dict) -> dict:
         total = sum(len(s) for s in sources)
         first_steps = B_TOKENS * T_TOKENS
     kind, workers = job["loader"], job["workers"]
+    imported = check_import(job["root"]) if kind.startswith("streamseq") else None
     if kind == "limit":
         loader = decode_limit(sources, workers) if video else copy_limit(sources)
     elif kind == "memcpy":
         loader = memcpy_bound(sources)
     elif kind == "streamseq":
-        loader = streamseq_loader(sources, workers, video)
+        transform = crop if job.get("transform") == "crop" else None
+        loader = streamseq_loader(sources, workers, video, transform)
     elif kind == "streamseq-numpy":  # as installed without a C compiler
-        import streamseq._table
+        import streamseq.read.writer
 
-        streamseq._table._fill = None
+        streamseq.read.writer._fill = None
         loader = streamseq_loader(sources, workers, video)
     elif kind == "psd":
         loader = psd_loader(sources, workers, video)
@@ -329,6 +406,7 @@ def measure(job: dict) -> dict:
     steps = seconds = 0.0
     firsts = []
     epochs = 0
+    cpu_start = cpu_seconds()
     while epochs < job["min_epochs"] or seconds < job["min_seconds"]:
         start = time.perf_counter()
         it = iter(loader)
@@ -346,11 +424,29 @@ def measure(job: dict) -> dict:
             seconds += end - first
         epochs += 1
         del it
+    if hasattr(loader, "close"):
+        loader.close()
+    del loader
+    deadline = time.monotonic() + 5  # workers count once they are joined
+    while multiprocessing.active_children() and time.monotonic() < deadline:
+        time.sleep(0.01)
     return {
         "steps_per_s": steps / seconds,
+        "cpu_per_step": (cpu_seconds() - cpu_start) / (epochs * total),
         "first_s": min(firsts),
         "epochs": epochs,
+        "streamseq": imported,
     }
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and of its children that were joined (user + system)."""
+    import resource
+
+    own, children = (
+        resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def run_child(job: dict) -> dict:
@@ -362,8 +458,10 @@ def run_child(job: dict) -> dict:
     import psutil
 
     cmd = [sys.executable, os.path.abspath(__file__), "--child", json.dumps(job)]
+    env = dict(os.environ)  # the tree to time comes first on the path
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [job["root"], env.get("PYTHONPATH")]))
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        child = subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
+        child = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env)
         process, peak = psutil.Process(child.pid), 0
         while child.poll() is None:
             peak = max(peak, tree_rss(process))
@@ -393,7 +491,23 @@ def label(job: dict) -> str:
     name = LABELS[job["loader"]]
     if isinstance(name, dict):
         return name[job["workload"]].format(w=job["workers"])
-    return f"{name}, {job['workers'] or 'in-process'}" + (" workers" if job["workers"] else "")
+    if job.get("baseline"):
+        name += f" (baseline {job['baseline']})"
+    text = f"{name}, {job['workers'] or 'in-process'}" + (" workers" if job["workers"] else "")
+    return text + (f" + {job['transform']} transform" if job.get("transform") else "")
+
+
+def plain(job: dict) -> bool:
+    """A configuration of the current tree without a transform."""
+    return not job.get("baseline") and not job.get("transform")
+
+
+def per_step(seconds: float) -> str:
+    """A time per step with its unit."""
+    for scale, unit in ((1e9, "ns"), (1e6, "us"), (1e3, "ms")):
+        if seconds * scale < 1000:
+            return f"{seconds * scale:.3g} {unit}"
+    return f"{seconds:.3g} s"
 
 
 def table(workload: str, rows: list[tuple[dict, list[dict]]], unit: str) -> str:
@@ -401,21 +515,62 @@ def table(workload: str, rows: list[tuple[dict, list[dict]]], unit: str) -> str:
     limit = next(med[id(j)] for j, _ in rows if j["loader"] == "limit")
     psd = {j["workers"]: med[id(j)] for j, _ in rows if j["loader"] == "psd"}
     lines = [
-        f"{'loader':40s} {unit + '/s':>12s} {'x limit':>8s} {'x psd':>7s} "
-        f"{'1st batch':>10s} {'peak RSS':>9s}",
-        "-" * 91,
+        f"{'loader':44s} {unit + '/s':>12s} {'x limit':>8s} {'x psd':>7s} "
+        f"{'CPU/step':>9s} {'1st batch':>10s} {'peak RSS':>9s}",
+        "-" * 105,
     ]
     for job, results in rows:
         rate = med[id(job)]
         vs_psd = psd.get(job["workers"])
+        cpu = statistics.median(r["cpu_per_step"] for r in results)
         first = statistics.median(r["first_s"] for r in results)
         peak = statistics.median(r["peak_rss"] for r in results)
         ratio = f"{rate / vs_psd:7.1f}" if vs_psd else f"{'-':>7s}"
         lines.append(
-            f"{label(job):40s} {rate / 1e6 if unit.startswith('M') else rate:12.2f} "
-            f"{rate / limit:8.2f} {ratio} {1e3 * first:8.0f} ms {peak / 2**20:6.0f} MB"
+            f"{label(job):44s} {rate / 1e6 if unit.startswith('M') else rate:12.2f} "
+            f"{rate / limit:8.2f} {ratio} {per_step(cpu):>9s} "
+            f"{1e3 * first:7.0f} ms {peak / 2**20:6.0f} MB"
         )
-    return f"\n{workload}\n" + "\n".join(lines)
+    return f"\n{workload}\n" + "\n".join(lines) + ratios(rows)
+
+
+def ratios(rows: list[tuple[dict, list[dict]]]) -> str:
+    """Current / baseline, and crop transform / none: of the medians, and per repeat.
+
+    Of steps/s (higher: faster) and of CPU per step (lower: cheaper). The configurations
+    of a repeat ran one after the other (interleaved), so the ratio within a repeat
+    compares runs that shared the machine's state of the moment.
+    """
+
+    def line(name: str, num: list[dict], den: list[dict]) -> str:
+        def of(key: str) -> tuple[float, list[float]]:
+            a, b = [r[key] for r in num], [r[key] for r in den]
+            each = [x / y for x, y in zip(a, b, strict=True)]
+            return statistics.median(a) / statistics.median(b), each
+
+        rate, each = of("steps_per_s")
+        cpu, _ = of("cpu_per_step")
+        return f"{name:44s} {rate:8.2f} {cpu:9.2f}   " + " ".join(f"{x:.2f}" for x in each)
+
+    current = {j["workers"]: rs for j, rs in rows if j["loader"] == "streamseq" and plain(j)}
+    groups: dict[str, list[str]] = {}
+    for job, results in rows:
+        other = current.get(job["workers"])
+        if job["loader"] != "streamseq" or other is None:
+            continue
+        if job.get("baseline"):
+            name = label(dict(job, baseline=None))
+            head = f"current / baseline {job['baseline']}"
+            groups.setdefault(head, []).append(line(name, other, results))
+        elif job.get("transform"):
+            head = f"{job['transform']} transform / none"
+            groups.setdefault(head, []).append(line(label(job), results, other))
+    if not groups:
+        return ""
+    out = ["", f"{'ratios':44s} {'steps/s':>8s} {'CPU/step':>9s}   steps/s per repeat"]
+    for head, texts in groups.items():
+        out += [head, *texts]
+    return "\n".join(out)
 
 
 def targets(results: dict) -> list[str]:
@@ -423,12 +578,13 @@ def targets(results: dict) -> list[str]:
 
     def rate(workload: str, loader: str, workers: int) -> float | None:
         for job, rs in results.get(workload, []):
-            if job["loader"] == loader and job["workers"] == workers:
+            if job["loader"] == loader and job["workers"] == workers and plain(job):
                 return statistics.median(r["steps_per_s"] for r in rs)
         return None
 
-    def check(name: str, value: float | None, goal: float) -> None:
-        if value is not None:
+    def check(name: str, num: float | None, den: float | None, goal: float) -> None:
+        if num is not None and den:
+            value = num / den
             ok = "met" if value >= goal else "MISSED"
             out.append(f"{name:58s} {value:8.2f} (target >= {goal:g}) {ok}")
 
@@ -437,14 +593,14 @@ def targets(results: dict) -> list[str]:
         s0, s2 = rate("tokens", "streamseq", 0), rate("tokens", "streamseq", w)
         p0, p2 = rate("tokens", "psd", 0), rate("tokens", "psd", w)
         lim = rate("tokens", "limit", 0)
-        check("tokens: streamseq in-process / psd in-process", s0 / p0 if p0 else None, 3)
-        check("tokens: streamseq in-process / copy limit", s0 / lim if lim else None, 0.5)
-        check(f"tokens: streamseq {w} workers / psd {w} workers", s2 / p2 if p2 else None, 20)
+        check("tokens: streamseq in-process / psd in-process", s0, p0, 3)
+        check("tokens: streamseq in-process / copy limit", s0, lim, 0.5)
+        check(f"tokens: streamseq {w} workers / psd {w} workers", s2, p2, 20)
     if "video" in results:
         s2, p2 = rate("video", "streamseq", w), rate("video", "psd", w)
         lim = rate("video", "limit", w)
-        check(f"video: streamseq {w} workers / {w}-process decode limit", s2 / lim, 0.85)
-        check(f"video: streamseq {w} workers / psd {w} workers", s2 / p2 if p2 else None, 1.6)
+        check(f"video: streamseq {w} workers / {w}-process decode limit", s2, lim, 0.85)
+        check(f"video: streamseq {w} workers / psd {w} workers", s2, p2, 1.6)
     return out
 
 
@@ -456,34 +612,66 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--data", default=os.path.join(tempfile.gettempdir(), "streamseq-bench"))
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument(
+        "--baseline",
+        nargs="?",
+        const=BASELINE,
+        metavar="REV",
+        help=f"also time the streamseq of git revision REV (default {BASELINE})",
+    )
+    parser.add_argument(
+        "--loaders",
+        help="only these, comma-separated (limit, memcpy, streamseq, streamseq-numpy, psd, "
+        "multistream); the limit always runs",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(measure(json.loads(args.child))))
         return
+    loaders = args.loaders.split(",") if args.loaders else []
+    unknown = sorted(set(loaders) - set(LABELS))
+    if unknown:
+        parser.error(f"--loaders: unknown {', '.join(unknown)} (known: {', '.join(LABELS)})")
     repeats = args.repeats or (1 if args.quick else 3)
     w = args.workers
     workloads = ["tokens", "video"] if args.workload == "all" else [args.workload]
     results: dict[str, Any] = {"workers": w}
+    data = os.path.join(args.data, "quick" if args.quick else "full")
+    base = {"baseline": args.baseline, "root": None}
+    if args.baseline:
+        base["root"] = baseline_tree(args.baseline, args.data)
+        print(f"baseline {args.baseline}: {base['root']}", file=sys.stderr)
+    print(f"current: {REPO} ({describe_current()})", file=sys.stderr)
     for workload in workloads:
         video = workload == "video"
         common = {
             "workload": workload,
             "count": (8 if args.quick else 24) if video else (128 if args.quick else 512),
-            "data": os.path.join(args.data, "quick" if args.quick else "full"),
+            "data": data,
+            "root": REPO,
             "min_seconds": 0.5 if args.quick else 2.0,
             "min_epochs": 1,
         }
         if video:
             make_clips(common["data"], common["count"])  # outside the timings
-            configs = [("limit", w), ("streamseq", w), ("psd", w), ("multistream", w)]
+            configs = [("limit", w, {}), ("streamseq", w, {})]
+            configs += [("streamseq", w, base)] if args.baseline else []
+            configs += [("streamseq", w, {"transform": "crop"})]
+            configs += [("psd", w, {}), ("multistream", w, {})]
             if not args.quick:
-                configs[1:1] = [("streamseq", 0)]
+                configs[1:1] = [("streamseq", 0, {})]
         else:
-            configs = [("limit", 0), ("memcpy", 0), ("streamseq", 0), ("streamseq-numpy", 0)]
-            configs += [("psd", 0), ("multistream", 0)]
-            configs += [("streamseq", w), ("psd", w), ("multistream", w)]
-        jobs = [dict(common, loader=k, workers=n) for k, n in configs]
+            configs = [("limit", 0, {}), ("memcpy", 0, {}), ("streamseq", 0, {})]
+            configs += [("streamseq", 0, base)] if args.baseline else []
+            configs += [("streamseq-numpy", 0, {}), ("psd", 0, {}), ("multistream", 0, {})]
+            configs += [("streamseq", w, {})]
+            configs += [("streamseq", w, base)] if args.baseline else []
+            configs += [("psd", w, {}), ("multistream", w, {})]
+        if args.loaders:
+            keep = {"limit", *loaders}
+            configs = [c for c in configs if c[0] in keep]
+        jobs = [dict(common, loader=k, workers=n, **extra) for k, n, extra in configs]
         runs: dict[int, list[dict]] = {id(j): [] for j in jobs}
         for r in range(repeats):
             for job in jobs:
