@@ -16,6 +16,7 @@ import torch
 
 from ._tree import leaves, nbytes, tree_map
 from .batch import Batch
+from .blocks import Blocks, Layout, Unblocked, block_size
 from .deliver.assemble import Assembled
 from .deliver.background import Background
 from .deliver.pin import PinMemory
@@ -646,8 +647,11 @@ class StreamLoader:
             _check_picklable(self, groups)
         made = []
         for w, g in enumerate(groups):
-            shm = _micro_batch_bytes(g.spec_, g.num_rows, self.tbins) * self.max_buffered
-            seq = _EpochGroup(self, w, len(groups)) if self.persistent_workers else g
+            size = self._block_size(g)
+            shm = _micro_batch_bytes(g.spec_, g.num_rows, self.tbins) * size * self.max_buffered
+            seq: Any = Blocks(g, size)
+            if self.persistent_workers:
+                seq = _EpochGroup(self, w, len(groups), size)
             made.append(
                 prefetch(
                     seq,
@@ -662,6 +666,10 @@ class StreamLoader:
         if self.persistent_workers:
             self._persistent = made
         return made
+
+    def _block_size(self, group: ZipBatch) -> int:
+        """Micro-batches a worker hands over at once (about 2 MB of them, at most 32)."""
+        return block_size(_micro_batch_bytes(group.spec_, group.num_rows, self.tbins))
 
     def _stop_persistent(self) -> None:
         kept, self._persistent = self._persistent, None
@@ -716,42 +724,44 @@ _STRIDE = 1 << 32  # with persistent workers, batch i of epoch e is item e * _ST
 
 
 class _EpochGroup:
-    """The micro-batches of group ``w`` of ``workers`` in every epoch: item e * _STRIDE + i.
+    """The micro-batches of group ``w`` of ``workers`` in every epoch, in blocks of ``size``.
 
-    What persistent workers read: each plans the epochs for its own rows, from a copy of
-    the loader's configuration (no reference to the loader itself, so that the loader
-    and its workers are collected when it is no longer referenced).
+    Item ``e * _STRIDE + j`` is block ``j`` of epoch ``e`` (see :class:`Blocks`). What
+    persistent workers read: each plans the epochs for its own rows, from a copy of the
+    loader's configuration (no reference to the loader itself, so that the loader and its
+    workers are collected when it is no longer referenced).
     """
 
-    def __init__(self, loader: StreamLoader, w: int, workers: int):
+    def __init__(self, loader: StreamLoader, w: int, workers: int, size: int = 1):
         self.loader, self.w, self.workers = copy.copy(loader), w, workers
-        self._group: tuple[int, ZipBatch] | None = None
+        self.size = size
+        self._group: tuple[int, Blocks] | None = None
 
     def __len__(self) -> int:
         return _STRIDE << 24
 
-    def group(self, epoch: int) -> ZipBatch:
-        """The micro-batches of this group in ``epoch`` (kept until another is asked for)."""
+    def group(self, epoch: int) -> Blocks:
+        """The blocks of this group in ``epoch`` (kept until another is asked for)."""
         if self._group is None or self._group[0] != epoch:
             self.release()
             plan = _Plan(self.loader, epoch)
             rows = split_by_worker(plan.rows, self.workers)[self.w]
-            self._group = (epoch, plan.group(rows, self.loader))
+            self._group = (epoch, Blocks(plan.group(rows, self.loader), self.size))
         return self._group[1]
 
-    def __getitem__(self, k: int) -> Batch:
-        epoch, i = divmod(k, _STRIDE)
-        return self.group(epoch)[i]
+    def __getitem__(self, k: int) -> list[Batch]:
+        epoch, j = divmod(k, _STRIDE)
+        return self.group(epoch)[j]
 
     def segment_end(self, k: int) -> int:
-        """The item after the last batch of the epoch of item ``k``."""
+        """The item after the last block of the epoch of item ``k``."""
         epoch = k // _STRIDE
-        return epoch * _STRIDE + self.loader.epoch_length(epoch)
+        return epoch * _STRIDE + len(Layout(self.size, self.loader.epoch_length(epoch)))
 
     def describe_item(self, k: int) -> str:
         """What item ``k`` reads: its epoch, streams and steps."""
-        epoch, i = divmod(k, _STRIDE)
-        return f"epoch {epoch}, {self.group(epoch).describe_item(i)}"
+        epoch, j = divmod(k, _STRIDE)
+        return f"epoch {epoch}, {self.group(epoch).describe_item(j)}"
 
     def release(self) -> None:
         """Close the files the group holds open."""
@@ -760,7 +770,7 @@ class _EpochGroup:
 
 
 class _Shifted:
-    """Batches ``base`` to ``base + length`` of persistent workers, as a pass's group."""
+    """Items ``base`` to ``base + length`` of persistent workers (blocks of one pass)."""
 
     def __init__(self, workers: Prefetched, base: int, length: int):
         self.workers, self.base, self.length = workers, base, length
@@ -817,15 +827,18 @@ class _Iteration:
             self.batches = loader._delivery(self.groups, share=True)
             return
         self.groups = [plan.group(g, loader) for g in split_by_worker(plan.rows, workers)]
+        sizes = [loader._block_size(g) for g in self.groups]
         workers_ = loader._workers(self.groups)
         if loader.persistent_workers:  # the loader's: this pass reads its epoch from them
             base = loader.epoch * _STRIDE
-            self.groups = [_Shifted(pf, base, self.stop) for pf in workers_]
+            blocks: list[Any] = [
+                _Shifted(pf, base, len(Layout(k, self.stop)))
+                for pf, k in zip(workers_, sizes, strict=True)
+            ]
         else:
-            self.prefetchers = workers_
-        self.batches = loader._delivery(
-            self.groups if loader.persistent_workers else workers_, False
-        )
+            self.prefetchers = blocks = workers_
+        self.groups = [Unblocked(b, k, self.stop) for b, k in zip(blocks, sizes, strict=True)]
+        self.batches = loader._delivery(self.groups, False)
 
     def __iter__(self) -> _Iteration:
         return self

@@ -15,11 +15,12 @@ import psutil
 import pytest
 
 from streamseq import StreamError, StreamLoader, WorkerError
+from streamseq.blocks import Layout
 
 pytestmark = pytest.mark.timeout(60)
 
 
-def token_streams(count=24, low=50, high=400, seed=0):
+def token_streams(count=24, low=2000, high=4000, seed=0):  # (more than workers buffer)
     rng = np.random.default_rng(seed)
     return [rng.integers(0, 1000, n, dtype=np.int64) for n in rng.integers(low, high, count)]
 
@@ -268,10 +269,14 @@ def test_a_slow_consumer_holds_a_bounded_number_of_batches(clean):
     loader = StreamLoader(streams, rows, 8, num_workers=2, max_buffered=buffered)
     me = psutil.Process()
     memory = []
+    block = None
     for i, _ in enumerate(loader):
+        if block is None:  # micro-batches per hand-over: max_buffered counts hand-overs
+            block = loader._block_size(loader.plan().group(loader.plan().rows[:2], loader))
+            assert block > 1
         time.sleep(0.002)
         ahead = sum(counts) / rows - (i + 1)  # batches read by the workers, not consumed
-        assert ahead <= buffered, f"{ahead} batches ahead at batch {i}"
+        assert ahead <= buffered * block, f"{ahead} batches ahead at batch {i}"
         if i % 50 == 0:
             memory.append(sum(p.memory_info().rss for p in [me, *me.children()]))
     assert i + 1 == len(loader) == 375
@@ -441,7 +446,10 @@ def test_a_stuck_worker_is_an_error_after_the_timeout(clean, method):
         for batch in loader:
             delivered.append(batch)
     assert time.monotonic() - start < 15
-    assert len(delivered) == 5  # every batch before the stuck read came
+    # every batch before the block of micro-batches with the stuck read (batch 5) came
+    size = loader._block_size(loader.plan().group(loader.plan().rows[:1], loader))
+    layout = Layout(size, len(loader))
+    assert len(delivered) == layout.start(layout.block_of(5)) == 3
     loader.close()
 
 

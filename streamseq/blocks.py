@@ -1,0 +1,154 @@
+"""Items handed over in blocks: one hand-over carries several consecutive items.
+
+Every hand-over from a worker costs the main process a job sent, a wait and a reply
+(tens of microseconds, more when the cores are busy), whatever the size of the item. For
+small items (a micro-batch of tokens) that cost dominates. :class:`Blocks` groups up to
+``size`` consecutive items into one (a list, evaluated by one worker into one
+shared-memory slot), and :class:`Unblocked` gives them back one by one, holding one block
+at a time. The first blocks are smaller (1, 2, 4, ... items, then ``size``), so that the
+first items come as soon as without blocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .workers.failures import describe_item
+
+#: bytes of items a hand-over should carry at least, and the most items it carries
+BLOCK_BYTES = 2 * 2**20
+MAX_BLOCK = 32
+
+
+def block_size(item_bytes: int) -> int:
+    """Items per hand-over for items of ``item_bytes``: about :data:`BLOCK_BYTES` a block.
+
+    Example:
+        >>> block_size(100_000), block_size(5_000_000), block_size(10)
+        (20, 1, 32)
+    """
+    return max(1, min(MAX_BLOCK, BLOCK_BYTES // max(1, int(item_bytes))))
+
+
+class Layout:
+    """Which items each block holds: 1, 2, 4, ... items (below ``size``), then ``size``.
+
+    Example:
+        >>> layout = Layout(5, 20)
+        >>> [layout.start(j) for j in range(6)], len(layout)
+        ([0, 1, 3, 7, 12, 17], 6)
+        >>> [layout.block_of(i) for i in (0, 1, 2, 3, 6, 7, 11, 12, 19)]
+        [0, 1, 1, 2, 2, 3, 3, 4, 5]
+    """
+
+    def __init__(self, size: int, items: int):
+        if size < 1:
+            raise ValueError(f"block size must be >= 1, got {size}")
+        self.size, self.items = int(size), int(items)
+        self.ramp = (self.size - 1).bit_length()  # blocks of 1, 2, 4, ... below size
+        self.ramped = (1 << self.ramp) - 1  # the items they hold
+
+    def start(self, j: int) -> int:
+        """The first item of block ``j``."""
+        if j < self.ramp:
+            return (1 << j) - 1
+        return self.ramped + (j - self.ramp) * self.size
+
+    def block_of(self, i: int) -> int:
+        """The block that holds item ``i``."""
+        if i < self.ramped:
+            return (i + 1).bit_length() - 1
+        return self.ramp + (i - self.ramped) // self.size
+
+    def __len__(self) -> int:
+        return 0 if self.items == 0 else self.block_of(self.items - 1) + 1
+
+
+class Blocks:
+    """The items of ``seq`` in blocks (lists) of up to ``size``: see :class:`Layout`.
+
+    ``describe_item`` and ``release`` of ``seq`` carry over.
+
+    Example:
+        >>> blocks = Blocks(list(range(7)), 3)
+        >>> len(blocks), blocks[0], blocks[2]
+        (4, [0], [3, 4, 5])
+    """
+
+    def __init__(self, seq: Sequence[Any], size: int):
+        self.seq, self.layout = seq, Layout(size, len(seq))
+
+    def __len__(self) -> int:
+        return len(self.layout)
+
+    def __getitem__(self, j: int) -> list[Any]:
+        start = self.layout.start(j)
+        stop = min(self.layout.items, self.layout.start(j + 1))
+        return [self.seq[i] for i in range(start, stop)]
+
+    def describe_item(self, j: int) -> str:
+        """The items of block ``j``, and what they are (the first three and the last).
+
+        Example:
+            >>> Blocks(list(range(9)), 4).describe_item(3)
+            'items 7 to 8: item 7; item 8'
+        """
+        a = self.layout.start(j)
+        b = min(self.layout.items, self.layout.start(j + 1))
+        shown = [*range(a, min(b, a + 3)), *([b - 1] if b - 1 >= a + 3 else [])]
+        what = [describe_item(self.seq, i) for i in shown]
+        if b - a > 4:
+            what.insert(3, f"... {b - a - 4} more")
+        head = f"item {a}" if b - a == 1 else f"items {a} to {b - 1}"
+        return f"{head}: " + "; ".join(what)
+
+    def release(self) -> None:
+        """Release ``seq`` (close its files), if it can."""
+        release = getattr(self.seq, "release", None)
+        if release is not None:
+            release()
+
+
+class Unblocked:
+    """The items of a sequence of blocks (:class:`Layout` of ``size``) one by one.
+
+    The block being read is held (its shared-memory slot with it) until another is asked
+    for or :meth:`release`; ``prepare(i)`` is passed on for the block of item ``i``.
+
+    Example:
+        >>> items = Unblocked(Blocks(list(range(7)), 3), 3, 7)
+        >>> [items[i] for i in range(7)]
+        [0, 1, 2, 3, 4, 5, 6]
+    """
+
+    def __init__(self, blocks: Sequence[list[Any]], size: int, length: int):
+        self.blocks, self.layout, self.length = blocks, Layout(size, length), int(length)
+        self._held: tuple[int, list[Any]] | None = None
+        self._prepare = getattr(blocks, "prepare", None)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def prepare(self, i: int) -> None:
+        """Start the blocks' workers on the block of item ``i``, unless it is held."""
+        held, j = self._held, self.layout.block_of(i)
+        if self._prepare is not None and (held is None or held[0] != j):
+            self._prepare(j)
+
+    def __getitem__(self, i: int) -> Any:
+        if not 0 <= i < self.length:
+            raise IndexError(f"item {i} out of range for {self.length} items")
+        j = self.layout.block_of(i)
+        held = self._held
+        if held is None or held[0] != j:
+            self._held = None  # (its slot is free before the next block is awaited)
+            held = self._held = (j, self.blocks[j])
+        return held[1][i - self.layout.start(j)]
+
+    def release(self) -> None:
+        """Let go of the block held, and release the blocks, if they can be."""
+        self._held = None
+        release = getattr(self.blocks, "release", None)
+        if release is not None:
+            release()
