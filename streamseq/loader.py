@@ -220,8 +220,10 @@ class StreamLoader:
         world_size: number of ranks sharing one global plan.
         time_major: deliver ``data`` as ``[T, B, ...]`` instead of ``[B, T, ...]``.
         method: ``"process"`` or ``"thread"`` workers.
-        max_buffered: micro-batches in flight per worker (shared-memory slots; at least
-            4 with processes).
+        max_buffered: hand-overs in flight per worker (shared-memory slots; at least 4
+            with processes). A hand-over carries a block of micro-batches of about 2 MB
+            (at most 32 of them; the first ones fewer), so small batches cost the main
+            process one message per block rather than per batch.
         timeout: seconds the workers may go without delivering a micro-batch before
             :class:`WorkerError` is raised and they are stopped (a stuck decoder, a hung
             network file); ``None`` waits as long as they live. A worker that dies is an
@@ -469,15 +471,26 @@ class StreamLoader:
         """
         epoch = check_int(epoch, "epoch", 0)
         cached = self._plan_cache
-        if cached is not None and cached[0] == epoch:
+        if cached is not None and cached[0] == self._plan_id(epoch):
             return cached[1].length
         return self._epoch_plan(epoch)[2]
 
+    def _plan_id(self, epoch: int) -> Any:
+        """What tells the plan of ``epoch`` from others.
+
+        Without shuffle, transform or a resumed rest every epoch has the same plan, kept
+        across passes (with its open files).
+        """
+        if self._rest_of(epoch) is not None:
+            return ("rest", epoch)
+        return epoch if self.shuffle or self.transform is not None else "every epoch"
+
     def plan(self) -> _Plan:
-        """The plan of the current epoch (computed once per epoch)."""
+        """The plan of the current epoch (computed once per epoch, or once for all)."""
         with self._lock:
-            if self._plan_cache is None or self._plan_cache[0] != self.epoch:
-                self._plan_cache = (self.epoch, _Plan(self, self.epoch))
+            key = self._plan_id(self.epoch)
+            if self._plan_cache is None or self._plan_cache[0] != key:
+                self._plan_cache = (key, _Plan(self, self.epoch))
                 self._whole = None
             return self._plan_cache[1]
 
@@ -735,18 +748,19 @@ class _EpochGroup:
     def __init__(self, loader: StreamLoader, w: int, workers: int, size: int = 1):
         self.loader, self.w, self.workers = copy.copy(loader), w, workers
         self.size = size
-        self._group: tuple[int, Blocks] | None = None
+        self._group: tuple[Any, Blocks] | None = None
 
     def __len__(self) -> int:
         return _STRIDE << 24
 
     def group(self, epoch: int) -> Blocks:
         """The blocks of this group in ``epoch`` (kept until another is asked for)."""
-        if self._group is None or self._group[0] != epoch:
+        key = self.loader._plan_id(epoch)
+        if self._group is None or self._group[0] != key:
             self.release()
             plan = _Plan(self.loader, epoch)
             rows = split_by_worker(plan.rows, self.workers)[self.w]
-            self._group = (epoch, Blocks(plan.group(rows, self.loader), self.size))
+            self._group = (key, Blocks(plan.group(rows, self.loader), self.size))
         return self._group[1]
 
     def __getitem__(self, k: int) -> list[Batch]:
