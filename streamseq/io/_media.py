@@ -263,6 +263,15 @@ class MediaSource(Source, ABC):
 
     def _read(self, reader: Reader, a: int, b: int) -> Any:
         start, stop = self._span(a, b)
+        reader, chunks = self._decode(reader, start, stop)
+        return self._assemble(reader, chunks, a, b)
+
+    def _decode(self, reader: Reader, start: int, stop: int) -> tuple[Reader, list[Sequence[Any]]]:
+        """The output units ``start`` to ``stop``, as chunks, and the reader that holds on.
+
+        The reader is another one than the one given when reading had to restart from
+        the start of the file.
+        """
         try:
             reader = self._position(reader, start)
             self._fill(reader, stop)
@@ -270,7 +279,7 @@ class MediaSource(Source, ABC):
             self._trusted = False
             reader = self._skip_to(self._restart(), start)
             self._fill(reader, stop)
-        return self._assemble(reader, reader.take(min(stop, reader.end) - start), a, b)
+        return reader, reader.take(min(stop, reader.end) - start)
 
     def _position(self, reader: Reader, start: int) -> Reader:
         """Make output unit ``start`` the first one held, decoding on or seeking."""

@@ -7,10 +7,18 @@ forward, identifying frames by their timestamp (the skeleton of :mod:`streamseq.
 Frame ``i`` is always the ``i``-th frame that a plain decode of the file from its start
 gives: whenever the timestamps of a file turn out not to identify its frames reliably,
 reading falls back to decoding from the start and counting.
+
+At a constant rate (``video(path, fps=F)``), step ``i`` is the frame a player shows at
+time ``i / F`` from the first frame: the frames that step ``a:b`` shows are decoded once,
+forward, each converted once however many steps show it (the last one is kept for the
+next read, which may show it again); the frames no step shows are decoded, never
+converted.
 """
 
 from __future__ import annotations
 
+import copy
+import math
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -36,6 +44,9 @@ _CHANNELS = {
     "gray8": None,
 }
 
+#: seconds within which a frame counts as shown at a time (float rounding of timestamps)
+TIME_TOLERANCE = 1e-6
+
 
 @dataclass(frozen=True)
 class _Probe:
@@ -49,6 +60,7 @@ class _Probe:
     height: int
     width: int
     exact: bool  # timestamps are present and distinct: they can identify frames
+    end: float = math.nan  # seconds: end of the last frame (NaN: no frame duration known)
 
     def __len__(self) -> int:
         return len(self.times)
@@ -87,6 +99,7 @@ def _probe(path: str, stream_index: int, remote: Remote | None = None) -> _Probe
     if not pts:
         raise SourceError(path, "no video frame")
     times, fps = _times(pts, time_base, rate, start)
+    end_time = math.nan if end is None or None in pts else float(end * time_base)
     exact = None not in pts and len(set(pts)) == len(pts) and None not in seek_ts
     if exact:
         order = np.argsort(np.asarray(pts, np.int64), kind="stable")
@@ -102,7 +115,7 @@ def _probe(path: str, stream_index: int, remote: Remote | None = None) -> _Probe
         sorted_pts = np.zeros(len(pts), np.int64)
         key_idx = np.zeros(0, np.int64)
         key_seek = np.zeros(0, np.int64)
-    return _Probe(sorted_pts, key_idx, key_seek, times, fps, height, width, exact)
+    return _Probe(sorted_pts, key_idx, key_seek, times, fps, height, width, exact, end_time)
 
 
 def _times(
@@ -145,6 +158,57 @@ def _missing_time(container: Any, stream: Any, end: int | None, count: int) -> s
     return None
 
 
+def duration(times: np.ndarray, end: float, fps: float) -> float:
+    """Seconds from the first frame to the end of the last one.
+
+    The last frame ends at ``end`` when the file tells (its timestamp plus its duration),
+    else one mean frame interval after its timestamp, else (a single frame) one frame of
+    the average rate ``fps``; NaN when nothing tells.
+
+    Example:
+        >>> duration(np.array([0.0, 0.25, 0.75]), math.nan, 4.0)
+        1.125
+        >>> duration(np.array([1.0]), 1.5, 25.0), duration(np.array([1.0]), math.nan, 25.0)
+        (0.5, 0.04)
+    """
+    if not math.isnan(end):
+        return end - float(times[0])
+    if len(times) > 1:
+        return float(times[-1] - times[0]) * len(times) / (len(times) - 1)
+    return 1.0 / fps if fps > 0 else math.nan
+
+
+def grid_steps(seconds: float, fps: float) -> int:
+    """The number of times ``i / fps`` (``i >= 0``) before ``seconds``.
+
+    A time less than a millionth of a step before ``seconds`` counts as at it.
+
+    Example:
+        >>> grid_steps(1.0, 10.0), grid_steps(1.01, 10.0), grid_steps(0.45, 10.0)
+        (10, 11, 5)
+    """
+    return max(0, math.ceil(seconds * fps - 1e-6))
+
+
+def shown_frames(times: np.ndarray, times_asked: np.ndarray) -> np.ndarray:
+    """The frame a player shows at each time: the last one whose timestamp is not after it.
+
+    Args:
+        times: seconds of the frames, sorted.
+        times_asked: seconds to look up; a frame up to :data:`TIME_TOLERANCE` after a time
+            counts as shown at it.
+
+    Returns:
+        The frame index at each time (int64, -1 before the first frame).
+
+    Example:
+        >>> shown_frames(np.array([0.0, 0.04, 0.1]), np.array([0.0, 0.05, 0.1, 0.2]))
+        array([0, 1, 2, 2])
+    """
+    index = np.searchsorted(times, np.asarray(times_asked) + TIME_TOLERANCE, side="right")
+    return index.astype(np.int64) - 1
+
+
 class _Video(MediaSource):
     kind = "video"
 
@@ -156,37 +220,101 @@ class _Video(MediaSource):
         length: int | None,
         stream_index: int,
         storage_options: dict[str, Any] | None = None,
+        fps: float | None = None,
     ):
         if format not in _CHANNELS:
             raise ValueError(f"format must be one of {sorted(_CHANNELS)}, got {format!r}")
+        if fps is not None and not fps > 0:
+            raise ValueError(f"fps must be positive, got {fps}")
+        if fps is not None and length is not None:
+            raise ValueError("length counts the frames of the file: give it without fps")
         super().__init__(path, stream_index, length, storage_options)
         self.size = None if size is None else (int(size[0]), int(size[1]))
         self.format = format
+        self.step_rate = None if fps is None else float(fps)  # steps per second, if constant
+
+    def __repr__(self) -> str:
+        rate = "" if self.step_rate is None else f", fps={self.step_rate:g}"
+        return f"video({self.path!r}{rate})"
 
     def __len__(self) -> int:
+        if self.step_rate is not None:
+            return grid_steps(self.duration, self.step_rate)
         if self.length is not None:
             return self.length
         return len(self.probe())
 
+    def at_fps(self, fps: float) -> _Video:
+        """The same video at a constant rate: what :func:`video` with ``fps`` gives.
+
+        The copy shares what the file was probed for (no second demuxing pass) and opens
+        its own decoder.
+
+        Example:
+            >>> v = video("clip.mp4")  # doctest: +SKIP
+            >>> v.at_fps(10)  # doctest: +SKIP
+            video('clip.mp4', fps=10)
+        """
+        if not fps > 0:
+            raise ValueError(f"fps must be positive, got {fps}")
+        self.probe()
+        other = copy.copy(self)
+        other._handle = copy.copy(self._handle)  # a handle of its own, none open
+        other.step_rate, other.length = float(fps), None
+        return other
+
+    @property
+    def duration(self) -> float:
+        """Seconds from the first frame to the end of the last one.
+
+        The end of the last frame is its timestamp plus its duration when the file tells
+        it (packet durations), else one mean frame interval after its timestamp. With
+        ``fps``, the steps are the times ``i / fps`` (from the first frame) before it.
+        """
+        info = self.probe()
+        return duration(info.times, info.end, info.fps)
+
+    @property
+    def frame_index(self) -> np.ndarray:
+        """The frame of the file that every step shows (int64).
+
+        ``arange(len(self))`` without ``fps``; with it, the last frame whose timestamp is
+        not after the step's time (frames repeated or dropped as the timestamps say).
+        """
+        if self.step_rate is None:
+            return np.arange(len(self), dtype=np.int64)
+        return self._shown(0, len(self))
+
+    def _shown(self, a: int, b: int) -> np.ndarray:
+        """The frames that steps ``a`` to ``b`` show, at the constant rate."""
+        times = self.probe().times
+        return np.maximum(shown_frames(times, times[0] + np.arange(a, b) / self.step_rate), 0)
+
     @property
     def timestamps(self) -> np.ndarray:
-        """Presentation time of every frame of the file, in seconds (read-only float64).
+        """Presentation time of every step, in seconds (read-only float64).
 
         ``timestamps[i]`` is the time of frame ``i`` (presentation order): its timestamp
         times the time base of the stream, so the first is the start time of the stream
         (often 0). A file whose frames lack timestamps gets times spaced by :attr:`fps`.
+        With ``fps``, the time of step ``i``: the first frame's plus ``i / fps``.
         The first use demuxes the file, unless :func:`len` already did.
         """
-        return self.probe().times
+        times = self.probe().times
+        if self.step_rate is None:
+            return times
+        grid = times[0] + np.arange(len(self)) / self.step_rate
+        grid.flags.writeable = False
+        return grid
 
     @property
     def fps(self) -> float:
-        """The average frame rate of the stream, in frames per second.
+        """The average frame rate of the stream, in frames per second (``fps`` if given).
 
         The container's average rate (FFmpeg's ``avg_frame_rate``), else the one of the
         timestamps; NaN when neither tells.
         """
-        return self.probe().fps
+        return self.probe().fps if self.step_rate is None else self.step_rate
 
     def _frame_shape(self) -> tuple[int, ...]:
         h, w = self.size if self.size is not None else (self.probe().height, self.probe().width)
@@ -195,6 +323,32 @@ class _Video(MediaSource):
 
     def _empty(self) -> np.ndarray:
         return np.zeros((0, *self._frame_shape()), np.uint8)
+
+    def _read(self, reader: Reader, a: int, b: int) -> np.ndarray:
+        if self.step_rate is None:
+            return super()._read(reader, a, b)
+        shown = self._shown(a, b)
+        first, last = int(shown[0]), int(shown[-1])
+        arrays: dict[int, np.ndarray] = {}
+        held = getattr(reader, "shown", None)  # the last frame the previous read showed
+        if held is not None and held[0] == first:
+            arrays[first] = held[1]
+        start = first + len(arrays)
+        if start <= last:
+            reader, chunks = self._decode(reader, start, last + 1)
+            wanted = set(shown.tolist())
+            frames = [f for c in chunks for f in c]
+            if len(frames) < last + 1 - start:  # ``_fill`` raised otherwise: a guard
+                raise SourceError(self.path, self._truncated(start + len(frames), last + 1))
+            for k, frame in enumerate(frames, start):
+                if k in wanted:
+                    arrays[k] = self._convert(reader, frame)
+        reader.shown = (last, arrays[last])
+        return np.stack([arrays[k] for k in shown.tolist()])
+
+    def _convert(self, reader: Reader, frame: Any) -> np.ndarray:
+        h, w = self.size if self.size is not None else (None, None)
+        return reader.convert.reformat(frame, w, h, self.format).to_ndarray()
 
     # -- hooks of the decoding skeleton ----------------------------------------------------
 
@@ -231,7 +385,8 @@ class _Video(MediaSource):
         return k < 0 or keys[k] <= reader.end  # no keyframe in between
 
     def _truncated(self, end: int, stop: int) -> str:
-        return f"truncated: decoding ends after {end} of {len(self)} frames"
+        frames = len(self.probe()) if self.step_rate is not None else len(self)
+        return f"truncated: decoding ends after {end} of {frames} frames"
 
 
 def video(
@@ -242,8 +397,9 @@ def video(
     length: int | None = None,
     stream_index: int = 0,
     storage_options: dict[str, Any] | None = None,
+    fps: float | None = None,
 ) -> _Video:
-    """Stream the frames of a video file, decoded with PyAV.
+    """Stream the frames of a video file, decoded with PyAV, as they are or at a constant rate.
 
     Step ``i`` is the ``i``-th frame of a plain decode of the file from its start
     (``container.decode(video=stream_index)``), converted with
@@ -259,6 +415,17 @@ def video(
     on the first call to ``len`` (or the first seek, or use of those two), and its result
     is kept in the object, pickles included.
 
+    **Constant rate.** With ``fps=F``, step ``i`` is the frame a player shows at time
+    ``t0 + i / F``, ``t0`` the timestamp of the first frame: the last frame whose timestamp
+    is not after that time (within :data:`TIME_TOLERANCE`), so frames are repeated or
+    dropped as the timestamps say (a variable-frame-rate file becomes a constant-rate
+    stream). The steps are the times before the end of the last frame: its timestamp
+    plus its duration when the file gives packet durations, else plus the mean frame
+    interval (``v.duration`` is that end minus ``t0``), so ``len(v)`` is the number of
+    integers ``i`` with ``i / F < v.duration``. Reading decodes forward and converts each
+    frame shown once, however many steps show it; ``v.frame_index`` tells which frame
+    every step shows.
+
     Args:
         path: a video file that FFmpeg can read: a local path, or a URL (``s3://``,
             ``gs://``, ``https://``, any fsspec protocol) read in ranges, ahead.
@@ -273,11 +440,14 @@ def video(
         stream_index: which video stream of the file.
         storage_options: for a URL, the options of its fsspec filesystem (credentials,
             endpoint, ...); see :mod:`streamseq.io.remote`.
+        fps: steps per second of a constant-rate stream (see above); ``None`` streams
+            every frame of the file once. Not with ``length``.
 
     Returns:
         A stream: ``v[a:b]`` is a ``uint8`` array ``[b - a, H, W, 3]`` (for ``rgb24``),
         ``v[i]`` one frame; ``v.timestamps`` is a read-only float64 array of the times of
-        the frames (in seconds) and ``v.fps`` the average frame rate.
+        the steps (in seconds), ``v.fps`` the average frame rate (``fps`` when given) and
+        ``v.duration`` the seconds from the first frame to the end of the last.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
@@ -302,7 +472,10 @@ def video(
         ...     v = video(path)
         ...     print(len(v), v[2:5].shape, v[-1].shape)
         ...     print(v.fps, v.timestamps[:3])
+        ...     slow = video(path, fps=10)  # 0.4 s: 4 steps, showing frames 0, 2, 5, 7
+        ...     print(len(slow), slow.frame_index, slow[:].shape)
         10 (3, 16, 32, 3) (16, 32, 3)
         25.0 [0.   0.04 0.08]
+        4 [0 2 5 7] (4, 16, 32, 3)
     """
-    return _Video(os.fspath(path), size, format, length, stream_index, storage_options)
+    return _Video(os.fspath(path), size, format, length, stream_index, storage_options, fps)

@@ -130,3 +130,31 @@ def damage_codec_tag(src, dst):
         data[tag : tag + 4] = b"zzzz"
     dst.write_bytes(data)
     return dst
+
+
+def write_vfr_video(path, times_ms, size=(48, 64), codec="libx264", bf=0, last_ms=None):
+    """Write frame ``i`` of :func:`video_frame` at ``times_ms[i]`` milliseconds (variable rate).
+
+    The stream's time base is a millisecond; ``last_ms`` is the duration of the last frame
+    (the file tells it through the packet durations). Returns ``path``.
+    """
+    with av.open(str(path), "w", format="mp4") as out:
+        stream = out.add_stream(codec, rate=1000)
+        stream.height, stream.width = size
+        stream.pix_fmt = "yuv420p"
+        stream.codec_context.time_base = Fraction(1, 1000)
+        stream.time_base = Fraction(1, 1000)
+        stream.options = {"bf": str(bf)}
+        packets = []
+        for i, t in enumerate(times_ms):
+            frame = av.VideoFrame.from_ndarray(video_frame(i, *size), format="rgb24")
+            frame.pts, frame.time_base = int(t), Fraction(1, 1000)
+            packets += stream.encode(frame)
+        packets += stream.encode()
+        ends = [int(t) for t in times_ms[1:]] + [int(times_ms[-1]) + (last_ms or 0)]
+        end_of = dict(zip([int(t) for t in times_ms], ends, strict=True))
+        for packet in packets:
+            if last_ms is not None and packet.pts is not None:
+                packet.duration = end_of[packet.pts] - packet.pts
+            out.mux(packet)
+    return path

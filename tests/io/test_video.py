@@ -2,14 +2,24 @@ import gc
 import multiprocessing
 import operator
 import pickle
+import tempfile
 import threading
+from fractions import Fraction
+from pathlib import Path
 
 import av
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from media import VIDEO_CLIPS, damage_codec_tag, plain_video, truncate, write_video
+from media import (
+    VIDEO_CLIPS,
+    damage_codec_tag,
+    plain_video,
+    truncate,
+    write_vfr_video,
+    write_video,
+)
 
 from streamseq.errors import SourceError
 from streamseq.io import video
@@ -287,3 +297,101 @@ def test_source_error_from_worker(tmp_path):
         with pytest.raises(SourceError, match="garbage.mkv") as info:
             pool.apply(operator.getitem, (v, slice(0, 2)))
     assert info.value.path == str(path)
+
+
+# -- constant rate -------------------------------------------------------------------------
+
+
+def player_frames(times_ms, end_ms, fps):
+    """What a player shows at the times ``i / fps`` before ``end_ms``, in exact arithmetic."""
+    shown, i = [], 0
+    while Fraction(i, 1) / Fraction(fps) * 1000 < end_ms:
+        t = Fraction(i, 1) / Fraction(fps) * 1000
+        shown.append(max(k for k, s in enumerate(times_ms) if s <= t))
+        i += 1
+    return shown
+
+
+vfr_times = st.lists(st.integers(1, 120), min_size=1, max_size=14).map(
+    lambda gaps: [0, *np.cumsum(gaps).tolist()]
+)
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    times_ms=vfr_times,
+    last_ms=st.integers(1, 100),
+    fps=st.sampled_from([7, 10, 25, 30, 60]),
+    bf=st.sampled_from([0, 2]),
+    cuts=st.lists(st.integers(1, 9), min_size=1, max_size=6),
+)
+def test_constant_rate_shows_what_a_player_shows(times_ms, last_ms, fps, bf, cuts):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write_vfr_video(Path(tmp) / "vfr.mp4", times_ms, bf=bf, last_ms=last_ms)
+        ref = plain_video(path)
+        v = video(path, fps=fps)
+        end_ms = times_ms[-1] + last_ms
+        if bf:  # MP4 keeps durations in decode order: the last frame's may be another's
+            end_ms = round(v.duration * 1000)
+        assert v.duration == pytest.approx(end_ms / 1000)
+        expected = player_frames(times_ms, end_ms, fps)
+        assert len(v) == len(expected) and v.fps == fps
+        assert v.frame_index.tolist() == expected
+        np.testing.assert_allclose(v.timestamps, np.arange(len(v)) / fps)
+        # consecutive reads of any sizes: the frames a player shows, none missing
+        bounds = np.cumsum([0, *cuts])
+        bounds = [int(b) for b in bounds if b < len(v)] + [len(v)]
+        got = np.concatenate([v[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
+        np.testing.assert_array_equal(got, ref[expected])
+        # random access (backwards) gives the same
+        for a in range(len(v) - 1, -1, -3):
+            np.testing.assert_array_equal(v[a], ref[expected[a]])
+
+
+def test_constant_rate_decodes_forward_and_converts_each_frame_once(tmp_path, seeks, monkeypatch):
+    # 10 frames at irregular times, read at 50 steps/s: most frames shown several times
+    times = [0, 15, 80, 90, 200, 210, 220, 400, 410, 560]
+    path = write_vfr_video(tmp_path / "vfr.mp4", times, last_ms=40)
+    converted = []
+    real = type(video(path))._convert
+
+    def convert(self, reader, frame):
+        converted.append(frame.pts)
+        return real(self, reader, frame)
+
+    monkeypatch.setattr(type(video(path)), "_convert", convert)
+    v = video(path, fps=50)
+    assert len(v) == 30  # 0.6 s
+    ref = plain_video(path)
+    got = np.concatenate([v[a : a + 4] for a in range(0, 30, 4)])
+    np.testing.assert_array_equal(got, ref[v.frame_index])
+    assert seeks == {"seek": 0, "restart": 0}
+    assert len(converted) == len(set(v.frame_index.tolist())) == 9  # frame 1 never shown
+
+
+def test_constant_rate_drops_frames(video_clips, references):
+    v = video(video_clips["x264_gop12_b2"], fps=10)  # 40 frames at 25/s: 1.6 s
+    assert len(v) == 16
+    assert v.frame_index.tolist() == [int(i * 2.5) for i in range(16)]
+    np.testing.assert_array_equal(v[3:9], references["x264_gop12_b2"][v.frame_index[3:9]])
+    same = video(video_clips["x264_gop12_b2"], fps=25)
+    np.testing.assert_array_equal(same[:], references["x264_gop12_b2"])
+
+
+def test_at_fps_shares_the_probe_and_pickles_small(video_clips, references):
+    v = video(video_clips["x264_gop5_b2"])
+    v[0:2]
+    slow = v.at_fps(5)
+    assert slow._index is v._index and slow._handle is not v._handle
+    assert repr(slow) == f"video({str(video_clips['x264_gop5_b2'])!r}, fps=5)"
+    assert len(slow) == 8 and len(v) == 40
+    copy = pickle.loads(pickle.dumps(slow))
+    assert len(pickle.dumps(slow)) < 10_000
+    np.testing.assert_array_equal(copy[2:4], references["x264_gop5_b2"][[10, 15]])
+
+
+def test_constant_rate_arguments(video_clips):
+    with pytest.raises(ValueError, match="without fps"):
+        video(video_clips["x264_gop5_b2"], fps=10, length=40)
+    with pytest.raises(ValueError, match="positive"):
+        video(video_clips["x264_gop5_b2"], fps=0)
