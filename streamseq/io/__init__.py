@@ -12,6 +12,7 @@ from streamseq.io.corpus import token_corpus
 from streamseq.io.events import EVENT_DTYPE, events, synthetic_events
 from streamseq.io.probe import probe_lengths
 from streamseq.io.procedural import texture, virtual_camera
+from streamseq.io.recording import recording
 from streamseq.io.table import table
 from streamseq.io.tokens import tokens
 from streamseq.io.video import video
@@ -21,6 +22,7 @@ __all__ = [
     "audio",
     "events",
     "probe_lengths",
+    "recording",
     "synthetic_events",
     "table",
     "texture",
