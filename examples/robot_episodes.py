@@ -12,7 +12,13 @@ told its length by the table), so a step is ``{"frame", "state", "action"}`` and
 holds the three, aligned, with two worker processes reading them. The example prints,
 for the first step of each row, the state and where the square is in the frame.
 
-Run: ``python examples/robot_episodes.py [--episodes 6] [--workers 2] [--out out/]``
+With ``--url s3://bucket/prefix`` the dataset is uploaded there and read back by URL: the
+table and the videos get the endpoint and credentials as ``storage_options``, and each
+worker process connects with them.
+
+Run: ``python examples/robot_episodes.py [--episodes 6] [--workers 2] [--out out/]
+[--url s3://bucket/robot --endpoint http://127.0.0.1:9000 --key KEY --secret SECRET]``
+(a URL needs ``pip install 'streamseq[remote]'``)
 """
 
 from __future__ import annotations
@@ -41,6 +47,21 @@ def trajectory(episode: int, frames: int) -> np.ndarray:
     x = WIDTH / 2 + (WIDTH / 2 - SQUARE) * np.sin(0.9 * t + episode)
     y = HEIGHT / 2 + (HEIGHT / 2 - SQUARE) * np.cos(0.6 * t + 2 * episode)
     return np.round(np.stack([x, y], axis=1)).astype(np.float32)
+
+
+def s3_options(
+    endpoint: str | None = None, key: str | None = None, secret: str | None = None
+) -> dict[str, Any]:
+    """The ``storage_options`` of an S3 server: endpoint and credentials, those given.
+
+    Without any, s3fs finds the usual AWS credentials (environment, ``~/.aws``).
+    """
+    options: dict[str, Any] = {}
+    if key is not None:
+        options.update(key=key, secret=secret)
+    if endpoint is not None:
+        options["client_kwargs"] = {"endpoint_url": endpoint}
+    return options
 
 
 def draw(state: np.ndarray) -> np.ndarray:
@@ -89,6 +110,22 @@ def write_dataset(folder: str, lengths: list[int]) -> tuple[str, list[str]]:
     return path, videos
 
 
+def upload(folder: str, paths: list[str], url: str, options: dict[str, Any]) -> list[str]:
+    """Copy files of ``folder`` under ``url`` (``s3://bucket/prefix``); their URLs."""
+    import fsspec
+
+    fs = fsspec.filesystem("s3", skip_instance_cache=True, **options)
+    bucket = url[len("s3://") :].split("/")[0]
+    if not fs.exists(bucket):
+        fs.mkdir(bucket)
+    urls = []
+    for path in paths:
+        name = os.path.relpath(path, folder).replace(os.sep, "/")
+        urls.append(f"{url.rstrip('/')}/{name}")
+        fs.put_file(path, urls[-1])
+    return urls
+
+
 class Episode:
     """One episode as a stream of dict steps ``{"frame", "state", "action"}``.
 
@@ -115,10 +152,26 @@ class Episode:
         }
 
 
-def episodes(table_path: str, video_paths: list[str]) -> list[Episode]:
-    """The episodes of a dataset: each table stream beside the video of its episode."""
-    rows = table(table_path, group_by="episode_index", columns=["observation.state", "action"])
-    return [Episode(r, video(video_paths[r.group], length=len(r))) for r in rows]
+def episodes(
+    table_path: str, video_paths: list[str], storage_options: dict[str, Any] | None = None
+) -> list[Episode]:
+    """The episodes of a dataset: each table stream beside the video of its episode.
+
+    Args:
+        table_path: the table, a path or a URL.
+        video_paths: the video of every episode, paths or URLs.
+        storage_options: for URLs, the options of their fsspec filesystem.
+    """
+    rows = table(
+        table_path,
+        group_by="episode_index",
+        columns=["observation.state", "action"],
+        storage_options=storage_options,
+    )
+    return [
+        Episode(r, video(video_paths[r.group], length=len(r), storage_options=storage_options))
+        for r in rows
+    ]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -129,12 +182,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--tbins", type=int, default=16)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", help="folder for the dataset (a temporary one by default)")
+    parser.add_argument("--url", help="s3://bucket/prefix: upload there and read by URL")
+    parser.add_argument("--endpoint", help="of an S3-compatible server (MinIO, Ceph, ...)")
+    parser.add_argument("--key", help="access key (default: the usual AWS credentials)")
+    parser.add_argument("--secret", help="secret key")
     args = parser.parse_args(argv)
     folder = args.out or tempfile.mkdtemp(prefix="robot_episodes_")
     lengths = [30 + 13 * (k % 4) for k in range(args.episodes)]
     table_path, video_paths = write_dataset(folder, lengths)
-    streams = episodes(table_path, video_paths)
-    print(f"{len(streams)} episodes of {[len(e) for e in streams]} frames in {folder}")
+    options, where = None, folder
+    if args.url:
+        options = s3_options(args.endpoint, args.key, args.secret)
+        table_path, *video_paths = upload(folder, [table_path, *video_paths], args.url, options)
+        where = args.url
+    streams = episodes(table_path, video_paths, options)
+    print(f"{len(streams)} episodes of {[len(e) for e in streams]} frames in {where}")
 
     loader = streamseq.StreamLoader(
         streams, args.batch_size, args.tbins, num_workers=args.workers, lengths=lengths

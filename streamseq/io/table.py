@@ -9,27 +9,73 @@ stream of those runs; reading steps ``a:b`` reads only the row groups that hold 
 file per process (a :class:`~streamseq.read.handle.ProcessLocal` kept in this module)
 that keeps the last row groups it decoded, so consecutive reads decode each once.
 
+A URL is read through :mod:`streamseq.io.remote`, as by the other sources: one fsspec
+filesystem per process, made with the ``storage_options`` (which an episode carries, so
+that every worker opens its own connection), ranged reads through the block cache
+(Parquet reads its footer, then the column chunks of a row group, at any offset), and a
+:class:`~streamseq.errors.SourceError` naming the URL when the server does not answer.
+The options are never shown: not in a repr, not in an error.
+
 pyarrow is imported only here, when a table is opened (``pip install 'streamseq[table]'``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections import OrderedDict
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from streamseq.errors import SourceError
+from streamseq.io import remote
 from streamseq.io._base import Source
 from streamseq.read.handle import ProcessLocal
 
 #: decoded row groups a reader keeps (the rows of one worker read different episodes)
 CACHED_ROW_GROUPS = 8
 
-#: (path or URL, columns) -> the reader of this process
-_Key = tuple[str, tuple[str, ...]]
+
+class _Options:
+    """``storage_options`` as part of a key: hashable, compared by value, never shown.
+
+    Example:
+        >>> o = _Options({"secret": "s3cr3t"})
+        >>> o == _Options({"secret": "s3cr3t"}), repr(o)
+        (True, '<storage_options>')
+    """
+
+    __slots__ = ("options", "_id")
+
+    def __init__(self, options: Mapping[str, Any] | None):
+        self.options = dict(options or {})
+        self._id = json.dumps(self.options, sort_keys=True, default=repr)
+
+    def __reduce__(self) -> tuple:
+        return (_Options, (self.options,))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Options) and other._id == self._id
+
+    def __hash__(self) -> int:
+        return hash(self._id)
+
+    def __repr__(self) -> str:
+        return "<storage_options>" if self.options else "{}"
+
+
+class _Key(NamedTuple):
+    """What a reader of the file is made from, in any process."""
+
+    path: str  # the file or its URL
+    columns: tuple[str, ...]
+    options: _Options  # of a URL (empty for a path)
+    size: int | None  # of a URL, in bytes (not asked again in every worker)
+
+
+#: key -> the reader of this process
 _READERS: dict[_Key, ProcessLocal[_Reader]] = {}
 
 
@@ -44,22 +90,30 @@ def _pyarrow() -> Any:
     return pq
 
 
-def _open_file(path: str) -> Any:
-    """A ``pyarrow.parquet.ParquetFile`` of a local path or a URL pyarrow can open."""
-    pq = _pyarrow()
+def _locate(path: str, options: Mapping[str, Any] | None) -> remote.Remote | None:
+    """The :class:`~streamseq.io.remote.Remote` of a URL (``None`` for a path)."""
     try:
-        if "://" in path:
-            from pyarrow import fs
+        return remote.locate(path, options)
+    except (FileNotFoundError, IsADirectoryError):
+        raise SourceError(path, "no such file") from None
 
-            filesystem, inner = fs.FileSystem.from_uri(path)
-            return pq.ParquetFile(filesystem.open_input_file(inner))
-        if not os.path.isfile(path):
-            raise SourceError(path, "no such file")
-        return pq.ParquetFile(path)
-    except SourceError:
-        raise
-    except Exception as e:  # pyarrow's errors: ArrowInvalid, OSError, FileNotFoundError
-        raise SourceError(path, f"cannot open as Parquet: {type(e).__name__}: {e}") from e
+
+def _open_file(key: _Key) -> tuple[Any, remote.RemoteFile | None]:
+    """A ``pyarrow.parquet.ParquetFile`` of a path or URL, and the remote file it reads."""
+    pq = _pyarrow()
+    file = None
+    if remote.is_url(key.path):
+        file = remote.RemoteFile(key.path, key.options.options, key.size, "blockcache")
+    elif not os.path.isfile(key.path):
+        raise SourceError(key.path, "no such file")
+    try:
+        return pq.ParquetFile(key.path if file is None else file), file
+    except Exception as e:  # pyarrow's errors: ArrowInvalid, OSError
+        if file is not None:
+            file.close()
+        if isinstance(e, SourceError):  # the server failed (named by its URL)
+            raise
+        raise SourceError(key.path, f"cannot open as Parquet: {type(e).__name__}: {e}") from e
 
 
 def _to_numpy(array: Any, path: str, name: str) -> np.ndarray:
@@ -92,9 +146,9 @@ def _to_numpy(array: Any, path: str, name: str) -> np.ndarray:
 class _Reader:
     """A Parquet file and the row groups it decoded last (as numpy columns)."""
 
-    def __init__(self, path: str, columns: tuple[str, ...]):
-        self.path, self.columns = path, columns
-        self.file = _open_file(path)
+    def __init__(self, key: _Key):
+        self.path, self.columns = key.path, key.columns
+        self.file, self.remote = _open_file(key)
         self.groups: OrderedDict[int, dict[str, np.ndarray]] = OrderedDict()
 
     def row_group(self, i: int) -> dict[str, np.ndarray]:
@@ -135,7 +189,7 @@ class _Episode(Source):
     @property
     def path(self) -> str:
         """The Parquet file (or its URL)."""
-        return self.key[0]
+        return self.key.path
 
     @property
     def row_groups(self) -> list[int]:
@@ -143,18 +197,18 @@ class _Episode(Source):
         return list(dict.fromkeys(self.runs[:, 0].tolist()))
 
     def __repr__(self) -> str:
-        return f"table({self.key[0]!r})[{self.group!r}]"
+        return f"table({self.key.path!r})[{self.group!r}]"
 
     def __len__(self) -> int:
         return int(self.offsets[-1])
 
     def _open(self) -> _Reader:
-        return _Reader(*self.key)
+        return _Reader(self.key)
 
     def _read(self, handle: Any, a: int, b: int) -> dict[str, np.ndarray]:
         first = int(np.searchsorted(self.offsets, a, side="right")) - 1
         last = int(np.searchsorted(self.offsets, b, side="left"))
-        parts: dict[str, list[np.ndarray]] = {n: [] for n in self.key[1]}
+        parts: dict[str, list[np.ndarray]] = {n: [] for n in self.key.columns}
         for j in range(first, last):
             group, lo, _ = (int(x) for x in self.runs[j])
             start = lo + max(a - int(self.offsets[j]), 0)
@@ -176,6 +230,7 @@ def table(
     columns: Sequence[str] | None = None,
     *,
     sort: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> list[_Episode]:
     """One stream per group of rows of a Parquet table: the episodes of a robot dataset.
 
@@ -189,12 +244,15 @@ def table(
     :data:`CACHED_ROW_GROUPS` decoded row groups).
 
     Args:
-        path_or_url: a Parquet file, or a URL that ``pyarrow.fs`` opens (``s3://``,
-            ``gs://``, ``hdfs://``, ``file://``).
+        path_or_url: a Parquet file, or its URL (``s3://``, ``gs://``, ``https://``, any
+            fsspec protocol; see :mod:`streamseq.io.remote`).
         group_by: the column that names the episode of each row.
         columns: the columns of the steps (all, ``group_by`` included, when ``None``).
         sort: order the episodes by their ``group_by`` value; by default, in the order
             in which they first appear in the file.
+        storage_options: for a URL, the options of its fsspec filesystem (credentials,
+            endpoint, ...); kept by the episodes, so that every worker connects with them,
+            and never shown.
 
     Returns:
         A list of streams, one per episode: ``len(e)`` is its number of rows, ``e[a:b]`` a
@@ -202,10 +260,13 @@ def table(
         ``e.row_groups`` the row groups that hold it.
 
     Raises:
-        ImportError: pyarrow is not installed (the ``table`` extra).
+        ImportError: pyarrow is not installed (the ``table`` extra), or fsspec and the
+            package of the URL's protocol (the ``remote`` extra).
+        ValueError: ``storage_options`` given with a local path.
         streamseq.errors.SourceError: naming the file: it is missing or not Parquet, a
             column is missing, ``group_by`` has missing values, or a list column has lists
-            of different lengths (on the read that finds it).
+            of different lengths (on the read that finds it); for a URL, the server did
+            not answer (after the retries of :mod:`streamseq.io.remote`).
 
     Example:
         >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq
@@ -221,7 +282,23 @@ def table(
                [8., 9.]])
     """
     path = os.fspath(path_or_url)
-    file = _open_file(path)
+    _pyarrow()
+    located = _locate(path, storage_options)
+    size = None if located is None else located.size
+    key = _Key(path, (), _Options(storage_options), size)
+    file, opened = _open_file(key)
+    try:
+        return _episodes(file, key, group_by, columns, sort)
+    finally:
+        if opened is not None:
+            opened.close()
+
+
+def _episodes(
+    file: Any, key: _Key, group_by: str, columns: Sequence[str] | None, sort: bool
+) -> list[_Episode]:
+    """The episodes of an open table (see :func:`table`)."""
+    path = key.path
     names = file.schema_arrow.names
     wanted = tuple(names if columns is None else columns)
     missing = [n for n in (*wanted, group_by) if n not in names]
@@ -249,7 +326,7 @@ def table(
     order = np.arange(len(uniques)) if sort else np.argsort(first_run, kind="stable")
     by_episode = np.argsort(which.ravel(), kind="stable")  # runs of each episode, in order
     bounds = np.concatenate([[0], np.cumsum(np.bincount(which.ravel(), minlength=len(uniques)))])
-    key: _Key = (path, wanted)
+    key = key._replace(columns=wanted)
     return [
         _Episode(key, _plain(uniques[k]), runs[by_episode[bounds[k] : bounds[k + 1]]])
         for k in order.tolist()

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 from helpers import assert_same
 from runner import load
+from servers import s3_server  # noqa: F401
 
 from streamseq.testing import check_continuity
 
@@ -46,3 +47,22 @@ def test_same_batches_in_process(tmp_path):
     in_process = module.main(["--episodes", "4", "--out", str(tmp_path / "a"), "--workers", "0"])
     workers = module.main(["--episodes", "4", "--out", str(tmp_path / "b"), "--workers", "2"])
     assert_same(in_process["batches"], workers["batches"])
+
+
+def test_read_from_a_bucket_by_url(request, tmp_path, capsys):
+    pytest.importorskip("s3fs")
+    pytest.importorskip("moto")
+    server = request.getfixturevalue("s3_server")
+    module = load("robot_episodes")
+    local = module.main(["--episodes", "4", "--out", str(tmp_path / "a"), "--workers", "0"])
+    url = f"s3://{server.bucket}/robot"
+    argv = ["--episodes", "4", "--out", str(tmp_path / "b"), "--workers", "2", "--url", url]
+    argv += ["--endpoint", server.endpoint, "--key", "testing", "--secret", "testing"]
+    remote = module.main(argv)
+    out = capsys.readouterr().out
+    assert f"4 episodes of [30, 43, 56, 69] frames in {url}" in out
+    streams = remote["streams"]
+    assert streams[0].rows.path == f"{url}/data.parquet"
+    assert "testing" not in repr(streams)
+    check_continuity(remote["batches"], remote["lengths"], sources=local["streams"])
+    assert_same(local["batches"], remote["batches"])

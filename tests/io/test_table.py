@@ -1,15 +1,20 @@
 import builtins
+import multiprocessing
+import operator
 import pickle
+import time
 
 import numpy as np
 import pytest
+from helpers import assert_same, live_children, no_children
+from servers import RangeServer, http_folder, s3_server  # noqa: F401
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 from streamseq import StreamLoader  # noqa: E402
 from streamseq.errors import SourceError  # noqa: E402
-from streamseq.io import table  # noqa: E402
+from streamseq.io import remote, table  # noqa: E402
 from streamseq.testing import check_continuity  # noqa: E402
 
 LENGTHS = {3: 23, 0: 17, 4: 31, 1: 9, 2: 40}  # episode -> frames, in file order
@@ -179,3 +184,132 @@ def test_without_pyarrow_the_error_names_the_extra(parquet, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_pyarrow)
     with pytest.raises(ImportError, match=r"pip install 'streamseq\[table\]'"):
         table(parquet[0])
+
+
+# --- URLs: read through streamseq.io.remote, with storage_options ---------------------
+
+SECRET = "Sh0uld-N3ver-Be-Shown"
+
+
+@pytest.fixture(scope="module")
+def in_bucket(request, tmp_path_factory):
+    """The table of ``parquet``, in the bucket of the local S3 server: (url, options, path)."""
+    pytest.importorskip("s3fs")
+    pytest.importorskip("moto")
+    server = request.getfixturevalue("s3_server")
+    path = tmp_path_factory.mktemp("bucket") / "episodes.parquet"
+    pq.write_table(frames(), path, row_group_size=16)
+    return server.upload(path), server.options, path
+
+
+def test_url_with_storage_options_is_the_local_table(in_bucket):
+    url, options, path = in_bucket
+    columns = ["frame_index", "observation.state", "action", "next.done"]
+    episodes = table(url, columns=columns, storage_options=options)
+    local = table(path, columns=columns)
+    assert [(e.group, len(e), e.row_groups) for e in episodes] == [
+        (e.group, len(e), e.row_groups) for e in local
+    ]
+    assert episodes[0].path == url
+    for e, ref in zip(episodes, local, strict=True):
+        for a, b in [(0, len(e)), (5, 9), (len(e) - 1, len(e))]:
+            got, want = e[a:b], ref[a:b]
+            for name in columns:
+                np.testing.assert_array_equal(got[name], want[name])
+    copy = pickle.loads(pickle.dumps(episodes[3]))  # carries the options
+    np.testing.assert_array_equal(copy[:]["action"], local[3][:]["action"])
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_url_batches_equal_local(in_bucket, workers):
+    url, options, path = in_bucket
+    columns = ["frame_index", "observation.state", "action"]
+    episodes = table(url, columns=columns, storage_options=options)
+    local = table(path, columns=columns)
+    lengths = [len(e) for e in episodes]
+    batches = list(StreamLoader(episodes, batch_size=2, tbins=8, num_workers=workers))
+    check_continuity(batches, lengths, sources=local)
+    assert_same(batches, list(StreamLoader(local, batch_size=2, tbins=8)))
+
+
+def test_url_reads_only_its_row_groups(in_bucket, monkeypatch):
+    url, options, _ = in_bucket
+    episodes = table(url, columns=["frame_index"], storage_options=options)
+    seen = []
+    real = pq.ParquetFile.read_row_group
+    monkeypatch.setattr(
+        pq.ParquetFile, "read_row_group", lambda s, i, **k: seen.append(i) or real(s, i, **k)
+    )
+    e4 = episodes[2]  # episode 4: rows 40 to 70, row groups 2, 3, 4
+    assert e4[10:20]["frame_index"].tolist() == list(range(10, 20))
+    e4[0:31]
+    assert seen == [3, 2, 4]
+
+
+def test_a_spawned_process_connects_with_the_options(in_bucket):
+    url, options, path = in_bucket
+    episode = table(url, columns=["action"], storage_options=options)[1]
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        got = pool.apply(operator.getitem, (episode, slice(2, 6)))
+    np.testing.assert_array_equal(got["action"], table(path)[1][2:6]["action"])
+
+
+def test_credentials_are_never_shown(in_bucket):
+    url, options, _ = in_bucket
+    options = {**options, "secret": SECRET}  # moto takes any secret
+    episodes = table(url, columns=["action"], storage_options=options)
+    assert SECRET not in repr(episodes) and SECRET not in str(episodes)
+    assert repr(episodes[0]) == f"table({url!r})[3]"
+    assert SECRET not in repr(episodes[0].key)
+    missing = url.replace("episodes.parquet", "nothing.parquet")
+    start = time.monotonic()
+    with pytest.raises(SourceError, match="nothing.parquet: no such file") as e:
+        table(missing, storage_options=options)
+    assert time.monotonic() - start < 5  # not retried
+    assert e.value.path == missing and SECRET not in str(e.value)
+    with pytest.raises(SourceError, match="no column 'reward'") as e:
+        table(url, columns=["reward"], storage_options=options)
+    assert SECRET not in str(e.value)
+    with pytest.raises(ValueError, match="storage_options are for URLs"):
+        table(in_bucket[2], storage_options=options)
+
+
+def test_unreachable_server_names_the_url_not_the_credentials(http_folder):  # noqa: F811
+    pytest.importorskip("aiohttp")
+    pq.write_table(frames(), http_folder / "gone.parquet", row_group_size=16)
+    server = RangeServer(http_folder).start()
+    url = f"{server.url}/gone.parquet"
+    server.stop()
+    options = {"headers": {"Authorization": f"Bearer {SECRET}"}}
+    with pytest.raises(SourceError, match=url) as e:
+        table(url, storage_options=options)
+    assert "3 attempts" in str(e.value) and SECRET not in str(e.value)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_server_stops_in_the_middle_of_an_epoch(http_folder, workers, monkeypatch):  # noqa: F811
+    pytest.importorskip("aiohttp")
+    before = {c.pid for c in live_children()}
+    monkeypatch.setattr(remote, "BLOCK_SIZE", 4096)  # the file is 15 blocks, 8 are cached
+    many = {e: 40 for e in range(12)}
+    pq.write_table(frames(many), http_folder / "long.parquet", row_group_size=16)
+    server = RangeServer(http_folder).start()
+    url = f"{server.url}/long.parquet"
+    options = {"headers": {"Authorization": f"Bearer {SECRET}"}}
+    try:
+        episodes = table(url, columns=["frame_index", "action"], storage_options=options)
+        loader = StreamLoader(episodes, 2, 8, num_workers=workers, max_buffered=4)
+        it = iter(loader)
+        assert next(it).data["action"].shape == (2, 8, 2)
+        server.stop()
+        start = time.monotonic()
+        with pytest.raises(SourceError, match=url) as e:
+            for _ in it:
+                pass
+        assert time.monotonic() - start < 20  # the retries, not a hang
+        assert "attempts" in str(e.value) and SECRET not in str(e.value)
+        loader.close()
+        del it, loader
+    finally:
+        server.stop()
+    assert no_children(before)
