@@ -8,14 +8,23 @@ Two workloads, each timed in one run for every loader, side by side:
   speed), and streamseq's numpy path (what runs when the package was built without a C
   compiler).
 - ``video``: 24 H.264 clips of 224x224 with 60 to 240 frames (made here, once, in
-  ``--data``), batches of 8 x 8 RGB frames. Limit: the same files decoded by as many
-  processes as workers, with no loader at all.
+  ``--data``), batches of 8 x 8 RGB frames. Limit: the fastest decode PyAV allows, with
+  no loader: as many processes as there are usable cores (``os.sched_getaffinity``),
+  taking the files from a shared queue (longest first), each decoding with one codec
+  thread and converting to RGB arrays with one reused ``VideoReformatter`` of one thread
+  (:func:`count_frames`). With a process per core, FFmpeg's own threads (slice or frame
+  threads, one per core, PyAV's default) only oversubscribe the cores: on 2 cores one
+  thread per process decoded about 1.3 to 2 times as fast as PyAV's defaults, and faster
+  than ``thread_type`` ``"AUTO"``, ``"FRAME"`` or ``"SLICE"`` with a thread per core
+  (``benchmarks/README.rst``). For reference, the same processes with PyAV's defaults
+  (slice threads, one per core, and a new auto-threaded scaler per frame, as
+  ``frame.to_ndarray(format="rgb24")`` does).
 
 Loaders: streamseq's :class:`~streamseq.StreamLoader`; pytorch-stream-dataloader 1.0
 (``StreamDataset`` + ``StreamDataLoader``, used as its text and video examples do); and
 the "MultiStreamDataLoader" pattern (one torch ``DataLoader`` with one worker per group
 of rows, zipped). Every loader gets the same streams, batch shape and number of workers
-and delivers every step of every stream once per epoch.
+(``--compare-workers``, 2) and delivers every step of every stream once per epoch.
 
 ``--baseline [REV]`` (default ``327156d``, the last release before transforms, dict
 streams and the new worker loop) also times the streamseq of revision ``REV`` in the same
@@ -31,19 +40,27 @@ frame to 160x160 at a random offset per stream (:func:`crop`), to compare with t
 video rows (the crop's cost; it also makes the batch half as large). The limit stays the
 plain decode.
 
+``--workers [LIST]`` runs the scaling sweep instead of the loader comparison: streamseq
+with each number of workers in ``LIST`` (comma-separated; without a list 0, 1, 2, 4, ...
+up to the usable cores) for each workload, with the limit rows, and prints one table:
+a row per workload, a column per number of workers, the rate and its ratios to 0
+workers and to the limit.
+
 Each measurement runs in a fresh process (so peak memory is its own), repeated
 ``--repeats`` times, interleaved; the table shows medians. Throughput counts the steps of
 the streams (tokens or frames) delivered per second after the first batch; the time to
 the first batch is shown apart. The CPU time per step is that of the process and its
 workers (user and system) over whole epochs, planning and worker starts included. Peak
 memory is the largest sum of the RSS of the main process and its worker processes, sampled
-every 20 ms (pages shared between processes count in each).
+every 20 ms (pages shared between processes count in each). Every table starts with the
+cores (``os.cpu_count()`` and those this process may use) and the load average.
 
 Run ``python benchmarks/bench_throughput.py`` (both workloads, about 3 minutes) or
 ``--quick`` (smaller data, one repeat, under a minute); ``--workload tokens`` or ``video``
 selects one; ``--baseline`` adds the baseline rows (about 8 minutes in all on 2 cores);
-``--loaders streamseq,psd`` runs only those loaders (and the limit). Needs the ``bench``
-extra (``pip install -c constraints.txt -e ".[bench]"``).
+``--loaders streamseq,psd`` runs only those loaders (and the limit); ``--workers 0,1,2``
+the sweep (about 3 minutes on 2 cores). Needs the ``bench`` extra
+(``pip install -c constraints.txt -e ".[bench]"``).
 """
 
 from __future__ import annotations
@@ -236,10 +253,14 @@ def crop(frames: np.ndarray, info: Any) -> np.ndarray:
     return frames[:, top : top + CROP, left : left + CROP]
 
 
-def streamseq_loader(sources: list[Any], workers: int, video: bool, transform: Any = None) -> Any:
+def streamseq_loader(
+    sources: list[Any], workers: int, video: bool, transform: Any = None, persistent: bool = False
+) -> Any:
     import streamseq
 
-    extra = {} if transform is None else {"transform": transform}
+    extra: dict[str, Any] = {} if transform is None else {"transform": transform}
+    if persistent:
+        extra["persistent_workers"] = True
     if video:
         from streamseq.io import video as open_video
 
@@ -338,19 +359,74 @@ def memcpy_bound(streams: list[np.ndarray]) -> Any:
     return _Iterable(batches)
 
 
-def count_frames(path: str) -> int:
-    return sum(1 for _ in decode(path))
+def cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
-def decode_limit(paths: list[str], workers: int) -> Any:
-    """``workers`` processes decoding the files (taken from a shared queue), no loader."""
+def machine() -> str:
+    """The cores, for the head of every table."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
+    return f"cores: os.cpu_count() {os.cpu_count()}, sched_getaffinity {usable}"
 
-    def batches() -> Any:
-        ctx = multiprocessing.get_context("fork")
-        with ctx.Pool(workers) as pool:
-            yield from pool.imap_unordered(count_frames, paths)
 
-    return _Iterable(batches)
+def load() -> str:
+    """The load averages over 1, 5 and 15 minutes."""
+    return "load " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def count_frames(path: str, threads: int | None = 1) -> int:
+    """Decode a file into ``[H, W, 3]`` uint8 arrays; the number of frames.
+
+    ``threads=1``: one codec thread and one reused reformatter of one thread, the fastest
+    decode with a process per core. ``None``: PyAV's defaults (slice threads, one per
+    core, and a new auto-threaded scaler per frame), as :func:`decode`.
+    """
+    if threads is None:
+        return sum(1 for _ in decode(path))
+    import av
+    from av.video.reformatter import VideoReformatter
+
+    convert, n = VideoReformatter(), 0
+    with av.open(path) as container:
+        stream = container.streams.video[0]
+        stream.thread_count = threads  # one thread: FFmpeg starts none (thread_type moot)
+        for frame in container.decode(stream):
+            convert.reformat(frame, format="rgb24", threads=threads).to_ndarray()
+            n += 1
+    return n
+
+
+def count_default(path: str) -> int:
+    return count_frames(path, None)
+
+
+class DecodeLimit:
+    """``processes`` forked processes decoding the files, longest first, with no loader.
+
+    The processes start once, before the timings; an iteration yields the frame count of
+    every file as its process finishes it.
+    """
+
+    def __init__(self, paths: list[str], processes: int, default_threads: bool = False):
+        self.paths = sorted(paths, key=frames_in, reverse=True)  # longest first: short tail
+        self.count = count_default if default_threads else count_frames
+        self.pool = multiprocessing.get_context("fork").Pool(processes)
+
+    def __iter__(self) -> Any:
+        return self.pool.imap_unordered(self.count, self.paths)
+
+    def close(self) -> None:
+        self.pool.close()
+        self.pool.join()
+
+
+def frames_in(path: str) -> int:
+    """The frame count of a clip made by :func:`make_clips` (in its name)."""
+    return int(os.path.basename(path).split("_")[1].split(".")[0])
 
 
 # -- measurement ---------------------------------------------------------------------------
@@ -379,7 +455,7 @@ def measure(job: dict) -> dict:
     if video:
         paths = make_clips(job["data"], job["count"])
         sources: list[Any] = paths
-        total = sum(int(os.path.basename(p).split("_")[1].split(".")[0]) for p in paths)
+        total = sum(frames_in(p) for p in paths)
         first_steps = B_VIDEO * T_VIDEO
     else:
         sources = token_streams(job["count"])
@@ -388,12 +464,14 @@ def measure(job: dict) -> dict:
     kind, workers = job["loader"], job["workers"]
     imported = check_import(job["root"]) if kind.startswith("streamseq") else None
     if kind == "limit":
-        loader = decode_limit(sources, workers) if video else copy_limit(sources)
+        loader = DecodeLimit(sources, workers) if video else copy_limit(sources)
+    elif kind == "pyav-defaults":
+        loader = DecodeLimit(sources, workers, default_threads=True)
     elif kind == "memcpy":
         loader = memcpy_bound(sources)
     elif kind == "streamseq":
         transform = crop if job.get("transform") == "crop" else None
-        loader = streamseq_loader(sources, workers, video, transform)
+        loader = streamseq_loader(sources, workers, video, transform, job.get("persistent"))
     elif kind == "streamseq-numpy":  # as installed without a C compiler
         import streamseq.read.writer
 
@@ -416,7 +494,7 @@ def measure(job: dict) -> dict:
             pass
         end = time.perf_counter()
         firsts.append(first - start)
-        if kind == "limit" and video:  # the pool delivers whole files: count them all
+        if kind in ("limit", "pyav-defaults") and video:  # whole files: count them all
             steps += total
             seconds += end - start
         else:
@@ -478,7 +556,8 @@ def run_child(job: dict) -> dict:
 # -- report --------------------------------------------------------------------------------
 
 LABELS = {
-    "limit": {"tokens": "copy limit (1 process)", "video": "decode limit ({w} processes)"},
+    "limit": {"tokens": "copy limit (1 process)", "video": "decode limit ({w} x 1 thread)"},
+    "pyav-defaults": {"video": "decode, PyAV default threads ({w} proc.)"},
     "memcpy": {"tokens": "memcpy of whole batches (data only)"},
     "streamseq": "streamseq",
     "streamseq-numpy": "streamseq, numpy path",
@@ -494,12 +573,13 @@ def label(job: dict) -> str:
     if job.get("baseline"):
         name += f" (baseline {job['baseline']})"
     text = f"{name}, {job['workers'] or 'in-process'}" + (" workers" if job["workers"] else "")
+    text += " (persistent)" if job.get("persistent") else ""
     return text + (f" + {job['transform']} transform" if job.get("transform") else "")
 
 
 def plain(job: dict) -> bool:
-    """A configuration of the current tree without a transform."""
-    return not job.get("baseline") and not job.get("transform")
+    """A configuration of the current tree without a transform, workers started per pass."""
+    return not (job.get("baseline") or job.get("transform") or job.get("persistent"))
 
 
 def per_step(seconds: float) -> str:
@@ -510,7 +590,7 @@ def per_step(seconds: float) -> str:
     return f"{seconds:.3g} s"
 
 
-def table(workload: str, rows: list[tuple[dict, list[dict]]], unit: str) -> str:
+def table(workload: str, rows: list[tuple[dict, list[dict]]], unit: str, head: str) -> str:
     med = {id(j): statistics.median(r["steps_per_s"] for r in rs) for j, rs in rows}
     limit = next(med[id(j)] for j, _ in rows if j["loader"] == "limit")
     psd = {j["workers"]: med[id(j)] for j, _ in rows if j["loader"] == "psd"}
@@ -531,15 +611,16 @@ def table(workload: str, rows: list[tuple[dict, list[dict]]], unit: str) -> str:
             f"{rate / limit:8.2f} {ratio} {per_step(cpu):>9s} "
             f"{1e3 * first:7.0f} ms {peak / 2**20:6.0f} MB"
         )
-    return f"\n{workload}\n" + "\n".join(lines) + ratios(rows)
+    return f"\n{workload} ({head})\n" + "\n".join(lines) + ratios(rows)
 
 
 def ratios(rows: list[tuple[dict, list[dict]]]) -> str:
-    """Current / baseline, and crop transform / none: of the medians, and per repeat.
+    """Current / baseline, crop transform / none, persistent workers / started every pass.
 
-    Of steps/s (higher: faster) and of CPU per step (lower: cheaper). The configurations
-    of a repeat ran one after the other (interleaved), so the ratio within a repeat
-    compares runs that shared the machine's state of the moment.
+    Of the medians and per repeat, of steps/s (higher: faster) and of CPU per step
+    (lower: cheaper). The configurations of a repeat ran one after the other
+    (interleaved), so the ratio within a repeat compares runs that shared the machine's
+    state of the moment.
     """
 
     def line(name: str, num: list[dict], den: list[dict]) -> str:
@@ -564,6 +645,9 @@ def ratios(rows: list[tuple[dict, list[dict]]]) -> str:
             groups.setdefault(head, []).append(line(name, other, results))
         elif job.get("transform"):
             head = f"{job['transform']} transform / none"
+            groups.setdefault(head, []).append(line(label(job), results, other))
+        elif job.get("persistent"):
+            head = "persistent workers / started every pass"
             groups.setdefault(head, []).append(line(label(job), results, other))
     if not groups:
         return ""
@@ -595,20 +679,116 @@ def targets(results: dict) -> list[str]:
         lim = rate("tokens", "limit", 0)
         check("tokens: streamseq in-process / psd in-process", s0, p0, 3)
         check("tokens: streamseq in-process / copy limit", s0, lim, 0.5)
+        check(f"tokens: streamseq {w} workers / streamseq in-process", s2, s0, 0.5)
         check(f"tokens: streamseq {w} workers / psd {w} workers", s2, p2, 20)
     if "video" in results:
         s2, p2 = rate("video", "streamseq", w), rate("video", "psd", w)
-        lim = rate("video", "limit", w)
-        check(f"video: streamseq {w} workers / {w}-process decode limit", s2, lim, 0.85)
+        n = cores()
+        lim = rate("video", "limit", n)
+        check(f"video: streamseq {w} workers / {n}-process decode limit", s2, lim, 0.85)
         check(f"video: streamseq {w} workers / psd {w} workers", s2, p2, 1.6)
     return out
+
+
+def sweep_counts(text: str) -> list[int]:
+    """``"0,1,2"`` as a list; ``""``: 0, 1, 2, 4, ... up to the usable cores (and them)."""
+    if text:
+        counts = [int(x) for x in text.split(",")]
+        if min(counts) < 0:
+            raise ValueError("a number of workers is >= 0")
+        return counts
+    counts, n = [0], 1
+    while n < cores():
+        counts.append(n)
+        n *= 2
+    return [*counts, cores()]
+
+
+def scaling_table(results: dict, counts: list[int], head: str) -> str:
+    """A row per workload, a column per number of workers: rate, x 0 workers, x limit, CPU.
+
+    With persistent workers timed too, each workload has a second row of them.
+    """
+
+    def med(rs: list[dict], key: str = "steps_per_s") -> float:
+        return statistics.median(r[key] for r in rs)
+
+    width = 10
+
+    def line(name: str, cells: list[str], first: str = "") -> str:
+        return f"{first:19s} {name:12s}" + "".join(f"{c:>{width}s}" for c in cells)
+
+    cols = ["limit"] + [f"{n} worker{'s' * (n != 1)}" for n in counts]
+    lines = [
+        f"scaling: streamseq by number of workers, medians ({head})",
+        line("", cols, "workload"),
+        "-" * (32 + width * len(cols)),
+    ]
+    notes = []
+    for workload in ("tokens", "video"):
+        if workload not in results:
+            continue
+        rows = results[workload]
+        scale, unit = (1e6, "M tokens/s") if workload == "tokens" else (1.0, "frames/s")
+        limit_job, lim = next((j, rs) for j, rs in rows if j["loader"] == "limit")
+        limit = med(lim)
+        plain_runs = {
+            j["workers"]: rs for j, rs in rows if j["loader"] == "streamseq" and plain(j)
+        }
+        zero = med(plain_runs[0]) if 0 in plain_runs else None
+        for persistent in (False, True):
+            by = {
+                j["workers"]: rs
+                for j, rs in rows
+                if j["loader"] == "streamseq" and bool(j.get("persistent")) == persistent
+            }
+            if not by:
+                continue
+            cells = [None if persistent else lim, *(by.get(n) for n in counts)]
+            rate = [None if rs is None else med(rs) for rs in cells]
+
+            def fmt(values: list[float | None], text: str = "{:.2f}") -> list[str]:
+                return ["" if v is None else text.format(v) for v in values]
+
+            name = f"{workload}, persistent" if persistent else workload
+            lines.append(line(unit, fmt([x and x / scale for x in rate]), name))
+            if zero:
+                lines.append(line("x 0 workers", ["", *fmt([x and x / zero for x in rate[1:]])]))
+            lines.append(line("x limit", fmt([x and x / limit for x in rate])))
+            cpu = [None if rs is None else per_step(med(rs, "cpu_per_step")) for rs in cells]
+            lines.append(line("CPU/step", fmt(cpu, "{}")))
+        text = f"{workload} limit: {label(limit_job)}"
+        for job, rs in rows:
+            if job["loader"] in ("memcpy", "pyav-defaults"):
+                text += f"; {label(job)}: {med(rs) / scale:.2f} {unit}"
+        notes.append(text)
+    return "\n".join(lines + notes)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workload", choices=["tokens", "video", "all"], default="all")
     parser.add_argument("--quick", action="store_true", help="smaller data, one repeat")
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--workers",
+        nargs="?",
+        const="",
+        metavar="LIST",
+        help="run the scaling sweep with these numbers of workers (comma-separated; "
+        "default 0, 1, 2, 4, ... up to the usable cores) instead of the loader comparison",
+    )
+    parser.add_argument(
+        "--compare-workers",
+        type=int,
+        default=2,
+        metavar="N",
+        help="workers of the loader comparison (default 2)",
+    )
+    parser.add_argument(
+        "--persistent-workers",
+        action="store_true",
+        help="also time streamseq with persistent_workers=True (rows with workers)",
+    )
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--data", default=os.path.join(tempfile.gettempdir(), "streamseq-bench"))
     parser.add_argument("--json", help="also write the results to this file")
@@ -621,28 +801,37 @@ def main() -> None:
     )
     parser.add_argument(
         "--loaders",
-        help="only these, comma-separated (limit, memcpy, streamseq, streamseq-numpy, psd, "
-        "multistream); the limit always runs",
+        help="only these, comma-separated (limit, pyav-defaults, memcpy, streamseq, "
+        "streamseq-numpy, psd, multistream); the limit always runs",
     )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(measure(json.loads(args.child))))
         return
+    sweep = args.workers is not None
+    if sweep and (args.baseline or args.loaders):
+        parser.error("--workers runs the sweep alone: leave out --baseline and --loaders")
+    try:
+        counts = sweep_counts(args.workers) if sweep else []
+    except ValueError as e:
+        parser.error(f"--workers: {e}")
     loaders = args.loaders.split(",") if args.loaders else []
     unknown = sorted(set(loaders) - set(LABELS))
     if unknown:
         parser.error(f"--loaders: unknown {', '.join(unknown)} (known: {', '.join(LABELS)})")
     repeats = args.repeats or (1 if args.quick else 3)
-    w = args.workers
+    w = args.compare_workers
+    n = cores()
     workloads = ["tokens", "video"] if args.workload == "all" else [args.workload]
-    results: dict[str, Any] = {"workers": w}
+    results: dict[str, Any] = {"workers": w, "cores": n, "cpu_count": os.cpu_count()}
     data = os.path.join(args.data, "quick" if args.quick else "full")
     base = {"baseline": args.baseline, "root": None}
     if args.baseline:
         base["root"] = baseline_tree(args.baseline, args.data)
         print(f"baseline {args.baseline}: {base['root']}", file=sys.stderr)
     print(f"current: {REPO} ({describe_current()})", file=sys.stderr)
+    start_load = load()
     for workload in workloads:
         video = workload == "video"
         common = {
@@ -655,33 +844,49 @@ def main() -> None:
         }
         if video:
             make_clips(common["data"], common["count"])  # outside the timings
-            configs = [("limit", w, {}), ("streamseq", w, {})]
+        if sweep:
+            limits = [("limit", n, {}), ("pyav-defaults", n, {})] if video else []
+            limits = limits or [("limit", 0, {}), ("memcpy", 0, {})]
+            configs = limits + [("streamseq", k, {}) for k in counts]
+            if args.persistent_workers:
+                configs += [("streamseq", k, {"persistent": True}) for k in counts if k]
+        elif video:
+            configs = [("limit", n, {}), ("pyav-defaults", n, {}), ("streamseq", w, {})]
             configs += [("streamseq", w, base)] if args.baseline else []
+            configs += [("streamseq", w, {"persistent": True})] if args.persistent_workers else []
             configs += [("streamseq", w, {"transform": "crop"})]
             configs += [("psd", w, {}), ("multistream", w, {})]
             if not args.quick:
-                configs[1:1] = [("streamseq", 0, {})]
+                configs[2:2] = [("streamseq", 0, {})]
         else:
             configs = [("limit", 0, {}), ("memcpy", 0, {}), ("streamseq", 0, {})]
             configs += [("streamseq", 0, base)] if args.baseline else []
             configs += [("streamseq-numpy", 0, {}), ("psd", 0, {}), ("multistream", 0, {})]
             configs += [("streamseq", w, {})]
+            configs += [("streamseq", w, {"persistent": True})] if args.persistent_workers else []
             configs += [("streamseq", w, base)] if args.baseline else []
             configs += [("psd", w, {}), ("multistream", w, {})]
         if args.loaders:
             keep = {"limit", *loaders}
             configs = [c for c in configs if c[0] in keep]
-        jobs = [dict(common, loader=k, workers=n, **extra) for k, n, extra in configs]
+        jobs = [dict(common, loader=k, workers=k_w, **extra) for k, k_w, extra in configs]
         runs: dict[int, list[dict]] = {id(j): [] for j in jobs}
+        at_start = load()
         for r in range(repeats):
             for job in jobs:
                 print(f"[{workload} {r + 1}/{repeats}] {label(job)} ...", file=sys.stderr)
                 runs[id(job)].append(run_child(job))
         results[workload] = [(j, runs[id(j)]) for j in jobs]
         unit = "frames" if video else "M tokens"
-        print(table(workload, results[workload], unit), flush=True)
-    print("\ntargets (ratios of medians, measured in this run)")
-    print("\n".join(targets(results)))
+        head = f"{machine()}; {at_start} at start, {load()} at end; {repeats} repeats"
+        if not sweep:
+            print(table(workload, results[workload], unit, head), flush=True)
+    if sweep:
+        head = f"{machine()}; {start_load} at start, {load()} at end; {repeats} repeats"
+        print(scaling_table(results, counts, head))
+    else:
+        print("\ntargets (ratios of medians, measured in this run)")
+        print("\n".join(targets(results)))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({k: v for k, v in results.items()}, f, indent=1)
