@@ -457,3 +457,24 @@ def test_a_slow_worker_within_the_timeout_is_waited_for(clean):
     loader = StreamLoader([Slow(12, 0.3), np.arange(12)], 2, 4, num_workers=2, timeout=5)
     expected = StreamLoader([np.arange(12), np.arange(12)], 2, 4)
     assert [b.data.tolist() for b in loader] == [b.data.tolist() for b in expected]
+
+
+def test_an_unclosed_persistent_loader_lets_the_interpreter_exit(tmp_path):
+    script = tmp_path / "unclosed.py"
+    script.write_text(
+        "import os\n"
+        "import numpy as np\n"
+        "import streamseq\n"
+        "streams = [np.arange(1000) for _ in range(64)]\n"
+        "loader = streamseq.StreamLoader(streams, 8, 16, num_workers=2, persistent_workers=True)\n"
+        "for batch in loader:\n"
+        "    pass\n"
+        "print(*(p for pf in loader._persistent for p in pf.pids), flush=True)\n"
+    )
+    run = [sys.executable, str(script)]
+    done = subprocess.run(run, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr[-2000:]
+    pids = [int(p) for p in done.stdout.split()]
+    assert len(pids) == 2
+    time.sleep(0.5)
+    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]

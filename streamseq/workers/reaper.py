@@ -9,6 +9,7 @@ soon as it has exited, kills it past a grace period, and ends when none is left.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from typing import Any
@@ -45,6 +46,12 @@ def exiting(processes: list[Any], grace: float = GRACE) -> None:
     """
     global _thread
     deadline = time.monotonic() + grace
+    if sys.is_finalizing():  # no thread can start now: the workers are stopped at once
+        for p in processes:
+            if p.exitcode is None:
+                p.kill()
+            p.join(1.0)
+        return
     with _lock:
         _exiting.extend((p, deadline) for p in processes if p not in pending())
         if _exiting and (_thread is None or not _thread.is_alive()):
