@@ -22,9 +22,9 @@ from .deliver.background import Background
 from .deliver.pin import PinMemory
 from .deliver.torch import torch_dtype
 from .interleave import Row, make_rows
-from .plan.epoch import num_batches, row_chunks
+from .plan.epoch import epoch_plan
 from .plan.progress import Pieces, Progress, rest_of_epoch, whole_units
-from .plan.rows import assign_rows, stream_order
+from .plan.rows import stream_order
 from .plan.segments import segments
 from .prefetch import Prefetched, check_timeout, check_workers, prefetch
 from .read.ref import as_refs, check_int
@@ -445,14 +445,24 @@ class StreamLoader:
     ) -> tuple[Pieces, list[np.ndarray], int]:
         """:meth:`_epoch_plan` of ``epoch`` resumed at ``resumed`` (None: fresh)."""
         lengths = self.units[2]
-        order = stream_order(len(lengths), shuffle=self.shuffle, seed=self.seed, epoch=epoch)
-        pieces = whole_units(lengths)
-        if resumed is not None:
+        if resumed is None:
+            pieces, order = whole_units(lengths), None
+        else:
+            order = stream_order(len(lengths), shuffle=self.shuffle, seed=self.seed, epoch=epoch)
             pieces = rest_of_epoch(resumed, lengths, order)
             order = np.arange(len(pieces[0]))
-        assignment = assign_rows(pieces[2], self.batch_size * self.world_size, order=order)
-        chunks = row_chunks(pieces[2], assignment, self.tbins, pack=self.pad == "pack")
-        return pieces, assignment, num_batches(chunks, self.pad)
+        rows = self.batch_size * self.world_size
+        assignment, n = epoch_plan(
+            pieces[2],
+            rows,
+            self.tbins,
+            self.pad,
+            shuffle=self.shuffle,
+            seed=self.seed,
+            epoch=epoch,
+            order=order,
+        )
+        return pieces, assignment, n
 
     def epoch_length(self, epoch: int) -> int:
         """The number of batches of ``epoch``, from the plan, without reading any data.

@@ -53,14 +53,20 @@ def epoch_plan(
     shuffle: bool = False,
     seed: int = 0,
     epoch: int = 0,
+    order: np.ndarray | None = None,
 ) -> tuple[list[np.ndarray], int]:
     """The streams of every row (global rows, all ranks) and the number of batches.
+
+    ``order``: the order in which streams are dealt out to rows, instead of the epoch's
+    (see :func:`~streamseq.plan.rows.assign_rows`).
 
     Example:
         >>> rows, n = epoch_plan(np.array([5, 2, 3]), 2, 2, "zeros")
         >>> [r.tolist() for r in rows], n
         ([[0], [1, 2]], 3)
     """
-    assignment = assign_rows(lengths, num_rows, shuffle=shuffle, seed=seed, epoch=epoch)
+    assignment = assign_rows(
+        lengths, num_rows, shuffle=shuffle, seed=seed, epoch=epoch, order=order
+    )
     chunks = row_chunks(lengths, assignment, tbins, pack=pad == "pack")
     return assignment, num_batches(chunks, pad)
