@@ -104,20 +104,33 @@ class Row:
             self.refs[cursor.at].close()
             cursor.at = -1
 
+    def pieces(self, start: int, stop: int) -> list[tuple[int, int, int]]:
+        """Steps ``start:stop`` of the row as ``(stream j, its first step, steps)``.
+
+        Empty streams give no piece.
+
+        Example:
+            >>> row = Row(as_refs([np.arange(5), np.arange(0), np.arange(4)]))
+            >>> row.pieces(3, 7)
+            [(0, 3, 2), (2, 0, 2)]
+        """
+        out = []
+        j = int(np.searchsorted(self.offsets, start, side="right")) - 1
+        while start < stop:
+            while self.offsets[j + 1] <= start:  # (empty streams)
+                j += 1
+            end = min(stop, int(self.offsets[j + 1]))
+            out.append((j, start - int(self.offsets[j]), end - start))
+            start, j = end, j + 1
+        return out
+
     def __getitem__(self, key: int | slice) -> Any:
         n = len(self)
         if isinstance(key, slice):
             start, stop, stride = key.indices(n)
             if stride != 1:
                 raise ValueError("Row slices must have step 1")
-            stop = max(start, stop)
-            first = int(np.searchsorted(self.offsets, start, side="right")) - 1
-            parts = []
-            while start < stop:
-                end = min(stop, int(self.offsets[first + 1]))
-                off = int(self.offsets[first])
-                parts.append(self.read(first, start - off, end - off))
-                start, first = end, first + 1
+            parts = [self.read(j, a, a + n) for j, a, n in self.pieces(start, stop)]
             if not parts:
                 raise IndexError("empty slice of a Row")
             if len(parts) == 1:

@@ -294,7 +294,7 @@ class _Table:
         if self.pad == "pack":
             parts = []
             for row in self.rows:
-                for j, a, n, _ in _Packed.pieces(row, i, self.tbins):
+                for j, a, n, _ in packed_pieces(row, i, self.tbins):
                     ref, a = row.refs[j], int(row.starts[j]) + a
                     parts.append(f"stream {ref.index} ({describe(ref.source)}) steps {a}:{a + n}")
             return "; ".join(parts) or "padding only"
@@ -441,7 +441,7 @@ class _Table:
         if data is not None:
             tree_map(lambda out: out.fill(0), data)
         for r, row in enumerate(self.rows):
-            for j, a, n, at in _Packed.pieces(row, i, self.tbins):
+            for j, a, n, at in packed_pieces(row, i, self.tbins):
                 source = int(row.starts[j]) + a
                 valid[r, at : at + n] = True
                 stream[r, at : at + n] = row.stream_ids[j]
@@ -505,31 +505,22 @@ def _leaves_as(spec: Any, stream: Any) -> list[Any] | None:
     return leaves(tree_map(lambda _, a: a, spec, stream.tree))
 
 
-class _Packed:
-    """The pieces of packed chunk ``i`` of a row: ``(stream j, first step, steps, at)``."""
+def packed_pieces(row: Row, i: int, tbins: int) -> list[tuple[int, int, int, int]]:
+    """Packed chunk ``i`` of a row: stream ``j`` gives ``n`` steps from ``a``, at ``at``.
 
-    @staticmethod
-    def pieces(row: Row, i: int, tbins: int) -> list[tuple[int, int, int, int]]:
-        """Stream ``j`` of the row gives ``n`` steps from its step ``a``, at column ``at``.
-
-        Example:
-            >>> from streamseq.read.ref import as_refs
-            >>> from streamseq.interleave import Row
-            >>> row = Row(as_refs([np.arange(5), np.arange(2), np.arange(4)]))
-            >>> _Packed.pieces(row, 1, 4)
-            [(0, 4, 1, 0), (1, 0, 2, 1), (2, 0, 1, 3)]
-        """
-        first, total = i * tbins, len(row)
-        stop = min(first + tbins, total)
-        out = []
-        j = int(np.searchsorted(row.offsets, first, side="right")) - 1
-        while first < stop:
-            while row.offsets[j + 1] <= first:  # (empty streams)
-                j += 1
-            end = min(stop, int(row.offsets[j + 1]))
-            out.append((j, first - int(row.offsets[j]), end - first, first - i * tbins))
-            first, j = end, j + 1
-        return out
+    Example:
+        >>> from streamseq.read.ref import as_refs
+        >>> from streamseq.interleave import Row
+        >>> row = Row(as_refs([np.arange(5), np.arange(2), np.arange(4)]))
+        >>> packed_pieces(row, 1, 4)
+        [(0, 4, 1, 0), (1, 0, 2, 1), (2, 0, 1, 3)]
+    """
+    first = i * tbins
+    out, at = [], 0
+    for j, a, n in row.pieces(first, min(first + tbins, len(row))):
+        out.append((j, a, n, at))
+        at += n
+    return out
 
 
 class _ReadState:
