@@ -133,7 +133,10 @@ def pipelines(folder: str) -> dict[str, Any]:
             [streamseq.io.tokens(p) for p in token_files], 3, 16, num_workers=w, shuffle=True
         )
         out[f"io.virtual_camera w={w}"] = lambda w=w: StreamLoader(
-            [streamseq.io.virtual_camera(IMAGE, length=n, size=(8, 8), seed=i) for i, n in enumerate([9, 4, 13])],
+            [
+                streamseq.io.virtual_camera(IMAGE, length=n, size=(8, 8), seed=i)
+                for i, n in enumerate([9, 4, 13])
+            ],
             2,
             3,
             num_workers=w,

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from ._checks import check_int, check_pad, check_timeout, check_workers
 from ._tree import leaves, nbytes, tree_map
 from .batch import Batch
-from .blocks import Blocks, Layout, Unblocked, block_size
 from .deliver.assemble import Assembled
 from .deliver.background import Background
 from .deliver.pin import PinMemory
@@ -26,13 +26,14 @@ from .plan.epoch import epoch_plan
 from .plan.progress import Pieces, Progress, rest_of_epoch, whole_units
 from .plan.rows import stream_order
 from .plan.segments import segments
-from .prefetch import Prefetched, check_timeout, check_workers, prefetch
-from .read.ref import as_refs, check_int
+from .prefetch import Prefetched, prefetch
+from .read.ref import as_refs
 from .read.transform import StepInfo, Transform
 from .resume import fingerprint, make_state, plan_key, read_state, row_map
 from .split import split_by_worker
 from .tbin import tbin
-from .zip_batch import ZipBatch, check_pad
+from .workers.blocks import Blocks, Layout, Unblocked, block_size
+from .zip_batch import ZipBatch
 
 
 def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:

@@ -8,6 +8,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from ._checks import check_timeout, check_workers
 from ._tree import nbytes
 from .errors import WorkerError, WorkerTimeout
 from .workers.failures import (
@@ -23,47 +24,6 @@ from .workers.threads import ThreadWorkers
 from .workers.window import Window
 
 logger = logging.getLogger(__name__)
-
-METHODS = ("process", "thread")
-
-
-def check_workers(
-    num_workers: int, method: str, max_buffered: int, *, name: str = "prefetch method"
-) -> None:
-    """Raise ValueError unless workers can run with these settings.
-
-    Args:
-        num_workers: worker processes or threads (0: none).
-        method: ``"process"`` or ``"thread"``.
-        max_buffered: items in flight (at least 4 with processes, 1 with threads).
-        name: what the caller calls ``method``, for the message.
-
-    Example:
-        >>> check_workers(2, "fork", 6, name="method")
-        Traceback (most recent call last):
-        ...
-        ValueError: unknown method 'fork': expected one of ('process', 'thread')
-    """
-    if num_workers < 0:
-        raise ValueError(f"num_workers must be >= 0, got {num_workers}")
-    if method not in METHODS:
-        raise ValueError(f"unknown {name} {method!r}: expected one of {METHODS}")
-    if max_buffered < (4 if method == "process" else 1):
-        raise ValueError(f"max_buffered too small for the {method} backend: {max_buffered}")
-
-
-def check_timeout(timeout: float | None) -> float | None:
-    """``timeout`` as a float, or None; ValueError unless it is positive.
-
-    Example:
-        >>> check_timeout(2), check_timeout(None)
-        (2.0, None)
-    """
-    if timeout is None:
-        return None
-    if not float(timeout) > 0:
-        raise ValueError(f"timeout must be > 0 seconds (or None), got {timeout}")
-    return float(timeout)
 
 
 class Prefetched:

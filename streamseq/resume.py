@@ -14,8 +14,9 @@ import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ._checks import check_int
 from .plan.progress import Progress, progress_at
-from .read.ref import check_int, identity
+from .read.ref import identity
 
 if TYPE_CHECKING:
     from .loader import StreamLoader

@@ -7,28 +7,16 @@ from typing import Any
 
 import numpy as np
 
+from ._checks import check_pad
 from ._tree import leaves, tree_map
 from .batch import Batch, Chunk
 from .read.writer import _put, _Table
 from .tbin import TBinned
 
-PAD_MODES = ("zeros", "drop", "wrap", "pack")
 _NO_SPEC = (
     "every row is padding in this batch and no part can describe the data: "
     "pass spec= (zero-step arrays of the data's dtype and step shape)"
 )
-
-
-def check_pad(pad: str) -> str:
-    """Return ``pad`` if it is a known pad mode, else raise ValueError.
-
-    Example:
-        >>> check_pad("wrap")
-        'wrap'
-    """
-    if pad not in PAD_MODES:
-        raise ValueError(f"unknown pad mode {pad!r}: expected one of {PAD_MODES}")
-    return pad
 
 
 def _rows_of(part: Any) -> int:

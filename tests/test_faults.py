@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from streamseq import StreamError, StreamLoader, WorkerError
-from streamseq.blocks import Layout
+from streamseq.workers.blocks import Layout
 
 pytestmark = pytest.mark.timeout(60)
 

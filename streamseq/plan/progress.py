@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from streamseq.read.ref import check_int
+from streamseq._checks import check_int
 
 #: ``(unit, offset, length)`` arrays: steps ``offset : offset + length`` of each unit
 Pieces = tuple[np.ndarray, np.ndarray, np.ndarray]

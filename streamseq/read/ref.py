@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
-import numbers
 import operator
 import os
 import reprlib
@@ -21,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .._checks import check_int
 from .._tree import leaves, num_steps, tree_map
 from ..errors import StreamError
 from .handle import ProcessLocal
@@ -113,32 +113,6 @@ def _kind(source: Any) -> str:
     if is_stream(source):
         return "stream"
     return "opener" if callable(source) else "neither"
-
-
-def check_int(value: Any, name: str, minimum: int | None = None) -> int:
-    """``value`` as an int: an integer (or an integral float; not a bool or a string).
-
-    Raises:
-        TypeError: ``value`` is not an integer.
-        ValueError: it is below ``minimum``.
-
-    Example:
-        >>> check_int(np.int64(3), "tbins", 1)
-        3
-        >>> check_int(2.5, "tbins", 1)
-        Traceback (most recent call last):
-        ...
-        TypeError: tbins must be an integer, got 2.5 (float)
-    """
-    integral = isinstance(value, numbers.Integral) or (
-        isinstance(value, numbers.Real) and float(value).is_integer()
-    )
-    if isinstance(value, (bool, np.bool_)) or not integral:
-        raise TypeError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
-    value = int(value)
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
 
 
 def describe(obj: Any) -> str:

@@ -8,8 +8,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .._checks import check_int
 from .._tree import leaves, num_steps
-from .ref import StreamRef, check_int
+from .ref import StreamRef
 
 
 def _key(k: Any) -> int:

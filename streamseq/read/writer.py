@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import _shm
 from .._tree import leaves, tree_map
 from ..batch import Batch
+from ..workers import shm as _shm
 from .handle import ProcessLocal
 from .ref import ArrayTree, StreamRef, describe
 
@@ -164,7 +164,7 @@ class _Table:
     (:mod:`streamseq._gather`) when it was built. Otherwise reading a batch slices the
     open stream of each row and copies the slices with one
     :func:`numpy.concatenate` straight into the output, which is allocated in the
-    worker's shared-memory slot when there is one (:mod:`streamseq._shm`); ``step`` and
+    worker's shared-memory slot when there is one (:mod:`streamseq.workers.shm`); ``step`` and
     ``valid`` are rows taken from small tables (chunk ``c`` covers steps ``c*T + [0,
     T)``; ``n`` valid steps make the mask ``[0, T) < n``).
     """

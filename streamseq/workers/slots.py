@@ -2,7 +2,7 @@
 
 The main process allocates ``count`` slots of ``size`` bytes (:class:`Slots`) and gives
 a free one with each job. The worker makes it current while it evaluates the item
-(:mod:`streamseq._shm`: arrays the item allocates there are written once, where the main
+(:mod:`streamseq.workers.shm`: arrays the item allocates there are written once, where the main
 process maps them) and pickles the item with its buffers placed in the slot
 (:func:`pickle_into`). The main process unpickles views of the slot
 (:meth:`Slots.lease`); the slot is free again once every view of it is gone.
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import _shm
+from . import shm as _shm
 from .wire import pack
 
 

@@ -10,9 +10,10 @@ from helpers import assume_rows_filled
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamseq import StreamError, StreamLoader, _shm, interleave_streams, tbin, zip_batch
+from streamseq import StreamError, StreamLoader, interleave_streams, tbin, zip_batch
 from streamseq.read import writer as _table
 from streamseq.testing import check_continuity, coded_streams, layouts
+from streamseq.workers import shm as _shm
 
 fill = pytest.importorskip("streamseq._gather").fill
 

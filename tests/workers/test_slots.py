@@ -5,7 +5,7 @@ import pickle
 import numpy as np
 import torch
 
-from streamseq import _shm
+from streamseq.workers import shm as _shm
 from streamseq.workers.slots import Filling, Slots
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .workers.failures import describe_item
+from .failures import describe_item
 
 #: bytes of items a hand-over should carry at least, and the most items it carries
 BLOCK_BYTES = 2 * 2**20

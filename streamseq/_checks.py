@@ -1,0 +1,88 @@
+"""Argument checks, one home: integers, pad modes, worker settings and timeouts."""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+
+PAD_MODES = ("zeros", "drop", "wrap", "pack")
+METHODS = ("process", "thread")
+
+
+def check_int(value: Any, name: str, minimum: int | None = None) -> int:
+    """``value`` as an int: an integer (or an integral float; not a bool or a string).
+
+    Raises:
+        TypeError: ``value`` is not an integer.
+        ValueError: it is below ``minimum``.
+
+    Example:
+        >>> check_int(np.int64(3), "tbins", 1)
+        3
+        >>> check_int(2.5, "tbins", 1)
+        Traceback (most recent call last):
+        ...
+        TypeError: tbins must be an integer, got 2.5 (float)
+    """
+    integral = isinstance(value, numbers.Integral) or (
+        isinstance(value, numbers.Real) and float(value).is_integer()
+    )
+    if isinstance(value, (bool, np.bool_)) or not integral:
+        raise TypeError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def check_pad(pad: str) -> str:
+    """Return ``pad`` if it is a known pad mode, else raise ValueError.
+
+    Example:
+        >>> check_pad("wrap")
+        'wrap'
+    """
+    if pad not in PAD_MODES:
+        raise ValueError(f"unknown pad mode {pad!r}: expected one of {PAD_MODES}")
+    return pad
+
+
+def check_workers(
+    num_workers: int, method: str, max_buffered: int, *, name: str = "prefetch method"
+) -> None:
+    """Raise ValueError unless workers can run with these settings.
+
+    Args:
+        num_workers: worker processes or threads (0: none).
+        method: ``"process"`` or ``"thread"``.
+        max_buffered: items in flight (at least 4 with processes, 1 with threads).
+        name: what the caller calls ``method``, for the message.
+
+    Example:
+        >>> check_workers(2, "fork", 6, name="method")
+        Traceback (most recent call last):
+        ...
+        ValueError: unknown method 'fork': expected one of ('process', 'thread')
+    """
+    if num_workers < 0:
+        raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+    if method not in METHODS:
+        raise ValueError(f"unknown {name} {method!r}: expected one of {METHODS}")
+    if max_buffered < (4 if method == "process" else 1):
+        raise ValueError(f"max_buffered too small for the {method} backend: {max_buffered}")
+
+
+def check_timeout(timeout: float | None) -> float | None:
+    """``timeout`` as a float, or None; ValueError unless it is positive.
+
+    Example:
+        >>> check_timeout(2), check_timeout(None)
+        (2.0, None)
+    """
+    if timeout is None:
+        return None
+    if not float(timeout) > 0:
+        raise ValueError(f"timeout must be > 0 seconds (or None), got {timeout}")
+    return float(timeout)
