@@ -84,10 +84,10 @@ def test_each_rank_reads_its_rows_of_the_global_plan(ranks):
     whole = StreamLoader(streams, 4, 16, shuffle=True, seed=1, rank=0, world_size=1)
     for epoch in range(3):
         whole.set_epoch(epoch)
-        rows = whole.plan().rows
+        rows = whole.plan().assignment  # (whole streams: pieces are streams)
         assert len(whole) == ranks[0]["lengths"][epoch]
         for r, record in enumerate(ranks):
-            ids = {int(i) for row in rows[2 * r : 2 * r + 2] for i in row.stream_ids}
+            ids = {int(i) for row in rows[2 * r : 2 * r + 2] for i in row}
             assert ids == set(record["streams"][epoch])
 
 

@@ -15,9 +15,17 @@ import psutil
 import pytest
 
 from streamseq import StreamError, StreamLoader, WorkerError
+from streamseq.loader.topology import group_block_size
 from streamseq.workers.blocks import Layout
 
 pytestmark = pytest.mark.timeout(60)
+
+
+def block_of(loader, rows):
+    """Micro-batches per hand-over of a worker reading the first ``rows`` rows."""
+    plan = loader.plan()
+    group = loader._reading.group(plan, loader._reading.rows(plan)[:rows])
+    return group_block_size(group, loader.tbins)
 
 
 def token_streams(count=24, low=2000, high=4000, seed=0):  # (more than workers buffer)
@@ -272,7 +280,7 @@ def test_a_slow_consumer_holds_a_bounded_number_of_batches(clean):
     block = None
     for i, _ in enumerate(loader):
         if block is None:  # micro-batches per hand-over: max_buffered counts hand-overs
-            block = loader._block_size(loader.plan().group(loader.plan().rows[:2], loader))
+            block = block_of(loader, 2)
             assert block > 1
         time.sleep(0.002)
         ahead = sum(counts) / rows - (i + 1)  # batches read by the workers, not consumed
@@ -447,7 +455,7 @@ def test_a_stuck_worker_is_an_error_after_the_timeout(clean, method):
             delivered.append(batch)
     assert time.monotonic() - start < 15
     # every batch before the block of micro-batches with the stuck read (batch 5) came
-    size = loader._block_size(loader.plan().group(loader.plan().rows[:1], loader))
+    size = block_of(loader, 1)
     layout = Layout(size, len(loader))
     assert len(delivered) == layout.start(layout.block_of(5)) == 3
     loader.close()
@@ -469,7 +477,7 @@ def test_an_unclosed_persistent_loader_lets_the_interpreter_exit(tmp_path):
         "loader = streamseq.StreamLoader(streams, 8, 16, num_workers=2, persistent_workers=True)\n"
         "for batch in loader:\n"
         "    pass\n"
-        "print(*(p for pf in loader._persistent for p in pf.pids), flush=True)\n"
+        "print(*(p for pf in loader._workers.persistent for p in pf.pids), flush=True)\n"
     )
     run = [sys.executable, str(script)]
     done = subprocess.run(run, capture_output=True, text=True, timeout=30)

@@ -723,7 +723,7 @@ def test_a_timeout_names_the_stream_and_steps_being_read():
 
 
 def worker_pids(loader):
-    return sorted(pid for pf in loader._persistent or () for pid in pf.pids)
+    return sorted(pid for pf in loader._workers.persistent or () for pid in pf.pids)
 
 
 @pytest.mark.parametrize("method", ["process", "thread"])
@@ -753,7 +753,7 @@ def test_persistent_workers_read_every_epoch_and_give_the_same_batches(method):
     loader.load_state_dict(state)
     assert_same(list(loader), list(reference))
     loader.close()
-    assert loader._persistent is None and no_children(before)
+    assert loader._workers.persistent is None and no_children(before)
 
 
 def shift_by_epoch(steps, info):

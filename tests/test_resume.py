@@ -267,10 +267,10 @@ def test_a_state_of_version_1_still_loads_on_its_own_rows():
     loader = make_loader()
     it = iter(loader)
     next(it)
-    from streamseq.resume import legacy_fingerprint
+    from streamseq.plan.state import legacy_fingerprint
 
     old = {"version": 1, "epoch": 0, "next_batch": 1, "length": len(loader)}
-    old["fingerprint"] = legacy_fingerprint(loader)
+    old["fingerprint"] = legacy_fingerprint(loader.spec)
     again = make_loader(num_workers=2)
     again.load_state_dict(old)
     assert len(list(again)) == len(loader) - 1

@@ -1,4 +1,4 @@
-"""A loader's state: what it saves, what it checks on loading, and how rows carry over.
+"""The state of a run: what it saves, what it checks on loading, and how rows carry over.
 
 A state names the plan it belongs to (the streams, ``tbins``, ``pad``, ``shuffle``,
 ``seed``, ``segment_length``) and where the run stands: epoch, next batch, the number of
@@ -12,55 +12,24 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ._checks import check_int
-from .plan.progress import Progress, progress_at
-from .read.ref import identity
-
-if TYPE_CHECKING:
-    from .loader import StreamLoader
+from .._checks import check_int
+from .planner import EpochPlan, Epochs, plan_epoch
+from .progress import Progress, progress_at
+from .spec import PlanSpec
 
 STATE_VERSION = 2
-_PLAN_FIELDS = ("tbins", "pad", "shuffle", "seed", "segment_length")
 
 
-def plan_key(loader: StreamLoader) -> dict[str, Any]:
-    """What decides the plan, except the rows and the epoch: compared field by field.
-
-    Example:
-        >>> import numpy as np
-        >>> from streamseq import StreamLoader
-        >>> key = plan_key(StreamLoader([np.arange(4)], 1, 2))
-        >>> {k: key[k] for k in ("streams", "tbins", "pad", "shuffle", "seed")}
-        {'streams': 1, 'tbins': 2, 'pad': 'zeros', 'shuffle': False, 'seed': 0}
-    """
-    sources = hashlib.sha256("\0".join(identity(r.source) for r in loader.refs).encode())
-    return {
-        "streams": len(loader.refs),
-        "lengths": hashlib.sha256(loader.lengths.tobytes()).hexdigest()[:16],
-        "sources": sources.hexdigest()[:16],
-        "tbins": loader.tbins,
-        "pad": loader.pad,
-        "shuffle": loader.shuffle,
-        "seed": loader.seed,
-        "segment_length": loader.segment_length,
-    }
-
-
-def fingerprint(key: dict[str, Any]) -> str:
-    """A short hash of :func:`plan_key`."""
-    return hashlib.sha256(repr(sorted(key.items())).encode()).hexdigest()[:16]
-
-
-def legacy_fingerprint(loader: StreamLoader) -> str:
+def legacy_fingerprint(spec: PlanSpec) -> str:
     """The fingerprint states of version 1 carry (it covered the batch and world size)."""
-    h = hashlib.sha256(loader.lengths.tobytes())
-    h.update("\0".join(identity(r.source) for r in loader.refs).encode())
-    key: tuple = (loader.batch_size, loader.tbins, loader.pad, loader.shuffle, loader.seed)
-    key += (loader.world_size,)
-    if loader.segment_length is not None:
-        key += (loader.segment_length,)
+    h = hashlib.sha256(spec.lengths.tobytes())
+    h.update("\0".join(spec.sources).encode())
+    key: tuple = (spec.batch_size, spec.tbins, spec.pad, spec.shuffle, spec.seed)
+    key += (spec.world_size,)
+    if spec.segment_length is not None:
+        key += (spec.segment_length,)
     h.update(repr(key).encode())
     return h.hexdigest()[:16]
 
@@ -104,35 +73,42 @@ class Resumed:
     world_size: int
 
 
-def make_state(loader: StreamLoader, epoch: int, next_batch: int) -> dict[str, Any]:
-    """The state of ``loader`` standing at ``next_batch`` of ``epoch``."""
-    plan = loader.plan()
-    rest = loader._rest_of(epoch)
+def make_state(spec: PlanSpec, plan: EpochPlan, next_batch: int) -> dict[str, Any]:
+    """The state of a run of ``spec`` standing at ``next_batch`` of ``plan``'s epoch.
+
+    Example:
+        >>> import numpy as np
+        >>> spec = PlanSpec(np.array([6]), batch_size=1, tbins=2)
+        >>> state = make_state(spec, plan_epoch(spec, 0), 1)
+        >>> state["epoch"], state["next_batch"], state["length"], state["progress"]["next"]
+        (0, 1, 3, [2])
+    """
+    rest = plan.rest
     progress = progress_at(
-        loader.units[2],
+        spec.units[2],
         plan.pieces,
         plan.assignment,
-        loader.tbins,
-        loader.pad == "pack",
+        spec.tbins,
+        spec.pad == "pack",
         next_batch,
         None if rest is None else rest.done,
     )
     return {
         "version": STATE_VERSION,
-        "epoch": epoch,
+        "epoch": plan.epoch,
         "next_batch": next_batch,
         "length": plan.length,
-        "fingerprint": loader.fingerprint,
-        "plan": loader.plan_key,
-        "batch_size": loader.batch_size,
-        "world_size": loader.world_size,
+        "fingerprint": spec.fingerprint,
+        "plan": dict(spec.key),
+        "batch_size": spec.batch_size,
+        "world_size": spec.world_size,
         "progress": progress.to_state(),
         "resumed": None if rest is None else rest.to_state(),
     }
 
 
-def read_state(loader: StreamLoader, state: Any) -> Resumed:
-    """Check ``state`` against ``loader``; raises ValueError naming what is wrong."""
+def read_state(spec: PlanSpec, state: Any) -> Resumed:
+    """Check ``state`` against ``spec``; raises ValueError naming what is wrong."""
     if not isinstance(state, dict):
         raise ValueError(f"not a StreamLoader state: {type(state).__name__}")
     missing = {"epoch", "next_batch", "fingerprint"} - set(state)
@@ -144,27 +120,26 @@ def read_state(loader: StreamLoader, state: Any) -> Resumed:
     epoch = check_int(state["epoch"], "the state's epoch", 0)
     nxt = check_int(state["next_batch"], "the state's next_batch")
     if version == 1:  # the same rows only, as made
-        if state["fingerprint"] != legacy_fingerprint(loader):
+        if state["fingerprint"] != legacy_fingerprint(spec):
             raise ValueError(
                 "this state (version 1) was made by a loader with other streams, lengths, "
                 "batch size, tbins, pad, shuffle, seed or world size; resuming would "
                 "silently change the run"
             )
-        rows = loader.batch_size * loader.world_size
-        return Resumed(epoch, nxt, None, rows, loader.batch_size, loader.world_size)
+        return Resumed(epoch, nxt, None, spec.rows, spec.batch_size, spec.world_size)
     missing = {"plan", "progress", "batch_size", "world_size"} - set(state)
     if missing:
         raise ValueError(f"not a StreamLoader state: missing {sorted(missing)}")
-    if state["fingerprint"] != loader.fingerprint:
-        differ = differences(state["plan"], loader.plan_key) or ["its fingerprint"]
+    if state["fingerprint"] != spec.fingerprint:
+        differ = differences(state["plan"], spec.key) or ["its fingerprint"]
         raise ValueError(
             f"this state was made by another plan, differing in {'; '.join(differ)}: "
             "resuming would silently change the run"
         )
     b = check_int(state["batch_size"], "the state's batch_size", 1)
     w = check_int(state["world_size"], "the state's world_size", 1)
-    lengths = loader.units[2]
-    if b * w == loader.batch_size * loader.world_size:
+    lengths = spec.units[2]
+    if b * w == spec.rows:
         resumed = state.get("resumed")
         rest = None if resumed is None else Progress.from_state(resumed, lengths)
         return Resumed(epoch, nxt, rest, b * w, b, w)
@@ -173,17 +148,18 @@ def read_state(loader: StreamLoader, state: Any) -> Resumed:
     return Resumed(epoch, 0, Progress.from_state(state["progress"], lengths), b * w, b, w)
 
 
-def row_map(loader: StreamLoader, resumed: Resumed) -> list[int]:
-    """For each row of ``loader`` (this rank's), the global row of the state it continues.
+def row_map(spec: PlanSpec, resumed: Resumed) -> list[int]:
+    """For each row of ``spec``'s rank, the global row of the state it continues.
 
     -1 where a row starts afresh (a stream from its first step, or one whose row had
     already moved on).
     """
-    first = loader.rank * loader.batch_size
-    mine = range(first, first + loader.batch_size)
-    if resumed.rest is None or resumed.rows == loader.batch_size * loader.world_size:
+    first = spec.rank * spec.batch_size
+    mine = range(first, first + spec.batch_size)
+    if resumed.rest is None or resumed.rows == spec.rows:
         return list(mine)
-    pieces, assignment, _ = loader._plan_from(resumed.epoch, resumed.rest)
+    plan = plan_epoch(spec, resumed.epoch, resumed.rest)
+    pieces, assignment = plan.pieces, plan.assignment
     progress = resumed.rest
     row_of = dict(zip(progress.begun.tolist(), progress.row.tolist(), strict=True))
     out = []
@@ -195,3 +171,23 @@ def row_map(loader: StreamLoader, resumed: Resumed) -> list[int]:
                 row = row_of.get(int(pieces[0][p]), -1)
         out.append(row)
     return out
+
+
+def check_resumable(epochs: Epochs, resumed: Resumed, state: dict[str, Any]) -> None:
+    """On the same global rows, check the state's position against this run's plan.
+
+    Raises:
+        ValueError: the state's epoch has another number of batches, or its next batch
+            is out of range.
+    """
+    if resumed.rows != epochs.spec.rows:
+        return  # other rows: the rest of the epoch is planned from the progress
+    e = resumed.epoch
+    if resumed.rest is None and epochs.rest_of(e) is None:
+        n = epochs.length(e)  # (from the kept plan when it is this epoch's)
+    else:
+        n = plan_epoch(epochs.spec, e, resumed.rest).length
+    if "length" in state and check_int(state["length"], "the state's length") != n:
+        raise ValueError(f"the state's epoch has {state['length']} batches, this loader's {n}")
+    if not 0 <= resumed.next_batch <= n:
+        raise ValueError(f"next_batch {resumed.next_batch} out of range for {n} batches")

@@ -1,0 +1,134 @@
+"""A loader's configuration, checked and frozen, and the DataLoader keywords it does not take."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .._checks import check_int, check_timeout, check_workers
+from ..read.transform import Transform
+
+# DataLoader's keywords that do not apply here, and what to use instead
+DATALOADER_ONLY = {
+    "drop_last": 'pad="drop" (stop before any row would be all padding)',
+    "collate_fn": "transform= (runs in the workers) or a function of each Batch",
+    "worker_init_fn": "transform= (it gets the stream, the steps and a seeded rng)",
+    "prefetch_factor": "max_buffered= (micro-batches in flight per worker)",
+    "sampler": "shuffle= and seed= (the plan decides the order of the streams)",
+    "batch_sampler": "batch_size= and tbins= (rows and steps of every batch)",
+    "generator": "seed= (the shuffle and info.rng in transforms derive from it)",
+    "multiprocessing_context": 'method= ("process" or "thread")',
+    "in_order": "nothing: batches always come in order",
+    "pin_memory_device": "pin_memory=True, then batch.to(device, non_blocking=True)",
+}
+
+
+def check_keywords(unsupported: dict[str, Any]) -> None:
+    """Raise TypeError for keywords StreamLoader does not take, saying what to use.
+
+    Example:
+        >>> check_keywords({"drop_last": True})
+        Traceback (most recent call last):
+        ...
+        TypeError: StreamLoader does not take DataLoader's drop_last=: use pad="drop" ...
+    """
+    for name in unsupported:
+        hint = DATALOADER_ONLY.get(name)
+        if hint is not None:
+            raise TypeError(f"StreamLoader does not take DataLoader's {name}=: use {hint} instead")
+        raise TypeError(f"StreamLoader got an unexpected keyword argument {name!r}")
+
+
+def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """Rank and world size: as given, else from torch.distributed when initialised, else 0, 1.
+
+    Example:
+        >>> resolve_rank(None, None)
+        (0, 1)
+        >>> resolve_rank(1, 4)
+        (1, 4)
+    """
+    if rank is None and world_size is None:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+        return 0, 1
+    if rank is None or world_size is None:
+        raise ValueError("give both rank and world_size, or neither")
+    rank, world_size = check_int(rank, "rank"), check_int(world_size, "world_size")
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+    return int(rank), int(world_size)
+
+
+@dataclass(frozen=True)
+class LoaderConfig:
+    """How a loader reads and delivers, as opposed to what (the plan's :class:`PlanSpec`).
+
+    Attributes:
+        num_workers: worker processes or threads; 0 reads in the calling process.
+        method: ``"process"`` or ``"thread"``.
+        max_buffered: hand-overs in flight per worker.
+        timeout: seconds the workers may go without delivering, or None.
+        pin_memory: page-locked tensors, prepared by one background thread.
+        time_major: ``data`` as ``[T, B, ...]``.
+        persistent_workers: keep the workers across passes.
+        transform: ``fn(steps, info)`` run where the steps are read, or None.
+    """
+
+    num_workers: int = 0
+    method: str = "process"
+    max_buffered: int = 6
+    timeout: float | None = None
+    pin_memory: bool = False
+    time_major: bool = False
+    persistent_workers: bool = False
+    transform: Callable[..., Any] | None = None
+
+    @classmethod
+    def checked(
+        cls,
+        *,
+        num_workers: Any,
+        method: str,
+        max_buffered: Any,
+        timeout: Any,
+        pin_memory: Any,
+        time_major: Any,
+        persistent_workers: Any,
+        transform: Any,
+    ) -> LoaderConfig:
+        """The configuration of these arguments, checked (``timeout=0``: none).
+
+        Raises:
+            ValueError: ``num_workers`` < 0, an unknown method, ``max_buffered`` too
+                small for it, or a ``timeout`` that is not positive.
+            TypeError: an integer argument that is not an integer, or a ``transform``
+                that is not callable.
+
+        Example:
+            >>> LoaderConfig.checked(num_workers=2, method="thread", max_buffered=6,
+            ...                      timeout=0, pin_memory=False, time_major=False,
+            ...                      persistent_workers=True, transform=None).timeout is None
+            True
+        """
+        if timeout is not None and not isinstance(timeout, bool) and timeout == 0:
+            timeout = None  # as in DataLoader: no timeout
+        num_workers = check_int(num_workers, "num_workers", 0)
+        max_buffered = check_int(max_buffered, "max_buffered")
+        if transform is not None:
+            Transform(transform)  # checks it now rather than in a worker
+        check_workers(num_workers, method, max_buffered, name="method")
+        return cls(
+            num_workers=int(num_workers),
+            method=method,
+            max_buffered=max_buffered,
+            timeout=check_timeout(timeout),
+            pin_memory=bool(pin_memory),
+            time_major=bool(time_major),
+            persistent_workers=bool(persistent_workers) and num_workers > 0,
+            transform=transform,
+        )

@@ -1,0 +1,488 @@
+"""StreamLoader: the public facade over a plan, its readers and workers, and a pass."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from .._checks import check_int, check_pad
+from ..batch import Batch
+from ..deliver.assemble import Assembled
+from ..plan.planner import EpochPlan, Epochs
+from ..plan.spec import PlanSpec
+from ..plan.state import check_resumable, make_state, read_state, row_map
+from ..read.ref import as_refs, identity
+from ..read.transform import StepInfo
+from ..workers.blocks import Layout, Unblocked
+from ..zip_batch import ZipBatch
+from .config import LoaderConfig, check_keywords, resolve_rank
+from .run import Pass, Position
+from .spec import DataSpec
+from .topology import EpochOf, Reading, Workers, group_block_size
+
+#: attributes read from the plan's spec and from the configuration
+_SPEC_FIELDS = ("batch_size", "tbins", "pad", "shuffle", "seed", "segment_length", "rank")
+_SPEC_FIELDS += ("world_size", "lengths", "units")
+_CONFIG_FIELDS = ("num_workers", "method", "max_buffered", "timeout", "pin_memory")
+_CONFIG_FIELDS += ("time_major", "persistent_workers", "transform")
+
+
+class StreamLoader:
+    """Temporally coherent batches of streams: row r of batch i+1 continues row r of batch i.
+
+    Streams are assigned to rows by a deterministic plan (:func:`interleave_streams`);
+    rows are cut into chunks of ``tbins`` steps (:func:`tbin`), split into one contiguous
+    group per worker (:func:`split_by_worker`), each group read in order by one worker
+    (:func:`prefetch`), and the micro-batches assembled into batches of torch tensors with
+    one copy (page-locked when ``pin_memory``). The batches are a pure function of
+    (streams, lengths, batch_size, tbins, pad, shuffle, seed, epoch, rank, world_size):
+    the number of workers and the backend change nothing.
+
+    Args:
+        streams: streams (``len`` and slicing) or picklable zero-argument openers.
+        batch_size: rows per batch on this rank.
+        tbins: steps per row and batch.
+        num_workers: worker processes (or threads), one per group of rows; 0 reads in
+            the calling process.
+        shuffle: draw a new stream order every epoch (see :meth:`set_epoch`).
+        seed: seed of the shuffle.
+        pad: ``"zeros"`` (run until the longest row ends), ``"drop"`` (stop before any
+            row would be all padding), ``"wrap"`` (rows that end start again) or
+            ``"pack"`` (a row goes on with its next stream inside the chunk instead of
+            padding it; ``step == 0`` marks where each stream starts, ``reset`` a chunk
+            that starts with one; padding is left only at the ends of rows).
+        pin_memory: deliver page-locked tensors, prepared by one background thread.
+        lengths: declared stream lengths, sparing the probe of openers.
+        rank: this process' rank; with ``world_size``, defaults to torch.distributed's.
+        world_size: number of ranks sharing one global plan.
+        time_major: deliver ``data`` as ``[T, B, ...]`` instead of ``[B, T, ...]``.
+        method: ``"process"`` or ``"thread"`` workers.
+        max_buffered: hand-overs in flight per worker (shared-memory slots; at least 4
+            with processes). A hand-over carries a block of micro-batches of about 2 MB
+            (at most 32 of them; the first ones fewer), so small batches cost the main
+            process one message per block rather than per batch.
+        timeout: seconds the workers may go without delivering a micro-batch before
+            :class:`WorkerError` is raised and they are stopped (a stuck decoder, a hung
+            network file); ``None`` waits as long as they live. A worker that dies is an
+            error at once either way.
+        transform: ``fn(steps, info)`` run where the steps are read (the workers, or
+            this process with 0 workers), before the copy into shared memory: ``steps``
+            is one slice of one stream (an array, or a tuple/dict of arrays) and ``info``
+            a :class:`StepInfo` (stream, start, stop, epoch and ``rng(*keys)``, a
+            generator seeded from (seed, epoch, stream, ``*keys``)). It returns the steps to
+            batch, as many, of any dtype and step shape (the same for every stream);
+            see :func:`map_steps`.
+        segment_length: cut streams longer than this into segments of at most this many
+            steps, planned as streams of their own (each starts with ``reset``; ``stream``
+            still names the source and ``step`` counts in it): rows, and ranks, end
+            closer together, with less padding.
+        persistent_workers: keep the worker processes (or threads) for the whole run
+            instead of starting them for every pass: the same workers read the next
+            epoch (each plans it for its rows). :meth:`close`, or losing the last
+            reference to the loader, stops them.
+
+    Thread safety: indexing a loader (``loader[i]``) from several threads, also while
+    one thread iterates it, gives correct batches; a loader runs one pass at a time.
+
+    Raises:
+        ValueError: no streams, ``batch_size`` or ``tbins`` < 1, ``num_workers`` < 0, an
+            unknown pad mode or method, ``max_buffered`` too small for the method, a
+            ``timeout`` that is not positive, or a bad rank.
+        TypeError: an integer argument that is not an integer, or a ``transform`` that
+            is not callable.
+        StreamError: an opener failed while its length was measured.
+
+    Example:
+        >>> import numpy as np
+        >>> streams = [np.arange(5), np.arange(100, 103), np.arange(200, 204)]
+        >>> loader = StreamLoader(streams, batch_size=2, tbins=2)
+        >>> len(loader)
+        4
+        >>> for batch in loader:
+        ...     print(batch.data.tolist(), batch.reset.tolist())
+        [[0, 1], [100, 101]] [True, True]
+        [[2, 3], [102, 0]] [False, False]
+        [[4, 0], [200, 201]] [False, True]
+        [[0, 0], [202, 203]] [False, False]
+    """
+
+    def __init__(
+        self,
+        streams: Sequence[Any],
+        batch_size: int,
+        tbins: int,
+        *,
+        num_workers: int = 0,
+        shuffle: bool = False,
+        seed: int = 0,
+        pad: str = "zeros",
+        pin_memory: bool = False,
+        lengths: Sequence[int] | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        time_major: bool = False,
+        method: str = "process",
+        max_buffered: int = 6,
+        timeout: float | None = None,
+        transform: Callable[[Any, StepInfo], Any] | None = None,
+        persistent_workers: bool = False,
+        segment_length: int | None = None,
+        **unsupported: Any,
+    ):
+        check_keywords(unsupported)
+        batch_size, tbins = check_int(batch_size, "batch_size", 1), check_int(tbins, "tbins", 1)
+        self.config = LoaderConfig.checked(
+            num_workers=num_workers,
+            method=method,
+            max_buffered=max_buffered,
+            timeout=timeout,
+            pin_memory=pin_memory,
+            time_major=time_major,
+            persistent_workers=persistent_workers,
+            transform=transform,
+        )
+        seed, pad = check_int(seed, "seed", 0), check_pad(pad)
+        rank, world_size = resolve_rank(rank, world_size)
+        self.refs = as_refs(streams, lengths)
+        lengths_ = np.array([len(r) for r in self.refs], dtype=np.int64)
+        if not lengths_.any():
+            raise ValueError(f"all {len(self.refs)} streams are empty")
+        if segment_length is not None:
+            segment_length = check_int(segment_length, "segment_length", 1)
+        self.spec = PlanSpec(
+            lengths_,
+            int(batch_size),
+            int(tbins),
+            pad,
+            bool(shuffle),
+            int(seed),
+            segment_length,
+            rank,
+            world_size,
+            tuple(identity(r.source) for r in self.refs),
+        )
+        streams_ = int(np.count_nonzero(self.spec.units[2]))
+        if pad in ("drop", "wrap") and streams_ < self.spec.rows:
+            what = "every batch would be dropped" if pad == "drop" else "rows would idle"
+            raise ValueError(
+                f"pad={pad!r} needs a stream for every row: {self.spec.rows} rows "
+                f"(batch_size x world_size) but {streams_} non-empty streams, so {what}; "
+                'use fewer rows, more streams or pad="zeros"'
+            )
+        config = self.config
+        data = DataSpec(self.refs, lengths_, config.transform, self.spec.seed, config.timeout)
+        self._reading = Reading(self.spec, self.refs, config.transform, data)
+        self._epochs = Epochs(self.spec, per_epoch=config.transform is not None)
+        self._workers = Workers(config, self.refs)
+        self._epoch, self._chosen = 0, False  # chosen: by set_epoch, kept for every pass
+        self._position = Position(0)  # that of the last pass, or the one loaded
+        self._active: weakref.ref | None = None
+        self._whole: tuple[Any, ZipBatch] | None = None
+        self._lock = threading.RLock()  # plan and in-process reads, made once per epoch
+
+    def __getattr__(self, name: str) -> Any:
+        """The plan's settings (``batch_size``, ``tbins``, ...) and the configuration's."""
+        if name in _SPEC_FIELDS:
+            return getattr(self.__dict__["spec"], name)
+        if name in _CONFIG_FIELDS:
+            return getattr(self.__dict__["config"], name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the next pass.
+
+        It advances by one when a pass ends, and when a new pass starts after one that
+        was left before its end (so every new pass reshuffles, as with a DataLoader),
+        unless :meth:`set_epoch` chose it: then every pass reads that epoch until
+        ``set_epoch`` is called again, as with a ``DistributedSampler``. A position loaded
+        by :meth:`load_state_dict` is resumed first.
+        """
+        self._sync()
+        return self._epoch
+
+    def _sync(self) -> None:
+        """Take in the position the last pass reported: past its end, the next epoch."""
+        if self._position.ended and not self._chosen:
+            self._epoch += 1
+            self._position = Position(0)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The configuration and the position; not the pass in progress nor the caches.
+
+        A copy (``copy.copy``, ``copy.deepcopy``, pickling) starts from the same position
+        with passes of its own.
+        """
+        state = self.__dict__.copy()
+        del state["_lock"]
+        state["_active"], state["_whole"] = None, None
+        state["_workers"] = Workers(self.config, self.refs)
+        state["_position"] = self._position.copy()
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
+
+    def __repr__(self) -> str:
+        return (
+            f"StreamLoader({len(self.refs)} streams, batch_size={self.batch_size}, "
+            f"tbins={self.tbins}, num_workers={self.num_workers}, pad={self.pad!r}, "
+            f"rank={self.rank}/{self.world_size})"
+        )
+
+    @property
+    def fingerprint(self) -> str:
+        """Hash of everything that decides the plan, except the rows, the epoch and the rank.
+
+        It covers the stream lengths and identities (file paths where the sources have
+        them, see :func:`streamseq.read.ref.identity`), tbins, pad, shuffle, seed and
+        segment length (:attr:`plan_key`). Batch size and world size are not in it: a
+        state loads into a loader with other ones (see :meth:`load_state_dict`).
+        """
+        return self.spec.fingerprint
+
+    @property
+    def plan_key(self) -> dict[str, Any]:
+        """What :attr:`fingerprint` hashes, field by field (states keep it)."""
+        return dict(self.spec.key)
+
+    def epoch_length(self, epoch: int) -> int:
+        """The number of batches of ``epoch``, from the plan, without reading any data.
+
+        Equal to ``len(loader)`` after ``set_epoch(epoch)``; with ``shuffle`` it varies
+        from epoch to epoch, so a schedule over the whole run sums it::
+
+            total = sum(loader.epoch_length(e) for e in range(epochs))
+            scheduler = OneCycleLR(optimizer, max_lr, total_steps=total)
+
+        Example:
+            >>> import numpy as np
+            >>> loader = StreamLoader([np.arange(n) for n in (9, 3, 5, 2)], 2, 2, shuffle=True)
+            >>> [loader.epoch_length(e) for e in range(3)]
+            [6, 6, 7]
+        """
+        return self._epochs.length(check_int(epoch, "epoch", 0))
+
+    def plan(self) -> EpochPlan:
+        """The plan of the current epoch (computed once per epoch, or once for all)."""
+        with self._lock:
+            epoch = self.epoch
+            if self._epochs.cached(epoch) is None:
+                self._whole = None
+            return self._epochs.plan(epoch)
+
+    def __len__(self) -> int:
+        return self.plan().length
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch (and so the shuffle); the next iteration starts at batch 0.
+
+        A position loaded by :meth:`load_state_dict` and not yet iterated survives
+        ``set_epoch`` with its own epoch, so the usual loop resumes where the run was::
+
+            loader.load_state_dict(state)
+            for epoch in range(loader.epoch, epochs):
+                loader.set_epoch(epoch)  # keeps the loaded position
+                for batch in loader: ...
+        """
+        epoch = check_int(epoch, "epoch", 0)
+        if self._position.pending and epoch == self.epoch:
+            self._chosen = True
+            return
+        self._end_pass()
+        self._epoch, self._position, self._chosen = epoch, Position(0), True
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the run stands: epoch, next batch and where every stream of the epoch is.
+
+        Its size does not grow with the number of batches: one bit per stream (or
+        segment), plus the streams begun (at most one per global row) and the plan's
+        settings (to name what differs when it is loaded elsewhere).
+
+        Example:
+            >>> import numpy as np
+            >>> loader = StreamLoader([np.arange(6)], batch_size=1, tbins=2)
+            >>> it = iter(loader); _ = next(it)
+            >>> state = loader.state_dict()
+            >>> state["epoch"], state["next_batch"], state["length"], state["progress"]["next"]
+            (0, 1, 3, [2])
+        """
+        self._sync()
+        return make_state(self.spec, self.plan(), self._position.next)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume: the next iteration starts where the state's run stood.
+
+        The state may come from any rank: all ranks of a run stand at the same batch. It
+        loads into a loader with any ``num_workers``, ``method``, ``batch_size`` and
+        ``world_size`` over the same streams (and ``tbins``, ``pad``, ``shuffle``,
+        ``seed``, ``segment_length``):
+
+        - the same global rows (``batch_size * world_size``): the next batches are those
+          the run would have delivered;
+        - other global rows: the rest of the epoch is planned anew from where every stream
+          stands. Every step not yet delivered is delivered once; a stream that was begun
+          goes on from its next step at the start of a row, with ``reset`` set there
+          (:meth:`row_map` tells which old row each new row continues); nothing delivered
+          is delivered again. The next epochs are this loader's own.
+
+        Raises:
+            ValueError: the state is malformed, or was made over other streams or with
+                another tbins, pad, shuffle, seed or segment length (named).
+
+        Example:
+            >>> import numpy as np
+            >>> streams = [np.arange(6), np.arange(10, 14)]
+            >>> loader = StreamLoader(streams, batch_size=1, tbins=2)
+            >>> it = iter(loader); _ = next(it); _ = next(it)
+            >>> state = loader.state_dict()
+            >>> again = StreamLoader(streams, batch_size=1, tbins=2)
+            >>> again.load_state_dict(state)
+            >>> [b.data.tolist() for b in again]
+            [[[4, 5]], [[10, 11]], [[12, 13]]]
+            >>> wider = StreamLoader(streams, batch_size=2, tbins=2)
+            >>> wider.load_state_dict(state)
+            >>> [b.data.tolist() for b in wider]
+            [[[4, 5], [10, 11]], [[0, 0], [12, 13]]]
+            >>> StreamLoader(streams, batch_size=1, tbins=3).load_state_dict(state)
+            Traceback (most recent call last):
+            ...
+            ValueError: this state was made by another plan, differing in tbins (the state ...
+        """
+        resumed = read_state(self.spec, state)
+        check_resumable(self._epochs, resumed, state)
+        rest = None if resumed.rest is None else (resumed.epoch, resumed.rest)
+        self._end_pass()  # an invalid state changes nothing: checked first
+        if rest is not None or self._epochs.rest is not None:
+            self._workers.stop()  # they plan epochs from the rest they were given
+        with self._lock:
+            self._epochs = Epochs(self.spec, rest, per_epoch=self.transform is not None)
+            self._whole = None
+        self._epoch, self._chosen = resumed.epoch, False
+        self._position = Position(resumed.next_batch, pending=True)
+
+    def row_map(self, state: dict[str, Any]) -> list[int]:
+        """For each row of this loader, the global row of ``state``'s run it continues.
+
+        Global row ``g`` of the old run is row ``g % batch_size`` of its rank
+        ``g // batch_size`` (``state["batch_size"]``). -1: the row starts afresh (a
+        stream from its first step, or one whose row had moved on). With the same
+        global rows every row continues itself. Carry the recurrent state across with it::
+
+            rows = torch.tensor(loader.row_map(state))
+            h = torch.where((rows >= 0)[:, None], old_h[rows.clamp(min=0)], 0.0)
+
+        Example:
+            >>> import numpy as np
+            >>> streams = [np.arange(n) for n in (8, 6, 4, 2)]
+            >>> run = StreamLoader(streams, batch_size=4, tbins=2)
+            >>> it = iter(run); _ = next(it)
+            >>> StreamLoader(streams, batch_size=2, tbins=2).row_map(run.state_dict())
+            [0, 1]
+        """
+        return row_map(self.spec, read_state(self.spec, state))
+
+    def __getitem__(self, i: int | slice) -> Batch | list[Batch]:
+        """Batch ``i`` of the current epoch (a list of batches for a slice), read here.
+
+        Example:
+            >>> import numpy as np
+            >>> loader = StreamLoader([np.arange(6)], batch_size=1, tbins=2)
+            >>> [b.data.tolist() for b in loader[1:]]
+            [[[2, 3]], [[4, 5]]]
+        """
+        batches = Assembled([self._in_process()], self.pin_memory, self.time_major, share=True)
+        n = len(self)
+        if isinstance(i, slice):
+            return [batches[k] for k in range(*i.indices(n))]
+        k = check_int(i, "a batch index")
+        k = k + n if k < 0 else k
+        if not 0 <= k < n:
+            raise IndexError(f"batch {i} out of range for {n} batches")
+        return batches[k]
+
+    def _in_process(self) -> ZipBatch:
+        """All the rows of this rank as one zip, read in this process (kept for the epoch)."""
+        with self._lock:
+            plan = self.plan()
+            key = self._epochs.key(plan.epoch)
+            if self._whole is None or self._whole[0] != key:
+                self._whole = (key, self._reading.group(plan, self._reading.rows(plan)))
+            return self._whole[1]
+
+    def __iter__(self) -> Iterator[Batch]:
+        """A pass over the batches of the epoch, from the loaded position (or batch 0).
+
+        A loader runs one pass at a time: its position is what :meth:`state_dict` saves.
+        A new ``iter(loader)`` stops the pass in progress, whose iterator then raises
+        RuntimeError on its next ``next()``: ``zip(loader, loader)``, or a loop over the
+        loader inside a loop over it, fails instead of silently ending early. One
+        exception: an iterator that delivered nothing, once the pass that superseded it
+        has ended, is simply exhausted (``tqdm.auto`` makes such an iterator and never
+        uses it). A pass that ended, or that :meth:`close`, :meth:`set_epoch` or
+        :meth:`load_state_dict` stopped, stays ended (StopIteration).
+        """
+        live = self._active() if self._active is not None else None
+        if live is not None and not live.closed:
+            live.superseded = True
+        self._end_pass()
+        self._sync()
+        if self._position.started and not self._chosen:  # a pass left before its end
+            self._epoch, self._position = self._epoch + 1, Position(0)
+        loaded = self._position  # a loaded position is used up by the first batch delivered
+        self._position = Position(loaded.next if loaded.pending else 0, loaded.pending)
+        it = self._open_pass(self._position)
+        self._active = weakref.ref(it)
+        return it
+
+    def _open_pass(self, position: Position) -> Pass:
+        """A pass from ``position``: read here, or by workers (new or persistent)."""
+        config, plan = self.config, self.plan()
+        stop = plan.length
+        rows = self._reading.rows(plan)
+        workers = min(config.num_workers, len(rows))
+        if workers == 0:
+            groups: list[Any] = [self._in_process()]
+            batches = Assembled(groups, config.pin_memory, config.time_major, share=True)
+            return Pass(position, batches, stop, groups, [], self._newer_running)
+        zips = self._reading.groups(plan, rows, workers)
+        sizes = [group_block_size(g, self.tbins) for g in zips]
+        started = self._workers.start(zips, self._reading, self._epochs, self.tbins)
+        prefetchers = started
+        blocks: list[Any] = started
+        if config.persistent_workers:  # the loader's: this pass reads its epoch from them
+            prefetchers = []
+            blocks = [
+                EpochOf(pf, plan.epoch, len(Layout(k, stop)))
+                for pf, k in zip(started, sizes, strict=True)
+            ]
+        groups = [Unblocked(b, k, stop) for b, k in zip(blocks, sizes, strict=True)]
+        batches = Assembled(groups, config.pin_memory, config.time_major, share=False)
+        return Pass(position, batches, stop, groups, prefetchers, self._newer_running)
+
+    def _newer_running(self, it: Pass) -> bool:
+        newer = self._active() if self._active is not None else None
+        return newer is not None and newer is not it and not newer.closed
+
+    def _end_pass(self) -> None:
+        """Stop the pass in progress, if any (persistent workers are kept)."""
+        it = self._active() if self._active is not None else None
+        if it is not None:
+            it.close()
+        self._active = None
+
+    def close(self) -> None:
+        """Stop the pass in progress and the workers, persistent ones included."""
+        self._end_pass()
+        self._workers.stop()
+
+    def __del__(self) -> None:
+        try:
+            self._workers.stop()
+        except Exception:  # interpreter shutdown, half-built object
+            pass

@@ -1,0 +1,250 @@
+"""Who reads which rows: this process, or one worker per group of rows, fresh or persistent.
+
+The rows of an epoch (:class:`Reading`) are split into one contiguous group per worker
+(:func:`~streamseq.split_by_worker`); each group is read in order by one worker
+(:func:`~streamseq.prefetch`), which hands its micro-batches over in blocks
+(:class:`~streamseq.workers.blocks.Blocks`). Persistent workers read every epoch of
+their group (:class:`EpochBlocks`), planning each from the frozen plan spec they were
+given.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .._tree import nbytes, tree_map
+from ..batch import Batch
+from ..interleave import Row, make_rows
+from ..plan.planner import EpochPlan, Epochs
+from ..plan.spec import PlanSpec
+from ..prefetch import Prefetched, prefetch
+from ..read.ref import StreamRef
+from ..split import split_by_worker
+from ..tbin import tbin
+from ..workers.blocks import Blocks, Layout, block_size
+from ..zip_batch import ZipBatch
+from .config import LoaderConfig
+from .spec import DataSpec
+
+
+class Reading:
+    """What reading a plan needs: its spec, the streams, the transform and the data spec.
+
+    Args:
+        spec: the plan's settings.
+        refs: the streams.
+        transform: the user's transform, or None.
+        data: the data's dtype and step shape.
+    """
+
+    def __init__(
+        self,
+        spec: PlanSpec,
+        refs: Sequence[StreamRef],
+        transform: Callable[..., Any] | None,
+        data: DataSpec,
+    ):
+        self.spec, self.refs, self.transform, self.data = spec, refs, transform, data
+
+    def rows(self, plan: EpochPlan) -> list[Row]:
+        """The rows of this rank in ``plan``'s epoch."""
+        spec = self.spec
+        return make_rows(
+            self.refs,
+            plan.pieces[2],
+            plan.rows_of(spec),
+            self.transform,
+            seed=spec.seed,
+            epoch=plan.epoch,
+            units=plan.units_of(spec),
+        )
+
+    def group(self, plan: EpochPlan, rows: Sequence[Row]) -> ZipBatch:
+        """The sequence of micro-batches of a group of rows of ``plan``'s epoch."""
+        spec = self.spec
+        parts = [tbin(r, spec.tbins, pack=spec.pad == "pack") for r in rows]
+        return ZipBatch(parts, pad=spec.pad, length=plan.length, spec=self.data.of(plan.epoch))
+
+    def groups(self, plan: EpochPlan, rows: Sequence[Row], workers: int) -> list[ZipBatch]:
+        """One group of ``rows`` per worker."""
+        return [self.group(plan, g) for g in split_by_worker(rows, workers)]
+
+
+def micro_batch_bytes(spec: Any, rows: int, tbins: int) -> int:
+    """Size of a micro-batch of ``rows`` rows whose data ``spec`` describes.
+
+    Example:
+        >>> micro_batch_bytes(np.empty((0, 3), np.float32), 2, 4)
+        234
+    """
+    step = nbytes(tree_map(lambda a: np.zeros((1, *a.shape[1:]), a.dtype), spec))
+    return rows * tbins * (step + 8 + 8 + 1) + rows
+
+
+def group_block_size(group: ZipBatch, tbins: int) -> int:
+    """Micro-batches a worker hands over at once (about 2 MB of them, at most 32)."""
+    return block_size(micro_batch_bytes(group.spec_, group.num_rows, tbins))
+
+
+def check_picklable(
+    groups: list[Any], transform: Callable[..., Any] | None, refs: Sequence[StreamRef]
+) -> None:
+    """Raise a TypeError naming what spawned workers could not receive, if anything."""
+    try:
+        pickle.dumps(groups)
+        return
+    except Exception as e:
+        error = e
+    hint = (
+        "spawned worker processes receive it pickled: use a module-level function or a "
+        'functools.partial of one (not a lambda or a local function), or method="thread"'
+    )
+    if transform is not None:
+        try:
+            pickle.dumps(transform)
+        except Exception as e:
+            raise TypeError(f"transform {transform!r} does not pickle ({e}): {hint}") from e
+    for ref in refs:
+        try:
+            pickle.dumps(ref.source)
+        except Exception as e:
+            raise ref.error(f"does not pickle ({type(e).__name__}: {e}): {hint}") from e
+    raise TypeError(f"the streams do not pickle ({error}): {hint}") from error
+
+
+_STRIDE = 1 << 32  # items of EpochBlocks: block j of epoch e is item e * _STRIDE + j
+
+
+class EpochBlocks:
+    """The blocks of group ``w`` of ``workers`` in every epoch: what persistent workers read.
+
+    A sequence of segments, one per epoch (item ``e * 2**32 + j`` is block ``j`` of epoch
+    ``e``, and :meth:`segment_end` ends the segment, so :func:`~streamseq.prefetch` never
+    reads past the end of an epoch). Each worker plans the epochs for its own rows from
+    the frozen plan spec it was given (no reference to the loader, so that the loader and
+    its workers are collected when it is no longer referenced).
+
+    Args:
+        reading: the plan spec, streams, transform and data spec.
+        epochs: the plans of the run.
+        w: the group.
+        workers: the number of groups.
+        size: micro-batches per block (:class:`~streamseq.workers.blocks.Layout`).
+    """
+
+    def __init__(self, reading: Reading, epochs: Epochs, w: int, workers: int, size: int = 1):
+        self.reading, self.w, self.workers, self.size = reading, w, workers, size
+        self.epochs = Epochs(epochs.spec, epochs.rest, epochs.per_epoch)  # plans of its own
+        self._group: tuple[Any, Blocks] | None = None
+
+    def __len__(self) -> int:
+        return _STRIDE << 24
+
+    @staticmethod
+    def first_item(epoch: int) -> int:
+        """The item of block 0 of ``epoch``."""
+        return epoch * _STRIDE
+
+    def group(self, epoch: int) -> Blocks:
+        """The blocks of this group in ``epoch`` (kept until another is asked for)."""
+        key = self.epochs.key(epoch)
+        if self._group is None or self._group[0] != key:
+            self.release()
+            plan = self.epochs.plan(epoch)
+            rows = split_by_worker(self.reading.rows(plan), self.workers)[self.w]
+            self._group = (key, Blocks(self.reading.group(plan, rows), self.size))
+        return self._group[1]
+
+    def __getitem__(self, k: int) -> list[Batch]:
+        epoch, j = divmod(k, _STRIDE)
+        return self.group(epoch)[j]
+
+    def segment_end(self, k: int) -> int:
+        """The item after the last block of the epoch of item ``k``."""
+        epoch = k // _STRIDE
+        return epoch * _STRIDE + len(Layout(self.size, self.epochs.length(epoch)))
+
+    def describe_item(self, k: int) -> str:
+        """What item ``k`` reads: its epoch, streams and steps."""
+        epoch, j = divmod(k, _STRIDE)
+        return f"epoch {epoch}, {self.group(epoch).describe_item(j)}"
+
+    def release(self) -> None:
+        """Close the files the group holds open."""
+        if self._group is not None:
+            self._group[1].release()
+
+
+class EpochOf:
+    """The blocks of one epoch, read by persistent workers (items shifted to the epoch's)."""
+
+    def __init__(self, workers: Prefetched, epoch: int, length: int):
+        self.workers, self.base, self.length = workers, EpochBlocks.first_item(epoch), length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def prepare(self, i: int) -> None:  # noqa: D102
+        self.workers.prepare(self.base + i)
+
+    def __getitem__(self, i: int) -> Batch:
+        return self.workers[self.base + i]
+
+    def release(self) -> None:
+        """Nothing: the workers own their files."""
+
+
+class Workers:
+    """The workers of a loader: started for each pass, or kept across passes (persistent).
+
+    Args:
+        config: the loader's configuration.
+        refs: the streams (to name one that does not pickle).
+    """
+
+    def __init__(self, config: LoaderConfig, refs: Sequence[StreamRef]):
+        self.config, self.refs = config, refs
+        self.persistent: list[Prefetched] | None = None
+
+    def start(
+        self, groups: list[ZipBatch], reading: Reading, epochs: Epochs, tbins: int
+    ) -> list[Prefetched]:
+        """The workers reading ``groups``: new ones, or the persistent ones."""
+        config, kept = self.config, self.persistent
+        if kept is not None and len(kept) == len(groups):
+            return kept
+        self.stop()
+        if config.method == "process" and multiprocessing.get_start_method() != "fork":
+            check_picklable(groups, config.transform, self.refs)
+        made = []
+        for w, g in enumerate(groups):
+            size = group_block_size(g, tbins)
+            shm = micro_batch_bytes(g.spec_, g.num_rows, tbins) * size * config.max_buffered
+            seq: Any = Blocks(g, size)
+            if config.persistent_workers:
+                seq = EpochBlocks(reading, epochs, w, len(groups), size)
+            made.append(
+                prefetch(
+                    seq,
+                    1,
+                    method=config.method,
+                    max_buffered=config.max_buffered,
+                    timeout=config.timeout,
+                    shm_size=int(shm * 1.1) + 65536 * config.max_buffered,
+                    persistent_workers=config.persistent_workers,
+                )
+            )
+        if config.persistent_workers:
+            self.persistent = made
+        return made
+
+    def stop(self) -> None:
+        """Stop the persistent workers, if any."""
+        kept, self.persistent = self.persistent, None
+        for pf in kept or ():
+            pf.close(wait=False)

@@ -1,0 +1,144 @@
+"""The plan of an epoch from a :class:`~streamseq.plan.spec.PlanSpec`: pieces, rows, length.
+
+A fresh epoch reads every unit (stream or segment) whole; an epoch resumed on other rows
+reads what was left of it (:func:`~streamseq.plan.progress.rest_of_epoch`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .epoch import epoch_plan
+from .progress import Pieces, Progress, rest_of_epoch, whole_units
+from .rows import stream_order
+from .spec import PlanSpec
+
+
+@dataclass(frozen=True, eq=False)
+class EpochPlan:
+    """What one epoch delivers: its pieces, those of every global row, its batches.
+
+    Attributes:
+        epoch: the epoch.
+        pieces: ``(unit, offset, length)`` of every piece the rows read.
+        assignment: piece indices of every global row (all ranks), in order.
+        length: batches of the epoch.
+        rest: where the epoch was resumed on other rows, or None for a fresh epoch.
+    """
+
+    epoch: int
+    pieces: Pieces
+    assignment: list[np.ndarray]
+    length: int
+    rest: Progress | None = None
+
+    def rows_of(self, spec: PlanSpec) -> list[np.ndarray]:
+        """The piece indices of the rows of ``spec.rank``."""
+        b = spec.batch_size
+        return self.assignment[spec.rank * b : (spec.rank + 1) * b]
+
+    def units_of(self, spec: PlanSpec) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(stream, first step)`` of every piece, or None when pieces are whole streams."""
+        if spec.segment_length is None and self.rest is None:
+            return None
+        source, start, _ = spec.units
+        unit, offset, _ = self.pieces
+        return source[unit], start[unit] + offset
+
+
+def plan_epoch(spec: PlanSpec, epoch: int, rest: Progress | None = None) -> EpochPlan:
+    """The plan of ``epoch``, fresh or resumed at ``rest``.
+
+    Example:
+        >>> spec = PlanSpec(np.array([5, 2, 3]), batch_size=2, tbins=2)
+        >>> plan = plan_epoch(spec, 0)
+        >>> [r.tolist() for r in plan.assignment], plan.length
+        ([[0], [1, 2]], 3)
+    """
+    lengths = spec.units[2]
+    if rest is None:
+        pieces, order = whole_units(lengths), None
+    else:
+        order = stream_order(len(lengths), shuffle=spec.shuffle, seed=spec.seed, epoch=epoch)
+        pieces = rest_of_epoch(rest, lengths, order)
+        order = np.arange(len(pieces[0]))
+    assignment, n = epoch_plan(
+        pieces[2],
+        spec.rows,
+        spec.tbins,
+        spec.pad,
+        shuffle=spec.shuffle,
+        seed=spec.seed,
+        epoch=epoch,
+        order=order,
+    )
+    return EpochPlan(epoch, pieces, assignment, n, rest)
+
+
+class Epochs:
+    """The plans of every epoch of a run: fresh ones, and the one resumed at a rest.
+
+    Plans are computed on demand and the last one is kept: without shuffle, a per-epoch
+    transform or a resumed rest, every epoch has the same plan (:meth:`key`), kept
+    across epochs.
+
+    Args:
+        spec: the plan's settings.
+        rest: ``(epoch, progress)`` when that epoch was resumed on other rows.
+        per_epoch: the rows differ by epoch even without shuffle (a transform seeded
+            by the epoch).
+
+    Example:
+        >>> epochs = Epochs(PlanSpec(np.array([5, 2, 3]), batch_size=2, tbins=2))
+        >>> epochs.length(0), epochs.plan(0).assignment is epochs.plan(1).assignment
+        (3, True)
+    """
+
+    def __init__(
+        self, spec: PlanSpec, rest: tuple[int, Progress] | None = None, per_epoch: bool = False
+    ):
+        self.spec, self.rest, self.per_epoch = spec, rest, per_epoch
+        self._last: tuple[Any, EpochPlan] | None = None
+
+    def rest_of(self, epoch: int) -> Progress | None:
+        """Where ``epoch`` was resumed on other rows, else None."""
+        rest = self.rest
+        return rest[1] if rest is not None and rest[0] == epoch else None
+
+    def key(self, epoch: int) -> Any:
+        """What tells the plan of ``epoch`` from the others."""
+        if self.rest_of(epoch) is not None:
+            return ("rest", epoch)
+        return epoch if self.spec.shuffle or self.per_epoch else "every epoch"
+
+    def cached(self, epoch: int) -> EpochPlan | None:
+        """The plan of ``epoch`` if it is the one kept."""
+        last = self._last
+        if last is None or last[0] != self.key(epoch):
+            return None
+        plan = last[1]
+        return plan if plan.epoch == epoch else dataclasses.replace(plan, epoch=epoch)
+
+    def plan(self, epoch: int) -> EpochPlan:
+        """The plan of ``epoch`` (kept until another is asked for)."""
+        plan = self.cached(epoch)
+        if plan is None:
+            plan = plan_epoch(self.spec, epoch, self.rest_of(epoch))
+            self._last = (self.key(epoch), plan)
+        return plan
+
+    def length(self, epoch: int) -> int:
+        """Batches of ``epoch``, without keeping its plan."""
+        plan = self.cached(epoch)
+        return (
+            plan.length
+            if plan is not None
+            else plan_epoch(self.spec, epoch, self.rest_of(epoch)).length
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"spec": self.spec, "rest": self.rest, "per_epoch": self.per_epoch, "_last": None}

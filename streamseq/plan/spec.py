@@ -1,0 +1,100 @@
+"""The frozen settings a plan is a pure function of: :class:`PlanSpec`."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from .segments import segments
+
+
+@dataclass(frozen=True, eq=False)
+class PlanSpec:
+    """Everything that decides what goes where, and nothing that reads data.
+
+    The plan of every epoch (:func:`~streamseq.plan.planner.plan_epoch`), the state of a
+    run (:mod:`streamseq.plan.state`) and the rows a rank reads are pure functions of
+    it and of the epoch.
+
+    Attributes:
+        lengths: steps of every stream, in the order the user gave them.
+        batch_size: rows per batch on each rank.
+        tbins: steps per chunk (per row and batch).
+        pad: ``"zeros"``, ``"drop"``, ``"wrap"`` or ``"pack"``.
+        shuffle: a new order of the streams every epoch.
+        seed: seed of the shuffle.
+        segment_length: streams longer than this are planned as segments of it.
+        rank: this process' rank.
+        world_size: ranks sharing one global plan.
+        sources: what names each stream across runs (file paths, or types).
+
+    Example:
+        >>> spec = PlanSpec(np.array([5, 0, 3]), batch_size=2, tbins=2, segment_length=2)
+        >>> spec.rows, spec.units[2].tolist()
+        (2, [2, 2, 1, 2, 1])
+        >>> spec.replace(world_size=2).rows
+        4
+    """
+
+    lengths: np.ndarray
+    batch_size: int
+    tbins: int
+    pad: str = "zeros"
+    shuffle: bool = False
+    seed: int = 0
+    segment_length: int | None = None
+    rank: int = 0
+    world_size: int = 1
+    sources: tuple[str, ...] = ()
+
+    @property
+    def rows(self) -> int:
+        """Global rows: ``batch_size * world_size``."""
+        return self.batch_size * self.world_size
+
+    @cached_property
+    def units(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """What the rows read: ``(source, start, length)`` of every stream or segment."""
+        return segments(self.lengths, self.segment_length)
+
+    @cached_property
+    def key(self) -> dict[str, Any]:
+        """What decides the plan, except the rows and the epoch (states keep it).
+
+        Example:
+            >>> key = PlanSpec(np.array([4]), 1, 2, sources=("ndarray",)).key
+            >>> {k: key[k] for k in ("streams", "tbins", "pad", "shuffle", "seed")}
+            {'streams': 1, 'tbins': 2, 'pad': 'zeros', 'shuffle': False, 'seed': 0}
+        """
+        sources = hashlib.sha256("\0".join(self.sources).encode())
+        return {
+            "streams": len(self.lengths),
+            "lengths": hashlib.sha256(self.lengths.tobytes()).hexdigest()[:16],
+            "sources": sources.hexdigest()[:16],
+            "tbins": self.tbins,
+            "pad": self.pad,
+            "shuffle": self.shuffle,
+            "seed": self.seed,
+            "segment_length": self.segment_length,
+        }
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """A short hash of :attr:`key`."""
+        return hashlib.sha256(repr(sorted(self.key.items())).encode()).hexdigest()[:16]
+
+    def replace(self, **changes: Any) -> PlanSpec:
+        """A copy with ``changes``."""
+        return dataclasses.replace(self, **changes)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The fields only (the cached properties are computed again)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
