@@ -34,6 +34,34 @@ def row_chunks(
     return np.array([int(per_stream[m].sum()) for m in assignment], dtype=np.int64)
 
 
+def start_order(
+    lengths: np.ndarray, assignment: list[np.ndarray], tbins: int, pack: bool = False
+) -> np.ndarray:
+    """Every stream, in the order the plan starts reading them: by first step, then by row.
+
+    Streams the plan does not hold (empty ones) come last, in index order. With a plan of
+    :func:`epoch_plan` ``version=2`` this is the epoch's order of the streams, the one the
+    rest of an epoch resumed on other rows takes its untouched streams in
+    (:func:`~streamseq.plan.progress.rest_of_epoch`).
+
+    Example:
+        >>> rows = [np.array([2, 0]), np.array([1]), np.array([3])]
+        >>> start_order(np.array([5, 2, 3, 1, 0]), rows, 2).tolist()
+        [2, 1, 3, 0, 4]
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    cost = lengths if pack else -(-lengths // tbins)
+    flat = np.concatenate([np.asarray(a, np.int64) for a in assignment] + [np.zeros(0, np.int64)])
+    sizes = np.array([len(a) for a in assignment], dtype=np.int64)
+    row = np.repeat(np.arange(len(sizes)), sizes)
+    ends = np.cumsum(cost[flat])
+    first = np.repeat(np.cumsum(sizes) - sizes, sizes)
+    start = ends - cost[flat] - (ends - cost[flat])[first] if len(flat) else ends
+    held = flat[np.lexsort((row, start))]
+    rest = np.setdiff1d(np.arange(len(lengths)), held)
+    return np.concatenate([held, rest])
+
+
 def num_batches(chunks: np.ndarray, pad: str) -> int:
     """Batches of an epoch whose rows have ``chunks`` chunks each.
 

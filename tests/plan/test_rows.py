@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamseq.plan.epoch import epoch_plan, row_chunks
+from streamseq.plan.epoch import epoch_plan, row_chunks, start_order
+from streamseq.plan.progress import progress_at, rest_of_epoch, whole_units
 from streamseq.plan.rows import (
     assign_rows,
     balanced_rows,
@@ -274,3 +275,33 @@ def test_explicit_order_deals_as_version_1(lengths, num_rows, tbins, pad, data):
 def test_unknown_version():
     with pytest.raises(ValueError, match="plan version"):
         epoch_plan(np.array([3]), 1, 2, "zeros", version=3)
+
+
+@given(lengths_st, rows_st, tbins_st, st.sampled_from(PADS), seeds, st.data())
+def test_rest_of_a_balanced_epoch_on_other_rows(lengths, num_rows, tbins, pad, seed, data):
+    pack = pad == "pack"
+    rows, n = epoch_plan(lengths, num_rows, tbins, pad, shuffle=True, seed=seed, version=2)
+    order = start_order(lengths, rows, tbins, pack)
+    assert sorted(order.tolist()) == list(range(len(lengths)))
+    firsts = [int(r[0]) for r in rows if len(r)]
+    assert sorted(order[: len(firsts)].tolist()) == sorted(firsts)  # row openers first
+    batches = data.draw(st.integers(0, n))
+    progress = progress_at(lengths, whole_units(lengths), rows, tbins, pack, batches)
+    unit, offset, length = rest_of_epoch(progress, lengths, order)
+    new_rows = data.draw(st.integers(1, 9))
+    rest, _ = epoch_plan(
+        length, new_rows, tbins, pad, order=np.arange(len(unit)), shuffle=True, version=2
+    )
+    begun = min(len(progress.begun), new_rows)
+    assert [int(r[0]) for r in rest[:begun]] == list(range(begun))  # begun pieces open rows
+    done = progress.done
+    for u in range(len(lengths)):  # every step not delivered, once
+        left = sorted(
+            (int(o), int(o + n_)) for v, o, n_ in zip(unit, offset, length, strict=True) if v == u
+        )
+        if done[u]:
+            assert left == []
+        elif u in progress.begun.tolist():
+            assert left == [(int(progress.next[progress.begun == u][0]), int(lengths[u]))]
+        else:
+            assert left == [(0, int(lengths[u]))]
