@@ -93,7 +93,9 @@ def balanced_rows(
     Empty streams are skipped; each row lists its streams in index order.
 
     The last stream placed on the costliest row went to the cheapest row of that time,
-    so the costliest and the cheapest rows differ by at most one stream's cost.
+    so the costliest and the cheapest rows differ by at most one stream's cost: in
+    chunks, so by at most the longest stream rounded up to whole chunks (their steps may
+    differ more: many short streams against as many long ones of as many chunks).
 
     Args:
         lengths: steps of every stream.
