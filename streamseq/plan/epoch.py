@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .rows import assign_rows
+from .rows import assign_rows, balanced_rows, shuffle_rows
+
+#: the planning algorithms :func:`epoch_plan` knows
+PLAN_VERSIONS = (1, 2)
 
 
 def row_chunks(
@@ -31,6 +34,34 @@ def row_chunks(
     return np.array([int(per_stream[m].sum()) for m in assignment], dtype=np.int64)
 
 
+def start_order(
+    lengths: np.ndarray, assignment: list[np.ndarray], tbins: int, pack: bool = False
+) -> np.ndarray:
+    """Every stream, in the order the plan starts reading them: by first step, then by row.
+
+    Streams the plan does not hold (empty ones) come last, in index order. With a plan of
+    :func:`epoch_plan` ``version=2`` this is the epoch's order of the streams, the one the
+    rest of an epoch resumed on other rows takes its untouched streams in
+    (:func:`~streamseq.plan.progress.rest_of_epoch`).
+
+    Example:
+        >>> rows = [np.array([2, 0]), np.array([1]), np.array([3])]
+        >>> start_order(np.array([5, 2, 3, 1, 0]), rows, 2).tolist()
+        [2, 1, 3, 0, 4]
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    cost = lengths if pack else -(-lengths // tbins)
+    flat = np.concatenate([np.asarray(a, np.int64) for a in assignment] + [np.zeros(0, np.int64)])
+    sizes = np.array([len(a) for a in assignment], dtype=np.int64)
+    row = np.repeat(np.arange(len(sizes)), sizes)
+    ends = np.cumsum(cost[flat])
+    first = np.repeat(np.cumsum(sizes) - sizes, sizes)
+    start = ends - cost[flat] - (ends - cost[flat])[first] if len(flat) else ends
+    held = flat[np.lexsort((row, start))]
+    rest = np.setdiff1d(np.arange(len(lengths)), held)
+    return np.concatenate([held, rest])
+
+
 def num_batches(chunks: np.ndarray, pad: str) -> int:
     """Batches of an epoch whose rows have ``chunks`` chunks each.
 
@@ -54,19 +85,57 @@ def epoch_plan(
     seed: int = 0,
     epoch: int = 0,
     order: np.ndarray | None = None,
+    version: int = 1,
 ) -> tuple[list[np.ndarray], int]:
     """The streams of every row (global rows, all ranks) and the number of batches.
 
+    ``version`` picks the algorithm (a saved state names the one it was planned with):
+
+    - ``1``: streams dealt out in the epoch's order (:func:`~streamseq.plan.rows.stream_order`,
+      shuffled from ``(seed, epoch)`` if ``shuffle``), each to the row with the fewest steps
+      so far (:func:`~streamseq.plan.rows.assign_rows`). With ``shuffle`` the number of
+      batches varies from epoch to epoch.
+    - ``2``: rows balanced once (:func:`~streamseq.plan.rows.balanced_rows`: longest first
+      onto the cheapest row, in chunks, or in steps for ``pad="pack"``; ``seed`` orders
+      streams of equal cost if ``shuffle``); with ``shuffle``, each epoch then permutes the
+      rows and the streams inside each row (:func:`~streamseq.plan.rows.shuffle_rows`).
+      Each row holds the same streams every epoch, so every epoch has the same number of
+      batches.
+
     ``order``: the order in which streams are dealt out to rows, instead of the epoch's
-    (see :func:`~streamseq.plan.rows.assign_rows`).
+    (the rest of an epoch resumed on other rows: begun pieces first, one per row). Both
+    versions then deal them out as version 1 does, each to the row with the fewest steps
+    so far, so the first ``num_rows`` pieces of ``order`` start rows ``0, 1, ...``.
+
+    Raises:
+        ValueError: an unknown ``version``.
 
     Example:
         >>> rows, n = epoch_plan(np.array([5, 2, 3]), 2, 2, "zeros")
         >>> [r.tolist() for r in rows], n
         ([[0], [1, 2]], 3)
+        >>> rows, n = epoch_plan(np.array([5, 2, 3, 4]), 2, 2, "zeros", version=2)
+        >>> [r.tolist() for r in rows], n
+        ([[0, 1], [2, 3]], 4)
+        >>> lengths = np.random.default_rng(0).integers(1, 100, 29)
+        >>> def batches(version):
+        ...     return sorted({epoch_plan(lengths, 4, 16, "zeros", shuffle=True, seed=1,
+        ...                               epoch=e, version=version)[1] for e in range(10)})
+        >>> batches(1), batches(2)
+        ([29, 30, 32], [28])
     """
-    assignment = assign_rows(
-        lengths, num_rows, shuffle=shuffle, seed=seed, epoch=epoch, order=order
-    )
-    chunks = row_chunks(lengths, assignment, tbins, pack=pad == "pack")
+    if version not in PLAN_VERSIONS:
+        raise ValueError(f"unknown plan version {version!r}, expected one of {PLAN_VERSIONS}")
+    pack = pad == "pack"
+    if version == 1 or order is not None:
+        assignment = assign_rows(
+            lengths, num_rows, shuffle=shuffle, seed=seed, epoch=epoch, order=order
+        )
+    else:
+        assignment = balanced_rows(
+            lengths, num_rows, tbins=tbins, pack=pack, seed=seed if shuffle else None
+        )
+        if shuffle:
+            assignment = shuffle_rows(assignment, seed, epoch)
+    chunks = row_chunks(lengths, assignment, tbins, pack=pack)
     return assignment, num_batches(chunks, pad)

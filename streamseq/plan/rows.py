@@ -59,3 +59,98 @@ def assign_rows(
     bounds = np.searchsorted(row_of[by_row], np.arange(num_rows + 1))
     ordered = order[by_row]
     return [ordered[bounds[r] : bounds[r + 1]] for r in range(num_rows)]
+
+
+def row_cost(lengths: np.ndarray, tbins: int, pack: bool = False) -> np.ndarray:
+    """What each stream adds to its row: its chunks of ``tbins`` steps, or steps if ``pack``.
+
+    A chunk never spans two streams unless ``pack``, so a stream costs its own chunks;
+    packed streams follow one another inside chunks, so they cost their steps.
+
+    Example:
+        >>> row_cost(np.array([5, 4, 0]), 2).tolist()
+        [3, 2, 0]
+        >>> row_cost(np.array([5, 4, 0]), 2, pack=True).tolist()
+        [5, 4, 0]
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    return lengths.copy() if pack else -(-lengths // tbins)
+
+
+def balanced_rows(
+    lengths: np.ndarray,
+    num_rows: int,
+    *,
+    tbins: int,
+    pack: bool = False,
+    seed: int | None = None,
+) -> list[np.ndarray]:
+    """Streams balanced over ``num_rows`` rows, once for every epoch: stream indices per row.
+
+    Longest first, each stream goes to the row with the lowest cost so far (the first
+    such row on a tie), the cost being :func:`row_cost`: chunks, or steps if ``pack``.
+    Streams of equal cost are taken in index order, or in an order drawn from ``seed``.
+    Empty streams are skipped; each row lists its streams in index order.
+
+    The last stream placed on the costliest row went to the cheapest row of that time,
+    so the costliest and the cheapest rows differ by at most one stream's cost: in
+    chunks, so by at most the longest stream rounded up to whole chunks (their steps may
+    differ more: many short streams against as many long ones of as many chunks).
+
+    Args:
+        lengths: steps of every stream.
+        num_rows: rows of the plan (global rows, all ranks).
+        tbins: steps per chunk.
+        pack: the rows are packed (``pad="pack"``): balance steps, not chunks.
+        seed: draws the order of streams of equal cost (None: index order).
+
+    Returns:
+        The stream indices of each row, a list of ``num_rows`` arrays.
+
+    Example:
+        >>> [r.tolist() for r in balanced_rows(np.array([5, 2, 0, 2, 4]), 2, tbins=1)]
+        [[0, 3], [1, 4]]
+        >>> [r.tolist() for r in balanced_rows(np.array([9, 2, 0, 2, 4]), 2, tbins=1)]
+        [[0], [1, 3, 4]]
+        >>> [r.tolist() for r in balanced_rows(np.array([5, 2, 0, 2, 4]), 2, tbins=2)]
+        [[0, 3], [1, 4]]
+    """
+    cost = row_cost(lengths, tbins, pack)
+    if seed is None:
+        candidates = np.arange(len(cost), dtype=np.int64)
+    else:
+        candidates = np.random.default_rng([seed]).permutation(len(cost))
+    order = candidates[np.argsort(-cost[candidates], kind="stable")]
+    order = order[cost[order] > 0]
+    row_of = np.empty(len(order), dtype=np.int64)
+    heap = [(0, r) for r in range(num_rows)]
+    replace = heapq.heapreplace
+    for k, c in enumerate(cost[order].tolist()):
+        total, r = heap[0]
+        row_of[k] = r
+        replace(heap, (total + c, r))
+    by_row = np.lexsort((order, row_of))
+    bounds = np.searchsorted(row_of[by_row], np.arange(num_rows + 1))
+    ordered = order[by_row]
+    return [ordered[bounds[r] : bounds[r + 1]] for r in range(num_rows)]
+
+
+def shuffle_rows(rows: list[np.ndarray], seed: int, epoch: int) -> list[np.ndarray]:
+    """The rows of ``epoch``: rows and the streams inside each in orders from ``(seed, epoch)``.
+
+    The rows are permuted among the row indices, and each row's streams among
+    themselves. Every row keeps its set of streams, so its cost, and the epoch's number
+    of batches, do not change from epoch to epoch.
+
+    Example:
+        >>> rows = [np.array([0, 3]), np.array([1]), np.array([2, 4])]
+        >>> shuffled = shuffle_rows(rows, seed=0, epoch=1)
+        >>> sorted(sorted(r.tolist()) for r in shuffled)
+        [[0, 3], [1], [2, 4]]
+        >>> [r.tolist() for r in shuffle_rows(rows, 0, 1)] == [r.tolist() for r in shuffled]
+        True
+    """
+    rng = np.random.default_rng([seed, epoch])
+    return [
+        rng.permutation(np.asarray(rows[p], dtype=np.int64)) for p in rng.permutation(len(rows))
+    ]
