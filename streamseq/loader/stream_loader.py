@@ -254,8 +254,12 @@ class StreamLoader:
     def epoch_length(self, epoch: int) -> int:
         """The number of batches of ``epoch``, from the plan, without reading any data.
 
-        Equal to ``len(loader)`` after ``set_epoch(epoch)``; with ``shuffle`` it varies
-        from epoch to epoch, so a schedule over the whole run sums it::
+        Equal to ``len(loader)`` after ``set_epoch(epoch)``. Every epoch has the same
+        number of batches, shuffled or not: the rows are balanced once and each epoch
+        shuffles the order of the rows and of the streams inside each row, so a trainer
+        that reads ``len`` once (Lightning) sees every batch of every epoch. Only the
+        rest of an epoch resumed on other rows (:meth:`load_state_dict`) differs. A
+        schedule over the whole run sums it::
 
             total = sum(loader.epoch_length(e) for e in range(epochs))
             scheduler = OneCycleLR(optimizer, max_lr, total_steps=total)
@@ -264,7 +268,7 @@ class StreamLoader:
             >>> import numpy as np
             >>> loader = StreamLoader([np.arange(n) for n in (9, 3, 5, 2)], 2, 2, shuffle=True)
             >>> [loader.epoch_length(e) for e in range(3)]
-            [6, 6, 7]
+            [6, 6, 6]
         """
         return self._epochs.length(check_int(epoch, "epoch", 0))
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .epoch import epoch_plan
+from .epoch import epoch_plan, start_order
 from .progress import Pieces, Progress, rest_of_epoch, whole_units
 from .rows import stream_order
 from .spec import PlanSpec
@@ -63,8 +63,7 @@ def plan_epoch(spec: PlanSpec, epoch: int, rest: Progress | None = None) -> Epoc
     if rest is None:
         pieces, order = whole_units(lengths), None
     else:
-        order = stream_order(len(lengths), shuffle=spec.shuffle, seed=spec.seed, epoch=epoch)
-        pieces = rest_of_epoch(rest, lengths, order)
+        pieces = rest_of_epoch(rest, lengths, epoch_order(spec, epoch))
         order = np.arange(len(pieces[0]))
     assignment, n = epoch_plan(
         pieces[2],
@@ -75,8 +74,24 @@ def plan_epoch(spec: PlanSpec, epoch: int, rest: Progress | None = None) -> Epoc
         seed=spec.seed,
         epoch=epoch,
         order=order,
+        version=spec.version,
     )
     return EpochPlan(epoch, pieces, assignment, n, rest)
+
+
+def epoch_order(spec: PlanSpec, epoch: int) -> np.ndarray:
+    """The order of the units in the fresh plan of ``epoch``: that of the rest of it.
+
+    Example:
+        >>> spec = PlanSpec(np.array([5, 2, 3, 4]), batch_size=2, tbins=1)
+        >>> epoch_order(spec, 0).tolist(), epoch_order(spec.replace(version=1), 0).tolist()
+        ([0, 2, 3, 1], [0, 1, 2, 3])
+    """
+    lengths = spec.units[2]
+    if spec.version == 1:
+        return stream_order(len(lengths), shuffle=spec.shuffle, seed=spec.seed, epoch=epoch)
+    fresh = plan_epoch(spec, epoch)
+    return start_order(lengths, fresh.assignment, spec.tbins, pack=spec.pad == "pack")
 
 
 class Epochs:

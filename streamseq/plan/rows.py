@@ -129,10 +129,58 @@ def balanced_rows(
         total, r = heap[0]
         row_of[k] = r
         replace(heap, (total + c, r))
+    _even_out(row_of, cost[order], num_rows)
     by_row = np.lexsort((order, row_of))
     bounds = np.searchsorted(row_of[by_row], np.arange(num_rows + 1))
     ordered = order[by_row]
     return [ordered[bounds[r] : bounds[r + 1]] for r in range(num_rows)]
+
+
+def _even_out(row_of: np.ndarray, cost: np.ndarray, num_rows: int) -> None:
+    """Lower the costliest row by swaps with the cheapest one, in place, while one helps.
+
+    Each round moves a stream of the costliest row to the cheapest one, in exchange for a
+    cheaper stream of it (or none), choosing the exchange that brings the two closest to
+    even. The costliest row never grows and the cheapest never passes the old costliest,
+    so the bound of longest-first placement still holds.
+
+    Example:
+        >>> row_of = np.array([0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 1, 2])
+        >>> cost = np.array([3] * 9 + [2] * 4 + [1])
+        >>> row_of[9:] = [1, 2, 3, 1, 2]
+        >>> _even_out(row_of, cost, 4)
+        >>> np.bincount(row_of, weights=cost).tolist()
+        [9.0, 9.0, 9.0, 9.0]
+    """
+    if num_rows < 2 or len(cost) == 0:
+        return
+    totals = np.bincount(row_of, weights=cost, minlength=num_rows).astype(np.int64)
+    for _ in range(4 * num_rows):
+        hi, lo = int(np.argmax(totals)), int(np.argmin(totals))
+        gap = int(totals[hi] - totals[lo])
+        if gap <= 1:
+            return
+        mine, theirs = np.flatnonzero(row_of == hi), np.flatnonzero(row_of == lo)
+        b = np.concatenate([[0], cost[theirs]])  # 0: a move, nothing comes back
+        by_cost = np.argsort(b, kind="stable")
+        a = cost[mine]
+        at = np.clip(np.searchsorted(b[by_cost], a - gap / 2), 1, len(b) - 1)
+        best: tuple[float, int, int] | None = None
+        for j in (at - 1, at):  # the two nearest exchanges for every stream of the row
+            d = a - b[by_cost[j]]
+            score = np.where((d > 0) & (d < gap), np.abs(d - gap / 2), np.inf)
+            i = int(np.argmin(score))
+            if np.isfinite(score[i]) and (best is None or score[i] < best[0]):
+                best = (float(score[i]), i, int(by_cost[j[i]]))
+        if best is None:
+            return
+        _, i, k = best
+        d = int(a[i] - b[k])
+        row_of[mine[i]] = lo
+        if k > 0:
+            row_of[theirs[k - 1]] = hi
+        totals[hi] -= d
+        totals[lo] += d
 
 
 def shuffle_rows(rows: list[np.ndarray], seed: int, epoch: int) -> list[np.ndarray]:

@@ -32,6 +32,9 @@ class PlanSpec:
         rank: this process' rank.
         world_size: ranks sharing one global plan.
         sources: what names each stream across runs (file paths, or types).
+        version: the planning algorithm (:func:`~streamseq.plan.epoch.epoch_plan`): 2,
+            rows balanced once and shuffled every epoch, so that every epoch has the same
+            number of batches; 1, the plan of states saved by streamseq 0.2.
 
     Example:
         >>> spec = PlanSpec(np.array([5, 0, 3]), batch_size=2, tbins=2, segment_length=2)
@@ -51,6 +54,7 @@ class PlanSpec:
     rank: int = 0
     world_size: int = 1
     sources: tuple[str, ...] = ()
+    version: int = 2
 
     @property
     def rows(self) -> int:

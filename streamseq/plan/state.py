@@ -15,11 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._checks import check_int
+from .epoch import PLAN_VERSIONS
 from .planner import EpochPlan, Epochs, plan_epoch
 from .progress import Progress, progress_at
 from .spec import PlanSpec
 
-STATE_VERSION = 2
+#: 3: states name their plan's version (``plan_version``); 2: progress (plans of version 1)
+STATE_VERSION = 3
 
 
 def legacy_fingerprint(spec: PlanSpec) -> str:
@@ -71,6 +73,7 @@ class Resumed:
     rows: int  # the state's global rows
     batch_size: int
     world_size: int
+    replan: bool = False  # planned by another version: the rest is planned from the progress
 
 
 def make_state(spec: PlanSpec, plan: EpochPlan, next_batch: int) -> dict[str, Any]:
@@ -95,6 +98,7 @@ def make_state(spec: PlanSpec, plan: EpochPlan, next_batch: int) -> dict[str, An
     )
     return {
         "version": STATE_VERSION,
+        "plan_version": spec.version,
         "epoch": plan.epoch,
         "next_batch": next_batch,
         "length": plan.length,
@@ -115,8 +119,8 @@ def read_state(spec: PlanSpec, state: Any) -> Resumed:
     if missing:
         raise ValueError(f"not a StreamLoader state: missing {sorted(missing)}")
     version = state.get("version", 1)
-    if version not in (1, STATE_VERSION):
-        raise ValueError(f"state of version {version}, this streamseq reads 1 and {STATE_VERSION}")
+    if version not in (1, 2, STATE_VERSION):
+        raise ValueError(f"state of version {version}, this streamseq reads 1 to {STATE_VERSION}")
     epoch = check_int(state["epoch"], "the state's epoch", 0)
     nxt = check_int(state["next_batch"], "the state's next_batch")
     if version == 1:  # the same rows only, as made
@@ -126,7 +130,7 @@ def read_state(spec: PlanSpec, state: Any) -> Resumed:
                 "batch size, tbins, pad, shuffle, seed or world size; resuming would "
                 "silently change the run"
             )
-        return Resumed(epoch, nxt, None, spec.rows, spec.batch_size, spec.world_size)
+        return _legacy(spec, epoch, nxt)
     missing = {"plan", "progress", "batch_size", "world_size"} - set(state)
     if missing:
         raise ValueError(f"not a StreamLoader state: missing {sorted(missing)}")
@@ -138,14 +142,31 @@ def read_state(spec: PlanSpec, state: Any) -> Resumed:
         )
     b = check_int(state["batch_size"], "the state's batch_size", 1)
     w = check_int(state["world_size"], "the state's world_size", 1)
+    planned = check_int(state.get("plan_version", 1), "the state's plan_version", 1)
+    if planned not in PLAN_VERSIONS:
+        raise ValueError(f"the state's plan_version {planned} is unknown: {PLAN_VERSIONS}")
     lengths = spec.units[2]
-    if b * w == spec.rows:
+    if b * w == spec.rows and planned == spec.version:
         resumed = state.get("resumed")
         rest = None if resumed is None else Progress.from_state(resumed, lengths)
         return Resumed(epoch, nxt, rest, b * w, b, w)
     if "length" in state and not 0 <= nxt <= check_int(state["length"], "the state's length"):
         raise ValueError(f"next_batch {nxt} out of range for {state['length']} batches")
-    return Resumed(epoch, 0, Progress.from_state(state["progress"], lengths), b * w, b, w)
+    progress = Progress.from_state(state["progress"], lengths)
+    return Resumed(epoch, 0, progress, b * w, b, w, replan=planned != spec.version)
+
+
+def _legacy(spec: PlanSpec, epoch: int, nxt: int) -> Resumed:
+    """A state of version 1 (no progress): the epoch as planned then, from batch ``nxt``."""
+    old = spec.replace(version=1)
+    if spec.version == old.version:
+        return Resumed(epoch, nxt, None, spec.rows, spec.batch_size, spec.world_size)
+    plan = plan_epoch(old, epoch)
+    if not 0 <= nxt <= plan.length:
+        raise ValueError(f"next_batch {nxt} out of range for {plan.length} batches")
+    pack = spec.pad == "pack"
+    progress = progress_at(spec.units[2], plan.pieces, plan.assignment, spec.tbins, pack, nxt)
+    return Resumed(epoch, 0, progress, spec.rows, spec.batch_size, spec.world_size, replan=True)
 
 
 def row_map(spec: PlanSpec, resumed: Resumed) -> list[int]:
@@ -156,7 +177,7 @@ def row_map(spec: PlanSpec, resumed: Resumed) -> list[int]:
     """
     first = spec.rank * spec.batch_size
     mine = range(first, first + spec.batch_size)
-    if resumed.rest is None or resumed.rows == spec.rows:
+    if resumed.rest is None or (resumed.rows == spec.rows and not resumed.replan):
         return list(mine)
     plan = plan_epoch(spec, resumed.epoch, resumed.rest)
     pieces, assignment = plan.pieces, plan.assignment
@@ -180,8 +201,8 @@ def check_resumable(epochs: Epochs, resumed: Resumed, state: dict[str, Any]) -> 
         ValueError: the state's epoch has another number of batches, or its next batch
             is out of range.
     """
-    if resumed.rows != epochs.spec.rows:
-        return  # other rows: the rest of the epoch is planned from the progress
+    if resumed.rows != epochs.spec.rows or resumed.replan:
+        return  # the rest of the epoch is planned from the progress
     e = resumed.epoch
     if resumed.rest is None and epochs.rest_of(e) is None:
         n = epochs.length(e)  # (from the kept plan when it is this epoch's)
