@@ -19,6 +19,7 @@ class Recorder(lightning.LightningModule):
         self.gru = torch.nn.GRU(1, 4, batch_first=True)
         self.head = torch.nn.Linear(4, 1)
         self.seen = []  # (epoch, streams of the batch's rows, first steps)
+        self.cells = []  # (epoch, streams, first steps, (stream, step) of every valid step)
 
     def training_step(self, batch, index):
         self.seen.append(
@@ -28,6 +29,7 @@ class Recorder(lightning.LightningModule):
                 tuple(batch.step[:, 0].tolist()),
             )
         )
+        self.cells.append((*self.seen[-1], cells(batch)))
         x = (batch.data.float() % 1000)[..., None] / 1000
         out, _ = self.gru(x)
         loss = ((self.head(out)[..., 0] - x[..., 0]) ** 2 * batch.valid).sum()
@@ -38,8 +40,7 @@ class Recorder(lightning.LightningModule):
 
 
 def make_loader():
-    lengths = [23, 7, 31, 12, 5, 18, 26, 9, 14, 3, 20, 11]
-    return StreamLoader(coded_streams(lengths), 3, 4, shuffle=True, seed=1)
+    return StreamLoader(coded_streams(LENGTHS), 3, 4, shuffle=True, seed=1)
 
 
 def trainer(tmp_path, **kw):
@@ -70,27 +71,64 @@ class Lengths(lightning.Callback):
         self.seen.append((trainer.num_training_batches, len(self.loader)))
 
 
-def test_epochs_reshuffle_and_the_number_of_batches_is_the_loaders(tmp_path):
+def cells(batch):
+    """The (stream, step) of every valid step of a batch."""
+    valid = batch.valid.bool()
+    return list(zip(batch.stream[valid].tolist(), batch.step[valid].tolist(), strict=True))
+
+
+LENGTHS = [23, 7, 31, 12, 5, 18, 26, 9, 14, 3, 20, 11]
+EVERY_STEP = sorted((s, k) for s, n in enumerate(LENGTHS) for k in range(n))
+
+
+def test_a_default_trainer_trains_on_every_step_of_every_epoch(tmp_path):
     loader, model = make_loader(), Recorder()
-    expected = [loader.epoch_length(0), loader.epoch_length(1)]
-    assert expected[0] != expected[1]  # (the case where it matters)
     lengths = Lengths(loader)
-    t = trainer(
-        tmp_path,
-        max_epochs=2,
-        enable_checkpointing=False,
-        reload_dataloaders_every_n_epochs=1,  # the length of every epoch, read anew
-        callbacks=[lengths],
-    )
-    t.fit(model, loader)
-    assert lengths.seen == [(n, n) for n in expected]
-    epochs = [[s for e, s, _ in model.seen if e == epoch] for epoch in (0, 1)]
-    assert [len(e) for e in epochs] == expected
-    assert epochs[0][0] != epochs[1][0], "epoch 1 begins with the same streams as epoch 0"
+    t = trainer(tmp_path, max_epochs=3, enable_checkpointing=False, callbacks=[lengths])
+    t.fit(model, loader)  # Lightning's defaults: it reads len(loader) once
+    n = loader.epoch_length(0)
+    assert lengths.seen == [(n, n)] * 3
+    for epoch in range(3):
+        seen = sorted(c for e, _, _, cs in model.cells if e == epoch for c in cs)
+        assert seen == EVERY_STEP, f"epoch {epoch}: steps skipped or repeated"
     reference = make_loader()
-    for epoch in (0, 1):
+    for epoch in range(3):
         reference.set_epoch(epoch)
-        assert epochs[epoch] == [tuple(b.stream[:, 0].tolist()) for b in reference]
+        got = [s for e, s, _ in model.seen if e == epoch]
+        assert got == [tuple(b.stream[:, 0].tolist()) for b in reference]
+
+
+def test_a_crash_in_epoch_1_resumed_with_a_fresh_loader_trains_every_step_once(tmp_path):
+    n = make_loader().epoch_length(0)
+    stop = n + n // 2  # a checkpoint in the middle of epoch 1
+    every = lightning.pytorch.callbacks.ModelCheckpoint(
+        dirpath=tmp_path, every_n_train_steps=stop, save_top_k=-1, filename="{step}"
+    )
+    first = Recorder()
+    crash = Crash(stop + 3)  # dies 3 steps after the checkpoint
+    with pytest.raises(RuntimeError, match="crash"):
+        trainer(tmp_path / "first", max_epochs=3, callbacks=[every, crash]).fit(
+            first, make_loader()
+        )
+    resumed = Recorder()
+    t = trainer(tmp_path / "resumed", max_epochs=3, enable_checkpointing=False)
+    t.fit(resumed, make_loader(), ckpt_path=tmp_path / f"step={stop}.ckpt")  # no set_epoch
+    before = [c for e, _, _, cs in first.cells[:stop] if e == 1 for c in cs]
+    after = [c for e, _, _, cs in resumed.cells if e == 1 for c in cs]
+    assert sorted(before + after) == EVERY_STEP
+    assert [e for e, *_ in resumed.cells].count(1) == n - (stop - n)
+    assert sorted(c for e, _, _, cs in resumed.cells if e == 2 for c in cs) == EVERY_STEP
+
+
+class Crash(lightning.Callback):
+    """Raises in the training step numbered ``at`` (counting from 0)."""
+
+    def __init__(self, at):
+        self.at = at
+
+    def on_train_batch_start(self, trainer, module, batch, index):
+        if trainer.global_step == self.at:
+            raise RuntimeError("crash")
 
 
 def test_a_plain_fit_reshuffles_every_epoch(tmp_path):
