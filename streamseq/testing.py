@@ -81,6 +81,7 @@ def check_continuity(
     time_major: bool = False,
     segment_length: int | None = None,
     pack: bool = False,
+    state: dict[str, Any] | None = None,
 ) -> int:
     """Assert that batches stream every stream whole, in order, within one row.
 
@@ -108,6 +109,11 @@ def check_continuity(
             inside a chunk (the new stream starts at its step 0; ``reset`` is set where
             a chunk starts with a stream's first step), and padding is left only at the
             end of a row.
+        state: the :meth:`~streamseq.StreamLoader.state_dict` the batches were resumed
+            from: streams it saw done are done (delivered again, they are an error), and
+            a stream it saw begun goes on from its next step in any row (at the start of a
+            chunk, with or without ``reset``, or inside one with ``pack``); ``complete``
+            then covers the whole epoch.
 
     Returns:
         The number of batches checked.
@@ -120,6 +126,10 @@ def check_continuity(
         >>> streams = [np.arange(n) for n in (5, 3, 4)]
         >>> check_continuity(StreamLoader(streams, 2, 2), [5, 3, 4], sources=streams)
         4
+        >>> run = StreamLoader(streams, 2, 2); it = iter(run); _ = next(it)
+        >>> wider = StreamLoader(streams, 3, 2); wider.load_state_dict(run.state_dict())
+        >>> check_continuity(wider, [5, 3, 4], state=run.state_dict())
+        2
     """
     lengths = [int(n) for n in lengths]
     if sources is not None:
@@ -142,6 +152,9 @@ def check_continuity(
     expected: dict[int, int] = {}  # row -> next step of that stream
     owner: dict[tuple[int, int], int] = {}  # stream (or segment) -> row
     done: dict[tuple[int, int], int] = {}  # stream (or segment) -> times completed
+    pending: dict[tuple[int, int], int] = {}  # begun before the state -> its next step
+    if state is not None:
+        done, pending = _resumed_from(state, lengths, segment_length)
 
     def check_run(where: str, run: int, sid: int, k0: int, m: int, reset_r: bool, r: int) -> None:
         """Steps ``k0 : k0 + m`` of stream ``sid``: the ``run``-th piece of row ``r``'s chunk."""
@@ -150,8 +163,11 @@ def check_continuity(
         starts = k0 == first(unit) and current.get(r) != unit
         if current.get(r) == unit and expected[r] == end(unit) and k0 == first(unit):
             starts = True  # the same stream again (wrap)
-        if starts:
-            if run == 0:
+        goes_on = current.get(r) != unit and pending.get(unit) == k0
+        if goes_on:  # begun before the state: it goes on here
+            del pending[unit]
+        if starts or goes_on:
+            if run == 0 and starts:
                 assert reset_r, f"{where}: {name(unit)} starts without reset"
             if r in current:
                 prev = current[r]
@@ -164,7 +180,7 @@ def check_continuity(
                 f"{where}: {name(unit)} was already read in row {owner[unit]}"
             )
             assert allow_repeats or unit not in done, f"{where}: {name(unit)} delivered twice"
-            current[r], expected[r], owner[unit] = unit, first(unit), r
+            current[r], expected[r], owner[unit] = unit, k0 if goes_on else first(unit), r
         else:
             assert run == 0, f"{where}: {name(unit)} appears at step {k0} inside the chunk"
             assert not reset_r, f"{where}: reset set in the middle of {name(unit)}"
@@ -245,6 +261,26 @@ def check_continuity(
                     f"{expected.get(owner.get(unit, -1), 0) if unit in owner else 0})"
                 )
     return count
+
+
+def _resumed_from(
+    state: dict[str, Any], lengths: Sequence[int], segment_length: int | None
+) -> tuple[dict[tuple[int, int], int], dict[tuple[int, int], int]]:
+    """Units (stream, segment) a state saw done, and those begun with their next step."""
+    from .plan.progress import Progress
+    from .plan.segments import segments
+
+    source, start, length = segments(np.asarray(lengths, np.int64), segment_length)
+    progress = Progress.from_state(state["progress"], length)
+
+    def unit(u: int) -> tuple[int, int]:
+        seg = int(start[u]) // segment_length if segment_length else 0
+        return int(source[u]), seg
+
+    done = {unit(u): 1 for u in np.flatnonzero(progress.done & (length > 0)).tolist()}
+    begun = zip(progress.begun.tolist(), progress.next.tolist(), strict=True)
+    pending = {unit(u): int(start[u]) + k for u, k in begun}
+    return done, pending
 
 
 def coded_streams(lengths: Sequence[int], shape: tuple[int, ...] = ()) -> list[np.ndarray]:

@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 from streamseq import Batch, StreamLoader, interleave_streams, tbin, zip_batch
 from streamseq.testing import Layout, check_continuity, coded_streams, layouts
@@ -147,3 +148,46 @@ def test_dict_keys_missing_from_the_source_are_caught():
     streams[0].order = ("x",)
     with pytest.raises(AssertionError, match=r"batch 0, row 0: .*keys \['x', 'y'\], source"):
         check_continuity(batches, LENGTHS, sources=streams)
+
+
+@given(
+    layouts(max_streams=10),
+    st.integers(1, 6),
+    st.sampled_from(["zeros", "pack"]),
+    st.sampled_from([None, 4]),
+    st.data(),
+)
+def test_a_resumed_run_is_checked_from_its_state(layout, batch_size, pad, seg, data):
+    streams = coded_streams(layout.lengths)
+
+    def make(b):
+        return StreamLoader(streams, b, layout.tbins, pad=pad, segment_length=seg, shuffle=True)
+
+    run = make(layout.batch_size)
+    stop = data.draw(st.integers(0, len(run)), label="stop")
+    it = iter(run)
+    before = [next(it) for _ in range(stop)]
+    state = run.state_dict()
+    resumed = make(batch_size)
+    resumed.load_state_dict(state)
+    rest = list(resumed)
+    kw = dict(sources=streams, segment_length=seg, pack=pad == "pack")
+    check_continuity(rest, layout.lengths, state=state, **kw)
+    begun = state["progress"]["begun"]
+    if begun:  # without the state, the streams begun before it appear without their start
+        with pytest.raises(AssertionError):
+            check_continuity(rest, layout.lengths, complete=False, **kw)
+    if stop and batch_size == layout.batch_size:  # the same rows: before + rest is one run
+        check_continuity(before + rest, layout.lengths, **kw)
+
+
+def test_a_state_marks_streams_done_before_it():
+    streams = coded_streams(LENGTHS)
+    run = StreamLoader(streams, 2, 2)
+    batches = list(run)
+    it = iter(run)
+    for _ in range(3):
+        next(it)
+    state = run.state_dict()
+    with pytest.raises(AssertionError, match="delivered twice"):
+        check_continuity(batches, LENGTHS, state=state)
