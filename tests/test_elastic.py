@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamseq import StreamLoader
-from streamseq.testing import coded_streams, stream_lengths
+from streamseq.testing import coded_streams, layouts, stream_lengths
 
 TOPOLOGIES = st.tuples(st.integers(1, 4), st.integers(1, 3))  # (batch_size, world_size)
 
@@ -234,3 +234,35 @@ def test_a_malformed_progress_is_named():
         edit(broken)
         with pytest.raises(ValueError, match=message):
             StreamLoader(streams, 3, 2).load_state_dict(broken)
+
+
+@settings(max_examples=40)
+@given(layouts(max_streams=12), st.integers(1, 5), st.integers(1, 5), st.data())
+def test_progress_counts_the_whole_epoch_across_resumes(layout, b2, b3, data):
+    streams = coded_streams(layout.lengths)
+
+    def make(b):
+        return StreamLoader(streams, b, layout.tbins, shuffle=True, seed=4)
+
+    run = make(layout.batch_size)
+    total = len(run)
+    assert run.progress == (0, 0, total)
+    done = 0
+    for b in (b2, b3):  # two resumes in a row, each on other rows
+        it = iter(run)
+        k = data.draw(st.integers(0, len(run)), label="batches")
+        for _ in range(k):
+            next(it)
+        done += k
+        assert run.progress.done == done
+        state = run.state_dict()
+        assert state["epoch_done"] == done
+        run = make(b)
+        run.load_state_dict(state)
+        assert run.progress.done == done
+        if b == layout.batch_size and b2 == b:  # the same plan all along: the same total
+            assert run.progress.total == total
+    where = run.progress
+    assert len(list(run)) == where.total - where.done
+    assert run.progress.epoch == 1  # the pass ended: the next epoch, from its start
+    assert run.progress.done == 0

@@ -3,13 +3,27 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..batch import Batch
 from ..deliver.assemble import Assembled
 from ..deliver.background import Background
 from ..deliver.pin import PinMemory
 from ..prefetch import Prefetched
+
+
+class EpochProgress(NamedTuple):
+    """Where a run stands in its epoch: batches delivered and batches in all.
+
+    Attributes:
+        epoch: the epoch.
+        done: its batches delivered, also those before a resume.
+        total: its batches in all: ``done`` plus what the loader will deliver of it.
+    """
+
+    epoch: int
+    done: int
+    total: int
 
 
 class Position:

@@ -20,7 +20,7 @@ from ..read.transform import StepInfo
 from ..workers.blocks import Layout, Unblocked
 from ..zip_batch import ZipBatch
 from .config import LoaderConfig, check_keywords, resolve_rank
-from .run import Pass, Position
+from .run import EpochProgress, Pass, Position
 from .spec import DataSpec
 from .topology import EpochOf, Reading, Workers, group_block_size
 
@@ -272,6 +272,34 @@ class StreamLoader:
         """
         return self._epochs.length(check_int(epoch, "epoch", 0))
 
+    @property
+    def progress(self) -> EpochProgress:
+        """Where the run stands in its epoch: batches done and in all, also after a resume.
+
+        After :meth:`load_state_dict` on other rows, ``len(loader)`` counts the batches
+        of the rest of the epoch, planned anew; ``progress`` counts those delivered before
+        too, so a progress bar stays right::
+
+            where = loader.progress
+            for batch in tqdm(loader, initial=where.done, total=where.total): ...
+
+        Example:
+            >>> import numpy as np
+            >>> streams = [np.arange(6), np.arange(10, 14)]
+            >>> run = StreamLoader(streams, batch_size=2, tbins=2)
+            >>> it = iter(run); _ = next(it)
+            >>> run.progress
+            EpochProgress(epoch=0, done=1, total=3)
+            >>> narrow = StreamLoader(streams, batch_size=1, tbins=2)
+            >>> narrow.load_state_dict(run.state_dict())
+            >>> narrow.progress, len(narrow)
+            (EpochProgress(epoch=0, done=1, total=4), 3)
+        """
+        self._sync()
+        before = self._epochs.before_of(self._epoch)
+        position = self._position
+        return EpochProgress(self._epoch, before + position.next, before + len(self))
+
     def plan(self) -> EpochPlan:
         """The plan of the current epoch (computed once per epoch, or once for all)."""
         with self._lock:
@@ -317,7 +345,8 @@ class StreamLoader:
             (0, 1, 3, [2])
         """
         self._sync()
-        return make_state(self.spec, self.plan(), self._position.next)
+        before = self._epochs.before_of(self._epoch)
+        return make_state(self.spec, self.plan(), self._position.next, before)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume: the next iteration starts where the state's run stood.
@@ -365,7 +394,8 @@ class StreamLoader:
         if rest is not None or self._epochs.rest is not None:
             self._workers.stop()  # they plan epochs from the rest they were given
         with self._lock:
-            self._epochs = Epochs(self.spec, rest, per_epoch=self.transform is not None)
+            per_epoch = self.transform is not None
+            self._epochs = Epochs(self.spec, rest, per_epoch, before=resumed.before)
             self._whole = None
         self._epoch, self._chosen = resumed.epoch, False
         self._position = Position(resumed.next_batch, pending=True)

@@ -106,6 +106,7 @@ class Epochs:
         rest: ``(epoch, progress)`` when that epoch was resumed on other rows.
         per_epoch: the rows differ by epoch even without shuffle (a transform seeded
             by the epoch).
+        before: batches of the resumed epoch delivered before its rest was planned.
 
     Example:
         >>> epochs = Epochs(PlanSpec(np.array([5, 2, 3]), batch_size=2, tbins=2))
@@ -114,10 +115,19 @@ class Epochs:
     """
 
     def __init__(
-        self, spec: PlanSpec, rest: tuple[int, Progress] | None = None, per_epoch: bool = False
+        self,
+        spec: PlanSpec,
+        rest: tuple[int, Progress] | None = None,
+        per_epoch: bool = False,
+        before: int = 0,
     ):
         self.spec, self.rest, self.per_epoch = spec, rest, per_epoch
+        self.before = before if rest is not None else 0
         self._last: tuple[Any, EpochPlan] | None = None
+
+    def before_of(self, epoch: int) -> int:
+        """Batches of ``epoch`` delivered before its plan (those of a resumed rest)."""
+        return self.before if self.rest_of(epoch) is not None else 0
 
     def rest_of(self, epoch: int) -> Progress | None:
         """Where ``epoch`` was resumed on other rows, else None."""
@@ -156,4 +166,6 @@ class Epochs:
         )
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"spec": self.spec, "rest": self.rest, "per_epoch": self.per_epoch, "_last": None}
+        state = self.__dict__.copy()
+        state["_last"] = None
+        return state

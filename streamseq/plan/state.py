@@ -74,10 +74,16 @@ class Resumed:
     batch_size: int
     world_size: int
     replan: bool = False  # planned by another version: the rest is planned from the progress
+    before: int = 0  # batches of the epoch delivered before the rest is planned
 
 
-def make_state(spec: PlanSpec, plan: EpochPlan, next_batch: int) -> dict[str, Any]:
+def make_state(
+    spec: PlanSpec, plan: EpochPlan, next_batch: int, before: int = 0
+) -> dict[str, Any]:
     """The state of a run of ``spec`` standing at ``next_batch`` of ``plan``'s epoch.
+
+    ``before``: batches of the epoch delivered before ``plan`` (the rest of an epoch
+    resumed on other rows); the state's ``epoch_done`` counts them with ``next_batch``.
 
     Example:
         >>> import numpy as np
@@ -101,6 +107,7 @@ def make_state(spec: PlanSpec, plan: EpochPlan, next_batch: int) -> dict[str, An
         "plan_version": spec.version,
         "epoch": plan.epoch,
         "next_batch": next_batch,
+        "epoch_done": before + next_batch,
         "length": plan.length,
         "fingerprint": spec.fingerprint,
         "plan": dict(spec.key),
@@ -148,12 +155,21 @@ def read_state(spec: PlanSpec, state: Any) -> Resumed:
     lengths = spec.units[2]
     if b * w == spec.rows and planned == spec.version:
         resumed = state.get("resumed")
-        rest = None if resumed is None else Progress.from_state(resumed, lengths)
-        return Resumed(epoch, nxt, rest, b * w, b, w)
+        if resumed is None:
+            return Resumed(epoch, nxt, None, b * w, b, w)
+        rest = Progress.from_state(resumed, lengths)
+        return Resumed(epoch, nxt, rest, b * w, b, w, before=_done(state, nxt) - nxt)
     if "length" in state and not 0 <= nxt <= check_int(state["length"], "the state's length"):
         raise ValueError(f"next_batch {nxt} out of range for {state['length']} batches")
+    done = _done(state, nxt)
     progress = Progress.from_state(state["progress"], lengths)
-    return Resumed(epoch, 0, progress, b * w, b, w, replan=planned != spec.version)
+    replan = planned != spec.version
+    return Resumed(epoch, 0, progress, b * w, b, w, replan=replan, before=done)
+
+
+def _done(state: dict[str, Any], next_batch: int) -> int:
+    """The batches of the state's epoch delivered, at least ``next_batch``."""
+    return check_int(state.get("epoch_done", next_batch), "the state's epoch_done", next_batch)
 
 
 def _legacy(spec: PlanSpec, epoch: int, nxt: int) -> Resumed:
@@ -166,7 +182,8 @@ def _legacy(spec: PlanSpec, epoch: int, nxt: int) -> Resumed:
         raise ValueError(f"next_batch {nxt} out of range for {plan.length} batches")
     pack = spec.pad == "pack"
     progress = progress_at(spec.units[2], plan.pieces, plan.assignment, spec.tbins, pack, nxt)
-    return Resumed(epoch, 0, progress, spec.rows, spec.batch_size, spec.world_size, replan=True)
+    rows, b, w = spec.rows, spec.batch_size, spec.world_size
+    return Resumed(epoch, 0, progress, rows, b, w, replan=True, before=nxt)
 
 
 def row_map(spec: PlanSpec, resumed: Resumed) -> list[int]:
