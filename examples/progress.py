@@ -51,10 +51,10 @@ def main(argv: list[str] | None = None) -> dict:
         cache = os.path.join(folder, "lengths.json")
         lengths = probe_lengths(openers, num_workers=args.workers, cache=cache)
 
-        def make_loader() -> streamseq.StreamLoader:
+        def make_loader(batch_size: int = args.batch_size) -> streamseq.StreamLoader:
             return streamseq.StreamLoader(
                 openers,
-                args.batch_size,
+                batch_size,
                 args.tbins,
                 num_workers=args.workers,
                 lengths=lengths,
@@ -80,17 +80,20 @@ def main(argv: list[str] | None = None) -> dict:
                     bar.update(1)
             bars["run"] = (bar.n, bar.total)
 
-        # 4. a resumed epoch: the bar starts where the run stopped
+        # 4. a resumed epoch: the bar starts where the run stopped, on the same rows or
+        # on others (then the rest of the epoch is planned anew: loader.progress counts it)
         it = iter(loader)
         for _ in range(len(loader) // 2):
             next(it)
         state = loader.state_dict()
-        resumed = make_loader()  # as after a restart
-        resumed.load_state_dict(state)
-        bar = tqdm(resumed, initial=state["next_batch"], desc="resumed", unit="batch")
-        for _ in bar:
-            pass
-        bars["resumed"] = (bar.n, bar.total)
+        for name, rows in (("resumed", args.batch_size), ("resumed wider", args.batch_size + 2)):
+            resumed = make_loader(rows)  # as after a restart
+            resumed.load_state_dict(state)
+            where = resumed.progress  # batches of the epoch done, and in all
+            bar = tqdm(resumed, initial=where.done, total=where.total, desc=name, unit="batch")
+            for _ in bar:
+                pass
+            bars[name] = (bar.n, bar.total)
         loader.close()
     return bars
 
