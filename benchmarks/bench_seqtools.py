@@ -49,13 +49,15 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.join(REPO, "benchmarks"), REPO]  # this tree's streamseq, not another
 from bench_throughput import (  # noqa: E402
     B_TOKENS,
     B_VIDEO,
     SIZE,
     T_TOKENS,
     T_VIDEO,
+    check_import,
     frames_in,
     load,
     machine,
@@ -334,8 +336,15 @@ def owners(job: dict) -> dict:
 def child(job: dict, timeout: float | None = None) -> dict:
     """Run ``job`` in a fresh process group; ``{"hang": seconds}`` if killed at ``timeout``."""
     cmd = [sys.executable, os.path.abspath(__file__), "--child", json.dumps(job)]
+    env = dict(os.environ)  # the tree to time comes first on the path
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO, env.get("PYTHONPATH")]))
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=env,
     )
     start = time.monotonic()
     try:
@@ -446,6 +455,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stuck-timeout", type=float, default=3.0)
     args = parser.parse_args(argv)
     if args.child:
+        check_import(REPO)  # raises unless streamseq is this tree's, built
         job = json.loads(args.child)
         run = {"measure": measure, "fault": fault, "owners": owners}[job["mode"]]
         print(json.dumps(run(job)))
@@ -457,7 +467,8 @@ def main(argv: list[str] | None = None) -> None:
     args.fault_streams = 512  # workers are busy when one is killed
     import streamseq
 
-    print(f"streamseq {streamseq.__version__}, seqtools {version('seqtools')}")
+    where = os.path.dirname(check_import(REPO))
+    print(f"streamseq {streamseq.__version__} ({where}), seqtools {version('seqtools')}")
     print(f"{machine()}; {load()} (at the start)")
     started = time.monotonic()
     if args.workload in ("video", "both"):
