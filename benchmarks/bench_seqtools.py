@@ -2,12 +2,13 @@
 
 The workloads of ``bench_throughput.py`` (its data functions are imported from it):
 ``tokens`` (in-memory int64 token streams, batches of 64 x 256) and ``video`` (H.264
-clips of 224x224, batches of 8 x 8 RGB frames), each read by three pipelines with 2
+clips of 224x224, batches of 8 x 8 RGB frames), each read by four pipelines with 2
 worker processes, side by side in one run:
 
 - ``streamseq``: ``StreamLoader(streams, B, T, num_workers=2)``: one worker per group of
   rows, each reading its rows in order and writing micro-batches into shared memory; the
-  main process assembles each batch with one copy into torch tensors.
+  main process assembles each batch with one copy into torch tensors. Its workers start
+  at every pass; a second row keeps them (``persistent_workers=True``).
 - ``seqtools``: ``seqtools.prefetch(batches, nworkers=2, method="process", shm_size=...)``
   over ``zip_batch([tbin(row, T) for row in interleave_streams(streams, B)])``: whole
   batches are jobs on one queue, taken by whichever worker is free; a worker pickles the
@@ -17,10 +18,12 @@ worker processes, side by side in one run:
   rows (``split_by_worker``), the micro-batches concatenated in the main process: what it
   takes to keep every worker on its own rows with seqtools.
 
-Every pipeline delivers the same batches (checked on the first epoch of each). Columns:
-steps per second after the first batch, the time to the first batch, CPU seconds per
-step of the process and its workers (psutil over the process tree, worker starts
-included), each in a fresh process, medians of ``--repeats``.
+Every pipeline delivers the same batches (a checksum of the first epoch of each). Columns:
+steps per second after the first batch, the time to the first batch from a new pipeline
+(seqtools starts its workers when ``prefetch`` is called, streamseq at ``iter``) and in
+a later pass, CPU seconds per step of the process and its workers (psutil over the
+process tree, worker starts included), each in a fresh process whose ``streamseq`` is
+this tree's, medians of ``--repeats``.
 
 Then what each does when a worker is killed (``SIGKILL`` after 5 batches) or a stream
 never returns (a read that sleeps forever), each in a fresh process group killed after
@@ -30,7 +33,7 @@ rows (streamseq), and how many of a worker's chunks of a row do not follow the c
 read before from that row (for video: frames decoded and skipped, or a seek).
 
 Run ``python benchmarks/bench_seqtools.py`` (about 3 minutes on 2 cores) or ``--quick``
-(smaller data, one repeat, about a minute). Needs the ``bench`` extra and seqtools.
+(smaller data, one repeat, under 2 minutes). Needs the ``bench`` extra and seqtools.
 """
 
 from __future__ import annotations
