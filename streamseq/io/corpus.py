@@ -77,6 +77,9 @@ class _Document(Source):
     def __reduce__(self) -> tuple:
         return (_Document, (self.key, self.start, self.stop))
 
+    def _new_handle(self) -> ProcessLocal[np.ndarray]:
+        return _shared(self.key)  # a copy reads through the file's map too
+
     @property
     def path(self) -> str:
         """The token file."""

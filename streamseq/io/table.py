@@ -186,6 +186,9 @@ class _Episode(Source):
     def __reduce__(self) -> tuple:
         return (_Episode, (self.key, self.group, self.runs))
 
+    def _new_handle(self) -> ProcessLocal[_Reader]:
+        return _shared(self.key)  # a copy reads through the file's reader too
+
     @property
     def path(self) -> str:
         """The Parquet file (or its URL)."""
