@@ -8,13 +8,16 @@ parent's) and dropped when the source is pickled for a spawned worker.
 
 from __future__ import annotations
 
+import copy
 import errno
 import operator
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from streamseq.read.handle import ProcessLocal
+
+_S = TypeVar("_S", bound="Source")
 
 
 def check_file(path: str | os.PathLike) -> str:
@@ -103,6 +106,52 @@ class Source:
         with self._lock():
             self._handle.close()
 
+    def replace(self: _S, **changes: Any) -> _S:
+        """A copy of this source with the given attributes changed, and a handle of its own.
+
+        The copy shares everything else with this source (what its file was probed for,
+        the settings left as they are) but nothing open: it opens its own handle (a
+        decoder, a file, a memory map) on its first read in a process, as a new source
+        does, whether it is read here, in a forked worker or after pickling. Reading
+        either one never moves the other. This source is left unchanged.
+
+        Attributes are set as given: what a source derives from them when it is made is
+        not derived again (change it too, e.g. ``length``).
+
+        Args:
+            **changes: names of attributes of the source and their new values.
+
+        Returns:
+            The copy, of the type of this source.
+
+        Raises:
+            AttributeError: a name is not an attribute of the source.
+
+        Example:
+            >>> import numpy as np
+            >>> from streamseq.io import events
+            >>> ev = np.zeros(3, [("t", "<i8"), ("x", "<u2"), ("y", "<u2"), ("p", "i1")])
+            >>> ev["t"] = [0, 5, 25]
+            >>> e = events(ev, window_us=10, height=1, width=1)
+            >>> wide = e.replace(window_us=20, length=2)
+            >>> (len(e), e.window_us), (len(wide), wide.window_us)
+            ((3, 10), (2, 20))
+            >>> float(wide[0].sum()), wide._handle is e._handle
+            (2.0, False)
+        """
+        for name in changes:
+            if not _has_attribute(self, name):
+                raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+        other = copy.copy(self)
+        for name, value in changes.items():
+            setattr(other, name, value)
+        other._handle = other._new_handle()
+        return other
+
+    def _new_handle(self) -> ProcessLocal[Any]:
+        """A handle for a copy of this source (see :meth:`replace`): none open yet."""
+        return copy.copy(self._handle)
+
     def _open(self) -> Any:
         raise NotImplementedError
 
@@ -111,6 +160,14 @@ class Source:
 
     def _empty(self) -> Any:
         raise NotImplementedError
+
+
+def _has_attribute(obj: Any, name: str) -> bool:
+    """Whether ``obj`` has the data attribute ``name`` (a property is never evaluated)."""
+    if name in getattr(obj, "__dict__", {}):
+        return True
+    slots = (getattr(cls, "__slots__", ()) for cls in type(obj).__mro__)
+    return any(name in ((s,) if isinstance(s, str) else s) for s in slots) and hasattr(obj, name)
 
 
 def _first(x: Any) -> Any:

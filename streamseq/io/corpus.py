@@ -6,7 +6,7 @@ documents back to back. :func:`token_corpus` finds their boundaries once, with n
 (never a Python loop over tokens), and returns one small stream per document: the file's
 key and the document's token range. A document maps nothing of its own: every document of
 a file reads through one memory map per process, made on the first read in that process
-(a :class:`~streamseq.read.handle.ProcessLocal` kept in this module, by file), so a
+(a :class:`~streamseq.read.handle.SharedHandles` of this module, by file), so a
 hundred thousand documents cost a hundred thousand small objects, and pickle to their
 ranges.
 """
@@ -23,7 +23,7 @@ import numpy.typing as npt
 from streamseq.errors import SourceError
 from streamseq.io._base import Source
 from streamseq.io._npy import read_npy_header
-from streamseq.read.handle import ProcessLocal
+from streamseq.read.handle import ProcessLocal, SharedHandles
 from streamseq.read.ref import _collector_paused
 
 _NPY_MAGIC = b"\x93NUMPY"
@@ -46,7 +46,7 @@ _IDX_DTYPES = {
 
 #: (path, dtype, byte offset, tokens) -> the memory map of this process
 _Key = tuple[str, str, int, int]
-_MAPS: dict[_Key, ProcessLocal[np.ndarray]] = {}
+_MAPS: SharedHandles[_Key, np.ndarray] = SharedHandles()
 
 
 def _map(key: _Key) -> np.ndarray:
@@ -54,14 +54,6 @@ def _map(key: _Key) -> np.ndarray:
     if count == 0:  # mmap refuses empty files
         return np.zeros(0, dtype)
     return np.memmap(path, np.dtype(dtype), mode="r", offset=offset, shape=(count,))
-
-
-def _shared(key: _Key) -> ProcessLocal[np.ndarray]:
-    """The one handle of the file ``key`` in this process (its map made on first read)."""
-    handle = _MAPS.get(key)
-    if handle is None:
-        handle = _MAPS.setdefault(key, ProcessLocal())
-    return handle
 
 
 class _Document(Source):
@@ -72,10 +64,13 @@ class _Document(Source):
     def __init__(self, key: _Key, start: int, stop: int, handle: ProcessLocal | None = None):
         # no Source.__init__: the handle is the file's, shared by all its documents
         self.key, self.start, self.stop = key, start, stop
-        self._handle = _shared(key) if handle is None else handle
+        self._handle = _MAPS.of(key) if handle is None else handle
 
     def __reduce__(self) -> tuple:
         return (_Document, (self.key, self.start, self.stop))
+
+    def _new_handle(self) -> ProcessLocal[np.ndarray]:
+        return _MAPS.of(self.key)  # a copy reads through the file's map too
 
     @property
     def path(self) -> str:
@@ -299,10 +294,10 @@ def token_corpus(
     key: _Key = (path, file_dtype.str, offset, count)
     if not megatron:
         if eod is not None:
-            starts, stops = _eod_bounds(_shared(key).get(lambda: _map(key)), int(eod))
+            starts, stops = _eod_bounds(_MAPS.of(key).get(lambda: _map(key)), int(eod))
         else:
             starts, stops = _index_bounds(path, index, count)
-    handle = _shared(key)
+    handle = _MAPS.of(key)
     with _collector_paused():  # 100k objects without cycles: no collection in between
         bounds = zip(starts.tolist(), stops.tolist(), strict=True)
         return [_Document(key, a, b, handle) for a, b in bounds]

@@ -17,6 +17,7 @@ import numpy as np
 
 from streamseq.errors import SourceError
 from streamseq.io._base import Source, check_file
+from streamseq.io._noise import value_noise
 from streamseq.io._npy import NPY_HEADER_ERRORS, RemoteArray, read_npy_header
 from streamseq.io.remote import locate
 
@@ -189,18 +190,6 @@ def events(
     return _Events(source, window_us, height, width, t0, length, storage_options)
 
 
-def _smooth_noise(rng: np.random.Generator, height: int, width: int, cells: int) -> np.ndarray:
-    """Smooth random field in [0, 1]: a coarse random grid, bilinearly upsampled."""
-    grid = rng.random((cells + 1, cells + 1))
-    ys = np.linspace(0, cells, height, endpoint=False)
-    xs = np.linspace(0, cells, width, endpoint=False)
-    y0, x0 = ys.astype(int), xs.astype(int)
-    fy, fx = (ys - y0)[:, None], (xs - x0)[None, :]
-    g00, g01 = grid[y0][:, x0], grid[y0][:, x0 + 1]
-    g10, g11 = grid[y0 + 1][:, x0], grid[y0 + 1][:, x0 + 1]
-    return (g00 * (1 - fx) + g01 * fx) * (1 - fy) + (g10 * (1 - fx) + g11 * fx) * fy
-
-
 def synthetic_events(
     *,
     height: int = 64,
@@ -240,7 +229,7 @@ def synthetic_events(
         True
     """
     rng = np.random.default_rng(seed)
-    background = 0.15 + 0.25 * _smooth_noise(rng, height, width, 6)
+    background = 0.15 + 0.25 * value_noise(rng, height, width, 6)
     yy, xx = np.mgrid[0:height, 0:width].astype(np.float64)
     size = min(height, width)
     radius = rng.uniform(0.08, 0.16, balls) * size

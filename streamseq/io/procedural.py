@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from streamseq.io._base import Source
+from streamseq.io._noise import value_noise
 
 _TERMS = 3  # sinusoids per degree of freedom of the camera path
 
@@ -175,20 +176,6 @@ def virtual_camera(
     return _VirtualCamera(image, length, size, seed, speed, view, zoom, rotation, tilt)
 
 
-def _value_noise(rng: np.random.Generator, height: int, width: int, cells: int) -> np.ndarray:
-    """Tileable smooth noise in [0, 1]: a random grid with wrap-around, smoothstep-interpolated."""
-    grid = rng.random((cells, cells))
-    ys = np.arange(height) * cells / height
-    xs = np.arange(width) * cells / width
-    y0, x0 = ys.astype(int), xs.astype(int)
-    fy, fx = ys - y0, xs - x0
-    fy, fx = (fy * fy * (3 - 2 * fy))[:, None], (fx * fx * (3 - 2 * fx))[None, :]
-    y1, x1 = (y0 + 1) % cells, (x0 + 1) % cells
-    top = grid[y0][:, x0] * (1 - fx) + grid[y0][:, x1] * fx
-    bottom = grid[y1][:, x0] * (1 - fx) + grid[y1][:, x1] * fx
-    return top * (1 - fy) + bottom * fy
-
-
 def texture(height: int, width: int, *, seed: int = 0, octaves: int = 5) -> np.ndarray:
     """Make a colourful, richly detailed image to film with :func:`virtual_camera`.
 
@@ -215,7 +202,9 @@ def texture(height: int, width: int, *, seed: int = 0, octaves: int = 5) -> np.n
     total = 0.0
     for octave in range(octaves):
         amplitude = 0.55**octave
-        field += amplitude * _value_noise(rng, height, width, 3 * 2**octave)
+        field += amplitude * value_noise(
+            rng, height, width, 3 * 2**octave, wrap=True, smoothstep=True
+        )
         total += amplitude
     field /= total
     field = (field - field.min()) / max(field.max() - field.min(), 1e-9)

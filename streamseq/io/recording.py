@@ -23,7 +23,6 @@ steps; its decoders are opened in the process that reads.
 
 from __future__ import annotations
 
-import copy
 import functools
 import math
 import operator
@@ -128,9 +127,7 @@ class _Samples(_Modality):
         if source.frame == n:
             self.source = source
         else:
-            self.source = copy.copy(source)
-            self.source._handle = copy.copy(source._handle)  # its own decoder
-            self.source.frame, self.source.length = n, None
+            self.source = source.replace(frame=n, length=None)  # its own decoder
 
     def seconds(self, step: float) -> float:
         return self.source.num_samples() / self.source.rate
@@ -153,10 +150,8 @@ class _Windows(_Modality):
         if source.window_us == window:
             self.source = source
         else:
-            self.source = copy.copy(source)
-            self.source._handle = copy.copy(source._handle)
-            self.source.window_us = window
-            self.source.length = -(-self.covered_us // window)
+            length = -(-self.covered_us // window)
+            self.source = source.replace(window_us=window, length=length)
 
     def seconds(self, step: float) -> float:
         return self.covered_us / 1e6

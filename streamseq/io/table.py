@@ -6,7 +6,7 @@ column once, with the file's row groups, and records for every episode where its
 are: runs of consecutive rows, each inside one row group. An episode is a small picklable
 stream of those runs; reading steps ``a:b`` reads only the row groups that hold them
 (``ParquetFile.read_row_group``), in the process that reads, through one reader of the
-file per process (a :class:`~streamseq.read.handle.ProcessLocal` kept in this module)
+file per process (a :class:`~streamseq.read.handle.SharedHandles` of this module)
 that keeps the last row groups it decoded, so consecutive reads decode each once.
 
 A URL is read through :mod:`streamseq.io.remote`, as by the other sources: one fsspec
@@ -32,7 +32,7 @@ import numpy as np
 from streamseq.errors import SourceError
 from streamseq.io import remote
 from streamseq.io._base import Source
-from streamseq.read.handle import ProcessLocal
+from streamseq.read.handle import ProcessLocal, SharedHandles
 
 #: decoded row groups a reader keeps (the rows of one worker read different episodes)
 CACHED_ROW_GROUPS = 8
@@ -76,7 +76,7 @@ class _Key(NamedTuple):
 
 
 #: key -> the reader of this process
-_READERS: dict[_Key, ProcessLocal[_Reader]] = {}
+_READERS: SharedHandles[_Key, _Reader] = SharedHandles()
 
 
 def _pyarrow() -> Any:
@@ -165,14 +165,6 @@ class _Reader:
         return group
 
 
-def _shared(key: _Key) -> ProcessLocal[_Reader]:
-    """The one reader handle of ``key`` in this process (its file opened on first read)."""
-    handle = _READERS.get(key)
-    if handle is None:
-        handle = _READERS.setdefault(key, ProcessLocal())
-    return handle
-
-
 class _Episode(Source):
     """The rows of one group of a Parquet table, as a stream of dict steps."""
 
@@ -181,10 +173,13 @@ class _Episode(Source):
         self.key, self.group = key, group
         self.runs = runs  # [n, 3]: row group, first row, end row (in the row group)
         self.offsets = np.concatenate([[0], np.cumsum(runs[:, 2] - runs[:, 1])])
-        self._handle = _shared(key)
+        self._handle = _READERS.of(key)
 
     def __reduce__(self) -> tuple:
         return (_Episode, (self.key, self.group, self.runs))
+
+    def _new_handle(self) -> ProcessLocal[_Reader]:
+        return _READERS.of(self.key)  # a copy reads through the file's reader too
 
     @property
     def path(self) -> str:

@@ -17,7 +17,6 @@ converted.
 
 from __future__ import annotations
 
-import copy
 import math
 import os
 from collections.abc import Iterator, Sequence
@@ -258,10 +257,7 @@ class _Video(MediaSource):
         if not fps > 0:
             raise ValueError(f"fps must be positive, got {fps}")
         self.probe()
-        other = copy.copy(self)
-        other._handle = copy.copy(self._handle)  # a handle of its own, none open
-        other.step_rate, other.length = float(fps), None
-        return other
+        return self.replace(step_rate=float(fps), length=None)
 
     @property
     def duration(self) -> float:

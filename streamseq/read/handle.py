@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+K = TypeVar("K")
 T = TypeVar("T")
 
 _PID = [os.getpid()]  # this process, kept by a fork hook (os.getpid is a system call)
@@ -146,3 +147,31 @@ class ProcessLocal(Generic[T]):
                     keep_forever(self._value)
         except Exception:  # interpreter shutdown, half-built object
             pass
+
+
+class SharedHandles(Generic[K, T]):
+    """One :class:`ProcessLocal` per key: the handle shared by all the readers of a file.
+
+    Many small sources can read one file (the documents of a token corpus, the episodes of
+    a Parquet table): each takes the handle of its file's key here instead of holding its
+    own, so that a process opens the file once, however many of them it reads. A source
+    unpickled in a worker takes the handle of its key there, and opens it on first read.
+
+    Example:
+        >>> handles = SharedHandles()
+        >>> a = handles.of(("a.bin", 0))
+        >>> a is handles.of(("a.bin", 0)), a is handles.of(("b.bin", 0)), a.peek() is None
+        (True, False, True)
+    """
+
+    __slots__ = ("_handles",)
+
+    def __init__(self) -> None:
+        self._handles: dict[K, ProcessLocal[T]] = {}
+
+    def of(self, key: K) -> ProcessLocal[T]:
+        """The handle of ``key``, the same for every caller (made, empty, on first use)."""
+        handle = self._handles.get(key)
+        if handle is None:
+            handle = self._handles.setdefault(key, ProcessLocal())
+        return handle

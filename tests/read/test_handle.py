@@ -3,7 +3,7 @@
 import os
 import pickle
 
-from streamseq.read.handle import ProcessLocal, current_pid
+from streamseq.read.handle import ProcessLocal, SharedHandles, current_pid
 
 
 class Opened:
@@ -58,3 +58,30 @@ def test_set_closes_the_value_it_replaces():
     handle.set(first)
     handle.set(second)
     assert first.closed and not second.closed and handle.get() is second
+
+
+def test_shared_handles_give_one_handle_per_key():
+    handles = SharedHandles()
+    a = handles.of(("a.bin", 0))
+    assert a is handles.of(("a.bin", 0)) and a is not handles.of(("a.bin", 8))
+    assert a.peek() is None
+    value = a.get(Opened)
+    assert handles.of(("a.bin", 0)).get(Opened) is value  # opened once for every reader
+
+
+def test_a_shared_handle_is_made_again_after_a_fork():
+    handles = SharedHandles()
+    parent = handles.of("key").get(Opened)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            mine = handles.of("key").get(Opened)
+            ok = mine is not parent and mine.pid == os.getpid()
+            ok = ok and handles.of("key").get(Opened) is mine
+            os.write(write, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 1) == b"1"
+    assert handles.of("key").get(Opened) is parent
