@@ -24,8 +24,11 @@ from typing import Any
 
 import numpy as np
 
-import streamseq
-from streamseq import StreamLoader
+# the streamseq of the checkout this file is in, whatever the environment has installed
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import streamseq  # noqa: E402
+from streamseq import StreamLoader  # noqa: E402
 
 
 def _update(h: Any, x: Any) -> None:
