@@ -6,8 +6,8 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "streamseq._gather",
-            ["streamseq/_gather.c"],
+            "streamseq.gather._gather",
+            ["streamseq/gather/_gather.c"],
             include_dirs=[numpy.get_include()],
             optional=True,  # without a compiler streamseq runs its numpy path
         )

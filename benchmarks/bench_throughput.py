@@ -279,7 +279,12 @@ def check_import(root: str) -> str:
     where = os.path.realpath(streamseq.__file__)
     if not where.startswith(os.path.realpath(root) + os.sep):
         raise RuntimeError(f"streamseq imported from {where}, expected under {root}")
-    import streamseq._gather  # noqa: F401
+    try:
+        import streamseq.gather._gather  # noqa: F401
+    except ModuleNotFoundError as e:  # a revision from before streamseq.gather
+        if e.name != "streamseq.gather":
+            raise
+        import streamseq._gather  # noqa: F401
 
     return where
 
@@ -473,9 +478,14 @@ def measure(job: dict) -> dict:
         transform = crop if job.get("transform") == "crop" else None
         loader = streamseq_loader(sources, workers, video, transform, job.get("persistent"))
     elif kind == "streamseq-numpy":  # as installed without a C compiler
-        import streamseq.read.writer
+        try:
+            import streamseq.gather.writer
 
-        streamseq.read.writer._fill = None
+            streamseq.gather.writer.fill = None
+        except ModuleNotFoundError:  # a revision from before streamseq.gather
+            import streamseq.read.writer
+
+            streamseq.read.writer._fill = None
         loader = streamseq_loader(sources, workers, video)
     elif kind == "psd":
         loader = psd_loader(sources, workers, video)

@@ -8,8 +8,8 @@ import numpy as np
 
 from ._tree import tree_map
 from .batch import Chunk
+from .gather import Table
 from .interleave import Row
-from .read.writer import _Table
 
 
 class TBinned:
@@ -34,7 +34,7 @@ class TBinned:
             if pack
             else (int(self.chunk_ends[-1]) if len(counts) else 0)
         )
-        self._table: _Table | None = None
+        self._table: Table | None = None
         self._spec: Any = None
 
     def __repr__(self) -> str:
@@ -65,10 +65,10 @@ class TBinned:
         """Which stream and steps chunk ``c`` reads."""
         return self.table().describe(c)
 
-    def table(self) -> _Table:
+    def table(self) -> Table:
         """The row as a one-row batch writer (made once)."""
         if self._table is None:
-            self._table = _Table([self], "pack" if self.pack else "zeros", self.tbins)
+            self._table = Table([self], "pack" if self.pack else "zeros", self.tbins)
         return self._table
 
     def release(self) -> None:

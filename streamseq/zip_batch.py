@@ -8,9 +8,8 @@ from typing import Any
 import numpy as np
 
 from ._checks import check_pad
-from ._tree import leaves, tree_map
 from .batch import Batch, Chunk
-from .read.writer import _put, _Table
+from .gather import Table, stack
 from .tbin import TBinned
 
 _NO_SPEC = (
@@ -75,7 +74,7 @@ class ZipBatch:
             )
         self._table = None
         if all(isinstance(p, TBinned) for p in self.parts):
-            self._table = _Table(self.parts, self.pad, self.tbins)
+            self._table = Table(self.parts, self.pad, self.tbins)
 
     def __repr__(self) -> str:
         return f"zip_batch({len(self.parts)} parts, rows={self.num_rows}, pad={self.pad!r})"
@@ -151,13 +150,8 @@ class ZipBatch:
             if spec is None and need_data:
                 raise ValueError(_NO_SPEC)
             return self._table.batch(i, spec)
-        b, t = self.num_rows, self.tbins
-        reset = np.zeros(b, dtype=bool)
-        valid = np.zeros((b, t), dtype=bool)
-        stream = np.full((b, t), -1, dtype=np.int64)
-        step = np.full((b, t), -1, dtype=np.int64)
-        writes = []  # (row offset, steps or None for a full item, data)
-        for part, o, k in zip(self.parts, self.offsets, self.part_rows, strict=False):
+        items = []  # (row offset, rows, chunk or batch)
+        for part, o, k in zip(self.parts, self.offsets.tolist(), self.part_rows, strict=False):
             if isinstance(part, ZipBatch):
                 sub = part.item(i, need_data=False)
             else:
@@ -165,45 +159,11 @@ class ZipBatch:
                 if c is None:
                     continue
                 sub = part[c]
-            if isinstance(sub, Chunk):
-                reset[o], valid[o], stream[o], step[o] = sub.reset, sub.valid, sub.stream, sub.step
-                writes.append((o, t, sub.data))
-            else:
-                reset[o : o + k] = np.asarray(sub.reset)
-                valid[o : o + k] = np.asarray(sub.valid)
-                stream[o : o + k] = np.asarray(sub.stream)
-                step[o : o + k] = np.asarray(sub.step)
-                if sub.data is not None:
-                    writes.append((o, None, sub.data))
-        template, skip = self.spec_, 1
-        if template is None and writes:
-            template, skip = writes[0][2], (2 if writes[0][1] is None else 1)
-        if template is None:
-            template = self.spec()
-        if template is None and not need_data:
-            return Batch(None, reset, valid, stream, step)
-        if template is None:
+            items.append((o, k, sub))
+        b = stack(items, self.num_rows, self.tbins, self.spec_, self.spec, f"batch {i}, ")
+        if b.data is None and need_data:
             raise ValueError(_NO_SPEC)
-        data = tree_map(
-            lambda a: np.zeros((b, t, *np.shape(a)[skip:]), np.asarray(a).dtype), template
-        )
-        for o, n, d in writes:
-            if n is None:
-                rows = len(leaves(d)[0])
-
-                def put(out: np.ndarray, a: Any, o: int = o, rows: int = rows) -> None:
-                    _put(out[o : o + rows], a)
-
-            else:
-
-                def put(out: np.ndarray, a: Any, o: int = o, n: int = n) -> None:
-                    _put(out[o, :n], a)
-
-            try:
-                tree_map(put, data, d)
-            except (TypeError, ValueError, KeyError) as e:
-                raise ValueError(f"batch {i}, row {o}: {type(e).__name__}: {e}") from e
-        return Batch(data, reset, valid, stream, step)
+        return b
 
 
 def zip_batch(

@@ -7,6 +7,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..workers.poll import poll
+
 _DONE = object()
 
 
@@ -58,17 +60,18 @@ class Background:
             return
         self._put(_DONE)
 
+    def _get(self, seconds: float) -> Any:
+        return self.queue.get(timeout=seconds)
+
+    def _alive(self) -> None:
+        if not self.thread.is_alive() and self.queue.empty():
+            raise RuntimeError("the background thread stopped without a result")
+
     def __iter__(self) -> Background:
         return self
 
     def __next__(self) -> Any:
-        while True:
-            try:
-                item = self.queue.get(timeout=self.poll)
-                break
-            except queue.Empty:
-                if not self.thread.is_alive() and self.queue.empty():
-                    raise RuntimeError("the background thread stopped without a result") from None
+        item = poll(self._get, self.poll, self._alive)
         if item is _DONE:
             self.close()
             raise StopIteration

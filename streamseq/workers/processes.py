@@ -18,6 +18,7 @@ import gc
 import multiprocessing
 import os
 import pickle
+import queue
 import signal
 import threading
 import time
@@ -28,8 +29,9 @@ from typing import Any
 import torch
 
 from . import reaper
-from .failures import Cancelled, HookFailed, NoResult, WorkerGone
+from .failures import HookFailed, WorkerGone
 from .loop import HOOK, STOP, run
+from .poll import poll
 from .slots import Filling, Slots
 from .wire import Poller, dump_error, load_error, message
 
@@ -147,6 +149,19 @@ class ProcessWorkers:
         pending = self.pending[index]
         return WorkerGone(index, pending[0] if pending else None)
 
+    def _ready(self, seconds: float) -> list[Any]:
+        """The result pipes ready within ``seconds`` (:class:`queue.Empty`: none)."""
+        ready = self._results.wait(seconds)
+        if not ready:
+            raise queue.Empty
+        return ready
+
+    def _alive(self) -> None:
+        """Raise :class:`WorkerGone` for the first worker that exited."""
+        for index, w in enumerate(self.workers):
+            if not w.is_alive():
+                raise self._gone(index)
+
     def wait(self) -> tuple[int, bool, Any]:
         """The next result of any worker: ``(item, ok, value or error)``.
 
@@ -156,19 +171,7 @@ class ProcessWorkers:
             HookFailed: a worker's start hook raised (its error chained).
             Cancelled: :meth:`cancel` was called meanwhile.
         """
-        deadline = None if self.timeout is None else time.monotonic() + self.timeout
-        while True:
-            left = POLL if deadline is None else min(POLL, max(0.0, deadline - time.monotonic()))
-            ready = self._results.wait(left)
-            if ready:
-                break
-            if self.cancelled.is_set():
-                raise Cancelled("the workers were closed while a result was awaited")
-            for index, w in enumerate(self.workers):
-                if not w.is_alive():
-                    raise self._gone(index)
-            if deadline is not None and time.monotonic() >= deadline:
-                raise NoResult(self.timeout)
+        ready = poll(self._ready, POLL, self._alive, self.timeout, self.cancelled)
         pipe = ready[0]
         index = self.result_pipes.index(pipe)
         try:

@@ -18,8 +18,9 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .failures import Cancelled, HookFailed, NoResult, WorkerGone
+from .failures import HookFailed, WorkerGone
 from .loop import HOOK, STOP, run
+from .poll import poll
 
 logger = logging.getLogger("streamseq.prefetch")
 
@@ -110,6 +111,16 @@ class ThreadWorkers:
         """Queue ``item`` for the first free thread."""
         self.jobs.put(item)
 
+    def _result(self, seconds: float) -> tuple[int, int, bool, Any]:
+        """The next result within ``seconds`` (:class:`queue.Empty`: none)."""
+        return self.results.get(timeout=seconds)
+
+    def _alive(self) -> None:
+        """Raise :class:`WorkerGone` for the first thread gone with no result left."""
+        for index, w in enumerate(self.workers):
+            if not w.is_alive() and self.results.empty():
+                raise WorkerGone(index)
+
     def wait(self) -> tuple[int, bool, Any]:
         """The next result of any thread: ``(item, ok, value or error)``.
 
@@ -119,20 +130,8 @@ class ThreadWorkers:
             HookFailed: a start hook raised (its error chained).
             Cancelled: :meth:`cancel` was called meanwhile.
         """
-        deadline = None if self.timeout is None else time.monotonic() + self.timeout
-        while True:
-            left = POLL if deadline is None else min(POLL, max(0.0, deadline - time.monotonic()))
-            try:
-                index, item, ok, value = self.results.get(timeout=left)
-                break
-            except queue.Empty:
-                if self.cancelled.is_set():
-                    raise Cancelled("the workers were closed while a result was awaited") from None
-                for index, w in enumerate(self.workers):
-                    if not w.is_alive() and self.results.empty():
-                        raise WorkerGone(index) from None
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise NoResult(self.timeout) from None
+        get = self._result
+        index, item, ok, value = poll(get, POLL, self._alive, self.timeout, self.cancelled)
         if item == HOOK:
             raise HookFailed(self.start_hook, index, "thread", value) from value
         return item, ok, value

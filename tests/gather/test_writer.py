@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamseq import StreamError, StreamLoader, interleave_streams, tbin, zip_batch
-from streamseq.read import writer as _table
+from streamseq.gather import writer
 from streamseq.testing import check_continuity, coded_streams, layouts
 from streamseq.workers import shm as _shm
 
-fill = pytest.importorskip("streamseq._gather").fill
+fill = pytest.importorskip("streamseq.gather._gather").fill
 
 KINDS = ["plain", "swapped", "strided", "memmap", "sequence", "slice_of_larger"]
 
@@ -52,12 +52,12 @@ def variant(a, kind, folder, i):
 
 def batches(streams, layout, pad, compiled):
     loader = StreamLoader(streams, layout.batch_size, layout.tbins, pad=pad)
-    with mock.patch.object(_table, "_fill", fill if compiled else None):
+    with mock.patch.object(writer, "fill", fill if compiled else None):
         return [tuple(f.numpy().copy() for f in b) for b in loader]
 
 
 def test_the_compiled_path_is_built():
-    assert _table._fill is fill, "streamseq._gather was not built: install with a C compiler"
+    assert writer.fill is fill, "streamseq.gather._gather was not built: install with a C compiler"
 
 
 @settings(max_examples=60, deadline=None)
@@ -102,7 +102,7 @@ def test_plain_arrays_take_the_compiled_path(layout, pad):
 
     streams = coded_streams(layout.lengths)
     loader = StreamLoader(streams, layout.batch_size, layout.tbins, pad=pad)
-    with mock.patch.object(_table, "_fill", spy):
+    with mock.patch.object(writer, "fill", spy):
         out = list(loader)
     assert set(returns) == ({-1} if out else set())
     if pad == "zeros":
@@ -236,7 +236,7 @@ def test_declined_batches_allocate_their_metadata_once(compiled):
     loader = StreamLoader(streams, 2, 8)
     group = loader._in_process()
     used = []
-    with mock.patch.object(_table, "_fill", fill if compiled else None):
+    with mock.patch.object(writer, "fill", fill if compiled else None):
         for i in range(len(group)):
             slot = _shm.Slot(memoryview(bytearray(1 << 16)), 0, 1 << 16)
             _shm.use(slot)

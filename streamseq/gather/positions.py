@@ -1,0 +1,106 @@
+"""Where every row of a batch reads: chunk positions in blocks, packed pieces."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from ..interleave import Row
+    from .writer import Table
+
+
+class Positions:
+    """Where every row reads in ``size`` consecutive batches, as arrays ``[size, rows]``.
+
+    Idle rows (ended, or empty) read nothing: position, start and stream -1, 0 steps.
+    """
+
+    def __init__(self, table: Table, first: int, size: int):
+        self.first = first
+        t, rows = table.tbins, len(table.rows)
+        i = np.arange(first, first + size, dtype=np.int64)[:, None]
+        n = table.counts[None, :]
+        if table.pad == "wrap":
+            chunk = i % np.maximum(n, 1)
+            active = np.broadcast_to(n > 0, (size, rows))
+        else:
+            chunk = np.broadcast_to(i, (size, rows))
+            active = i < n
+        if len(table.ends):
+            q = table.base + chunk
+            pos = np.minimum(np.searchsorted(table.ends, q, side="right"), len(table.ends) - 1)
+            prev = np.where(pos > table.first, table.ends[pos - 1], table.base)
+            start = (q - prev) * t
+            stop = np.minimum(start + t, table.lengths[pos])
+            ids = table.ids[pos]
+        else:
+            pos = start = stop = ids = np.zeros((size, rows), np.int64)
+        self.active = np.ascontiguousarray(active)
+        self.pos = np.where(active, pos, -1)
+        self.start = np.ascontiguousarray(np.where(active, start, -1), np.int64)
+        if table.segmented:  # where the slices start in the sources (steps count there)
+            shift = table.shifts[pos] if len(table.ends) else 0
+            self.source_start = np.ascontiguousarray(np.where(active, start + shift, -1))
+        else:
+            self.source_start = self.start
+        self.count = np.ascontiguousarray(np.where(active, stop - start, 0), np.int64)
+        self.id_rows = np.ascontiguousarray(np.where(active, ids, -1), np.int64)
+        self.ramp = np.where(active, start // t, -1)  # row of the table of steps (-1: none)
+        self.starts = self.source_start.tolist()
+        self.counts = self.count.tolist()
+        self.partial = Marked((self.count < t) & (self.count > 0), self.count)
+        self.full = (self.count == t).all(axis=1).tolist()
+        moved = self.active.copy()
+        moved[1:] &= self.pos[1:] != self.pos[:-1]
+        self.moved = Marked(moved, self.pos)
+
+
+class Marked:
+    """For each batch k of a block: the rows where ``mask[k]``, with ``values[k, row]``.
+
+    Example:
+        >>> mask = np.array([[True, False], [True, True]])
+        >>> marked = Marked(mask, np.array([[5, 6], [7, 8]]))
+        >>> marked(0), marked(1)
+        (([0], [5]), ([0, 1], [7, 8]))
+    """
+
+    def __init__(self, mask: np.ndarray, values: np.ndarray):
+        size, rows = mask.shape
+        where = np.flatnonzero(mask)
+        self.bounds = np.searchsorted(where, np.arange(0, (size + 1) * rows, rows)).tolist()
+        self.rows = (where % rows).tolist()
+        self.values = values.reshape(-1)[where].tolist()
+
+    def __call__(self, k: int) -> tuple[list[int], list[int]]:
+        """The rows marked in batch ``k`` of the block, and their values."""
+        a, z = self.bounds[k], self.bounds[k + 1]
+        return self.rows[a:z], self.values[a:z]
+
+
+def packed_pieces(row: Row, i: int, tbins: int) -> list[tuple[int, int, int, int]]:
+    """Packed chunk ``i`` of a row: stream ``j`` gives ``n`` steps from ``a``, at ``at``.
+
+    Args:
+        row: the row.
+        i: the chunk.
+        tbins: steps per chunk.
+
+    Returns:
+        ``(j, a, n, at)`` for each piece of a stream in the chunk, in order.
+
+    Example:
+        >>> from streamseq.read.ref import as_refs
+        >>> from streamseq.interleave import Row
+        >>> row = Row(as_refs([np.arange(5), np.arange(2), np.arange(4)]))
+        >>> packed_pieces(row, 1, 4)
+        [(0, 4, 1, 0), (1, 0, 2, 1), (2, 0, 1, 3)]
+    """
+    first = i * tbins
+    out, at = [], 0
+    for j, a, n in row.pieces(first, min(first + tbins, len(row))):
+        out.append((j, a, n, at))
+        at += n
+    return out
