@@ -52,7 +52,7 @@ def batches_of(rows: list[Any], tbins: int, length: int | None = None) -> Any:
 
 def seqtools_on_streamseq(streams: list[Any], batch_size: int, tbins: int, workers: int) -> dict:
     """(a) seqtools operations over the rows and batches that streamseq plans."""
-    rows = streamseq.interleave_streams(streams, batch_size)
+    rows = streamseq.interleave_streams(streams, batch_size, tbins=tbins)  # the loader's plan
     batches = batches_of(rows, tbins)  # a lazy sequence of Batch (numpy arrays)
 
     halved = seqtools.smap(halve, batches)  # lazy: halve runs when a batch is read
@@ -79,7 +79,7 @@ def streamseq_on_seqtools(streams: list[Any], batch_size: int, tbins: int, worke
     joined = seqtools.concatenate([streams[0], streams[1]])  # two recordings, one stream
     sources = [*standardized, joined]
     loader = streamseq.StreamLoader(sources, batch_size, tbins, num_workers=workers)
-    rows = streamseq.interleave_streams(sources, batch_size)  # the same, built by hand
+    rows = streamseq.interleave_streams(sources, batch_size, tbins=tbins)  # the same, by hand
     return {
         "sources": sources,
         "loader": list(loader),

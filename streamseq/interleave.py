@@ -8,7 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from ._checks import check_int
 from ._tree import leaves, tree_map
+from .plan.epoch import epoch_plan
 from .plan.rows import assign_rows
 from .read.handle import ProcessLocal
 from .read.ref import StreamRef, as_refs
@@ -152,6 +154,8 @@ def interleave_streams(
     seed: int = 0,
     epoch: int = 0,
     transform: Callable[[Any, StepInfo], Any] | None = None,
+    tbins: int | None = None,
+    pack: bool = False,
 ) -> list[Row]:
     """Distribute streams over ``num_rows`` rows, each row a lazy concatenation of streams.
 
@@ -170,6 +174,11 @@ def interleave_streams(
         epoch: epoch of the shuffle.
         transform: ``fn(steps, info)`` applied to every slice read from the rows (see
             :func:`map_steps`), with this seed and epoch.
+        tbins: plan as :class:`StreamLoader` does for chunks of ``tbins`` steps: rows
+            balanced once (longest first), their order and that of the streams inside
+            each shuffled every epoch, so every epoch has the same number of chunks.
+            Without it, the streams are dealt out in order as described above.
+        pack: with ``tbins``, the rows are packed (``pad="pack"``): balance steps.
 
     Returns:
         ``num_rows`` :class:`Row` objects (some empty when there are fewer streams).
@@ -181,6 +190,9 @@ def interleave_streams(
         >>> rows = interleave_streams([[0] * 5, [1] * 2, [2] * 2, [3] * 4], 2)
         >>> [r.stream_ids.tolist() for r in rows]
         [[0], [1, 2, 3]]
+        >>> rows = interleave_streams([[0] * 5, [1] * 2, [2] * 2, [3] * 4], 2, tbins=1)
+        >>> [r.stream_ids.tolist() for r in rows]
+        [[0, 2], [1, 3]]
     """
     if num_rows < 1:
         raise ValueError(f"num_rows must be >= 1, got {num_rows}")
@@ -189,7 +201,12 @@ def interleave_streams(
         sizes = np.asarray(lengths, dtype=np.int64)
     else:
         sizes = np.fromiter((len(r) for r in refs), np.int64, len(refs))
-    assignment = assign_rows(sizes, num_rows, shuffle=shuffle, seed=seed, epoch=epoch)
+    if tbins is None:
+        assignment = assign_rows(sizes, num_rows, shuffle=shuffle, seed=seed, epoch=epoch)
+    else:
+        pad = "pack" if pack else "zeros"
+        kw = dict(shuffle=shuffle, seed=seed, epoch=epoch, version=2)
+        assignment, _ = epoch_plan(sizes, num_rows, check_int(tbins, "tbins", 1), pad, **kw)
     return make_rows(refs, sizes, assignment, transform, seed=seed, epoch=epoch)
 
 

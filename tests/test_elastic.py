@@ -247,22 +247,40 @@ def test_progress_counts_the_whole_epoch_across_resumes(layout, b2, b3, data):
     run = make(layout.batch_size)
     total = len(run)
     assert run.progress == (0, 0, total)
-    done = 0
-    for b in (b2, b3):  # two resumes in a row, each on other rows
+    for b in (b2, b3):  # two resumes in a row, on other rows or the same
+        where = run.progress
+        k = data.draw(st.integers(0, where.total - where.done - 1), label="batches")
         it = iter(run)
-        k = data.draw(st.integers(0, len(run)), label="batches")
         for _ in range(k):
             next(it)
-        done += k
-        assert run.progress.done == done
+        assert run.progress.done == where.done + k
         state = run.state_dict()
-        assert state["epoch_done"] == done
+        assert state["epoch_done"] == where.done + k
         run = make(b)
         run.load_state_dict(state)
-        assert run.progress.done == done
-        if b == layout.batch_size and b2 == b:  # the same plan all along: the same total
+        assert run.progress.epoch == 0 and run.progress.done == where.done + k
+        if b == layout.batch_size == b2:  # the same plan all along: the same total
             assert run.progress.total == total
     where = run.progress
     assert len(list(run)) == where.total - where.done
     assert run.progress.epoch == 1  # the pass ended: the next epoch, from its start
     assert run.progress.done == 0
+
+
+def test_a_state_saved_after_the_last_batch_resumes_at_the_next_epoch():
+    streams = coded_streams([5, 3, 8, 2])
+    run = StreamLoader(streams, 2, 2, shuffle=True)
+    batches = list(run)  # (the pass ends: the loader moves on to epoch 1)
+    it = iter(StreamLoader(streams, 2, 2, shuffle=True))
+    run = StreamLoader(streams, 2, 2, shuffle=True)
+    it = iter(run)
+    for _ in batches:
+        next(it)
+    state = run.state_dict()  # after the last batch, before the end of the pass
+    assert (state["epoch"], state["next_batch"]) == (0, len(batches))
+    again = StreamLoader(streams, 2, 2, shuffle=True)
+    again.load_state_dict(state)
+    assert again.epoch == 1 and again.progress.done == 0
+    run.set_epoch(1)
+    assert_same = [b.stream.tolist() for b in run]
+    assert [b.stream.tolist() for b in again] == assert_same

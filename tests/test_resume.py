@@ -76,6 +76,11 @@ def test_resume_within_an_epoch(layout, pad, shuffle, epoch, data):
     assert (state["epoch"], state["next_batch"], state["length"]) == (epoch, cut, len(full))
     resumed = make()
     resumed.load_state_dict(state)
+    if cut == len(full):  # saved after the last batch: the next epoch, from its start
+        assert (resumed.epoch, resumed.state_dict()["next_batch"]) == (epoch + 1, 0)
+        whole.set_epoch(epoch + 1)
+        assert_same([numpy_batch(b) for b in resumed], [numpy_batch(b) for b in whole])
+        return
     assert resumed.state_dict() == state  # nothing delivered yet: the same state
     assert_same([numpy_batch(b) for b in resumed], full[cut:])
 
@@ -147,7 +152,11 @@ def test_state_of_one_rank_resumes_every_rank(layout, world, data):
         whole.set_epoch(1)
         resumed = make(rank)
         resumed.load_state_dict(state)
-        assert_same([numpy_batch(b) for b in resumed], [numpy_batch(b) for b in whole][cut:])
+        expected = [numpy_batch(b) for b in whole][cut:]
+        if cut == len(source):  # saved after the last batch: the next epoch from its start
+            whole.set_epoch(2)
+            expected = [numpy_batch(b) for b in whole]
+        assert_same([numpy_batch(b) for b in resumed], expected)
 
 
 def test_state_counts_delivered_batches_only():
@@ -171,7 +180,7 @@ def test_end_of_epoch_resumes_into_the_next():
     assert state["next_batch"] == state["length"] == len(loader)
     resumed = make()
     resumed.load_state_dict(state)
-    assert list(resumed) == []  # nothing left of epoch 0
+    assert resumed.epoch == 1 and len(list(resumed)) == len(loader)  # epoch 0 was over
     resumed = make()
     resumed.load_state_dict(state)
     rest = run(resumed, 2, start=True)  # the usual loop goes on with epoch 1

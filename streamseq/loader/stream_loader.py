@@ -364,6 +364,9 @@ class StreamLoader:
           (:meth:`row_map` tells which old row each new row continues); nothing delivered
           is delivered again. The next epochs are this loader's own.
 
+        A state saved after the last batch of its epoch (as a trainer checkpoints after
+        its last step) resumes at the start of the next epoch.
+
         Raises:
             ValueError: the state is malformed, or was made over other streams or with
                 another tbins, pad, shuffle, seed or segment length (named).
@@ -390,15 +393,19 @@ class StreamLoader:
         resumed = read_state(self.spec, state)
         check_resumable(self._epochs, resumed, state)
         rest = None if resumed.rest is None else (resumed.epoch, resumed.rest)
+        per_epoch = self.transform is not None
+        epochs = Epochs(self.spec, rest, per_epoch, before=resumed.before)
+        epoch, nxt = resumed.epoch, resumed.next_batch
+        if nxt >= epochs.length(epoch):  # saved at the end of its epoch: the next one
+            epoch, nxt, rest = epoch + 1, 0, None
+            epochs = Epochs(self.spec, None, per_epoch)
         self._end_pass()  # an invalid state changes nothing: checked first
         if rest is not None or self._epochs.rest is not None:
             self._workers.stop()  # they plan epochs from the rest they were given
         with self._lock:
-            per_epoch = self.transform is not None
-            self._epochs = Epochs(self.spec, rest, per_epoch, before=resumed.before)
-            self._whole = None
-        self._epoch, self._chosen = resumed.epoch, False
-        self._position = Position(resumed.next_batch, pending=True)
+            self._epochs, self._whole = epochs, None
+        self._epoch, self._chosen = epoch, False
+        self._position = Position(nxt, pending=True)
 
     def row_map(self, state: dict[str, Any]) -> list[int]:
         """For each row of this loader, the global row of ``state``'s run it continues.

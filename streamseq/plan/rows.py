@@ -90,7 +90,8 @@ def balanced_rows(
     Longest first, each stream goes to the row with the lowest cost so far (the first
     such row on a tie), the cost being :func:`row_cost`: chunks, or steps if ``pack``.
     Streams of equal cost are taken in index order, or in an order drawn from ``seed``.
-    Empty streams are skipped; each row lists its streams in index order.
+    Empty streams are skipped; each row lists its streams in index order, and the rows
+    come in the order of their first streams (so the first stream starts row 0).
 
     The last stream placed on the costliest row went to the cheapest row of that time,
     so the costliest and the cheapest rows differ by at most one stream's cost: in
@@ -133,7 +134,9 @@ def balanced_rows(
     by_row = np.lexsort((order, row_of))
     bounds = np.searchsorted(row_of[by_row], np.arange(num_rows + 1))
     ordered = order[by_row]
-    return [ordered[bounds[r] : bounds[r + 1]] for r in range(num_rows)]
+    rows = [ordered[bounds[r] : bounds[r + 1]] for r in range(num_rows)]
+    # rows in the order of their first stream (empty ones last): row 0 starts stream 0
+    return sorted(rows, key=lambda m: int(m[0]) if len(m) else len(cost))
 
 
 def _even_out(row_of: np.ndarray, cost: np.ndarray, num_rows: int) -> None:

@@ -139,7 +139,7 @@ def add(steps, info, value):
 def test_map_steps_composes_and_hand_built_pipelines_equal_the_loader():
     streams = frames([5, 3, 7])
     twice = functools.partial(add, value=1)
-    rows = interleave_streams(streams, 2, transform=crop_and_jitter, seed=2, epoch=1)
+    rows = interleave_streams(streams, 2, transform=crop_and_jitter, seed=2, epoch=1, tbins=3)
     rows = [map_steps(r, twice, seed=2, epoch=1) for r in rows]
     hand = list(zip_batch([tbin(r, 3) for r in rows]))
 
