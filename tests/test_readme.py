@@ -1,3 +1,4 @@
+import importlib.util
 import re
 import textwrap
 from pathlib import Path
@@ -68,7 +69,7 @@ class RankOf:
 
 @pytest.mark.parametrize("rank", [0, 1])
 def test_readme_snippet_trains_a_gru_and_survives_all_padding_batches(rank):
-    (snippet,) = python_blocks(ROOT / "README.rst")
+    snippet = python_blocks(ROOT / "README.rst")[0]
     code = snippet.replace("import streamseq\n", "")
     rng = np.random.default_rng(0)
     streams = [rng.normal(size=(n, 3)).astype(np.float32) for n in (300, 20, 7)]
@@ -82,6 +83,39 @@ def test_readme_snippet_trains_a_gru_and_survives_all_padding_batches(rank):
         assert not batch.valid.any() and loss.item() == 0
     else:
         assert batch.valid.any() and loss.item() > 0
+
+
+def write_video(path, frames):
+    """A small clip written with PyAV, by the helper of the tests of ``streamseq.io``."""
+    spec = importlib.util.spec_from_file_location("media", ROOT / "tests" / "io" / "media.py")
+    media = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(media)
+    return media.write_video(path, n=frames, size=(32, 32))
+
+
+def test_readme_quickstart_runs_as_written_on_a_folder_of_videos(tmp_path, capsys):
+    pytest.importorskip("av")
+    blocks = [b for b in python_blocks(ROOT / "README.rst") if "streamseq.io.video" in b]
+    assert len(blocks) == 1 and len(blocks[0].splitlines()) <= 35
+    lengths = {"a.mp4": 37, "b.mp4": 20, "c.mp4": 29, "d.mp4": 24, "e.mp4": 33}
+    for name, frames in lengths.items():
+        write_video(tmp_path / name, frames)
+    (tmp_path / "notes.txt").write_text("not a video")
+    code = blocks[0].replace('Path("videos")', f"Path({str(tmp_path)!r})")
+    assert code != blocks[0]
+    names = {"__name__": "quickstart"}
+    exec(compile(code, "README.rst", "exec"), names)
+    loader, loss, h = names["loader"], names["loss"], names["h"]
+    assert [len(video) for video in names["videos"]] == list(lengths.values())
+    assert names["batch"].data.shape[1:] == (16, 32, 32, 3)
+    assert h.shape == (1, 4, 128) and torch.isfinite(h).all() and torch.isfinite(loss)
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in out] == ["epoch 0", "epoch 1"]
+    assert out[-1].endswith(f"{len(loader)} batches")
+    frames = torch.zeros(len(lengths), dtype=torch.long)  # every frame once an epoch
+    for batch in loader:
+        frames += torch.bincount(batch.stream[batch.valid], minlength=len(lengths))
+    assert frames.tolist() == list(lengths.values())
 
 
 def test_docs_front_page_shows_the_readme_snippet():
