@@ -14,6 +14,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from streamseq.read.handle import ProcessLocal
 
 
@@ -102,6 +104,20 @@ class Source:
         """Release the handle of this process; the next read opens it again."""
         with self._lock():
             self._handle.close()
+
+    def step_spec(self) -> tuple[np.dtype, tuple[int, ...]] | None:
+        """The dtype and shape of one step, when known without reading; else ``None``.
+
+        What the source learnt when it was made (a file header) or from a probe already
+        done; it never opens, decodes or demuxes anything. The loader compares the
+        streams with it when it is built. Sources that deliver one array per step
+        override it; this default knows nothing.
+
+        Example:
+            >>> Source().step_spec() is None
+            True
+        """
+        return None
 
     def _open(self) -> Any:
         raise NotImplementedError
