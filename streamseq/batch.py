@@ -7,6 +7,38 @@ from typing import Any, NamedTuple
 from ._tree import tree_map
 
 
+def describe_field(value: Any) -> str:
+    """An array's dtype and shape (``uint8[2, 16, 3]``), a dict or tuple of them as such.
+
+    numpy arrays and torch tensors alike; anything else is its ``repr``.
+
+    Example:
+        >>> import numpy as np
+        >>> describe_field(np.zeros((2, 3), np.float32))
+        'float32[2, 3]'
+        >>> describe_field({"x": np.zeros(4, bool), "y": (np.zeros((4, 2)), None)})
+        "{'x': bool[4], 'y': (float64[4, 2], None)}"
+    """
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {describe_field(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (tuple, list)):
+        inner = ", ".join(describe_field(v) for v in value)
+        if isinstance(value, list):
+            return f"[{inner}]"
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if shape is None or dtype is None:
+        return repr(value)
+    name = str(dtype).removeprefix("torch.")
+    return f"{name}[{', '.join(str(int(n)) for n in shape)}]"
+
+
+def describe_fields(item: tuple) -> str:
+    """``Name(field=dtype[shape], ...)`` for a :class:`Chunk` or a :class:`Batch`."""
+    fields = ", ".join(f"{k}={describe_field(v)}" for k, v in zip(item._fields, item, strict=True))
+    return f"{type(item).__name__}({fields})"
+
+
 class Chunk(NamedTuple):
     """``tbins`` consecutive steps of one row, never spanning two streams.
 
@@ -23,6 +55,9 @@ class Chunk(NamedTuple):
     valid: Any
     stream: Any
     step: Any
+
+    def __repr__(self) -> str:
+        return describe_fields(self)
 
 
 class Batch(NamedTuple):
@@ -45,6 +80,12 @@ class Batch(NamedTuple):
         ...           np.zeros((2, 3), np.int64), np.tile(np.arange(3), (2, 1)))
         >>> b.reset.tolist()
         [True, False]
+
+    Its ``repr`` shows the dtype and shape of every field, not the values:
+
+        >>> b  # doctest: +NORMALIZE_WHITESPACE
+        Batch(data=float64[2, 3], reset=bool[2], valid=bool[2, 3],
+              stream=int64[2, 3], step=int64[2, 3])
     """
 
     data: Any
@@ -52,6 +93,9 @@ class Batch(NamedTuple):
     valid: Any
     stream: Any
     step: Any
+
+    def __repr__(self) -> str:
+        return describe_fields(self)
 
     def to(self, device: Any, non_blocking: bool = False) -> Batch:
         """Move every tensor of the batch to ``device``, as ``torch.Tensor.to`` does.

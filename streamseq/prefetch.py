@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 import threading
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ._checks import check_timeout, check_workers
 from ._tree import nbytes
+from ._warn import warn
 from .errors import WorkerError, WorkerTimeout
 from .workers.failures import (
     Cancelled,
@@ -250,12 +250,11 @@ class Prefetched:
         pickled = self._workers.pickled if self._workers is not None else 0
         if pickled and not self.pickled:
             self.pickled = pickled
-            warnings.warn(
+            warn(
                 f"prefetch: all {self.max_buffered} shared-memory slots were held by items "
                 "already delivered, so items went through a pipe, pickled: release items "
                 "sooner (copy what you keep) or raise max_buffered",
                 RuntimeWarning,
-                stacklevel=3,
             )
         size = nbytes(value)
         if size > self.slot_size:

@@ -81,3 +81,22 @@ def test_no_data_stays_none():
 def test_moves_to_cuda():
     b = make({"x": torch.zeros(2, 3).pin_memory()}).to("cuda", non_blocking=True)
     assert b.data["x"].is_cuda and b.reset.is_cuda and b.step.is_cuda
+
+
+def test_repr_of_a_large_batch_shows_shapes_and_dtypes():
+    streams = [np.zeros((20, 64, 64, 3), np.uint8), np.ones((18, 64, 64, 3), np.uint8)]
+    batch = StreamLoader(streams, 2, 16)[0]
+    text = repr(batch)
+    assert text == (
+        "Batch(data=uint8[2, 16, 64, 64, 3], reset=bool[2], valid=bool[2, 16], "
+        "stream=int64[2, 16], step=int64[2, 16])"
+    )
+    assert len(text) < 200
+
+
+def test_repr_shows_the_structure_of_dict_and_tuple_data():
+    b = make({"x": torch.zeros(2, 3), "pair": (torch.ones(2, 3, 4, dtype=torch.uint8), None)})
+    assert repr(b).startswith(
+        "Batch(data={'x': float32[2, 3], 'pair': (uint8[2, 3, 4], None)}, reset=bool[2], "
+    )
+    assert repr(make((np.zeros((2, 3), np.int16),))).startswith("Batch(data=(int16[2, 3],), ")

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import functools
 import threading
-import warnings
 from typing import Any
 
 import numpy as np
 import torch
 
 from .._tree import leaves, tree_map
+from .._warn import warn
 from ..batch import Batch
 
 _warned = threading.Event()
@@ -27,11 +27,7 @@ def can_pin() -> bool:
         return True
     if not _warned.is_set():
         _warned.set()
-        warnings.warn(
-            "CUDA is not available: pin_memory delivers unpinned tensors",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+        warn("CUDA is not available: pin_memory delivers unpinned tensors", RuntimeWarning)
     return False
 
 

@@ -19,7 +19,6 @@ import secrets
 import signal
 import stat
 import threading
-import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -28,6 +27,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from streamseq._warn import warn
 from streamseq.errors import StreamError
 from streamseq.io.remote import is_url
 from streamseq.read.ref import StreamRef, describe
@@ -163,7 +163,7 @@ def _load_cache(path: str) -> dict[str, dict[str, Any]]:
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as e:
-        warnings.warn(f"ignoring the unreadable length cache {path}: {e}", stacklevel=3)
+        warn(f"ignoring the unreadable length cache {path}: {e}")
         return {}
     if (
         not isinstance(content, dict)
@@ -171,10 +171,9 @@ def _load_cache(path: str) -> dict[str, dict[str, Any]]:
         or content.get("version") != CACHE_VERSION
         or not isinstance(content.get("files"), dict)
     ):
-        warnings.warn(
+        warn(
             f"ignoring the length cache {path}: not a {CACHE_FORMAT} file of version "
-            f"{CACHE_VERSION}",
-            stacklevel=3,
+            f"{CACHE_VERSION}"
         )
         return {}
     files = {}

@@ -19,6 +19,7 @@ from ..read.ref import as_refs, identity
 from ..read.transform import StepInfo
 from ..workers.blocks import Layout, Unblocked
 from ..zip_batch import ZipBatch
+from .checks import check_rows, check_step_specs
 from .config import LoaderConfig, check_keywords, resolve_rank
 from .run import EpochProgress, Pass, Position
 from .spec import DataSpec
@@ -165,14 +166,9 @@ class StreamLoader:
             world_size,
             tuple(identity(r.source) for r in self.refs),
         )
-        streams_ = int(np.count_nonzero(self.spec.units[2]))
-        if pad in ("drop", "wrap") and streams_ < self.spec.rows:
-            what = "every batch would be dropped" if pad == "drop" else "rows would idle"
-            raise ValueError(
-                f"pad={pad!r} needs a stream for every row: {self.spec.rows} rows "
-                f"(batch_size x world_size) but {streams_} non-empty streams, so {what}; "
-                'use fewer rows, more streams or pad="zeros"'
-            )
+        check_rows(self.spec)
+        if transform is None:  # a transform may give every stream the same steps
+            check_step_specs(self.refs, lengths_)
         config = self.config
         data = DataSpec(self.refs, lengths_, config.transform, self.spec.seed, config.timeout)
         self._reading = Reading(self.spec, self.refs, config.transform, data)
