@@ -320,16 +320,6 @@ class _Video(MediaSource):
     def _empty(self) -> np.ndarray:
         return np.zeros((0, *self._frame_shape()), np.uint8)
 
-    def step_spec(self) -> tuple[np.dtype, tuple[int, ...]] | None:
-        """``uint8`` frames of ``size`` (or of the size the probe found) in ``format``.
-
-        ``None`` before the demuxing pass (:meth:`probe`) when no ``size`` was given:
-        the size of the frames is not read for this.
-        """
-        if self.size is None and self._index is None:
-            return None
-        return np.dtype(np.uint8), self._frame_shape()
-
     def _read(self, reader: Reader, a: int, b: int) -> np.ndarray:
         if self.step_rate is None:
             return super()._read(reader, a, b)
