@@ -164,7 +164,7 @@ def test_a_resumed_run_is_checked_from_its_state(layout, batch_size, pad, seg, d
         return StreamLoader(streams, b, layout.tbins, pad=pad, segment_length=seg, shuffle=True)
 
     run = make(layout.batch_size)
-    stop = data.draw(st.integers(0, len(run)), label="stop")
+    stop = data.draw(st.integers(0, len(run) - 1), label="stop")  # (the last: next epoch)
     it = iter(run)
     before = [next(it) for _ in range(stop)]
     state = run.state_dict()
