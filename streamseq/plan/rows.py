@@ -23,6 +23,25 @@ def stream_order(
     return np.arange(count)
 
 
+def deal(costs: np.ndarray, num_rows: int) -> np.ndarray:
+    """The row each item goes to, in turn, each to the row of least cost so far.
+
+    Ties go to the lowest row index.
+
+    Example:
+        >>> deal(np.array([5, 2, 2, 4]), 2).tolist()
+        [0, 1, 1, 1]
+    """
+    row_of = np.empty(len(costs), dtype=np.int64)
+    heap = [(0, r) for r in range(num_rows)]
+    replace = heapq.heapreplace
+    for k, c in enumerate(np.asarray(costs).tolist()):
+        total, r = heap[0]
+        row_of[k] = r
+        replace(heap, (total + c, r))
+    return row_of
+
+
 def assign_rows(
     lengths: np.ndarray,
     num_rows: int,
@@ -48,13 +67,7 @@ def assign_rows(
         order = stream_order(len(lengths), shuffle=shuffle, seed=seed, epoch=epoch)
     order = np.asarray(order, dtype=np.int64)
     order = order[lengths[order] > 0]
-    row_of = np.empty(len(order), dtype=np.int64)
-    heap = [(0, r) for r in range(num_rows)]
-    replace = heapq.heapreplace
-    for k, n in enumerate(lengths[order].tolist()):
-        total, r = heap[0]
-        row_of[k] = r
-        replace(heap, (total + n, r))
+    row_of = deal(lengths[order], num_rows)
     by_row = np.argsort(row_of, kind="stable")
     bounds = np.searchsorted(row_of[by_row], np.arange(num_rows + 1))
     ordered = order[by_row]
@@ -123,13 +136,7 @@ def balanced_rows(
         candidates = np.random.default_rng([seed]).permutation(len(cost))
     order = candidates[np.argsort(-cost[candidates], kind="stable")]
     order = order[cost[order] > 0]
-    row_of = np.empty(len(order), dtype=np.int64)
-    heap = [(0, r) for r in range(num_rows)]
-    replace = heapq.heapreplace
-    for k, c in enumerate(cost[order].tolist()):
-        total, r = heap[0]
-        row_of[k] = r
-        replace(heap, (total + c, r))
+    row_of = deal(cost[order], num_rows)
     _even_out(row_of, cost[order], num_rows)
     by_row = np.lexsort((order, row_of))
     bounds = np.searchsorted(row_of[by_row], np.arange(num_rows + 1))
