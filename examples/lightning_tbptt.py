@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import sys
 import tempfile
 from collections import Counter
 from typing import Any
@@ -40,17 +41,9 @@ from torch import nn
 
 import streamseq
 
-
-def make_streams(count: int = 12, seed: int = 0) -> list[np.ndarray]:
-    """Noisy sine waves ``[n, 1]`` (float32) of 30 to 150 steps."""
-    rng = np.random.default_rng(seed)
-    streams = []
-    for _ in range(count):
-        n = int(rng.integers(30, 151))
-        freq, phase = rng.uniform(0.02, 0.12), rng.uniform(0, 2 * np.pi)
-        wave = np.sin(2 * np.pi * freq * np.arange(n) + phase) + 0.05 * rng.normal(size=n)
-        streams.append(wave.astype(np.float32)[:, None])
-    return streams
+# resume_run.py lies beside this file: the same sine waves (found as a script and by path)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from resume_run import make_streams  # noqa: E402
 
 
 def make_loader(batch_size: int = 4, tbins: int = 16, workers: int = 0) -> streamseq.StreamLoader:
