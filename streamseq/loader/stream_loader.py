@@ -385,12 +385,12 @@ class StreamLoader:
             ValueError: this state was made by another plan, differing in tbins (the state ...
         """
         resumed = read_state(self.spec, state)
-        check_resumable(self._epochs, resumed, state)
         rest = None if resumed.rest is None else (resumed.epoch, resumed.rest)
         per_epoch = self.transform is not None
         epochs = Epochs(self.spec, rest, per_epoch, before=resumed.before)
+        check_resumable(epochs, resumed, state)
         epoch, nxt = resumed.epoch, resumed.next_batch
-        if nxt >= epochs.length(epoch):  # saved at the end of its epoch: the next one
+        if nxt >= epochs.plan(epoch).length:  # saved at the end of its epoch: the next one
             epoch, nxt, rest = epoch + 1, 0, None
             epochs = Epochs(self.spec, None, per_epoch)
         self._end_pass()  # an invalid state changes nothing: checked first

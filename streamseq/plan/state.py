@@ -212,7 +212,10 @@ def row_map(spec: PlanSpec, resumed: Resumed) -> list[int]:
 
 
 def check_resumable(epochs: Epochs, resumed: Resumed, state: dict[str, Any]) -> None:
-    """On the same global rows, check the state's position against this run's plan.
+    """On the same global rows, check the state's position against the plan it resumes.
+
+    ``epochs`` are the plans of the resumed run (with the state's rest): the plan of the
+    state's epoch is made here once, and kept for the pass that reads it.
 
     Raises:
         ValueError: the state's epoch has another number of batches, or its next batch
@@ -220,11 +223,7 @@ def check_resumable(epochs: Epochs, resumed: Resumed, state: dict[str, Any]) -> 
     """
     if resumed.rows != epochs.spec.rows or resumed.replan:
         return  # the rest of the epoch is planned from the progress
-    e = resumed.epoch
-    if resumed.rest is None and epochs.rest_of(e) is None:
-        n = epochs.length(e)  # (from the kept plan when it is this epoch's)
-    else:
-        n = plan_epoch(epochs.spec, e, resumed.rest).length
+    n = epochs.plan(resumed.epoch).length
     if "length" in state and check_int(state["length"], "the state's length") != n:
         raise ValueError(f"the state's epoch has {state['length']} batches, this loader's {n}")
     if not 0 <= resumed.next_batch <= n:
