@@ -487,7 +487,7 @@ class StreamLoader:
             return Pass(position, batches, stop, groups, [], self._newer_running)
         zips = self._reading.groups(plan, rows, workers)
         sizes = [group_block_size(g, self.tbins) for g in zips]
-        started = self._workers.start(zips, self._reading, self._epochs, self.tbins)
+        started = self._workers.start(zips, self._reading, self._epochs)
         prefetchers = started
         blocks: list[Any] = started
         if config.persistent_workers:  # the loader's: this pass reads its epoch from them

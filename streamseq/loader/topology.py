@@ -211,11 +211,9 @@ class Workers:
         self.config, self.refs = config, refs
         self.persistent: list[Prefetched] | None = None
 
-    def start(
-        self, groups: list[ZipBatch], reading: Reading, epochs: Epochs, tbins: int
-    ) -> list[Prefetched]:
+    def start(self, groups: list[ZipBatch], reading: Reading, epochs: Epochs) -> list[Prefetched]:
         """The workers reading ``groups``: new ones, or the persistent ones."""
-        config, kept = self.config, self.persistent
+        config, kept, tbins = self.config, self.persistent, reading.spec.tbins
         if kept is not None and len(kept) == len(groups):
             return kept
         self.stop()
