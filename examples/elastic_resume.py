@@ -99,6 +99,8 @@ def run(args: argparse.Namespace) -> dict:
             "hidden": hidden,
         }
         torch.save(checkpoint, path)
+    if dist.is_initialized():
+        dist.barrier()  # no rank tears the group down while rank 0 still writes
     phase = "resume" if args.resume else "first"
     with open(os.path.join(args.out, f"seen-{phase}-{loader.rank}.json"), "w") as f:
         json.dump(seen, f)
