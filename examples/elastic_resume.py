@@ -60,7 +60,6 @@ def run(args: argparse.Namespace) -> dict:
         model = DistributedDataParallel(model)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     h = torch.zeros(1, args.batch_size, args.hidden)
-    carried = torch.zeros(args.batch_size, dtype=torch.bool)  # rows whose state moved here
     path = os.path.join(args.out, "checkpoint.pt")
     if args.resume:
         checkpoint = torch.load(path)
@@ -69,16 +68,14 @@ def run(args: argparse.Namespace) -> dict:
         rows = loader.row_map(checkpoint["loader"])  # before or after loading: the same
         loader.load_state_dict(checkpoint["loader"])
         h = moved(checkpoint["hidden"], rows)
-        carried = torch.tensor(rows) >= 0
         print(f"resumed epoch {loader.epoch} on {args.batch_size} rows; they continue {rows}")
     seen: list[tuple[int, int]] = []
     count = 0
     for batch in loader:
         h = h.detach()
-        # rows that start a stream forget the last one; on the first batch after resuming,
-        # the rows that go on with a begun stream keep the state moved with it
-        h[:, batch.reset & ~carried] = 0
-        carried[:] = False
+        # rows that start a stream forget the last one; after resuming, the rows that go
+        # on with a begun stream (row_map) have no reset: they keep the state moved here
+        h[:, batch.reset] = 0
         pred, h = model(batch.data[:, :-1], h)
         loss = masked_mse(pred, batch.data[:, 1:], batch.valid[:, 1:])
         optimizer.zero_grad()

@@ -40,6 +40,8 @@ class Row:
         transform: applied to every slice read (see :func:`map_steps`).
         starts: where each stream of the row starts in its source (a segment of a longer
             stream, see ``segment_length``); steps are then counted in the source.
+        carried: whether the row's first stream goes on from a row of a resumed state,
+            whose recurrent state moves with it: its first step is then no reset.
 
     Example:
         >>> import numpy as np
@@ -55,8 +57,10 @@ class Row:
         stream_ids: Sequence[int] | None = None,
         transform: Transform | None = None,
         starts: Sequence[int] | None = None,
+        carried: bool = False,
     ):
         self.refs = list(refs)
+        self.carried = carried
         self.transform = transform
         if lengths is None:
             lengths = [len(r) for r in self.refs]
@@ -219,12 +223,15 @@ def make_rows(
     seed: int = 0,
     epoch: int = 0,
     units: tuple[np.ndarray, np.ndarray] | None = None,
+    carried: Sequence[int] | None = None,
 ) -> list[Row]:
     """The rows of a plan: row r reads ``refs[assignment[r]]``, transformed if asked.
 
     With ``units`` (the source and start of every segment, from
     :func:`streamseq.plan.segments.segments`), the assignment and ``sizes`` index
     segments, and row r reads segment ``m`` from ``refs[source[m]]`` at ``start[m]``.
+    ``carried[r] >= 0`` marks a row whose first stream goes on from a resumed state's row
+    (see :meth:`streamseq.plan.planner.EpochPlan.continued`).
 
     Example:
         >>> refs = as_refs([np.arange(3), np.arange(2)])
@@ -241,6 +248,8 @@ def make_rows(
         ]
     else:
         rows = [Row(_pick(refs, m), sizes[m], ids[m]) for m in assignment]
+    for row, c in zip(rows, carried or (), strict=False):
+        row.carried = c >= 0
     if transform is not None:
         rows = [map_steps(r, transform, seed=seed, epoch=epoch) for r in rows]
     return rows
@@ -283,7 +292,7 @@ def map_steps(
         True
     """
     transform = Transform(fn, seed, epoch, row.transform)
-    return Row(row.refs, row.lengths, row.stream_ids, transform, row.starts)
+    return Row(row.refs, row.lengths, row.stream_ids, transform, row.starts, row.carried)
 
 
 def _pick(items: list[Any], indices: np.ndarray) -> list[Any]:

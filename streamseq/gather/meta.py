@@ -74,8 +74,14 @@ def copy_rows(meta: Meta, at: int, rows: int, item: Any) -> None:
 
 
 def write_resets(reset: np.ndarray, positions: Positions, k: int) -> None:
-    """Set ``reset`` where a row reads from step 0 of its stream (or segment)."""
+    """Set ``reset`` where a row reads from step 0 of its stream (or segment).
+
+    A row that goes on with the stream of a resumed state's row (whose recurrent state
+    moves with it, see :meth:`streamseq.StreamLoader.row_map`) has no reset there.
+    """
     np.equal(positions.start[k], 0, out=reset)
+    rows, _ = positions.carried(k)
+    reset[rows] = False
 
 
 def write_packed(meta: Meta, rows: Sequence[Row], pieces: Sequence[list]) -> None:
@@ -96,7 +102,7 @@ def write_packed(meta: Meta, rows: Sequence[Row], pieces: Sequence[list]) -> Non
             valid[r, at : at + n] = True
             stream[r, at : at + n] = row.stream_ids[j]
             step[r, at : at + n] = np.arange(source, source + n)
-            if at == 0 and a == 0:
+            if at == 0 and a == 0 and not (j == 0 and row.carried):
                 reset[r] = True
 
 

@@ -52,6 +52,10 @@ class Positions:
         self.counts = self.count.tolist()
         self.partial = Marked((self.count < t) & (self.count > 0), self.count)
         self.full = (self.count == t).all(axis=1).tolist()
+        carried = np.zeros_like(self.active)
+        if table.carried.any():
+            carried = table.carried[self.pos] & (self.start == 0) & self.active
+        self.carried = Marked(carried, self.pos)  # rows that go on from a resumed state
         moved = self.active.copy()
         moved[1:] &= self.pos[1:] != self.pos[:-1]
         self.moved = Marked(moved, self.pos)

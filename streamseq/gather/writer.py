@@ -80,6 +80,8 @@ class Table:
         self.lengths = np.concatenate([np.zeros(0, np.int64), *(r.lengths for r in self.rows)])
         self.shifts = np.concatenate([np.zeros(0, np.int64), *(r.starts for r in self.rows)])
         self.segmented = bool(self.shifts.any())  # streams that are segments of longer ones
+        self.carried = np.zeros(len(self.ids), bool)  # first pieces of rows that go on
+        self.carried[self.first[[r.carried for r in self.rows]]] = True
         longest = int(self.lengths.max(initial=0))
         self.step_tables = meta.StepTables(tbins, longest, self.segmented)
         self.block_size = max(1, 4096 // max(1, len(self.rows)))

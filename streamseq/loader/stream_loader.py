@@ -407,7 +407,8 @@ class StreamLoader:
         Global row ``g`` of the old run is row ``g % batch_size`` of its rank
         ``g // batch_size`` (``state["batch_size"]``). -1: the row starts afresh (a
         stream from its first step, or one whose row had moved on). With the same
-        global rows every row continues itself. Carry the recurrent state across with it::
+        global rows every row continues itself. A row that continues one has no ``reset``
+        in the first batch after resuming. Carry the recurrent state across with it::
 
             rows = torch.tensor(loader.row_map(state))
             h = torch.where((rows >= 0)[:, None], old_h[rows.clamp(min=0)], 0.0)

@@ -62,6 +62,7 @@ class Reading:
             seed=spec.seed,
             epoch=plan.epoch,
             units=plan.units_of(spec),
+            carried=plan.continued(spec),
         )
 
     def group(self, plan: EpochPlan, rows: Sequence[Row]) -> ZipBatch:

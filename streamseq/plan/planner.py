@@ -49,6 +49,33 @@ class EpochPlan:
         unit, offset, _ = self.pieces
         return source[unit], start[unit] + offset
 
+    def continued(self, spec: PlanSpec) -> list[int]:
+        """For each row of ``spec.rank``, the global row of the state whose stream it goes on.
+
+        -1 where a row starts afresh: a fresh epoch, a stream from its first step, or a
+        stream whose row had already moved on. A row that goes on keeps its state (the
+        first batch has no reset there).
+
+        Example:
+            >>> from streamseq.plan.progress import Progress
+            >>> spec = PlanSpec(np.array([6, 4]), batch_size=2, tbins=2)
+            >>> rest = Progress(np.array([False, False]), np.array([0]), np.array([2]),
+            ...                 np.array([1]))
+            >>> plan_epoch(spec, 0, rest).continued(spec)  # row 0 goes on with stream 0
+            [1, -1]
+        """
+        b = spec.batch_size
+        mine = self.assignment[spec.rank * b : (spec.rank + 1) * b]
+        if self.rest is None:
+            return [-1] * len(mine)
+        unit, offset, _ = self.pieces
+        row_of = dict(zip(self.rest.begun.tolist(), self.rest.row.tolist(), strict=True))
+        out = []
+        for pieces in mine:
+            p = int(pieces[0]) if len(pieces) else -1
+            out.append(row_of.get(int(unit[p]), -1) if p >= 0 and offset[p] > 0 else -1)
+        return out
+
 
 def plan_epoch(spec: PlanSpec, epoch: int, rest: Progress | None = None) -> EpochPlan:
     """The plan of ``epoch``, fresh or resumed at ``rest``.

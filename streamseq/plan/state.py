@@ -192,23 +192,10 @@ def row_map(spec: PlanSpec, resumed: Resumed) -> list[int]:
     -1 where a row starts afresh (a stream from its first step, or one whose row had
     already moved on).
     """
-    first = spec.rank * spec.batch_size
-    mine = range(first, first + spec.batch_size)
     if resumed.rest is None or (resumed.rows == spec.rows and not resumed.replan):
-        return list(mine)
-    plan = plan_epoch(spec, resumed.epoch, resumed.rest)
-    pieces, assignment = plan.pieces, plan.assignment
-    progress = resumed.rest
-    row_of = dict(zip(progress.begun.tolist(), progress.row.tolist(), strict=True))
-    out = []
-    for g in mine:
-        row = -1
-        if len(assignment[g]):
-            p = int(assignment[g][0])
-            if pieces[1][p] > 0:  # a begun stream goes on in this row
-                row = row_of.get(int(pieces[0][p]), -1)
-        out.append(row)
-    return out
+        first = spec.rank * spec.batch_size
+        return list(range(first, first + spec.batch_size))
+    return plan_epoch(spec, resumed.epoch, resumed.rest).continued(spec)
 
 
 def check_resumable(epochs: Epochs, resumed: Resumed, state: dict[str, Any]) -> None:
