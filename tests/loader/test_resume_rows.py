@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -87,3 +88,49 @@ def test_rows_that_go_on_have_no_reset_with_workers():
     assert rows == [1, 2]
     assert first.reset.tolist() == [False, False]
     assert first.step[:, 0].tolist() == [30, 30]
+
+
+def _hidden_per_step(batches, h, cell, at):
+    """Run ``cell`` over the batches, as a model does with ``h[reset] = 0``: record the
+    hidden state after every valid (stream, step) in ``at``; returns the last ``h``."""
+    for b in batches:
+        h = h.clone()
+        h[b.reset] = 0
+        for t in range(b.valid.shape[1]):
+            x = b.data[:, t, None].to(torch.float64)
+            v = b.valid[:, t, None]
+            h = torch.where(v, cell(x, h), h)  # padding leaves the state as it is
+            for r in torch.nonzero(b.valid[:, t]).flatten().tolist():
+                at[(int(b.stream[r, t]), int(b.step[r, t]))] = h[r].clone()
+    return h
+
+
+def test_a_moved_hidden_state_goes_on_as_if_the_run_had_not_stopped():
+    torch.manual_seed(0)
+    cell = torch.nn.GRUCell(1, 5).double()
+    streams = [np.sin(np.arange(n) / (3 + i)) for i, n in enumerate((30, 50, 70, 40, 60, 20))]
+    kw = dict(shuffle=True, seed=1)
+    whole, stopped = {}, {}
+    with torch.no_grad():
+        _hidden_per_step(
+            StreamLoader(streams, 3, 10, **kw), torch.zeros(3, 5, dtype=torch.float64), cell, whole
+        )
+        run = StreamLoader(streams, 3, 10, **kw)
+        it = iter(run)
+        h = _hidden_per_step(
+            [next(it) for _ in range(3)], torch.zeros(3, 5, dtype=torch.float64), cell, stopped
+        )
+        state = run.state_dict()
+        loader = StreamLoader(streams, 2, 10, **kw)
+        rows = torch.tensor(loader.row_map(state))
+        loader.load_state_dict(state)
+        moved = torch.where((rows >= 0)[:, None], h[rows.clamp(min=0)], 0.0)
+        resumed = {}
+        _hidden_per_step(loader, moved, cell, resumed)
+    assert (rows >= 0).sum() == 2
+    assert set(stopped) | set(resumed) == set(whole)
+    goes_on = {s for s, k in resumed if k > 0 and (s, k - 1) in stopped}
+    assert goes_on  # streams cut by the stop, carried over on new rows
+    for (s, k), h in resumed.items():
+        if s in goes_on:  # the state is that of the uninterrupted run, step by step
+            torch.testing.assert_close(h, whole[(s, k)], rtol=0, atol=1e-12)
