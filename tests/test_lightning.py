@@ -150,3 +150,31 @@ def test_a_checkpoint_mid_epoch_resumes_the_loader_where_it_was(tmp_path):
     t = trainer(tmp_path / "resumed", max_epochs=2, enable_checkpointing=False)
     t.fit(resumed, make_loader(), ckpt_path=tmp_path / f"step={stop}.ckpt")
     assert resumed.seen == full.seen[stop:]
+
+
+def test_resuming_from_the_default_end_of_epoch_checkpoint_trains_every_step_once(tmp_path):
+    n = make_loader().epoch_length(0)
+    first = Recorder()
+    trainer(tmp_path / "first", max_epochs=2).fit(first, make_loader())  # default checkpoint
+    (ckpt,) = (tmp_path / "first").rglob("*.ckpt")  # saved at the end of epoch 1
+    resumed = Recorder()
+    t = trainer(tmp_path / "resumed", max_epochs=4, enable_checkpointing=False)
+    t.fit(resumed, make_loader(), ckpt_path=ckpt)
+    assert [e for e, *_ in resumed.seen] == [2] * n + [3] * n
+    for epoch in (2, 3):
+        seen = sorted(c for e, _, _, cs in resumed.cells if e == epoch for c in cs)
+        assert seen == EVERY_STEP, f"epoch {epoch}: steps skipped or repeated"
+    # Lightning sets the epoch (loader.sampler.set_epoch) from then on
+    reference = make_loader()
+    reference.set_epoch(3)
+    got = [s for e, s, _ in resumed.seen if e == 3]
+    assert got == [tuple(b.stream[:, 0].tolist()) for b in reference]
+
+
+def test_lightning_sets_the_epoch_through_the_sampler(tmp_path):
+    loader = make_loader()
+    calls = []
+    set_epoch = loader.set_epoch
+    loader.set_epoch = lambda e: (calls.append(e), set_epoch(e))[1]
+    trainer(tmp_path, max_epochs=3, enable_checkpointing=False).fit(Recorder(), loader)
+    assert calls == [0, 1, 2]

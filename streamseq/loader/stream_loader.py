@@ -22,6 +22,7 @@ from ..zip_batch import ZipBatch
 from .checks import check_rows
 from .config import LoaderConfig, check_keywords, resolve_rank
 from .run import EpochProgress, Pass, Position
+from .sampler import EpochSampler
 from .spec import DataSpec
 from .topology import EpochOf, Reading, Workers, group_block_size
 
@@ -173,6 +174,7 @@ class StreamLoader:
         self._epochs = Epochs(self.spec, per_epoch=config.transform is not None)
         self._workers = Workers(config, self.refs)
         self._epoch, self._chosen = 0, False  # chosen: by set_epoch, kept for every pass
+        self._deferred: int | None = None  # set during a pass: the epoch of the next one
         self._position = Position(0)  # that of the last pass, or the one loaded
         self._active: weakref.ref | None = None
         self._whole: tuple[Any, ZipBatch] | None = None
@@ -201,9 +203,16 @@ class StreamLoader:
 
     def _sync(self) -> None:
         """Take in the position the last pass reported: past its end, the next epoch."""
-        if self._position.ended and not self._chosen:
+        if self._position.ended and self._deferred is not None:
+            self._next_chosen()
+        elif self._position.ended and not self._chosen:
             self._epoch += 1
             self._position = Position(0)
+
+    def _next_chosen(self) -> None:
+        """Move to the epoch ``set_epoch`` chose during the last pass."""
+        self._epoch, self._position, self._chosen = self._deferred, Position(0), True
+        self._deferred = None
 
     def __getstate__(self) -> dict[str, Any]:
         """The configuration and the position; not the pass in progress nor the caches.
@@ -228,6 +237,13 @@ class StreamLoader:
             f"tbins={self.tbins}, num_workers={self.num_workers}, pad={self.pad!r}, "
             f"rank={self.rank}/{self.world_size})"
         )
+
+    @property
+    def sampler(self) -> EpochSampler:
+        """Where a trainer sets the epoch, as on a DataLoader's sampler (Lightning does)."""
+        return EpochSampler(self)
+
+    batch_sampler = None  # no batch sampler: the plan makes the batches
 
     @property
     def fingerprint(self) -> str:
@@ -308,8 +324,11 @@ class StreamLoader:
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch (and so the shuffle); the next iteration starts at batch 0.
 
-        A position loaded by :meth:`load_state_dict` and not yet iterated survives
-        ``set_epoch`` with its own epoch, so the usual loop resumes where the run was::
+        As with a DataLoader's sampler, a pass in progress goes on with its own epoch:
+        the epoch set is read from the next pass (trainers set the epoch through
+        :attr:`sampler` after they start iterating). A position loaded by
+        :meth:`load_state_dict` and not yet iterated survives ``set_epoch`` with its own
+        epoch, so the usual loop resumes where the run was::
 
             loader.load_state_dict(state)
             for epoch in range(loader.epoch, epochs):
@@ -317,11 +336,17 @@ class StreamLoader:
                 for batch in loader: ...
         """
         epoch = check_int(epoch, "epoch", 0)
+        live = self._active() if self._active is not None else None
+        if live is not None and not live.closed and not self._position.ended:
+            self._chosen = True  # the pass in progress goes on; the next one reads epoch
+            self._deferred = None if epoch == self._epoch else epoch
+            return
         if self._position.pending and epoch == self.epoch:
-            self._chosen = True
+            self._chosen = True  # a loaded position goes on
             return
         self._end_pass()
         self._epoch, self._position, self._chosen = epoch, Position(0), True
+        self._deferred = None
 
     def state_dict(self) -> dict[str, Any]:
         """Where the run stands: epoch, next batch and where every stream of the epoch is.
@@ -398,7 +423,7 @@ class StreamLoader:
             self._workers.stop()  # they plan epochs from the rest they were given
         with self._lock:
             self._epochs, self._whole = epochs, None
-        self._epoch, self._chosen = epoch, False
+        self._epoch, self._chosen, self._deferred = epoch, False, None
         self._position = Position(nxt, pending=True)
 
     def row_map(self, state: dict[str, Any]) -> list[int]:
@@ -460,15 +485,17 @@ class StreamLoader:
         loader inside a loop over it, fails instead of silently ending early. One
         exception: an iterator that delivered nothing, once the pass that superseded it
         has ended, is simply exhausted (``tqdm.auto`` makes such an iterator and never
-        uses it). A pass that ended, or that :meth:`close`, :meth:`set_epoch` or
-        :meth:`load_state_dict` stopped, stays ended (StopIteration).
+        uses it). A pass that ended, or that :meth:`close` or :meth:`load_state_dict`
+        stopped, stays ended (StopIteration); :meth:`set_epoch` lets it go on.
         """
         live = self._active() if self._active is not None else None
         if live is not None and not live.closed:
             live.superseded = True
         self._end_pass()
         self._sync()
-        if self._position.started and not self._chosen:  # a pass left before its end
+        if self._deferred is not None:  # a pass left before its end, then the epoch set
+            self._next_chosen()
+        elif self._position.started and not self._chosen:  # a pass left before its end
             self._epoch, self._position = self._epoch + 1, Position(0)
         loaded = self._position  # a loaded position is used up by the first batch delivered
         self._position = Position(loaded.next if loaded.pending else 0, loaded.pending)
