@@ -172,10 +172,12 @@ def identity(obj: Any) -> str:
 class StreamRef:
     """The stream at ``index`` of the user's list, opened lazily and read with checks.
 
-    Errors while opening or reading become :class:`StreamError` naming the stream, with
-    the original error chained. A declared length is checked against ``len`` where it
-    costs nothing (arrays, lists, dicts and tuples of arrays: :func:`known_length`) and
-    otherwise trusted, sparing the probe of a file; a read
+    Errors while opening, measuring or reading become :class:`StreamError` naming the
+    stream, with the original error chained; a stream's or opener's own
+    :class:`StreamError` (a :class:`~streamseq.SourceError`) is raised as it is, with
+    the stream (and the steps of a read) named in it. A declared length is checked
+    against ``len`` where it costs nothing (arrays, lists, dicts and tuples of arrays:
+    :func:`known_length`) and otherwise trusted, sparing the probe of a file; a read
     that returns fewer steps than asked is an error in every case. The opened stream is
     cached per process (never shared across a fork) and dropped when pickled.
 
@@ -228,6 +230,15 @@ class StreamRef:
         """Build a :class:`StreamError` that names this stream."""
         return StreamError(message, self.index, describe(self.source))
 
+    def locate(self, error: StreamError, steps: tuple[int, int] | None = None) -> None:
+        """Name this stream (and ``steps``) in an error of the stream that names none.
+
+        Such an error (a :class:`~streamseq.SourceError` naming a file) is raised as it
+        is, never wrapped: see :mod:`streamseq.errors`.
+        """
+        if error.index is None:
+            error.locate(self.index, describe(self.source), steps)
+
     def open(self) -> Any:
         """Return the stream, calling the opener once per process if needed."""
         opened = self._opened
@@ -241,6 +252,9 @@ class StreamRef:
         else:
             try:
                 stream = self.source()
+            except StreamError as e:  # the opener's own error (a SourceError): name where
+                self.locate(e)
+                raise
             except Exception as e:
                 raise self.error(f"opening failed: {type(e).__name__}: {e}") from e
             if not is_stream(stream):
@@ -250,6 +264,9 @@ class StreamRef:
         if self.length is None or free:
             try:
                 actual = len(stream)
+            except StreamError as e:  # the stream's own error: it says what; name where
+                self.locate(e)
+                raise
             except Exception as e:
                 raise self.error(f"len() failed: {type(e).__name__}: {e}") from e
             if self.length is not None and actual != self.length:
@@ -288,8 +305,7 @@ class StreamRef:
             if isinstance(data, list):
                 data = np.asarray(data)
         except StreamError as e:  # the source's own error: it says what; name where
-            if e.index is None:
-                e.locate(self.index, describe(self.source), (start, stop))
+            self.locate(e, (start, stop))
             raise
         except Exception as e:
             raise self.error(

@@ -11,6 +11,7 @@ import numpy as np
 
 from .._checks import check_int
 from .._tree import leaves, num_steps, tree_map
+from ..errors import StreamError
 from .ref import StreamRef
 
 
@@ -147,6 +148,9 @@ class Transform:
         info = StepInfo(stream, start, stop, self.epoch, self.seed)
         try:
             out = self.fn(read_only(data), info)
+        except StreamError as e:  # a stream's own error (a SourceError): raised as it is
+            ref.locate(e, (start, stop))
+            raise
         except Exception as e:
             if _is_write_to_read_only(e):
                 raise ref.error(
