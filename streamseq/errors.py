@@ -3,6 +3,15 @@
 Every error that concerns one recording names it: :class:`StreamError` carries
 the index of the stream in the list the user gave and its ``repr``, and
 :class:`SourceError` carries the path of the file that failed.
+
+One failure, one type: a :class:`StreamError` raised by a stream or an opener itself
+(a :class:`SourceError` naming a damaged file, say) is never wrapped in another error,
+whether it happens while opening the stream, measuring its length (with or without
+``lengths=``), reading it or transforming what was read, in the main process or in a
+worker. It is raised as it is, with the stream, and the step range of a read, named in
+it (:meth:`StreamError.locate`), so ``except SourceError`` catches a file's failure
+wherever it happens. Other errors of a stream (``OSError``, ``ValueError``, ...) become
+a :class:`StreamError` naming the stream, with the original error chained.
 """
 
 from __future__ import annotations
@@ -34,8 +43,8 @@ class StreamError(RuntimeError):
             where += f", steps {self.steps[0]}:{self.steps[1]}"
         return f"{where}: {self.message}" if where else self.message
 
-    def locate(self, index: int, stream: str, steps: tuple[int, int]) -> None:
-        """Name the stream and the step range, for an error raised inside a stream's read.
+    def locate(self, index: int, stream: str, steps: tuple[int, int] | None = None) -> None:
+        """Name the stream (and the step range), for an error raised inside a stream.
 
         Example:
             >>> e = SourceError("a.mp4", "truncated")

@@ -27,7 +27,7 @@ def read_npy_header(
 
     Raises:
         SourceError: naming the file, when its header cannot be read (the error numpy
-            raised is chained).
+            raised is chained) or gives a negative dimension.
 
     Example:
         >>> import os, tempfile
@@ -53,6 +53,8 @@ def read_npy_header(
                 raise ValueError(f"unsupported .npy version {version}")
         except NPY_HEADER_ERRORS as e:
             raise SourceError(path, f"not a valid .npy file (damaged header: {e})") from e
+        if any(n < 0 for n in shape):
+            raise SourceError(path, f"not a valid .npy file (negative dimension: {shape})")
         return shape, fortran, dtype, f.tell()
 
 

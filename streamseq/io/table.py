@@ -16,6 +16,10 @@ that every worker opens its own connection), ranged reads through the block cach
 :class:`~streamseq.errors.SourceError` naming the URL when the server does not answer.
 The options are never shown: not in a repr, not in an error.
 
+A row group holds rows of several episodes: a data column that numpy cannot hold whole
+(a missing value, lists of another length) is kept as pyarrow, and only the episode
+whose rows hold the damage fails, naming the step, when it reads them.
+
 pyarrow is imported only here, when a table is opened (``pip install 'streamseq[table]'``).
 """
 
@@ -143,22 +147,108 @@ def _to_numpy(array: Any, path: str, name: str) -> np.ndarray:
     return values.reshape(len(array), width, *values.shape[1:])
 
 
+#: what :func:`_row_flaws` finds in a row
+_MISSING, _RAGGED = 1, 2
+
+
+def _row_flaws(array: Any) -> np.ndarray:
+    """Per row of a column: 0, or what keeps it from numpy.
+
+    That is a missing value (at any depth), or a list of another length than most lists
+    at its depth in the column.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    flaws = np.where(array.is_null().to_numpy(zero_copy_only=False), _MISSING, 0).astype(np.int8)
+    kind = array.type
+    fixed = pa.types.is_fixed_size_list(kind)
+    if not (fixed or pa.types.is_list(kind) or pa.types.is_large_list(kind)):
+        return flaws
+    if not fixed:
+        sizes = pc.list_value_length(array).fill_null(-1).to_numpy()
+        if (sizes >= 0).any():
+            width = np.bincount(sizes[sizes >= 0]).argmax()  # most rows have it
+            flaws[(sizes >= 0) & (sizes != width)] = _RAGGED
+    inner = _row_flaws(array.flatten())
+    parents = pc.list_parent_indices(array).to_numpy()
+    np.maximum.at(flaws, parents, inner)
+    return flaws
+
+
+class _Flawed(NamedTuple):
+    """A column of a row group that numpy cannot hold whole.
+
+    Some rows are missing values or are lists of another length; the other rows are
+    decoded when they are read.
+    """
+
+    array: Any  # pyarrow
+    flaws: np.ndarray  # per row: 0, _MISSING or _RAGGED
+
+    def rows(self, start: int, stop: int, first_step: int, path: str, name: str) -> np.ndarray:
+        """Rows ``start:stop`` as numpy; a SourceError naming the step of a flawed row.
+
+        ``first_step`` is the step of the episode that row ``start`` holds.
+        """
+        bad = np.flatnonzero(self.flaws[start:stop])
+        if bad.size:
+            row = start + int(bad[0])
+            step = first_step + int(bad[0])
+            if self.flaws[row] == _MISSING:
+                raise SourceError(path, f"column {name!r} has a missing value at step {step}")
+            raise SourceError(
+                path,
+                f"column {name!r} holds {self._list_sizes(row)} at step {step}: only lists "
+                "of one length make an array",
+            )
+        return _to_numpy(self.array.slice(start, stop - start), path, name)
+
+    def _list_sizes(self, row: int) -> str:
+        """The length of the list of ``row`` against the most common one, in words."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if not (pa.types.is_list(self.array.type) or pa.types.is_large_list(self.array.type)):
+            return "lists of different lengths inside its lists"
+        sizes = pc.list_value_length(self.array).fill_null(-1).to_numpy()
+        width = np.bincount(sizes[sizes >= 0]).argmax()
+        return f"a list of {sizes[row]} values where most rows hold {width}"
+
+
+def _column(array: Any, path: str, name: str) -> np.ndarray | _Flawed:
+    """A column of a row group as numpy, or as :class:`_Flawed` when some rows cannot be."""
+    import pyarrow as pa
+
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    try:
+        return _to_numpy(array, path, name)
+    except SourceError:
+        return _Flawed(array, _row_flaws(array))
+
+
 class _Reader:
-    """A Parquet file and the row groups it decoded last (as numpy columns)."""
+    """A Parquet file and the row groups it decoded last (as numpy columns).
+
+    A column with missing values or lists of different lengths is kept as it is
+    (:class:`_Flawed`): the episode whose rows hold them fails when it reads them, not
+    another one that reads the same row group.
+    """
 
     def __init__(self, key: _Key):
         self.path, self.columns = key.path, key.columns
         self.file, self.remote = _open_file(key)
-        self.groups: OrderedDict[int, dict[str, np.ndarray]] = OrderedDict()
+        self.groups: OrderedDict[int, dict[str, np.ndarray | _Flawed]] = OrderedDict()
 
-    def row_group(self, i: int) -> dict[str, np.ndarray]:
-        """Row group ``i``: one numpy array per column."""
+    def row_group(self, i: int) -> dict[str, np.ndarray | _Flawed]:
+        """Row group ``i``: one numpy array per column (or a :class:`_Flawed` column)."""
         group = self.groups.get(i)
         if group is not None:
             self.groups.move_to_end(i)
             return group
         data = self.file.read_row_group(i, columns=list(self.columns))
-        group = {n: _to_numpy(data.column(n), self.path, n) for n in self.columns}
+        group = {n: _column(data.column(n), self.path, n) for n in self.columns}
         self.groups[i] = group
         if len(self.groups) > CACHED_ROW_GROUPS:
             self.groups.popitem(last=False)
@@ -204,13 +294,38 @@ class _Episode(Source):
         first = int(np.searchsorted(self.offsets, a, side="right")) - 1
         last = int(np.searchsorted(self.offsets, b, side="left"))
         parts: dict[str, list[np.ndarray]] = {n: [] for n in self.key.columns}
+        steps = []  # the step of the first row of each part
         for j in range(first, last):
             group, lo, _ = (int(x) for x in self.runs[j])
             start = lo + max(a - int(self.offsets[j]), 0)
             stop = lo + min(b, int(self.offsets[j + 1])) - int(self.offsets[j])
+            steps.append(max(a, int(self.offsets[j])))
             for name, column in handle.row_group(group).items():
-                parts[name].append(column[start:stop])
-        return {n: p[0] if len(p) == 1 else np.concatenate(p) for n, p in parts.items()}
+                if isinstance(column, _Flawed):
+                    part = column.rows(start, stop, steps[-1], self.key.path, name)
+                else:
+                    part = column[start:stop]
+                parts[name].append(part)
+        return {n: self._joined(n, p, steps) for n, p in parts.items()}
+
+    def _joined(self, name: str, parts: list[np.ndarray], steps: list[int]) -> np.ndarray:
+        """The parts of a column read from several row groups, as one array.
+
+        Raises:
+            SourceError: naming the column and the step from which the parts' steps
+                change shape (lists of another length in another row group).
+        """
+        if len(parts) == 1:
+            return parts[0]
+        shape = parts[0].shape[1:]
+        for part, step in zip(parts, steps, strict=True):
+            if part.shape[1:] != shape:
+                raise SourceError(
+                    self.key.path,
+                    f"column {name!r} holds steps of shape {shape} before step {step} and "
+                    f"{part.shape[1:]} from step {step}: only lists of one length make an array",
+                )
+        return np.concatenate(parts)
 
     def _empty(self) -> dict[str, np.ndarray]:
         return {n: v[:0] for n, v in self._locked_read(0, 1).items()}
@@ -259,9 +374,11 @@ def table(
             package of the URL's protocol (the ``remote`` extra).
         ValueError: ``storage_options`` given with a local path.
         streamseq.errors.SourceError: naming the file: it is missing or not Parquet, a
-            column is missing, ``group_by`` has missing values, or a list column has lists
-            of different lengths (on the read that finds it); for a URL, the server did
-            not answer (after the retries of :mod:`streamseq.io.remote`).
+            column is missing, ``group_by`` has missing or NaN values (naming the first
+            row) or holds lists or structs; a column has a missing value or lists of
+            different lengths, raised by the read of the episode holding it and naming
+            its step; for a URL, the server did not answer (after the retries of
+            :mod:`streamseq.io.remote`).
 
     Example:
         >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq
@@ -301,11 +418,15 @@ def _episodes(
         raise SourceError(path, f"no column {missing[0]!r}; the columns are {names}")
     if not wanted:
         raise SourceError(path, "no column asked for")
+    kind = file.schema_arrow.field(group_by).type
+    if _pyarrow_types().is_nested(kind):
+        raise SourceError(
+            path, f"column {group_by!r} holds {kind}: an episode is named by a number or a string"
+        )
     values, firsts = [], [0]
     for i in range(file.metadata.num_row_groups):
-        values.append(
-            _to_numpy(file.read_row_group(i, columns=[group_by]).column(0), path, group_by)
-        )
+        column = file.read_row_group(i, columns=[group_by]).column(0)
+        values.append(_group_values(column, path, group_by, firsts[-1]))
         firsts.append(firsts[-1] + len(values[-1]))
     if firsts[-1] == 0:
         raise SourceError(path, "no row")
@@ -326,6 +447,34 @@ def _episodes(
         _Episode(key, _plain(uniques[k]), runs[by_episode[bounds[k] : bounds[k + 1]]])
         for k in order.tolist()
     ]
+
+
+def _pyarrow_types() -> Any:
+    """``pyarrow.types``."""
+    import pyarrow.types
+
+    return pyarrow.types
+
+
+_EVERY_ROW = ": every row needs the episode it belongs to"
+
+
+def _group_values(column: Any, path: str, name: str, first_row: int) -> np.ndarray:
+    """The ``group_by`` values of a row group whose first row is row ``first_row``.
+
+    Raises:
+        SourceError: naming the file and the row of a missing or NaN value.
+    """
+    if column.null_count:
+        row = first_row + int(np.flatnonzero(column.is_null().to_numpy())[0])
+        raise SourceError(path, f"column {name!r} has a missing value at row {row}{_EVERY_ROW}")
+    values = _to_numpy(column, path, name)
+    if values.dtype.kind in "fc":
+        nan = np.flatnonzero(np.isnan(values))
+        if nan.size:
+            row = first_row + int(nan[0])
+            raise SourceError(path, f"column {name!r} has NaN at row {row}{_EVERY_ROW}")
+    return values
 
 
 def _plain(value: Any) -> Any:

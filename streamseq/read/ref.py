@@ -104,6 +104,25 @@ def as_stream(obj: Any) -> Any:
     return ArrayTree(obj) if _is_array_tree(obj) else obj
 
 
+def known_length(stream: Any) -> int | None:
+    """The number of steps of a stream when it costs nothing to know it, else ``None``.
+
+    Arrays (with a step axis), anything else with a ``shape`` (a memory-mapped file),
+    lists and :class:`ArrayTree` (dicts and tuples of arrays, nested) know their length;
+    other streams (files) would be probed for it.
+
+    Example:
+        >>> known_length(np.zeros((3, 2))), known_length(ArrayTree({"x": np.arange(5)}))
+        (3, 5)
+        >>> known_length(np.array(7)) is None  # no step axis: a read error
+        True
+    """
+    if isinstance(stream, (ArrayTree, list)):
+        return len(stream)
+    shape = getattr(stream, "shape", None)
+    return len(stream) if isinstance(shape, tuple) and shape else None
+
+
 def _kind(source: Any) -> str:
     """What a source is: "path", "stream", "opener" or "neither"."""
     if type(source) is np.ndarray:  # the common case, in short
@@ -153,9 +172,12 @@ def identity(obj: Any) -> str:
 class StreamRef:
     """The stream at ``index`` of the user's list, opened lazily and read with checks.
 
-    Errors while opening or reading become :class:`StreamError` naming the stream, with
-    the original error chained. A declared length is checked against ``len`` for arrays
-    (where it costs nothing) and otherwise trusted, sparing the probe of a file; a read
+    Errors while opening, measuring or reading become :class:`StreamError` naming the
+    stream, with the original error chained; a stream's or opener's own
+    :class:`StreamError` (a :class:`~streamseq.SourceError`) is raised as it is, with
+    the stream (and the steps of a read) named in it. A declared length is checked
+    against ``len`` where it costs nothing (arrays, lists, dicts and tuples of arrays:
+    :func:`known_length`) and otherwise trusted, sparing the probe of a file; a read
     that returns fewer steps than asked is an error in every case. The opened stream is
     cached per process (never shared across a fork) and dropped when pickled.
 
@@ -184,8 +206,12 @@ class StreamRef:
                 f"or a zero-argument opener, got {type(source).__name__}"
             )
         if kind == "stream":
-            source = as_stream(source)
-            actual = len(source) if getattr(source, "ndim", 0) else None  # 0-d: read error
+            try:
+                source = as_stream(source)
+            except ValueError as e:  # a dict or tuple of arrays of different lengths
+                shown = _repr.repr(tree_map(describe, source))
+                raise ValueError(f"stream {index} ({shown}): {e}") from None
+            actual = known_length(source)
             if length is not None and actual is not None and actual != length:
                 raise StreamError(
                     f"declared length {length} but the stream has {actual} steps",
@@ -204,6 +230,15 @@ class StreamRef:
         """Build a :class:`StreamError` that names this stream."""
         return StreamError(message, self.index, describe(self.source))
 
+    def locate(self, error: StreamError, steps: tuple[int, int] | None = None) -> None:
+        """Name this stream (and ``steps``) in an error of the stream that names none.
+
+        Such an error (a :class:`~streamseq.SourceError` naming a file) is raised as it
+        is, never wrapped: see :mod:`streamseq.errors`.
+        """
+        if error.index is None:
+            error.locate(self.index, describe(self.source), steps)
+
     def open(self) -> Any:
         """Return the stream, calling the opener once per process if needed."""
         opened = self._opened
@@ -217,14 +252,21 @@ class StreamRef:
         else:
             try:
                 stream = self.source()
+            except StreamError as e:  # the opener's own error (a SourceError): name where
+                self.locate(e)
+                raise
             except Exception as e:
                 raise self.error(f"opening failed: {type(e).__name__}: {e}") from e
             if not is_stream(stream):
                 raise self.error(f"the opener returned {type(stream).__name__}, not a stream")
             stream = as_stream(stream)
-        if self.length is None or hasattr(stream, "shape"):  # len() of an array is free
+        free = hasattr(stream, "shape") or known_length(stream) is not None  # 0-d: fails
+        if self.length is None or free:
             try:
                 actual = len(stream)
+            except StreamError as e:  # the stream's own error: it says what; name where
+                self.locate(e)
+                raise
             except Exception as e:
                 raise self.error(f"len() failed: {type(e).__name__}: {e}") from e
             if self.length is not None and actual != self.length:
@@ -263,8 +305,7 @@ class StreamRef:
             if isinstance(data, list):
                 data = np.asarray(data)
         except StreamError as e:  # the source's own error: it says what; name where
-            if e.index is None:
-                e.locate(self.index, describe(self.source), (start, stop))
+            self.locate(e, (start, stop))
             raise
         except Exception as e:
             raise self.error(
@@ -314,7 +355,8 @@ def as_refs(streams: Sequence[Any], lengths: Sequence[int] | None = None) -> lis
     Raises:
         ValueError: no streams, or ``lengths`` of the wrong size or negative.
         TypeError: a length that is not an integer.
-        StreamError: a declared length that differs from an array's length.
+        StreamError: a declared length that differs from the length of an array, a list
+            or a dict or tuple of arrays.
 
     Example:
         >>> [len(r) for r in as_refs([[1, 2], [3]])]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -9,7 +10,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .._checks import check_int
-from .._tree import leaves, num_steps
+from .._tree import leaves, num_steps, tree_map
+from ..errors import StreamError
 from .ref import StreamRef
 
 
@@ -18,6 +20,32 @@ def _key(k: Any) -> int:
     if isinstance(k, str):
         return int.from_bytes(hashlib.sha256(k.encode()).digest()[:8], "little")
     return check_int(k, "an rng key", 0)
+
+
+def read_only(tree: Any) -> Any:
+    """Read-only views of the arrays of a tree (no copy); other leaves as they are.
+
+    Example:
+        >>> a = np.arange(3)
+        >>> v = read_only({"x": a})["x"]
+        >>> v.flags.writeable, a.flags.writeable, np.shares_memory(a, v)
+        (False, True, True)
+    """
+    return tree_map(_read_only_view, tree)
+
+
+def _read_only_view(a: Any) -> Any:
+    """A read-only view of an array (a memmap stays a memmap); anything else as it is."""
+    if not isinstance(a, np.ndarray):
+        return a
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
+
+def _is_write_to_read_only(e: Exception) -> bool:
+    """Whether ``e`` is numpy refusing to write into a read-only array."""
+    return isinstance(e, ValueError) and "read-only" in str(e)
 
 
 class StepInfo(NamedTuple):
@@ -60,6 +88,12 @@ class StepInfo(NamedTuple):
 class Transform:
     """``fn(steps, info)`` applied to every slice read, with the seed and epoch of the plan.
 
+    ``fn`` receives read-only views of the steps (every array of a dict or tuple step
+    too), without a copy: the arrays are the stream's own (the user's arrays, a memory
+    map), which a transform must never change. A transform returns new arrays
+    (``x = x * 2``, not ``x *= 2``); one that writes into its input raises a
+    :class:`~streamseq.StreamError` naming the transform, the stream and the steps.
+
     Args:
         fn: a picklable function of (steps, :class:`StepInfo`) returning the steps to
             batch, with as many steps as it was given.
@@ -71,6 +105,13 @@ class Transform:
         >>> t = Transform(lambda x, info: x * 10, seed=0, epoch=0)
         >>> t(StreamRef(0, np.arange(5)), 0, np.arange(2), 0, 2).tolist()
         [0, 10]
+        >>> def double(x, info):
+        ...     x *= 2
+        ...     return x
+        >>> Transform(double)(StreamRef(0, np.arange(5)), 0, np.arange(2), 0, 2)
+        Traceback (most recent call last):
+        ...
+        streamseq.errors.StreamError: stream 0 (...): transform double wrote into its input...
     """
 
     def __init__(
@@ -85,23 +126,38 @@ class Transform:
         self.fn, self.inner = fn, inner
         self.seed, self.epoch = check_int(seed, "seed", 0), check_int(epoch, "epoch", 0)
 
+    @property
+    def name(self) -> str:
+        """The function's qualified name (its ``repr`` when it has none)."""
+        fn = self.fn.func if isinstance(self.fn, functools.partial) else self.fn
+        return getattr(fn, "__qualname__", repr(fn))
+
     def __repr__(self) -> str:
-        name = getattr(self.fn, "__qualname__", repr(self.fn))
-        return f"Transform({name}, seed={self.seed}, epoch={self.epoch})"
+        return f"Transform({self.name}, seed={self.seed}, epoch={self.epoch})"
 
     def __call__(self, ref: StreamRef, stream: int, data: Any, start: int, stop: int) -> Any:
         """Transform ``data``, steps ``start:stop`` of stream ``stream`` read through ``ref``.
 
         Raises:
-            StreamError: the function raised, or returned another number of steps; it
-                names the stream and the step range.
+            StreamError: the function raised (wrote into its read-only input among
+                others), or returned another number of steps; it names the stream and
+                the step range.
         """
         if self.inner is not None:
             data = self.inner(ref, stream, data, start, stop)
         info = StepInfo(stream, start, stop, self.epoch, self.seed)
         try:
-            out = self.fn(data, info)
+            out = self.fn(read_only(data), info)
+        except StreamError as e:  # a stream's own error (a SourceError): raised as it is
+            ref.locate(e, (start, stop))
+            raise
         except Exception as e:
+            if _is_write_to_read_only(e):
+                raise ref.error(
+                    f"transform {self.name} wrote into its input on steps {start}:{stop} "
+                    f"({e}): the steps given to a transform are read-only views of the "
+                    "stream; return new arrays (x = x * 2, not x *= 2)"
+                ) from e
             raise ref.error(
                 f"transform {self!r} failed on steps {start}:{stop}: {type(e).__name__}: {e}"
             ) from e

@@ -7,6 +7,8 @@ import time
 import numpy as np
 import pytest
 from helpers import assert_same, live_children, no_children
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from servers import RangeServer, http_folder, s3_server  # noqa: F401
 
 pa = pytest.importorskip("pyarrow")
@@ -15,6 +17,7 @@ pq = pytest.importorskip("pyarrow.parquet")
 from streamseq import StreamLoader  # noqa: E402
 from streamseq.errors import SourceError  # noqa: E402
 from streamseq.io import remote, table  # noqa: E402
+from streamseq.read.ref import StreamRef  # noqa: E402
 from streamseq.testing import check_continuity  # noqa: E402
 
 LENGTHS = {3: 23, 0: 17, 4: 31, 1: 9, 2: 40}  # episode -> frames, in file order
@@ -165,12 +168,148 @@ def test_errors_name_the_file(parquet, tmp_path):
         table(bad)
     ragged = tmp_path / "ragged.parquet"
     pq.write_table(pa.table({"episode_index": [0, 0], "a": [[1.0], [2.0, 3.0]]}), ragged)
-    with pytest.raises(SourceError, match="ragged.parquet: column 'a' holds lists of 1 to 2"):
+    message = (
+        "ragged.parquet: column 'a' holds a list of 2 values where most rows hold 1 at step 1"
+    )
+    with pytest.raises(SourceError, match=message):
         table(ragged)[0][:]
     holes = tmp_path / "holes.parquet"
     pq.write_table(pa.table({"episode_index": [0, None]}), holes)
-    with pytest.raises(SourceError, match="holes.parquet: column 'episode_index' has 1 missing"):
+    message = "holes.parquet: column 'episode_index' has a missing value at row 1"
+    with pytest.raises(SourceError, match=message):
         table(holes)
+
+
+def test_a_nan_episode_is_rejected_naming_the_file_and_the_row(tmp_path):
+    path = tmp_path / "nan.parquet"
+    ep = [0.0, 0.0, 1.0, np.nan, 2.0, np.nan]  # the NaN rows would fold into one episode
+    pq.write_table(pa.table({"ep": ep, "x": np.arange(6)}), path, row_group_size=2)
+    message = "nan.parquet: column 'ep' has NaN at row 3"
+    with pytest.raises(SourceError, match=message) as e:
+        table(path, "ep")
+    assert e.value.path == str(path)
+    pq.write_table(pa.table({"ep": [0.5, 0.5, 1.5], "x": np.arange(3)}), path)
+    assert [(e.group, len(e)) for e in table(path, "ep")] == [(0.5, 2), (1.5, 1)]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        pa.array([[0, 1], [0, 1], [2, 3]]),
+        pa.array([[0], [0], [1]], pa.list_(pa.int64(), 1)),
+        pa.array([{"a": 0}, {"a": 0}, {"a": 1}]),
+    ],
+    ids=["lists", "fixed-size-lists", "structs"],
+)
+def test_an_episode_column_of_lists_or_structs_names_the_file_and_the_column(tmp_path, values):
+    path = tmp_path / "nested.parquet"
+    pq.write_table(pa.table({"ep": values, "x": np.arange(3)}), path)
+    with pytest.raises(SourceError, match=r"nested.parquet: column 'ep' holds .*(list|struct)"):
+        table(path, "ep")
+
+
+def flawed_table(path, flaw):
+    """Episodes 0 to 3 of 6 rows in row groups of 4: a flaw at step 5 of episode 2 (row 17).
+
+    Row group 4 (rows 16 to 19) holds steps 4, 5 of episode 2 and steps 0, 1 of episode 3.
+    """
+    ep = np.repeat(np.arange(4), 6)
+    x = [[float(i), -float(i)] for i in range(24)]
+    if flaw == "missing":
+        x[17] = None
+    elif flaw == "missing inside":
+        x[17] = [1.0, None]
+    else:
+        x[17] = [1.0, 2.0, 3.0]
+    pq.write_table(pa.table({"ep": ep, "x": pa.array(x)}), path, row_group_size=4)
+
+
+FLAWS = {
+    "missing": "has a missing value",
+    "missing inside": "has a missing value",
+    "ragged": "holds a list of 3 values where most rows hold 2",
+}
+
+
+@pytest.mark.parametrize("flaw", list(FLAWS))
+def test_a_flawed_row_is_blamed_on_the_episode_and_the_step_holding_it(tmp_path, flaw):
+    path = tmp_path / "flawed.parquet"
+    flawed_table(path, flaw)
+    episodes = table(path, "ep", ["x"])
+    assert episodes[3][0:4]["x"][:, 0].tolist() == [18, 19, 20, 21]  # decodes row group 4
+    assert episodes[2][0:5]["x"][:, 0].tolist() == [12, 13, 14, 15, 16]
+    with pytest.raises(SourceError, match=f"flawed.parquet: column 'x' {FLAWS[flaw]} at step 5"):
+        episodes[2][3:6]
+    refs = [StreamRef(i, e) for i, e in enumerate(episodes)]
+    refs[3].read(0, 4)
+    pattern = rf"stream 2 \(.*\), steps 4:6: .*{FLAWS[flaw]} at step 5"
+    with pytest.raises(SourceError, match=pattern) as e:
+        refs[2].read(4, 6)
+    assert e.value.index == 2 and e.value.steps == (4, 6) and e.value.path == str(path)
+
+
+def test_lists_of_another_length_in_another_row_group_name_the_step(tmp_path):
+    path = tmp_path / "widths.parquet"
+    x = [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0, 7.0], [8.0, 9.0, 10.0]]
+    pq.write_table(pa.table({"ep": [0, 0, 0, 0], "x": x}), path, row_group_size=2)
+    episode = table(path, "ep", ["x"])[0]
+    assert episode[2:4]["x"].shape == (2, 3)
+    message = r"widths.parquet: column 'x' holds steps of shape \(2,\) before step 2 and \(3,\)"
+    with pytest.raises(SourceError, match=message):
+        episode[1:3]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_loader_names_the_stream_holding_a_flawed_row(tmp_path, workers):
+    path = tmp_path / "flawed.parquet"
+    flawed_table(path, "missing")
+    episodes = table(path, "ep", ["x"])
+    loader = StreamLoader(episodes[::-1], 2, 4, num_workers=workers)  # episode 3 comes first
+    with pytest.raises(SourceError, match=r"stream 1 .*steps 4:6: .*missing value at step 5"):
+        list(loader)
+
+
+@st.composite
+def episode_tables(draw):
+    """An episode column (ints, or floats with NaN possible), missing values in a data
+    column (by row: "missing" or "missing inside"), and a row group size."""
+    n = draw(st.integers(1, 30))
+    groups = draw(st.lists(st.integers(0, 4), min_size=n, max_size=n))
+    floats = draw(st.booleans())
+    ep = np.asarray(groups, np.float64 if floats else np.int64)
+    if floats and draw(st.booleans()):
+        ep[draw(st.integers(0, n - 1))] = np.nan
+    kinds = st.sampled_from(["missing", "missing inside"])
+    flaws = draw(st.dictionaries(st.integers(0, n - 1), kinds, max_size=3))
+    return ep, flaws, draw(st.integers(1, 8))
+
+
+@settings(max_examples=40)
+@given(episode_tables())
+def test_episodes_are_their_rows_or_an_error_naming_the_flaw(tmp_path_factory, drawn):
+    ep, flaws, row_group_size = drawn
+    path = tmp_path_factory.mktemp("t") / "t.parquet"
+    x = [[float(i), -float(i)] for i in range(len(ep))]
+    for row, flaw in flaws.items():
+        x[row] = None if flaw == "missing" else [1.0, None]
+    pq.write_table(pa.table({"ep": ep, "x": pa.array(x)}), path, row_group_size=row_group_size)
+    if np.isnan(ep.astype(float)).any():
+        row = int(np.flatnonzero(np.isnan(ep))[0])
+        with pytest.raises(SourceError, match=f"t.parquet: column 'ep' has NaN at row {row}:"):
+            table(path, "ep")
+        return
+    episodes = table(path, "ep", ["x"])
+    assert sorted(e.group for e in episodes) == sorted(set(ep.tolist()))
+    for e in episodes:
+        rows = np.flatnonzero(ep == e.group)
+        assert len(e) == len(rows)
+        for a, b in [(0, len(e)), (0, 1), (len(e) // 2, len(e))]:
+            bad = [k for k in range(a, b) if int(rows[k]) in flaws]
+            if bad:
+                with pytest.raises(SourceError, match=f"missing value at step {bad[0]}$"):
+                    e[a:b]
+            else:
+                np.testing.assert_array_equal(e[a:b]["x"][:, 0], rows[a:b].astype(float))
 
 
 def test_without_pyarrow_the_error_names_the_extra(parquet, monkeypatch):

@@ -6,7 +6,10 @@ import pickle
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from streamseq import StreamLoader
 from streamseq.errors import StreamError
 from streamseq.read.ref import StreamRef, as_refs, describe, is_stream
 
@@ -211,3 +214,77 @@ def test_identity_names_files_not_contents(tmp_path):
     assert identity(Source()) == str(tmp_path / "clip.mp4")
     assert identity(functools.partial(np.load, tmp_path / "a.npy")) == f"load:{tmp_path}/a.npy"
     assert identity(np.arange(3)) == identity(np.arange(5)) == "ndarray"
+
+
+# --- a declared length is checked wherever the length is known without reading ---------
+
+
+def structured(kind, n):
+    """A stream of ``n`` steps: an array, a list, or a dict or tuple of arrays (nested)."""
+    x, y = np.arange(n), np.arange(2 * n).reshape(n, 2)
+    return {
+        "array": x,
+        "list": x.tolist(),
+        "dict": {"x": x, "y": y},
+        "tuple": (x, y),
+        "nested": {"a": (x, {"y": y}), "b": [x]},
+    }[kind]
+
+
+KINDS = ["array", "list", "dict", "tuple", "nested"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("declared", [0, 2, 6])
+def test_a_declared_length_that_disagrees_names_the_stream(kind, declared):
+    pattern = rf"stream 3 .*declared length {declared} but the stream has 5 steps"
+    with pytest.raises(StreamError, match=pattern) as e:
+        StreamRef(3, structured(kind, 5), length=declared)
+    assert e.value.index == 3
+    opened = StreamRef(3, functools.partial(structured, kind, 5), length=declared)
+    with pytest.raises(StreamError, match=pattern):
+        opened.read(0, min(declared, 5) or 1)
+    assert len(StreamRef(3, structured(kind, 5), length=5)) == 5
+
+
+@pytest.mark.parametrize("kind", ["dict", "tuple", "nested"])
+@pytest.mark.parametrize("declared", [0, 2])
+def test_the_loader_neither_drops_nor_cuts_a_dict_or_tuple_stream(kind, declared):
+    streams = [structured(kind, 4), structured(kind, 5)]
+    with pytest.raises(StreamError, match=f"stream 1 .*declared length {declared} but .* 5 steps"):
+        StreamLoader(streams, 2, 2, lengths=[4, declared])
+
+
+def test_arrays_of_different_lengths_name_the_stream():
+    with pytest.raises(ValueError, match=r"stream 1 \(.*\): leaves disagree .*\[4, 5\]"):
+        as_refs([np.arange(3), {"x": np.arange(5), "y": np.arange(4)}])
+
+
+@pytest.mark.filterwarnings("ignore:batch_size=")
+@settings(max_examples=30)
+@given(
+    st.sampled_from(KINDS),
+    st.lists(st.integers(0, 6), min_size=1, max_size=4),
+    st.data(),
+)
+def test_declared_lengths_are_used_only_when_they_are_the_lengths(kind, lengths, data):
+    declared = [data.draw(st.sampled_from([n, n, max(n - 1, 0), n + 1])) for n in lengths]
+    sources = [structured(kind, n) for n in lengths]
+    wrong = [i for i, (d, n) in enumerate(zip(declared, lengths, strict=True)) if d != n]
+    try:
+        loader = StreamLoader(sources, 2, 3, lengths=declared, pin_memory=False)
+    except StreamError as e:
+        assert e.index == wrong[0]
+        assert f"declared length {declared[e.index]} but the stream has" in str(e)
+        assert f"has {lengths[e.index]} steps" in str(e)
+        return
+    except ValueError as e:  # every stream is empty
+        assert not any(lengths) and "empty" in str(e)
+        return
+    assert not wrong
+    steps = {}
+    for b in loader:
+        stream, step = np.asarray(b.stream), np.asarray(b.step)
+        for s, k in zip(stream[stream >= 0].tolist(), step[stream >= 0].tolist(), strict=True):
+            steps.setdefault(s, []).append(k)
+    assert steps == {s: list(range(n)) for s, n in enumerate(lengths) if n}

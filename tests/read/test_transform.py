@@ -17,6 +17,7 @@ from streamseq import (
     tbin,
     zip_batch,
 )
+from streamseq._tree import leaves, tree_map
 from streamseq.testing import check_continuity, layouts
 
 SIDE, CROP = 6, 4
@@ -170,3 +171,109 @@ def test_step_info_rng_keys():
     assert info.rng().random() != StepInfo(2, 0, 4, 4, 7).rng().random()  # another epoch
     with pytest.raises(TypeError):
         info.rng(1.5)
+
+
+# --- the steps a transform gets are read-only views of the stream ---------------------
+
+
+def double_in_place(steps, info):
+    steps *= 2
+    return steps
+
+
+def double(steps, info):
+    return tree_map(lambda a: a * 2, steps)
+
+
+def double_leaves_in_place(steps, info):
+    for leaf in leaves(steps):
+        leaf *= 2
+    return steps
+
+
+def assign_first(steps, info):
+    for leaf in leaves(steps):
+        leaf[:1] = 0
+    return steps
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_transform_that_writes_into_its_input_names_itself_and_changes_nothing(workers):
+    streams = [np.ones(2, np.int64), np.ones(3, np.int64) * 2]
+    kept = [s.copy() for s in streams]
+    loader = StreamLoader(streams, 2, 2, num_workers=workers, transform=double_in_place)
+    with pytest.raises(
+        StreamError,
+        match=r"stream \d .*double_in_place wrote into its input "
+        r"on steps 0:\d.*read-only",
+    ) as e:
+        list(loader)
+    assert isinstance(e.value.__cause__, ValueError)
+    for s, k in zip(streams, kept, strict=True):
+        np.testing.assert_array_equal(s, k)
+        assert s.flags.writeable  # the user's arrays are left writable
+
+
+def test_the_same_loader_gives_the_same_first_batch_every_epoch():
+    streams = [np.ones(2, np.int64), np.ones(2, np.int64)]
+    loader = StreamLoader(streams, 2, 2, transform=double, pin_memory=False)
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        assert np.asarray(loader[0].data).tolist() == [[2, 2], [2, 2]]
+    assert [s.tolist() for s in streams] == [[1, 1], [1, 1]]
+
+
+@pytest.mark.parametrize("fn", [double_leaves_in_place, assign_first])
+@pytest.mark.parametrize("structure", ["dict", "tuple", "nested"])
+def test_every_leaf_of_dict_and_tuple_steps_is_read_only(fn, structure):
+    x, y = np.arange(4.0), np.arange(8).reshape(4, 2)
+    stream = {
+        "dict": {"x": x, "y": y},
+        "tuple": (x, y),
+        "nested": {"a": (x,), "b": {"y": y}},
+    }[structure]
+    with pytest.raises(StreamError, match=rf"stream 0 .*transform {fn.__name__} wrote"):
+        list(StreamLoader([stream], 1, 2, transform=fn))
+    assert x.tolist() == [0, 1, 2, 3] and y.ravel().tolist() == list(range(8))
+
+
+def test_a_memory_mapped_stream_is_read_only_in_a_transform(tmp_path):
+    path = tmp_path / "a.npy"
+    np.save(path, np.arange(6))
+    mapped = np.load(path, mmap_mode="r+")  # writable map: a write would change the file
+    with pytest.raises(StreamError, match="assign_first wrote into its input"):
+        list(StreamLoader([mapped], 1, 3, transform=assign_first))
+    assert np.load(path).tolist() == list(range(6))
+
+
+def test_a_partial_is_named_by_its_function():
+    fn = functools.partial(double_in_place)
+    with pytest.raises(StreamError, match="transform double_in_place wrote"):
+        list(StreamLoader([np.ones(3)], 1, 3, transform=fn))
+
+
+@settings(max_examples=25)
+@given(
+    st.lists(st.integers(0, 6), min_size=1, max_size=5).filter(any),
+    st.sampled_from([double, double_leaves_in_place, assign_first]),
+    st.booleans(),
+    st.integers(1, 3),
+    st.integers(1, 4),
+)
+def test_transforms_never_change_the_users_arrays(lengths, fn, as_dict, batch_size, tbins):
+    rng = np.random.default_rng(len(lengths) * 7 + sum(lengths))
+    arrays = [rng.integers(-100, 100, size=(n, 2)) for n in lengths]
+    kept = [a.copy() for a in arrays]
+    streams = [{"a": a} for a in arrays] if as_dict else arrays
+    loader = StreamLoader(streams, batch_size, tbins, transform=fn, pin_memory=False)
+    try:
+        batches = list(loader)
+    except StreamError as e:
+        assert fn in (double_leaves_in_place, assign_first)
+        assert f"transform {fn.__name__} wrote into its input" in str(e)
+    else:
+        assert fn is double
+        data = [b._replace(data=b.data["a"]) for b in batches] if as_dict else batches
+        check_continuity(data, lengths, sources=[a * 2 for a in kept])
+    for a, k in zip(arrays, kept, strict=True):
+        np.testing.assert_array_equal(a, k)
