@@ -1,11 +1,14 @@
 """Exceptions raised by streamseq.
 
 Every error that concerns one recording names it: :class:`StreamError` carries
-the index of the stream in the list the user gave and its ``repr``, and
-:class:`SourceError` carries the path of the file that failed.
+the index of the stream in the list the user gave and its description, and
+:class:`SourceError` carries the path of the file that failed. The credentials of URLs in
+their text are hidden (see :mod:`streamseq._redact`).
 """
 
 from __future__ import annotations
+
+from streamseq._redact import redact_urls
 
 
 class StreamError(RuntimeError):
@@ -14,7 +17,7 @@ class StreamError(RuntimeError):
     Args:
         message: what went wrong.
         index: index of the stream in the list given by the user (or ``None``).
-        stream: ``repr`` of the stream or opener.
+        stream: description of the stream or opener (:func:`streamseq.read.ref.describe`).
 
     Example:
         >>> str(StreamError("opening failed", index=3, stream="Opener('a.mp4')"))
@@ -32,7 +35,7 @@ class StreamError(RuntimeError):
         where = "" if self.index is None else f"stream {self.index} ({self.stream})"
         if self.steps is not None and where:
             where += f", steps {self.steps[0]}:{self.steps[1]}"
-        return f"{where}: {self.message}" if where else self.message
+        return redact_urls(f"{where}: {self.message}" if where else self.message)
 
     def locate(self, index: int, stream: str, steps: tuple[int, int]) -> None:
         """Name the stream and the step range, for an error raised inside a stream's read.

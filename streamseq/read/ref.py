@@ -14,20 +14,16 @@ import functools
 import gc
 import operator
 import os
-import reprlib
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from .._checks import check_int
+from .._redact import describe as _describe
 from .._tree import leaves, num_steps, tree_map
 from ..errors import StreamError
 from .handle import ProcessLocal
-
-_repr = reprlib.Repr()
-_repr.maxstring = 80
-_repr.maxother = 80
 
 
 class ArrayTree:
@@ -124,7 +120,7 @@ def describe(obj: Any) -> str:
     """
     if hasattr(obj, "shape") and hasattr(obj, "dtype") and not hasattr(obj, "path"):
         return f"{type(obj).__name__}(shape={tuple(obj.shape)}, dtype={obj.dtype})"
-    return _repr.repr(obj)
+    return _describe(obj)
 
 
 def identity(obj: Any) -> str:
@@ -175,7 +171,7 @@ class StreamRef:
         kind = _kind(source)
         if kind == "path":
             raise TypeError(
-                f"stream {index} ({source!r}) is a path, not a stream: give a source such "
+                f"stream {index} ({describe(source)}) is a path, not a stream: give a source such "
                 "as streamseq.io.video(path) or streamseq.io.tokens(path, dtype), or an opener"
             )
         if kind == "neither":
