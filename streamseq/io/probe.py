@@ -274,17 +274,17 @@ def _save_cache(path: str, files: dict[str, dict[str, Any]]) -> None:
     Raises:
         OSError: the file cannot be written (a folder at ``path``, no permission, ...).
     """
+    # the folders named, not where links lead: a dangling link among them is an error
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     target = _cache_target(path)
     if target is None:
         return
-    folder = os.path.dirname(target)
-    os.makedirs(folder, exist_ok=True)
     try:
         mode: int | None = stat.S_IMODE(os.stat(target).st_mode)
     except FileNotFoundError:
         mode = None
     content = {"format": CACHE_FORMAT, "version": CACHE_VERSION, "files": files}
-    tmp = f"{target}.{os.getpid()}.{secrets.token_hex(4)}.tmp"  # beside it: os.replace
+    tmp = f"{target}.{os.getpid()}.{secrets.token_hex(4)}.tmp"  # beside it, for os.replace
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
