@@ -117,11 +117,14 @@ HARMLESS_OPTIONS = frozenset(
 #: longest description :func:`describe` returns (before that, each part is shortened)
 LIMIT = 240
 
+#: endings of names that are classes, not fields (``KeyError: 'a.mp4'``)
+_NOT_NAMES = ("Error", "Exception", "Warning")
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 _NAME_VALUE = re.compile(r"([A-Za-z_][\w.-]*)(['\"]?)(\s*[:=]\s*)")
 # user information: without "/" (a host may follow), or "user:" and a password up to "@"
 _USERINFO = re.compile(r"(?i)([a-z][a-z0-9+.-]*://)(?:[^/?#@\s'\"]*|[^/?#@\s'\":]*:[^@\s'\"]*)@")
-_QUERY = re.compile(r"([?&;])([^=&;#?\s'\"]+)=([^&;#\s'\"]*)")
+# a query value ends at "&", ";", "#", a space, a quote or a ":" that ends a phrase
+_QUERY = re.compile(r"([?&;])([^=&;#?\s'\"]+)=((?:[^&;#\s'\":]|:(?!\s|$))*)")
 _QUOTES = "'\""
 _OPEN = {"(": ")", "[": "]", "{": "}"}
 _BARE_END = re.compile(r"[\s,;&)\]}'\"]")
@@ -133,10 +136,10 @@ def is_sensitive(name: Any) -> bool:
     Example:
         >>> [is_sensitive(n) for n in ["secret", "aws_access_key_id", "X-Amz-Signature"]]
         [True, True, True]
-        >>> [is_sensitive(n) for n in ["path", "dtype", "endpoint_url", "tokenizer", 3]]
+        >>> [is_sensitive(n) for n in ["path", "endpoint_url", "tokenizer", "KeyError", 3]]
         [False, False, False, False, False]
     """
-    if not isinstance(name, str):
+    if not isinstance(name, str) or name.endswith(_NOT_NAMES):
         return False
     lower = name.lower()
     if lower in SENSITIVE_WORDS:

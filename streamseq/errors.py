@@ -25,9 +25,9 @@ class StreamError(RuntimeError):
     """
 
     def __init__(self, message: str, index: int | None = None, stream: str | None = None):
-        self.message = message
+        self.message = redact_urls(message)
         self.index = index
-        self.stream = stream
+        self.stream = None if stream is None else redact_urls(stream)
         self.steps: tuple[int, int] | None = None
         super().__init__(self._text())
 
@@ -45,7 +45,7 @@ class StreamError(RuntimeError):
             >>> e.locate(3, "video('a.mp4')", (8, 16)); str(e)
             "stream 3 (video('a.mp4')), steps 8:16: a.mp4: truncated"
         """
-        self.index, self.stream, self.steps = index, stream, steps
+        self.index, self.stream, self.steps = index, redact_urls(stream), steps
         self.args = (self._text(),)
 
     def __reduce__(self):  # keep the fields (and tblib keeps the cause) across processes
@@ -68,9 +68,9 @@ class SourceError(StreamError):
     """
 
     def __init__(self, path: str, message: str):
-        self.path = str(path)
-        self.detail = message
-        super().__init__(f"{path}: {message}")
+        self.path = redact_urls(str(path))
+        self.detail = redact_urls(message)
+        super().__init__(f"{self.path}: {self.detail}")
 
     def _init_args(self) -> tuple:
         return (self.path, self.detail)
