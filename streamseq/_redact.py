@@ -75,7 +75,7 @@ SENSITIVE_WORDS = frozenset(
     }
 )
 
-#: parts of a name written as one word that mark its value as a credential
+#: parts of a name written as one word that mark its value as a credential (regexes)
 SENSITIVE_PARTS = (
     "accesskey",
     "apikey",
@@ -84,7 +84,7 @@ SENSITIVE_PARTS = (
     "passw",
     "secret",
     "signature",
-    "token",
+    "token(?!iz)",  # not a tokenizer
 )
 
 #: names of mappings of filesystem options, of which only harmless values are shown
@@ -119,6 +119,7 @@ LIMIT = 240
 
 #: endings of names that are classes, not fields (``KeyError: 'a.mp4'``)
 _NOT_NAMES = ("Error", "Exception", "Warning")
+_PARTS = tuple(re.compile(part) for part in SENSITIVE_PARTS)
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 _NAME_VALUE = re.compile(r"([A-Za-z_][\w.-]*)(['\"]?)(\s*[:=]\s*)")
 # user information: without "/" (a host may follow), or "user:" and a password up to "@"
@@ -146,11 +147,9 @@ def is_sensitive(name: Any) -> bool:
         return True
     words = [w.lower() for w in _WORD.findall(name)]
     singular = {w[:-1] if w.endswith("s") and len(w) > 3 else w for w in words}
-    if singular & SENSITIVE_WORDS or "access_key" in lower:
+    if singular & SENSITIVE_WORDS:
         return True
-    return any(part in lower for part in SENSITIVE_PARTS if part != "token") or bool(
-        re.search(r"token(?!iz)", lower)
-    )
+    return any(part.search(lower) for part in _PARTS)
 
 
 def redact_urls(text: str) -> str:

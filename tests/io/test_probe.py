@@ -278,6 +278,7 @@ def test_folder_at_the_cache_path(tmp_path):
         PermissionError(errno.EACCES, "refused"),
         OSError(errno.ENOSPC, "no space left"),
     ],
+    ids=lambda e: type(e).__name__,
 )
 def test_unwritable_cache_warned_lengths_returned(tmp_path, monkeypatch, error):
     paths = write(tmp_path, [3, 5])
