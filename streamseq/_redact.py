@@ -157,7 +157,7 @@ def redact_urls(text: str) -> str:
 
     Safe on any text (a message, an error from another library): only
     ``scheme://user:password@`` and ``?name=value``, ``&name=value`` or ``;name=value``
-    with a sensitive name change.
+    with a sensitive name change. Anything other than a string is returned as it is.
 
     Example:
         >>> redact_urls("403 for s3://key:secret@bucket/a.bin")
@@ -167,6 +167,8 @@ def redact_urls(text: str) -> str:
         >>> redact_urls("KeyError: 'data/a.bin'")
         "KeyError: 'data/a.bin'"
     """
+    if not isinstance(text, str):
+        return text  # a path given as bytes: no URL
     text = _USERINFO.sub(rf"\1{HIDDEN}@", text)
     return _QUERY.sub(_hide_query, text)
 

@@ -303,7 +303,7 @@ def test_a_loader_whose_opener_fails(workers, which, caplog):
             list(loader)
     assert info.value.index == 1
     said = everything_said(info.value, caught, caplog)
-    said += [repr(loader), repr(StreamRef(1, streams[1])), loader.plan().__class__.__name__]
+    said += [repr(loader), repr(loader.spec), repr(StreamRef(1, streams[1]))]
     if which == 0:  # no message of another library names the credentials: the whole chain
         said.append("".join(traceback.format_exception(info.value)))
     for text in said:

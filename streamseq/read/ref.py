@@ -21,6 +21,7 @@ import numpy as np
 
 from .._checks import check_int
 from .._redact import describe as _describe
+from .._redact import redact_urls
 from .._tree import leaves, num_steps, tree_map
 from ..errors import StreamError
 from .handle import ProcessLocal
@@ -127,7 +128,8 @@ def identity(obj: Any) -> str:
     """What names a stream across runs: its file path when it has one, else its type.
 
     A source's ``path`` attribute, or the path-like arguments of a ``functools.partial``
-    opener, identify it; in-memory streams are identified by their type only.
+    opener, identify it (the credentials of a URL hidden); in-memory streams are
+    identified by their type only.
 
     Example:
         >>> import functools, numpy as np
@@ -138,9 +140,9 @@ def identity(obj: Any) -> str:
     """
     path = getattr(obj, "path", None)
     if path is not None:
-        return os.fspath(path)
+        return redact_urls(os.fspath(path))
     if isinstance(obj, functools.partial):
-        args = [os.fspath(a) for a in obj.args if isinstance(a, (str, os.PathLike))]
+        args = [redact_urls(os.fspath(a)) for a in obj.args if isinstance(a, (str, os.PathLike))]
         name = getattr(obj.func, "__name__", type(obj.func).__name__)
         return f"{name}:{','.join(args)}"
     return type(obj).__name__
