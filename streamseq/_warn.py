@@ -6,6 +6,8 @@ import os
 import sys
 import warnings
 
+from streamseq._redact import redact_urls
+
 #: the folder of the package, with a trailing separator (frames whose file is in it are ours)
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
@@ -33,6 +35,8 @@ def user_stacklevel() -> int:
 def warn(message: str, category: type[Warning] = UserWarning) -> None:
     """Issue a warning that names the line of the user's code that led to it.
 
+    The credentials of URLs in ``message`` are hidden (see :mod:`streamseq._redact`).
+
     Args:
         message: the warning.
         category: its class.
@@ -45,4 +49,4 @@ def warn(message: str, category: type[Warning] = UserWarning) -> None:
         >>> caught[0].filename.startswith("<doctest"), str(caught[0].message)
         (True, 'careful')
     """
-    warnings.warn(message, category, stacklevel=user_stacklevel())
+    warnings.warn(redact_urls(message), category, stacklevel=user_stacklevel())

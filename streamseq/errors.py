@@ -1,8 +1,9 @@
 """Exceptions raised by streamseq.
 
 Every error that concerns one recording names it: :class:`StreamError` carries
-the index of the stream in the list the user gave and its ``repr``, and
-:class:`SourceError` carries the path of the file that failed.
+the index of the stream in the list the user gave and its description, and
+:class:`SourceError` carries the path of the file that failed. The credentials of URLs in
+their text are hidden (see :mod:`streamseq._redact`).
 
 One failure, one type: a :class:`StreamError` raised by a stream or an opener itself
 (a :class:`SourceError` naming a damaged file, say) is never wrapped in another error,
@@ -16,6 +17,8 @@ a :class:`StreamError` naming the stream, with the original error chained.
 
 from __future__ import annotations
 
+from streamseq._redact import redact_urls
+
 
 class StreamError(RuntimeError):
     """A stream failed to open or to read, or is shorter than its declared length.
@@ -23,7 +26,7 @@ class StreamError(RuntimeError):
     Args:
         message: what went wrong.
         index: index of the stream in the list given by the user (or ``None``).
-        stream: ``repr`` of the stream or opener.
+        stream: description of the stream or opener (:func:`streamseq.read.ref.describe`).
 
     Example:
         >>> str(StreamError("opening failed", index=3, stream="Opener('a.mp4')"))
@@ -31,9 +34,9 @@ class StreamError(RuntimeError):
     """
 
     def __init__(self, message: str, index: int | None = None, stream: str | None = None):
-        self.message = message
+        self.message = redact_urls(message)
         self.index = index
-        self.stream = stream
+        self.stream = None if stream is None else redact_urls(stream)
         self.steps: tuple[int, int] | None = None
         super().__init__(self._text())
 
@@ -41,7 +44,7 @@ class StreamError(RuntimeError):
         where = "" if self.index is None else f"stream {self.index} ({self.stream})"
         if self.steps is not None and where:
             where += f", steps {self.steps[0]}:{self.steps[1]}"
-        return f"{where}: {self.message}" if where else self.message
+        return redact_urls(f"{where}: {self.message}" if where else self.message)
 
     def locate(self, index: int, stream: str, steps: tuple[int, int] | None = None) -> None:
         """Name the stream (and the step range), for an error raised inside a stream.
@@ -51,7 +54,7 @@ class StreamError(RuntimeError):
             >>> e.locate(3, "video('a.mp4')", (8, 16)); str(e)
             "stream 3 (video('a.mp4')), steps 8:16: a.mp4: truncated"
         """
-        self.index, self.stream, self.steps = index, stream, steps
+        self.index, self.stream, self.steps = index, redact_urls(stream), steps
         self.args = (self._text(),)
 
     def __reduce__(self):  # keep the fields (and tblib keeps the cause) across processes
@@ -74,9 +77,9 @@ class SourceError(StreamError):
     """
 
     def __init__(self, path: str, message: str):
-        self.path = str(path)
-        self.detail = message
-        super().__init__(f"{path}: {message}")
+        self.path = redact_urls(str(path))
+        self.detail = redact_urls(message)
+        super().__init__(f"{self.path}: {self.detail}")
 
     def _init_args(self) -> tuple:
         return (self.path, self.detail)

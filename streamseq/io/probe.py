@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import errno
 import functools
+import hashlib
 import json
 import os
+import re
 import secrets
 import signal
 import stat
@@ -27,6 +30,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from streamseq._redact import OPTIONS_NAMES, is_sensitive, redact_text, redact_urls
 from streamseq._warn import warn
 from streamseq.errors import StreamError
 from streamseq.io.remote import is_url
@@ -54,7 +58,7 @@ def _describe_value(value: Any) -> str:
     if isinstance(value, np.dtype):
         return repr(value)
     if _simple(value):
-        return repr(value)
+        return redact_text(repr(value), options=False)  # written to the cache: no secret
     return f"<{type(value).__module__}.{type(value).__qualname__}>"
 
 
@@ -67,6 +71,15 @@ def _is_path(value: Any) -> bool:
     return isinstance(value, (str, os.PathLike))
 
 
+def _setting(name: str, value: Any) -> str:
+    """``name=value`` for a cache key; a credential's value by a hash (never written)."""
+    if is_sensitive(name):  # a password, or a dataset's key: told apart, not shown
+        raw = repr(value) if _simple(value) else _describe_value(value)
+        digest = hashlib.sha256(raw.encode()).hexdigest()[:12]
+        return f"{name}=<sha256:{digest}>"
+    return f"{name}={_describe_value(value)}"
+
+
 def cache_key(opener: Any) -> tuple[str, str] | None:
     """The file behind an opener and a description of how it is opened, or ``None``.
 
@@ -74,45 +87,57 @@ def cache_key(opener: Any) -> tuple[str, str] | None:
     :mod:`streamseq.io` have one), or the first positional argument (or ``path=``
     keyword) of a :func:`functools.partial`. The description names the type or function
     and its other settings, so two openers that read the same file differently (another
-    stream index, another window) are cached apart; the ``storage_options`` of a URL
-    (credentials, endpoints) are left out.
+    stream index, another window) are cached apart. Credentials are never written to the
+    cache file: the ``storage_options`` of a URL are left out, a setting with a
+    credential's name (``token=``, ``key=``, ...) is told by a hash of its value, and the
+    user information and signature of a URL
+    (``https://user:password@host/a?X-Amz-Signature=...``) are hidden (see
+    :mod:`streamseq._redact`).
 
     Args:
         opener: a stream or a zero-argument opener.
 
     Returns:
-        ``(absolute path, description)`` (a URL as it is), or ``None`` when no file can
-        be told.
+        ``(absolute path, description)`` (a URL as it is, its credentials hidden), or
+        ``None`` when no file can be told.
 
     Example:
         >>> import functools, numpy as np
         >>> path, how = cache_key(functools.partial(np.load, "/data/a.npy", mmap_mode="r"))
         >>> path, how
         ('/data/a.npy', "numpy.load(mmap_mode='r')")
+        >>> url, how = cache_key(functools.partial(np.load, "https://me:pw@host/a.npy", token="a"))
+        >>> url, how[:28]
+        ('https://***@host/a.npy', 'numpy.load(token=<sha256:d74')
         >>> cache_key(np.arange(3)) is None
         True
     """
+    found = _file_of(opener)
+    return None if found is None else (redact_urls(found[0]), found[1])
+
+
+def _file_of(opener: Any) -> tuple[str, str] | None:
+    """:func:`cache_key` with the path as it is: where to ask whether the file changed."""
     path: Any = getattr(opener, "path", None)
     if _is_path(path):
         settings = {
             k: v
             for k, v in sorted(vars(opener).items() if hasattr(opener, "__dict__") else [])
-            if not k.startswith("_") and k != "path"
+            if not k.startswith("_") and k not in OPTIONS_NAMES and k != "path"
         }
-        args = ", ".join(f"{k}={_describe_value(v)}" for k, v in settings.items())
+        args = ", ".join(_setting(k, v) for k, v in settings.items())
         how = f"{type(opener).__module__}.{type(opener).__qualname__}({args})"
     elif isinstance(opener, functools.partial):
         rest = list(opener.args)
-        keywords = dict(opener.keywords)
+        keywords = {k: v for k, v in opener.keywords.items() if k not in OPTIONS_NAMES}
         if rest and _is_path(rest[0]):
             path = rest.pop(0)
         elif _is_path(keywords.get("path")):
             path = keywords.pop("path")
         else:
             return None
-        keywords.pop("storage_options", None)  # credentials: never written, not "how"
         parts = [_describe_value(v) for v in rest]
-        parts += [f"{k}={_describe_value(v)}" for k, v in sorted(keywords.items())]
+        parts += [_setting(k, v) for k, v in sorted(keywords.items())]
         how = f"{_qualname(opener.func)}({', '.join(parts)})"
     else:
         return None
@@ -188,22 +213,78 @@ def _load_cache(path: str) -> dict[str, dict[str, Any]]:
     return files
 
 
+#: how a cache file begins (``format`` is written first): recognised in a damaged one too
+_HEADER = re.compile(rb'\A\s*\{\s*"format"\s*:\s*"' + CACHE_FORMAT.encode() + rb'"')
+
+
+def _is_cache(path: str) -> bool:
+    """Whether ``path`` is a regular file that begins as a length cache does."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return False
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK)
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as f:
+        return bool(_HEADER.match(f.read(256)))
+
+
+def _cache_target(path: str) -> str | None:
+    """The file to write the cache of ``path`` to, or ``None`` (warned) to leave it alone.
+
+    A new file is made at ``path`` (and its folders); an existing one, or the file a
+    symbolic link at ``path`` points to, is replaced only when it is a length cache. A
+    link whose target is missing is not followed: nothing is made where it points.
+
+    Raises:
+        IsADirectoryError: ``path`` is a folder.
+    """
+    linked = os.path.islink(path)
+    target = os.path.realpath(path)
+    try:
+        mode = os.lstat(target).st_mode
+    except FileNotFoundError:
+        if linked:
+            warn(
+                f"the length cache {path} was not written: it is a symbolic link to "
+                f"{target}, which does not exist (a link is written through only to an "
+                f"existing {CACHE_FORMAT} file)"
+            )
+            return None
+        return target
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), target)
+    if not _is_cache(target):
+        where = f"{path} (a symbolic link to {target})" if linked else path
+        warn(
+            f"the length cache {where} was not written: the file there is not a "
+            f"{CACHE_FORMAT} file and is left as it is; remove it or give another cache"
+        )
+        return None
+    return target
+
+
 def _save_cache(path: str, files: dict[str, dict[str, Any]]) -> None:
     """Write the cache atomically: a reader sees the old file or the new one, never half.
 
-    A symbolic link is written through (its target is replaced, the link stays) and the
-    file keeps its permissions; a new file gets those of any new file (``0o666`` less the
-    umask).
+    Only a new file or a length cache is written (see :func:`_cache_target`); through a
+    symbolic link, the link stays and its target is replaced. The file keeps its
+    permissions; a new file gets those of any new file (``0o666`` less the umask).
+
+    Raises:
+        OSError: the file cannot be written (a folder at ``path``, no permission, ...).
     """
-    path = os.path.realpath(path)
-    folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
+    # the folders named, not where links lead: a dangling link among them is an error
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    target = _cache_target(path)
+    if target is None:
+        return
     try:
-        mode: int | None = stat.S_IMODE(os.stat(path).st_mode)
+        mode: int | None = stat.S_IMODE(os.stat(target).st_mode)
     except FileNotFoundError:
         mode = None
     content = {"format": CACHE_FORMAT, "version": CACHE_VERSION, "files": files}
-    tmp = f"{path}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    tmp = f"{target}.{os.getpid()}.{secrets.token_hex(4)}.tmp"  # beside it, for os.replace
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -212,11 +293,22 @@ def _save_cache(path: str, files: dict[str, dict[str, Any]]) -> None:
             f.write(json.dumps(content, separators=(",", ":")))  # C encoder: fast
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _try_save_cache(path: str, files: dict[str, dict[str, Any]]) -> None:
+    """:func:`_save_cache`, a failure warned about: the lengths measured are still returned."""
+    try:
+        _save_cache(path, files)
+    except OSError as e:
+        warn(
+            f"the length cache {path} was not written ({type(e).__name__}: {e}); the "
+            "lengths are returned, and measured again next time"
+        )
 
 
 class _Timeout(BaseException):
@@ -307,18 +399,26 @@ def probe_lengths(
     modification time (ns), and by how the file is opened (see :func:`cache_key`); a file
     at a URL by its URL and ETag (where the server gives none, its size and modification
     time). A later call measures only the streams whose file is new, changed (other size
-    or modification time, other ETag) or opened differently, and adds them to the file,
-    which is written atomically (also when probing fails or is interrupted, so that
-    finished measurements are kept), keeping its permissions (a cache shared with a group
-    stays so) and, when it is a symbolic link, replacing the file it points to. Streams
-    whose file cannot be told (in-memory arrays, arbitrary callables) are measured every
-    time. Paths alone are refused: they do not say how to open the file. An unreadable or
-    foreign cache file is ignored with a warning and replaced.
+    or modification time, other ETag) or opened differently, and adds them to the file.
+    The file is written atomically (a temporary file beside it, then renamed over it),
+    also when probing fails or is interrupted, so that finished measurements are kept,
+    and keeps its permissions (a cache shared with a group stays so). Only a length cache
+    is ever replaced, recognised by how it begins (a damaged one too): a new file is made
+    at ``cache`` (and its folders); a symbolic link there is written through (the file it
+    points to is replaced, the link stays) when it points to an existing length cache
+    (a cache shared by several users or runs), and left alone otherwise (a link to a
+    missing file makes nothing where it points); any other file is left as it is, with a
+    warning. A cache that cannot be written (a folder at ``cache``, no permission, ...)
+    is warned about and the lengths are returned all the same. Streams whose file cannot
+    be told (in-memory arrays, arbitrary callables) are measured every time. Paths alone
+    are refused: they do not say how to open the file. An unreadable or foreign cache
+    file is ignored with a warning.
 
     Args:
         openers: streams (``len`` and slicing) or picklable zero-argument openers.
         num_workers: worker processes measuring in parallel; 0 measures in this process.
-        cache: a JSON file to read lengths from and add new ones to.
+        cache: a JSON file to read lengths from and add new ones to (it is never written
+            through a link, except to an existing length cache).
         progress: show a progress bar (tqdm) over the streams.
         timeout: seconds one stream may take to measure (Unix; in this process only
             from the main thread); a stream that takes longer is an error.
@@ -358,13 +458,13 @@ def probe_lengths(
     keys: list[tuple[str, str, dict[str, Any]] | None] = [None] * len(openers)
     todo: list[tuple[int, Any]] = []
     for i, opener in enumerate(openers):
-        key = cache_key(opener) if cache_path is not None else None
-        stat = None if key is None else _stat(key[0], opener)
-        if key is not None and stat is not None:
-            keys[i] = (key[0], key[1], stat)
-            entry = files.get(key[0])
+        found = _file_of(opener) if cache_path is not None else None
+        stat = None if found is None else _stat(found[0], opener)
+        if found is not None and stat is not None:
+            keys[i] = (redact_urls(found[0]), found[1], stat)  # as cache_key(opener)
+            entry = files.get(keys[i][0])
             if entry is not None and _identity(entry) == stat:
-                lengths[i] = entry["lengths"].get(key[1])
+                lengths[i] = entry["lengths"].get(found[1])
         if lengths[i] is None:
             todo.append((i, opener))
 
@@ -381,7 +481,7 @@ def probe_lengths(
         for index, n, error in results:
             if error is not None:
                 key = keys[index]
-                where = key[0] if key is not None else describe(openers[index])
+                where = key[0] if key is not None else describe(openers[index])  # redacted
                 raise StreamError(f"measuring the length failed: {error}", index, where)
             lengths[index] = n
             bar.update(1)
@@ -397,7 +497,7 @@ def probe_lengths(
         results.close()  # ends the workers when measuring stops early
         bar.close()
         if changed and cache_path is not None:
-            _save_cache(cache_path, files)
+            _try_save_cache(cache_path, files)
     return [int(n) for n in lengths]  # type: ignore[arg-type]
 
 

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from streamseq._redact import describe
 from streamseq.errors import SourceError
 from streamseq.read.handle import ProcessLocal
 
@@ -217,7 +218,7 @@ class RemoteFile(io.RawIOBase):
         self._file: Any = None
 
     def __repr__(self) -> str:
-        return f"RemoteFile({self.url!r})"
+        return f"RemoteFile({describe(self.url)})"
 
     def _open(self) -> Any:
         fs = filesystem(self.url, self.storage_options)
@@ -331,7 +332,7 @@ class Remote:
         self.size: int = self.stat["size"]
 
     def __repr__(self) -> str:
-        return f"Remote({self.url!r})"
+        return f"Remote({describe(self.url)})"
 
     def open(self, cache_type: str = "readahead") -> RemoteFile:
         """A file object reading it, for this process (see :class:`RemoteFile`)."""

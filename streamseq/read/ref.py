@@ -14,20 +14,17 @@ import functools
 import gc
 import operator
 import os
-import reprlib
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from .._checks import check_int
+from .._redact import describe as _describe
+from .._redact import redact_urls
 from .._tree import leaves, num_steps, tree_map
 from ..errors import StreamError
 from .handle import ProcessLocal
-
-_repr = reprlib.Repr()
-_repr.maxstring = 80
-_repr.maxother = 80
 
 
 class ArrayTree:
@@ -143,14 +140,15 @@ def describe(obj: Any) -> str:
     """
     if hasattr(obj, "shape") and hasattr(obj, "dtype") and not hasattr(obj, "path"):
         return f"{type(obj).__name__}(shape={tuple(obj.shape)}, dtype={obj.dtype})"
-    return _repr.repr(obj)
+    return _describe(obj)
 
 
 def identity(obj: Any) -> str:
     """What names a stream across runs: its file path when it has one, else its type.
 
     A source's ``path`` attribute, or the path-like arguments of a ``functools.partial``
-    opener, identify it; in-memory streams are identified by their type only.
+    opener, identify it (the credentials of a URL hidden); in-memory streams are
+    identified by their type only.
 
     Example:
         >>> import functools, numpy as np
@@ -161,9 +159,9 @@ def identity(obj: Any) -> str:
     """
     path = getattr(obj, "path", None)
     if path is not None:
-        return os.fspath(path)
+        return redact_urls(os.fspath(path))
     if isinstance(obj, functools.partial):
-        args = [os.fspath(a) for a in obj.args if isinstance(a, (str, os.PathLike))]
+        args = [redact_urls(os.fspath(a)) for a in obj.args if isinstance(a, (str, os.PathLike))]
         name = getattr(obj.func, "__name__", type(obj.func).__name__)
         return f"{name}:{','.join(args)}"
     return type(obj).__name__
@@ -197,7 +195,7 @@ class StreamRef:
         kind = _kind(source)
         if kind == "path":
             raise TypeError(
-                f"stream {index} ({source!r}) is a path, not a stream: give a source such "
+                f"stream {index} ({describe(source)}) is a path, not a stream: give a source such "
                 "as streamseq.io.video(path) or streamseq.io.tokens(path, dtype), or an opener"
             )
         if kind == "neither":

@@ -11,6 +11,7 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
+from .._redact import describe
 from ..errors import WorkerError
 
 
@@ -59,15 +60,15 @@ class HookFailed(WorkerError):
 
 
 def describe_hook(hook: Any) -> str:
-    """A start hook's qualified name (a function's) or its ``repr``.
+    """A start hook's qualified name (a function's) or its description.
 
     Example:
         >>> import functools
         >>> describe_hook(print), describe_hook(functools.partial(int, base=2))
-        ('print', "functools.partial(<class 'int'>, base=2)")
+        ('print', 'functools.partial(int, base=2)')
     """
     name = getattr(hook, "__qualname__", None)
-    return name if isinstance(name, str) else repr(hook)
+    return name if isinstance(name, str) else describe(hook)
 
 
 def describe_exits(ended: list[tuple[int, int | None]]) -> str:

@@ -1,6 +1,8 @@
+import errno
 import functools
 import json
 import os
+import re
 import stat
 import time
 
@@ -47,6 +49,11 @@ def slow(seconds):
 
 def die():
     os._exit(3)
+
+
+def load_with(path, token=None):
+    """An opener taking a credential as a keyword."""
+    return np.load(path, mmap_mode="r")
 
 
 @pytest.fixture
@@ -165,14 +172,27 @@ def test_cache_key():
     assert how == "numpy.load(<numpy.ndarray>)"
 
 
-@pytest.mark.parametrize("garbage", ["{not json", '{"format": "other", "files": {}}', "[1, 2]"])
-def test_corrupt_cache_rebuilt(tmp_path, garbage):
+def test_damaged_cache_rebuilt(tmp_path):
     openers = [npy(p) for p in write(tmp_path, [3, 5])]
     cache = tmp_path / "lengths.json"
-    cache.write_text(garbage)
-    with pytest.warns(UserWarning, match="length cache"):
+    cache.write_text('{"format": "streamseq-lengths", "version": 1, "files": {"/a')  # cut short
+    with pytest.warns(UserWarning, match="unreadable length cache"):
         assert probe_lengths(openers, cache=cache, progress=False) == [3, 5]
-    assert json.loads(cache.read_text())["format"] == "streamseq-lengths"
+    assert len(json.loads(cache.read_text())["files"]) == 2
+
+
+@pytest.mark.parametrize(
+    "foreign", ["{not json", '{"format": "other", "files": {}}', "[1, 2]", ""]
+)
+def test_foreign_file_left_as_it_is(tmp_path, foreign):
+    openers = [npy(p) for p in write(tmp_path, [3, 5])]
+    cache = tmp_path / "lengths.json"
+    cache.write_text(foreign)
+    with pytest.warns(UserWarning) as caught:
+        assert probe_lengths(openers, cache=cache, progress=False) == [3, 5]
+    assert "ignoring the" in str(caught[0].message)  # read: nothing to reuse
+    assert re.search("lengths.json was not written.*left as it is", str(caught[-1].message))
+    assert cache.read_text() == foreign
 
 
 def test_rewritten_cache_keeps_its_mode(tmp_path):
@@ -188,20 +208,137 @@ def test_rewritten_cache_keeps_its_mode(tmp_path):
     assert len(json.loads(cache.read_text())["files"]) == 2
 
 
-def test_cache_written_through_a_symlink(tmp_path, counted):
+def test_cache_written_through_a_symlink_to_a_cache(tmp_path, counted):
     paths = write(tmp_path, [3, 5])
     (tmp_path / "shared").mkdir()
     target = tmp_path / "shared" / "lengths.json"
+    probe_lengths([npy(paths[0])], cache=target, progress=False)  # the shared cache
     link = tmp_path / "lengths.json"
     link.symlink_to(target)
-    probe_lengths([npy(paths[0])], cache=link, progress=False)  # the target is made
-    probe_lengths([npy(p) for p in paths], cache=link, progress=False)  # and rewritten
+    probe_lengths([npy(p) for p in paths], cache=link, progress=False)  # written through
     assert link.is_symlink() and os.readlink(link) == str(target)
     assert len(json.loads(target.read_text())["files"]) == 2
     assert not list(tmp_path.glob("*.tmp")) and not list(target.parent.glob("*.tmp"))
     counted.clear()
     assert probe_lengths([npy(p) for p in paths], cache=link, progress=False) == [3, 5]
     assert counted == []
+
+
+def test_dangling_symlink_not_followed(tmp_path):
+    paths = write(tmp_path, [3, 5])
+    target = tmp_path / "elsewhere" / "deeper" / "lengths.json"
+    link = tmp_path / "lengths.json"
+    link.symlink_to(target)
+    with pytest.warns(UserWarning, match="symbolic link to .*which does not exist"):
+        assert probe_lengths([npy(p) for p in paths], cache=link, progress=False) == [3, 5]
+    assert link.is_symlink() and not (tmp_path / "elsewhere").exists()
+
+
+@pytest.mark.parametrize("content", ["#!/bin/sh\necho precious\n", "", '{"a": 1}'])
+def test_symlink_to_another_file_left_alone(tmp_path, content):
+    paths = write(tmp_path, [3, 5])
+    target = tmp_path / "precious.txt"
+    target.write_text(content)
+    target.chmod(0o600)
+    link = tmp_path / "lengths.json"
+    link.symlink_to(target)
+    with pytest.warns(UserWarning) as caught:
+        assert probe_lengths([npy(p) for p in paths], cache=link, progress=False) == [3, 5]
+    assert len(caught) == 2 and "ignoring the" in str(caught[0].message)
+    assert re.search("a symbolic link to .*precious.txt.*not a streamseq", str(caught[1].message))
+    assert target.read_text() == content and stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert link.is_symlink() and not list(tmp_path.glob("*.tmp"))
+
+
+def test_dangling_folder_symlink_not_followed(tmp_path):
+    paths = write(tmp_path, [3, 5])
+    (tmp_path / "cache").symlink_to(tmp_path / "missing" / "folder")
+    cache = tmp_path / "cache" / "lengths.json"
+    with pytest.warns(UserWarning, match="was not written.*FileExistsError"):
+        assert probe_lengths([npy(p) for p in paths], cache=cache, progress=False) == [3, 5]
+    assert not (tmp_path / "missing").exists()
+
+
+def test_folder_at_the_cache_path(tmp_path):
+    paths = write(tmp_path, [3, 5])
+    cache = tmp_path / "lengths.json"
+    cache.mkdir()
+    with pytest.warns(UserWarning) as caught:
+        assert probe_lengths([npy(p) for p in paths], cache=cache, progress=False) == [3, 5]
+    messages = [str(w.message) for w in caught]
+    assert any(f"{cache} was not written (IsADirectoryError" in m for m in messages)
+    assert cache.is_dir() and list(cache.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        FileExistsError(errno.EEXIST, "exists"),
+        FileNotFoundError(errno.ENOENT, "gone"),
+        PermissionError(errno.EACCES, "refused"),
+        OSError(errno.ENOSPC, "no space left"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_unwritable_cache_warned_lengths_returned(tmp_path, monkeypatch, error):
+    paths = write(tmp_path, [3, 5])
+    cache = tmp_path / "lengths.json"
+
+    def refuse(src, dst):
+        raise error
+
+    monkeypatch.setattr(probe.os, "replace", refuse)
+    what = f"length cache {cache} was not written .{type(error).__name__}"
+    with pytest.warns(UserWarning, match=what):
+        assert probe_lengths([npy(p) for p in paths], cache=cache, progress=False) == [3, 5]
+    assert not cache.exists() and not list(tmp_path.glob("*.tmp"))
+
+
+def test_unwritable_cache_does_not_hide_the_error(tmp_path, monkeypatch):
+    paths = write(tmp_path, [3, 4])
+    with open(paths[1], "wb") as f:
+        f.write(b"not an npy file")
+    monkeypatch.setattr(probe.os, "replace", lambda src, dst: os.unlink("/no/such/file"))
+    with pytest.warns(UserWarning, match="was not written"):
+        with pytest.raises(streamseq.StreamError, match="s1.npy"):
+            probe_lengths([npy(p) for p in paths], cache=tmp_path / "c.json", progress=False)
+
+
+def test_crash_while_writing_keeps_the_old_cache(tmp_path, monkeypatch):
+    paths = write(tmp_path, [3, 5])
+    cache = tmp_path / "lengths.json"
+    probe_lengths([npy(paths[0])], cache=cache, progress=False)
+    before = cache.read_bytes()
+
+    def crash(fd):
+        raise KeyboardInterrupt  # as if the process were stopped mid-write
+
+    monkeypatch.setattr(probe.os, "fsync", crash)
+    with pytest.raises(KeyboardInterrupt):
+        probe_lengths([npy(p) for p in paths], cache=cache, progress=False)
+    assert cache.read_bytes() == before and not list(tmp_path.glob("*.tmp"))
+
+
+def test_new_cache_folders_made(tmp_path):
+    paths = write(tmp_path, [3])
+    cache = tmp_path / "a" / "b" / "lengths.json"
+    assert probe_lengths([npy(paths[0])], cache=cache, progress=False) == [3]
+    assert json.loads(cache.read_text())["format"] == "streamseq-lengths"
+
+
+def test_credentials_never_written_to_the_cache(tmp_path):
+    (path,) = write(tmp_path, [4])
+    secret = "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY40"
+    cache = tmp_path / "lengths.json"
+    opener = npy(path, token=secret)  # np.load ignores no keyword: measured by a wrapper
+    assert cache_key(opener)[1].startswith("numpy.load(mmap_mode='r', token=<sha256:")
+    probe_lengths([functools.partial(load_with, path, token=secret)], cache=cache, progress=False)
+    text = cache.read_text()
+    assert all(secret[i : i + 8] not in text for i in range(len(secret) - 7))
+    url = f"https://me:{secret}@host/a.bin?X-Amz-Signature={secret}"
+    assert cache_key(functools.partial(load_with, url))[0] == (
+        "https://***@host/a.bin?X-Amz-Signature=***"
+    )
 
 
 def test_damaged_entry_measured_again(tmp_path, counted):
