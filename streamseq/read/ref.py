@@ -207,7 +207,7 @@ class StreamRef:
             try:
                 source = as_stream(source)
             except ValueError as e:  # a dict or tuple of arrays of different lengths
-                shown = _repr.repr(tree_map(describe, source))
+                shown = _describe(tree_map(describe, source))
                 raise ValueError(f"stream {index} ({shown}): {e}") from None
             actual = known_length(source)
             if length is not None and actual is not None and actual != length:
