@@ -352,17 +352,17 @@ def _measure(opener: Any) -> int:
 
 def _probe_chunk(
     chunk: list[tuple[int, Any]], timeout: float | None
-) -> list[tuple[int, int | None, str | None]]:
+) -> list[tuple[int, int | None, StreamError | str | None]]:
     """Measure a few streams: ``(index, length, None)`` or ``(index, None, error)`` each."""
-    out: list[tuple[int, int | None, str | None]] = []
+    out: list[tuple[int, int | None, StreamError | str | None]] = []
     for index, opener in chunk:
         try:
             with _deadline(timeout):
                 out.append((index, _measure(opener), None))
         except _Timeout:
             out.append((index, None, f"timed out after {timeout} s"))
-        except StreamError as e:
-            out.append((index, None, e.message))
+        except StreamError as e:  # raised as it is (a SourceError stays one)
+            out.append((index, None, e))
         except Exception as e:
             out.append((index, None, f"{type(e).__name__}: {e}"))
     return out
@@ -482,6 +482,9 @@ def probe_lengths(
             if error is not None:
                 key = keys[index]
                 where = key[0] if key is not None else describe(openers[index])  # redacted
+                if isinstance(error, StreamError):
+                    error.locate(index, where)
+                    raise error
                 raise StreamError(f"measuring the length failed: {error}", index, where)
             lengths[index] = n
             bar.update(1)
@@ -503,7 +506,7 @@ def probe_lengths(
 
 def _run(
     todo: list[tuple[int, Any]], num_workers: int, timeout: float | None
-) -> Iterator[tuple[int, int | None, str | None]]:
+) -> Iterator[tuple[int, int | None, StreamError | str | None]]:
     """Results of :func:`_probe_chunk` over ``todo``, in this process or in worker processes."""
     workers = min(num_workers, len(todo))
     if workers == 0:

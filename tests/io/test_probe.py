@@ -421,3 +421,17 @@ def test_feeds_the_loader(tmp_path, counted):
     loader = streamseq.StreamLoader(openers, batch_size=2, tbins=3, lengths=measured)
     sources = [np.load(p) for p in paths]
     assert check_continuity(loader, lengths, sources=sources) == len(loader)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_source_error_while_probing_stays_a_source_error(tmp_path, workers):
+    from streamseq.errors import SourceError
+
+    bad = tmp_path / "neg.npy"
+    good = np.lib.format.header_data_from_array_1_0(np.zeros(3, np.int32))
+    good["shape"] = (-6,)
+    with open(bad, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, good)
+    openers = [functools.partial(streamseq.io.tokens, str(bad))]
+    with pytest.raises(SourceError, match=r"stream 0 .*neg\.npy"):
+        probe_lengths(openers, num_workers=workers, progress=False)
