@@ -384,10 +384,10 @@ def plot_plan(
     rows of every rank down y. Each stream has a colour (cycling by stream index),
     padding is grey, a black tick marks the batch where a row resets (``batch.reset``)
     and a white triangle a reset past a stream's step 0 (a segment start with
-    ``segment_length``, or a stream resumed on other rows); lines separate the ranks. With few batches a column is a step
-    (with ``pad="pack"`` a stream starts inside a chunk); with more than ``max_columns``
-    a column is a group of batches, coloured by the stream with the most steps in it
-    and shaded grey by its padding.
+    ``segment_length``, or a stream resumed on other rows); lines separate the ranks.
+    With few batches a column is a step (with ``pad="pack"``, streams start inside
+    chunks); with more than ``max_columns`` a column is a group of batches, coloured by
+    the stream with the most steps in it and shaded grey by its share of padding.
 
     Args:
         loader: the loader.
