@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._checks import check_int
 from .gather import Table
 from .gather.meta import write_resets
 from .interleave import Row, make_rows
@@ -96,6 +97,8 @@ class PlanCells:
     def steps(self, first: int = 0, stop: int | None = None) -> np.ndarray:
         """``batch.stream`` of batches ``first:stop``, concatenated along the steps.
 
+        One number per step: for a part of a large plan, give ``first`` and ``stop``.
+
         Returns:
             An array ``[rows, (stop - first) * tbins]``: the stream of every step, -1 on
             padding.
@@ -130,8 +133,12 @@ def plan_of(loader: StreamLoader, epoch: int | None = None) -> EpochPlan:
 
     The current epoch (``epoch`` None or ``loader.epoch``) may be the rest of an epoch
     resumed on other rows; any other epoch is planned from its start.
+
+    Raises:
+        ValueError: a negative ``epoch``.
+        TypeError: an ``epoch`` that is not an integer.
     """
-    if epoch is None or epoch == loader.epoch:
+    if epoch is None or check_int(epoch, "epoch", 0) == loader.epoch:
         return loader.plan()
     return plan_epoch(loader.spec, int(epoch))
 
@@ -376,7 +383,7 @@ def plot_plan(
     epoch: int | None = None,
     ax: Axes | None = None,
     *,
-    max_columns: int = 2000,
+    max_columns: int | None = None,
 ) -> Figure:
     """Draw an epoch's plan: the stream every global row reads in every batch.
 
@@ -393,7 +400,8 @@ def plot_plan(
         loader: the loader.
         epoch: the epoch; None for the loader's current one.
         ax: the axes to draw in; None for a new figure (``matplotlib.pyplot``).
-        max_columns: the most columns of the image.
+        max_columns: the most columns of the image; None for the width of the axes in
+            pixels (a column per pixel at most: nothing is lost to resampling).
 
     Returns:
         The figure.
@@ -413,10 +421,12 @@ def plot_plan(
     """
     plt = _pyplot()
     cells = plan_cells(loader, epoch)
-    image = plan_image(cells, max_columns)
     if ax is None:
         rows = cells.shape[0]
         _, ax = plt.subplots(figsize=(8, min(6.0, 2.4 + 0.1 * rows)), layout="constrained")
+    if max_columns is None:
+        max_columns = max(1, int(ax.get_window_extent().width))
+    image = plan_image(cells, max_columns)
     ax.imshow(image.rgb, extent=image.extent, aspect="auto", interpolation="nearest")
     _mark_batches(ax, cells, image)
     _mark_resets(ax, cells)

@@ -202,3 +202,11 @@ def test_without_matplotlib_the_error_says_what_to_install(monkeypatch):
     with pytest.raises(ImportError, match=r"pip install streamseq\[plot\]"):
         plot_plan(loader)
     assert plan_cells(loader).shape[0] == 3  # the cells need no matplotlib
+
+
+def test_a_bad_epoch_is_named():
+    loader = StreamLoader(STREAMS, batch_size=3, tbins=T)
+    with pytest.raises(ValueError, match="epoch"):
+        plan_cells(loader, -1)
+    with pytest.raises(TypeError, match="epoch"):
+        plan_cells(loader, 1.5)
