@@ -392,9 +392,10 @@ def plot_plan(
     padding is grey, a black tick marks the batch where a row resets (``batch.reset``)
     and a white triangle a reset past a stream's step 0 (a segment start with
     ``segment_length``, or a stream resumed on other rows); lines separate the ranks.
-    With few batches a column is a step (with ``pad="pack"``, streams start inside
-    chunks); with more than ``max_columns`` a column is a group of batches, coloured by
-    the stream with the most steps in it and shaded grey by its share of padding.
+    With few batches a column is a step (with ``pad="pack"``, a dotted line marks a
+    stream starting inside a chunk); with more than ``max_columns`` a column is a group
+    of batches, coloured by the stream with the most steps in it and shaded grey by its
+    share of padding.
 
     Args:
         loader: the loader.
@@ -430,6 +431,7 @@ def plot_plan(
     ax.imshow(image.rgb, extent=image.extent, aspect="auto", interpolation="nearest")
     _mark_batches(ax, cells, image)
     _mark_resets(ax, cells)
+    _mark_packed_starts(ax, cells, image)
     _mark_ranks(ax, cells)
     _label(ax, cells, image)
     return ax.figure
@@ -467,6 +469,27 @@ def _mark_resets(ax: Axes, cells: PlanCells) -> None:
         size = float(np.clip(120 / rows, 2, 6))
         x = i - 0.5 + 2 * inset
         ax.plot(x, r, ls="none", marker=">", ms=size, mfc="white", mec="black", mew=0.6)
+
+
+def _mark_packed_starts(ax: Axes, cells: PlanCells, image: PlanImage) -> None:
+    """A dotted line where a packed stream starts inside a chunk (no reset, ``step == 0``).
+
+    Drawn when a column is a step: two streams of one colour side by side stay apart.
+    """
+    starts = _packed_starts(cells)
+    if starts is None or image.per_column >= 1:
+        return
+    row, x = starts
+    ax.vlines(x, row - 0.42, row + 0.42, colors="black", linewidth=1.0, linestyles=(0, (1, 1)))
+
+
+def _packed_starts(cells: PlanCells) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(row, x in batches)`` of the packed streams that start inside a chunk, or None."""
+    if cells.runs is None:
+        return None
+    row, start, _, _ = cells.runs
+    inside = start % cells.tbins != 0
+    return row[inside], start[inside] / cells.tbins - 0.5
 
 
 def _mark_ranks(ax: Axes, cells: PlanCells) -> None:
@@ -508,6 +531,10 @@ def _label(ax: Axes, cells: PlanCells, image: PlanImage) -> None:
         Patch(color=PADDING / 255, label="padding"),
         Line2D([], [], color="black", linewidth=1.5, label="reset"),
     ]
+    starts = _packed_starts(cells)
+    if starts is not None and len(starts[0]) and image.per_column < 1:
+        kw = dict(color="black", linewidth=1.0, linestyle=(0, (1, 1)))
+        handles.append(Line2D([], [], **kw, label="stream start in a chunk"))
     if cells.cut.any():
         kw = dict(ls="none", marker=">", mfc="white", mec="black")
         handles.append(Line2D([], [], **kw, label="segment start (reset)"))

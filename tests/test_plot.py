@@ -152,6 +152,13 @@ def test_the_drawn_steps_are_grey_on_padding_and_coloured_elsewhere(name):
         plt.close(fig)
     steps = cells.steps()
     clear &= ~np.repeat(cells.cut, T, axis=1)  # (a triangle covers a segment's first steps)
+    change = np.zeros_like(clear)  # (a dotted line where a packed stream starts)
+    if cells.runs is not None:
+        change[:, 1:] = (
+            (steps[:, 1:] != steps[:, :-1]) & (steps[:, 1:] >= 0) & (steps[:, :-1] >= 0)
+        )
+    clear[:, 1:] &= ~change[:, 1:]
+    clear[:, :-1] &= ~change[:, 1:]
     padding = (steps < 0) & clear
     assert padding.sum() > 0 and (pixels[padding] == PADDING).all()
     held = (steps >= 0) & clear
@@ -174,7 +181,7 @@ def test_the_figure_says_epoch_pad_rows_batches_and_padding():
         f"epoch 1, pad='pack': 4 rows (2 ranks x 2), {batches} batches of {T} steps, "
         f"{padding:.1f}% padding"
     )
-    assert legend == ["a stream (a colour each)", "padding", "reset"]
+    assert legend == ["a stream (a colour each)", "padding", "reset", "stream start in a chunk"]
     assert ax.get_ylabel() == "global row" and ax.get_xlabel() == "batch (a column per step)"
 
 
