@@ -9,6 +9,7 @@ extensions = [
     "sphinx.ext.doctest",
     "sphinx.ext.viewcode",
     "sphinx.ext.intersphinx",
+    "matplotlib.sphinxext.plot_directive",
 ]
 intersphinx_mapping = {}
 autodoc_member_order = "bysource"
@@ -18,3 +19,7 @@ html_theme = "alabaster"
 html_static_path = ["_static"]
 exclude_patterns = ["_build"]
 nitpicky = False
+# pictures made at build time (``.. plot::``): one PNG each, page width, no links
+plot_formats = [("png", 100)]
+plot_html_show_formats = False
+plot_html_show_source_link = False

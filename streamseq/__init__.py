@@ -9,6 +9,7 @@ from .deliver.pin import pin_memory
 from .errors import SourceError, StreamError, WorkerError, WorkerTimeout
 from .interleave import Row, interleave_streams, map_steps
 from .loader import StreamLoader
+from .plot import plot_plan
 from .prefetch import prefetch
 from .read.transform import StepInfo
 from .split import split_by_worker
@@ -45,6 +46,7 @@ __all__ = [
     "interleave_streams",
     "map_steps",
     "pin_memory",
+    "plot_plan",
     "prefetch",
     "split_by_worker",
     "tbin",
