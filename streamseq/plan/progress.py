@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .fields import MAX_INT, integer, integers, require, short
+from .fields import integer, integers, require, short
 
 #: ``(unit, offset, length)`` arrays: steps ``offset : offset + length`` of each unit
 Pieces = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -75,7 +75,6 @@ class Progress:
         state: Any,
         lengths: np.ndarray,
         name: str = "state['progress']",
-        rows: int = MAX_INT,
     ) -> Progress:
         """Read :meth:`to_state`'s form back, checked against the units' ``lengths``.
 
@@ -83,7 +82,6 @@ class Progress:
             state: the form.
             lengths: steps of every unit.
             name: what the form is called in errors.
-            rows: the global rows that may read a begun unit (``row`` is below it).
 
         Raises:
             ValueError: the form is malformed or does not fit ``lengths`` (names the field).
@@ -114,7 +112,7 @@ class Progress:
         if done[begun].any():
             raise ValueError(f"{name}['begun'] holds units marked done in {name}['done']")
         nxt = _next_steps(state["next"], f"{name}['next']", begun, lengths)
-        row = integers(state["row"], f"{name}['row']", -1, rows - 1)
+        row = integers(state["row"], f"{name}['row']", -1)
         if len(row) != len(begun):
             raise ValueError(f"{name}['row'] has {len(row)} entries, {name}['begun'] {len(begun)}")
         reading = row[row >= 0]

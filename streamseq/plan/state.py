@@ -153,7 +153,7 @@ def make_state(
         "batch_size": spec.batch_size,
         "world_size": spec.world_size,
         "progress": _progress_at(spec, plan, next_batch).to_state(),
-        "resumed": None if rest is None else rest.to_state(),
+        "resumed": None if rest is None else {**rest.to_state(), "epoch": plan.epoch},
     }
 
 
@@ -202,10 +202,8 @@ def read_state(spec: PlanSpec, state: Any, per_epoch: bool = False) -> Resumed:
     saved = _saved_spec(spec, state)
     length = integer(state["length"], "state['length']")
     lengths = spec.units[2]
-    rest = None
-    if state["resumed"] is not None:
-        rest = Progress.from_state(state["resumed"], lengths, "state['resumed']")
-    progress = Progress.from_state(state["progress"], lengths, rows=saved.rows)
+    rest = _resumed(state, epoch, lengths)
+    progress = Progress.from_state(state["progress"], lengths)
     done = integer(state.get("epoch_done", nxt), "state['epoch_done']")
     b, w = saved.batch_size, saved.world_size
     if saved.rows == spec.rows and saved.version == spec.version:
@@ -237,6 +235,24 @@ def _version(state: Any) -> int:
     return version
 
 
+def _resumed(state: dict[str, Any], epoch: int, lengths: np.ndarray) -> Progress | None:
+    """Where the state's epoch was resumed on other rows (``state['resumed']``), or None.
+
+    It names its epoch (states of streamseq 0.3 on): that must be the state's.
+    """
+    resumed = state["resumed"]
+    if resumed is None:
+        return None
+    rest = Progress.from_state(resumed, lengths, "state['resumed']")
+    if "epoch" in resumed:
+        at = integer(resumed["epoch"], "state['resumed']['epoch']")
+        if at != epoch:
+            raise ValueError(
+                f"state['resumed']['epoch']={short(at)} does not match state['epoch']={epoch}"
+            )
+    return rest
+
+
 def _check_plan(spec: PlanSpec, state: dict[str, Any]) -> None:
     """The state's plan settings must be ``spec``'s, and its fingerprint theirs."""
     fingerprint, plan = state["fingerprint"], state["plan"]
@@ -253,8 +269,10 @@ def _check_plan(spec: PlanSpec, state: dict[str, Any]) -> None:
             "resuming would silently change the run"
         )
     if set(plan) != set(spec.key):
-        extra = sorted(map(short, set(plan) - set(spec.key)))
-        raise ValueError(f"state['plan'] has fields this streamseq does not know: {extra}")
+        raise ValueError(
+            f"state['plan'] has the fields {sorted(short(k) for k in plan)}, "
+            f"this streamseq's plans {sorted(spec.key)}"
+        )
     if fingerprint != spec.fingerprint:
         raise ValueError(
             f"state['fingerprint']={short(fingerprint)} is not that of state['plan'] "
@@ -308,7 +326,8 @@ def _where(state: dict[str, Any], saved: PlanSpec, resumed: bool) -> str:
         f"state['next_batch']={state['next_batch']} of state['epoch']={state['epoch']}, "
         f"planned on state['batch_size']={saved.batch_size} x "
         f"state['world_size']={saved.world_size} global rows by plan version "
-        f"{saved.version} ({version})" + (" from state['resumed']" if resumed else "")
+        f"{saved.version} ({version}), "
+        + ("from state['resumed']" if resumed else "afresh (state['resumed'] is None)")
     )
 
 
