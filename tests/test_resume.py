@@ -1,5 +1,6 @@
 """Resuming from state_dict() gives exactly the rest of the uninterrupted run."""
 
+import copy
 import json
 
 import numpy as np
@@ -388,8 +389,6 @@ def field_paths(state):
 
 def tamper(state, data):
     """A deep copy of ``state`` with one field deleted, replaced or nudged; the field."""
-    import copy
-
     out = copy.deepcopy(state)
     path = data.draw(st.sampled_from(field_paths(out)), label="field")
     parent = out
@@ -536,3 +535,44 @@ def steps(batches):
     for _, valid, stream, step in batches:
         out += zip(stream[valid].tolist(), step[valid].tolist(), strict=True)
     return out
+
+
+def _base64_bits(state, fill):
+    import base64
+
+    n = state["progress"]["units"]
+    bits = base64.b64encode(bytes([fill]) * -(-n // 8)).decode()
+    state["progress"].update(done=bits, begun=[], next=[], row=[])
+
+
+@pytest.mark.parametrize("batch_size", [2, 3])  # the same rows, other rows
+@pytest.mark.parametrize(
+    "edit, named",
+    [
+        (lambda s: s["progress"].update(done="!!!"), r"state\['progress'\]\['done'\]"),
+        (lambda s: _base64_bits(s, 0xFF), r"state\['progress'\]\['done'\] does not match"),
+        (lambda s: _base64_bits(s, 0), r"state\['progress'\]\['begun'\] does not match"),
+        (lambda s: s.update(next_batch=0, epoch_done=0), r"state\['next_batch'\]=0"),
+        (
+            lambda s: s["progress"].update(next=[k + 0.5 for k in s["progress"]["next"]]),
+            r"state\['progress'\]\['next'\]\[0\] must be an integer",
+        ),
+        (lambda s: s.update(plan="x"), r"state\['plan'\] must be a dict"),
+        (lambda s: s["progress"].update(begun=[10**30]), r"begun'\]\[0\]=<an integer of 100"),
+        (lambda s: s["progress"].update(begun=["1"]), r"begun'\]\[0\] must be an integer"),
+        (lambda s: s.update(epoch="1"), r"state\['epoch'\] must be an integer"),
+        (lambda s: s.update(batch_size=2**70), r"state\['batch_size'\]=\d{22} is out of range"),
+    ],
+)
+def test_a_tampered_state_is_refused_by_the_loader_and_changes_nothing(batch_size, edit, named):
+    state = saved_state(lengths=[9, 3, 0, 8, 2, 7], batch_size=2, tbins=2)
+    next_state = copy.deepcopy(state)
+    edit(next_state)
+    assert next_state != state
+    loader = make_loader(lengths=[9, 3, 0, 8, 2, 7], batch_size=batch_size, tbins=2)
+    with pytest.raises(ValueError, match=named):
+        loader.load_state_dict(next_state)
+    with pytest.raises(ValueError, match=named):
+        loader.row_map(next_state)
+    assert loader.state_dict()["next_batch"] == 0
+    assert len(list(loader)) == len(loader)

@@ -238,7 +238,7 @@ def _version(state: Any) -> int:
 def _resumed(state: dict[str, Any], epoch: int, lengths: np.ndarray) -> Progress | None:
     """Where the state's epoch was resumed on other rows (``state['resumed']``), or None.
 
-    It names its epoch (states of streamseq 0.3 on): that must be the state's.
+    Where it names its epoch (older states of version 3 do not), that must be the state's.
     """
     resumed = state["resumed"]
     if resumed is None:

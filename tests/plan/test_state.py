@@ -74,6 +74,12 @@ def test_a_state_of_a_resumed_rest_loads_with_its_parts_checked():
     refused(wide, edited(again, ("resumed", "next"), [1] * len(rest.next)), "state['")
     refused(wide, edited(again, ("epoch_done",), 99), "state['epoch_done']=99")
     refused(wide, edited(again, ("epoch_done",), 0), "state['epoch_done']=0")
+    assert again["resumed"]["epoch"] == 1
+    refused(wide, edited(again, ("epoch",), 2), "state['resumed']['epoch']=1", "state['epoch']=2")
+    refused(wide, edited(again, ("resumed", "epoch"), 0), "state['resumed']['epoch']=0")
+    older = copy.deepcopy(again)
+    del older["resumed"]["epoch"]  # as older states of version 3
+    assert read_state(wide, older).before == 2
 
 
 # --- the same rows: the progress was not looked at ----------------------------------------
