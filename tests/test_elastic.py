@@ -237,10 +237,16 @@ def test_a_malformed_progress_is_named():
     next(it)
     state = run.state_dict()
     for edit, message in [
-        (lambda s: s["progress"].update(done="%%"), "one bit per unit"),
-        (lambda s: s["progress"].update(begun=[7] * len(s["progress"]["row"])), "bad or"),
-        (lambda s: s["progress"].update(next=[99] * len(s["progress"]["begun"])), "out of its"),
-        (lambda s: s["progress"].pop("row"), "malformed progress"),
+        (lambda s: s["progress"].update(done="%%"), r"\['done'\] is not one bit per unit"),
+        (
+            lambda s: s["progress"].update(begun=[7] * len(s["progress"]["row"])),
+            r"\['begun'\]\[0\]=7 is out of range",
+        ),
+        (
+            lambda s: s["progress"].update(next=[99] * len(s["progress"]["begun"])),
+            r"\['next'\]\[0\]=99 is out of range",
+        ),
+        (lambda s: s["progress"].pop("row"), r"state\['progress'\] is missing \['row'\]"),
     ]:
         broken = json.loads(json.dumps(state))
         edit(broken)

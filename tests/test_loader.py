@@ -592,7 +592,7 @@ def test_epochs_and_states_are_checked_integers():
     with pytest.raises(TypeError, match="epoch must be an integer"):
         loader.set_epoch(1.5)
     state = loader.state_dict()
-    with pytest.raises(TypeError, match="next_batch must be an integer, got '1'"):
+    with pytest.raises(ValueError, match=r"state\['next_batch'\] must be an integer, got '1'"):
         loader.load_state_dict({**state, "next_batch": "1"})
 
 

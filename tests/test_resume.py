@@ -1,11 +1,12 @@
 """Resuming from state_dict() gives exactly the rest of the uninterrupted run."""
 
+import copy
 import json
 
 import numpy as np
 import pytest
 from helpers import assume_rows_filled
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from streamseq import StreamLoader
@@ -357,3 +358,221 @@ def test_swapping_files_of_equal_length_is_refused(tmp_path):
     with pytest.raises(ValueError, match="the streams. sources"):
         StreamLoader(openers[::-1], 1, 2).load_state_dict(state)
     StreamLoader(list(openers), 1, 2).load_state_dict(state)
+
+
+# --- a state is never trusted: tampered, it is refused or resumes exactly ----------------
+
+TAMPER_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 40),
+    st.sampled_from([2**31, 2**63 - 1, 2**63, 10**30, -(10**30), 10**5000]),
+    st.floats(allow_nan=True),
+    st.text(max_size=5),
+    st.lists(st.integers(-2, 20), max_size=4),
+    st.dictionaries(st.text(max_size=3), st.integers(-2, 5), max_size=2),
+)
+
+
+def field_paths(state):
+    """Every field of a state: top-level keys, nested dict keys, list elements."""
+    out = []
+    for key, value in state.items():
+        out.append((key,))
+        if isinstance(value, dict):
+            for k, v in value.items():
+                out.append((key, k))
+                if isinstance(v, list):
+                    out += [(key, k, i) for i in range(len(v))]
+    return out
+
+
+def tamper(state, data):
+    """A deep copy of ``state`` with one field deleted, replaced or nudged; the field."""
+    out = copy.deepcopy(state)
+    path = data.draw(st.sampled_from(field_paths(out)), label="field")
+    parent = out
+    for key in path[:-1]:
+        parent = parent[key]
+    old = parent[path[-1]]
+    how = data.draw(st.sampled_from(["delete", "replace", "nudge"]), label="how")
+    if how == "delete" and isinstance(parent, dict):
+        del parent[path[-1]]
+    elif how == "nudge" and isinstance(old, int) and not isinstance(old, bool):
+        parent[path[-1]] = old + data.draw(st.integers(-3, 3).filter(bool), label="by")
+    elif how == "nudge" and isinstance(old, str) and old:
+        i = data.draw(st.integers(0, len(old) - 1), label="at")
+        c = data.draw(st.sampled_from("AQgw/+="), label="char")
+        parent[path[-1]] = old[:i] + c + old[i + 1 :]
+    else:
+        parent[path[-1]] = data.draw(TAMPER_VALUES, label="value")
+    return out, path
+
+
+def names_the_field(message, path):
+    """A message names a field by its key (a plan setting by its own name)."""
+    return (path[1] if path[0] == "plan" and len(path) > 1 else path[0]) in message
+
+
+def rest_of_pass(loader, state):
+    """Load ``state`` and read one pass: (data, valid, stream, step) of every batch."""
+    loader.load_state_dict(state)
+    return [numpy_batch((b.data, b.valid, b.stream, b.step)) for b in loader]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 12), min_size=1, max_size=7).filter(any),
+    batch_size=st.integers(1, 3),
+    tbins=st.integers(1, 4),
+    pad=st.sampled_from(["zeros", "pack"]),
+    shuffle=st.booleans(),
+    epoch=st.integers(0, 2),
+    data=st.data(),
+)
+def test_a_tampered_state_is_refused_naming_the_field_or_resumes_exactly(
+    lengths, batch_size, tbins, pad, shuffle, epoch, data
+):
+    streams = coded_streams(lengths)
+    kw = dict(pad=pad, shuffle=shuffle, seed=3)
+    world = data.draw(st.integers(1, 2), label="world_size")
+    hops = [((batch_size, world), data.draw(st.integers(0, 30), label="batches"))]
+    if data.draw(st.booleans(), label="a rest"):  # the rest of an epoch on other rows
+        rows = data.draw(st.integers(1, 4).filter(lambda r: r != batch_size * world))
+        hops.append(((rows, 1), data.draw(st.integers(1, 30), label="then")))
+    state = made_state(streams, tbins, kw, epoch, hops)
+    rows = data.draw(st.integers(1, 4), label="loaded on")
+    tampered, path = tamper(state, data)
+    want = rest_of_pass(StreamLoader(streams, rows, tbins, **kw), state)
+    try:
+        got = rest_of_pass(StreamLoader(streams, rows, tbins, **kw), tampered)
+    except ValueError as error:
+        assert names_the_field(str(error), path), (path, str(error))
+        assert len(str(error)) < 1000
+        event("refused")
+        return
+    if len(got) == len(want) and all(
+        np.array_equal(f, g)
+        for x, y in zip(got, want, strict=True)
+        for f, g in zip(x, y, strict=True)
+    ):
+        event(f"loaded: the same batches ({path[0]})")
+        return
+    # loaded, other batches: only a state that a run of other settings makes
+    event(f"loaded: the state of another run ({path[0]})")
+    assert tampered == another_run(streams, tbins, kw, epoch, hops, tampered, path), path
+
+
+def made_state(streams, tbins, kw, epoch, hops):
+    """The state after ``hops``: ``((batch_size, world_size), batches)`` each, the first
+    from the start of ``epoch``, each next one resuming the last one's state."""
+    state = None
+    for (b, world), batches in hops:
+        loader = StreamLoader(streams, b, tbins, rank=0, world_size=world, **kw)
+        if state is None:
+            loader.set_epoch(epoch)
+        else:
+            loader.load_state_dict(state)
+        state = state_after(loader, min(batches, loader.progress.total - loader.progress.done))
+    return state
+
+
+def another_run(streams, tbins, kw, epoch, hops, tampered, path):
+    """The state a run makes with the tampered epoch, batch size or world size."""
+    assert path in [("epoch",), ("batch_size",), ("world_size",)], path
+    value = tampered[path[0]]
+    assert type(value) is int and 0 <= value <= (2**63 if path == ("epoch",) else 100)
+    (b, world), _ = hops[-1]
+    rows = {"batch_size": (value, world), "world_size": (b, value)}.get(path[0], (b, world))
+    last = (rows, tampered["next_batch"])  # (batches of the last hop's own plan)
+    if path == ("epoch",):  # (an epoch resumed on other rows names its epoch twice)
+        assert tampered["resumed"] is None
+        return made_state(streams, tbins, kw, value, [last])
+    return made_state(streams, tbins, kw, epoch, hops[:-1] + [last])
+
+
+def state_after(loader, batches):
+    it = iter(loader)
+    for _ in range(batches):
+        next(it)
+    return loader.state_dict()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 12), min_size=1, max_size=7).filter(any),
+    batch_size=st.integers(1, 3),
+    tbins=st.integers(1, 4),
+    pad=st.sampled_from(["zeros", "pack"]),
+    shuffle=st.booleans(),
+    data=st.data(),
+)
+def test_an_untouched_state_resumes_every_step_once_on_any_rows(
+    lengths, batch_size, tbins, pad, shuffle, data
+):
+    streams = coded_streams(lengths)
+    kw = dict(pad=pad, shuffle=shuffle, seed=5)
+    run = StreamLoader(streams, batch_size, tbins, **kw)
+    whole = [numpy_batch((b.data, b.valid, b.stream, b.step)) for b in run]
+    stop = data.draw(st.integers(0, len(whole) - 1), label="batches")
+    run.set_epoch(0)
+    state = state_after(run, stop)
+    same = rest_of_pass(StreamLoader(streams, batch_size, tbins, **kw), through_json(state))
+    assert all(
+        np.array_equal(f, g)
+        for x, y in zip(same, whole[stop:], strict=True)
+        for f, g in zip(x, y, strict=True)
+    )
+    rows = data.draw(st.integers(1, 5), label="rows")
+    other = rest_of_pass(StreamLoader(streams, rows, tbins, **kw), through_json(state))
+    seen = sorted(steps(whole[:stop]) + steps(other))
+    assert seen == [(s, k) for s, n in enumerate(lengths) for k in range(n)]
+
+
+def steps(batches):
+    """(stream, step) of every valid step of ``batches``."""
+    out = []
+    for _, valid, stream, step in batches:
+        out += zip(stream[valid].tolist(), step[valid].tolist(), strict=True)
+    return out
+
+
+def _base64_bits(state, fill):
+    import base64
+
+    n = state["progress"]["units"]
+    bits = base64.b64encode(bytes([fill]) * -(-n // 8)).decode()
+    state["progress"].update(done=bits, begun=[], next=[], row=[])
+
+
+@pytest.mark.parametrize("batch_size", [2, 3])  # the same rows, other rows
+@pytest.mark.parametrize(
+    "edit, named",
+    [
+        (lambda s: s["progress"].update(done="!!!"), r"state\['progress'\]\['done'\]"),
+        (lambda s: _base64_bits(s, 0xFF), r"state\['progress'\]\['done'\] does not match"),
+        (lambda s: _base64_bits(s, 0), r"state\['progress'\]\['begun'\] does not match"),
+        (lambda s: s.update(next_batch=0, epoch_done=0), r"state\['next_batch'\]=0"),
+        (
+            lambda s: s["progress"].update(next=[k + 0.5 for k in s["progress"]["next"]]),
+            r"state\['progress'\]\['next'\]\[0\] must be an integer",
+        ),
+        (lambda s: s.update(plan="x"), r"state\['plan'\] must be a dict"),
+        (lambda s: s["progress"].update(begun=[10**30]), r"begun'\]\[0\]=<an integer of 100"),
+        (lambda s: s["progress"].update(begun=["1"]), r"begun'\]\[0\] must be an integer"),
+        (lambda s: s.update(epoch="1"), r"state\['epoch'\] must be an integer"),
+        (lambda s: s.update(batch_size=2**70), r"state\['batch_size'\]=\d{22} is out of range"),
+    ],
+)
+def test_a_tampered_state_is_refused_by_the_loader_and_changes_nothing(batch_size, edit, named):
+    state = saved_state(lengths=[9, 3, 0, 8, 2, 7], batch_size=2, tbins=2)
+    next_state = copy.deepcopy(state)
+    edit(next_state)
+    assert next_state != state
+    loader = make_loader(lengths=[9, 3, 0, 8, 2, 7], batch_size=batch_size, tbins=2)
+    with pytest.raises(ValueError, match=named):
+        loader.load_state_dict(next_state)
+    with pytest.raises(ValueError, match=named):
+        loader.row_map(next_state)
+    assert loader.state_dict()["next_batch"] == 0
+    assert len(list(loader)) == len(loader)

@@ -14,7 +14,7 @@ from ..batch import Batch
 from ..deliver.assemble import Assembled
 from ..plan.planner import EpochPlan, Epochs
 from ..plan.spec import PlanSpec
-from ..plan.state import check_resumable, make_state, read_state, row_map
+from ..plan.state import make_state, read_state, row_map
 from ..read.ref import as_refs, identity
 from ..read.transform import StepInfo
 from ..workers.blocks import Layout, Unblocked
@@ -386,9 +386,15 @@ class StreamLoader:
         A state saved after the last batch of its epoch (as a trainer checkpoints after
         its last step) resumes at the start of the next epoch.
 
+        Nothing in the state is trusted: every field is checked (type and range), and
+        its parts against each other. The state's epoch is planned again on the state's
+        rows; its number of batches, ``next_batch`` and where every stream stands after
+        ``next_batch`` batches must be those the state holds.
+
         Raises:
-            ValueError: the state is malformed, or was made over other streams or with
-                another tbins, pad, shuffle, seed or segment length (named).
+            ValueError: the state is malformed (the field named), its parts do not agree,
+                or it was made over other streams or with another tbins, pad, shuffle,
+                seed or segment length (named).
 
         Example:
             >>> import numpy as np
@@ -409,12 +415,10 @@ class StreamLoader:
             ...
             ValueError: this state was made by another plan, differing in tbins (the state ...
         """
-        resumed = read_state(self.spec, state)
-        rest = None if resumed.rest is None else (resumed.epoch, resumed.rest)
         per_epoch = self.transform is not None
-        epochs = Epochs(self.spec, rest, per_epoch, before=resumed.before)
-        check_resumable(epochs, resumed, state)
-        epoch, nxt = resumed.epoch, resumed.next_batch
+        resumed = read_state(self.spec, state, per_epoch)
+        epochs, epoch, nxt = resumed.epochs, resumed.epoch, resumed.next_batch
+        rest = epochs.rest
         if nxt >= epochs.plan(epoch).length:  # saved at the end of its epoch: the next one
             epoch, nxt, rest = epoch + 1, 0, None
             epochs = Epochs(self.spec, None, per_epoch)
@@ -446,7 +450,7 @@ class StreamLoader:
             >>> StreamLoader(streams, batch_size=2, tbins=2).row_map(run.state_dict())
             [0, 1]
         """
-        return row_map(self.spec, read_state(self.spec, state))
+        return row_map(self.spec, read_state(self.spec, state, self.transform is not None))
 
     def __getitem__(self, i: int | slice) -> Batch | list[Batch]:
         """Batch ``i`` of the current epoch (a list of batches for a slice), read here.

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from streamseq._checks import check_int
+from .fields import integer, integers, require, short
 
 #: ``(unit, offset, length)`` arrays: steps ``offset : offset + length`` of each unit
 Pieces = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -70,37 +70,81 @@ class Progress:
         }
 
     @classmethod
-    def from_state(cls, state: Any, lengths: np.ndarray) -> Progress:
+    def from_state(
+        cls,
+        state: Any,
+        lengths: np.ndarray,
+        name: str = "state['progress']",
+    ) -> Progress:
         """Read :meth:`to_state`'s form back, checked against the units' ``lengths``.
 
+        Args:
+            state: the form.
+            lengths: steps of every unit.
+            name: what the form is called in errors.
+
         Raises:
-            ValueError: the form is malformed or does not fit ``lengths``.
+            ValueError: the form is malformed or does not fit ``lengths`` (names the field).
+
+        Example:
+            >>> lengths = np.array([3, 5])
+            >>> Progress.from_state({"units": 2, "done": "gA==", "begun": [1], "next": [4],
+            ...                      "row": [0]}, lengths).next.tolist()
+            [4]
+            >>> Progress.from_state({"units": 2, "done": "gA==", "begun": [1], "next": [5],
+            ...                      "row": [0]}, lengths)
+            Traceback (most recent call last):
+            ...
+            ValueError: state['progress']['next'][0]=5 is out of range [1, 4] (unit 1 has 5 steps)
         """
-        if not isinstance(state, dict) or not {"units", "done", "begun", "next", "row"} <= set(
-            state
-        ):
-            raise ValueError(f"malformed progress in the state: {state!r:.200}")
-        units = check_int(state["units"], "the state's number of units", 0)
+        state = require(state, name, ("units", "done", "begun", "next", "row"))
+        lengths = np.asarray(lengths, dtype=np.int64)
+        units = integer(state["units"], f"{name}['units']")
         if units != len(lengths):
             raise ValueError(
-                f"the state has {units} streams or segments, this loader {len(lengths)}"
+                f"{name}['units']: the state has {units} streams or segments, "
+                f"this loader {len(lengths)}"
             )
-        try:
-            raw = base64.b64decode(state["done"], validate=True)
-        except (TypeError, ValueError):
-            raw = b""
-        if len(raw) != -(-units // 8):
-            raise ValueError("malformed progress in the state: 'done' is not one bit per unit")
-        done = np.unpackbits(np.frombuffer(raw, np.uint8), count=units).astype(bool)
-        begun, nxt, row = (np.asarray(state[k], dtype=np.int64) for k in ("begun", "next", "row"))
-        if not (begun.ndim == nxt.ndim == row.ndim == 1 and len(begun) == len(nxt) == len(row)):
-            raise ValueError("malformed progress in the state: 'begun', 'next', 'row' differ")
-        ok = (begun >= 0) & (begun < units)
-        if not ok.all() or len(np.unique(begun)) != len(begun):
-            raise ValueError("malformed progress in the state: bad or repeated begun units")
-        if done[begun].any() or not ((nxt > 0) & (nxt < lengths[begun])).all():
-            raise ValueError("malformed progress in the state: a begun unit out of its steps")
+        done = _bits(state["done"], f"{name}['done']", units)
+        begun = integers(state["begun"], f"{name}['begun']", 0, units - 1)
+        if len(np.unique(begun)) != len(begun):
+            raise ValueError(f"{name}['begun'] repeats a unit: {short(begun.tolist())}")
+        if done[begun].any():
+            raise ValueError(f"{name}['begun'] holds units marked done in {name}['done']")
+        nxt = _next_steps(state["next"], f"{name}['next']", begun, lengths)
+        row = integers(state["row"], f"{name}['row']", -1)
+        if len(row) != len(begun):
+            raise ValueError(f"{name}['row'] has {len(row)} entries, {name}['begun'] {len(begun)}")
+        reading = row[row >= 0]
+        if len(np.unique(reading)) != len(reading):
+            raise ValueError(f"{name}['row'] gives one row two units: {short(row.tolist())}")
         return cls(done | (lengths == 0), begun, nxt, row)
+
+
+def _bits(value: Any, name: str, units: int) -> np.ndarray:
+    """One bit per unit from base64 (as :meth:`Progress.to_state` writes them)."""
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a base64 string, got {short(value)}")
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except ValueError:
+        raw = None
+    if raw is None or len(raw) != -(-units // 8):
+        raise ValueError(f"{name} is not one bit per unit in base64: {short(value)}")
+    return np.unpackbits(np.frombuffer(raw, np.uint8), count=units).astype(bool)
+
+
+def _next_steps(value: Any, name: str, begun: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The next step of each begun unit: within it, neither its first step nor past it."""
+    nxt = integers(value, name, 1)
+    if len(nxt) != len(begun):
+        raise ValueError(f"{name} has {len(nxt)} entries, the begun units {len(begun)}")
+    for i in np.flatnonzero(nxt >= lengths[begun]).tolist():
+        unit, n = int(begun[i]), int(lengths[begun[i]])
+        raise ValueError(
+            f"{name}[{i}]={nxt[i]} is out of range [1, {n - 1}] (unit {unit} has {n} steps)"
+        )
+    return nxt
 
 
 def progress_at(

@@ -6,6 +6,11 @@ global rows (``batch_size * world_size``) and where every stream of the epoch st
 (:class:`~streamseq.plan.progress.Progress`, one bit per stream plus the streams begun).
 A loader with the same global rows resumes at the next batch, identically; one with
 other rows plans the rest of the epoch from where every stream stands.
+
+A state is read from a file, so nothing in it is trusted: :func:`read_state` checks the
+type and range of every field, then its parts against each other. The plan of the state's
+epoch on the state's rows is made again, and its number of batches, ``next_batch`` and the
+progress after ``next_batch`` batches of it must be those the state holds.
 """
 
 from __future__ import annotations
@@ -14,14 +19,27 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from .._checks import check_int
+import numpy as np
+
 from .epoch import PLAN_VERSIONS
+from .fields import integer, require, short
 from .planner import EpochPlan, Epochs, plan_epoch
 from .progress import Progress, progress_at
 from .spec import PlanSpec
 
 #: 3: states name their plan's version (``plan_version``); 2: progress (plans of version 1)
 STATE_VERSION = 3
+
+#: the fields of a state, by version
+FIELDS = {
+    1: ("epoch", "next_batch", "fingerprint"),
+    2: ("epoch", "next_batch", "length", "fingerprint", "plan", "batch_size", "world_size")
+    + ("progress", "resumed"),
+}
+FIELDS[3] = FIELDS[2] + ("plan_version", "epoch_done")
+
+#: the most global rows a state may name (beyond a loader's own): planning them is refused
+MAX_ROWS = 2**20
 
 
 def legacy_fingerprint(spec: PlanSpec) -> str:
@@ -54,27 +72,58 @@ def differences(saved: dict[str, Any], mine: dict[str, Any]) -> list[str]:
     for k in mine:
         if k in ("lengths", "sources") and saved.get("streams") != mine.get("streams"):
             continue  # (they differ with the number of streams)
-        if saved.get(k) != mine[k]:
+        if not same_value(saved.get(k), mine[k]):
             if k in ("lengths", "sources"):
                 out.append(words[k])
             else:
                 what = words.get(k, k)
-                out.append(f"{what} (the state has {saved.get(k)!r}, this loader {mine[k]!r})")
+                out.append(
+                    f"{what} (the state has {short(saved.get(k))}, this loader {mine[k]!r})"
+                )
     return out
+
+
+def same_value(saved: Any, mine: Any) -> bool:
+    """Whether a plan setting read from a state is ``mine`` (integers of any type, not bools).
+
+    Example:
+        >>> same_value(np.int64(4), 4), same_value(True, 1), same_value(None, None)
+        (True, False, True)
+    """
+    bools = (bool, np.bool_)
+    if isinstance(saved, bools) or isinstance(mine, bools):
+        return isinstance(saved, bools) and isinstance(mine, bools) and bool(saved) == bool(mine)
+    if isinstance(mine, (int, np.integer)):
+        return isinstance(saved, (int, np.integer)) and int(saved) == int(mine)
+    return type(saved) is type(mine) and saved == mine
 
 
 @dataclass(frozen=True)
 class Resumed:
-    """A checked state: where to start, and the progress to plan the epoch's rest from."""
+    """A checked state: where to start, and the plans of the resumed run.
+
+    Attributes:
+        epoch: the state's epoch.
+        next_batch: the batch of ``epochs.plan(epoch)`` to start at.
+        rest: the progress the epoch's plan starts from (None: its fresh plan).
+        rows: the state's global rows.
+        batch_size: the state's batch size.
+        world_size: the state's world size.
+        epochs: the plans of the resumed run (the state's epoch planned from ``rest``).
+        replan: the state was planned by another version: the rest is planned from its
+            progress.
+        before: batches of the epoch delivered before ``rest`` was planned.
+    """
 
     epoch: int
     next_batch: int
-    rest: Progress | None  # None: the fresh plan of the epoch
-    rows: int  # the state's global rows
+    rest: Progress | None
+    rows: int
     batch_size: int
     world_size: int
-    replan: bool = False  # planned by another version: the rest is planned from the progress
-    before: int = 0  # batches of the epoch delivered before the rest is planned
+    epochs: Epochs
+    replan: bool = False
+    before: int = 0
 
 
 def make_state(
@@ -86,22 +135,12 @@ def make_state(
     resumed on other rows); the state's ``epoch_done`` counts them with ``next_batch``.
 
     Example:
-        >>> import numpy as np
         >>> spec = PlanSpec(np.array([6]), batch_size=1, tbins=2)
         >>> state = make_state(spec, plan_epoch(spec, 0), 1)
         >>> state["epoch"], state["next_batch"], state["length"], state["progress"]["next"]
         (0, 1, 3, [2])
     """
     rest = plan.rest
-    progress = progress_at(
-        spec.units[2],
-        plan.pieces,
-        plan.assignment,
-        spec.tbins,
-        spec.pad == "pack",
-        next_batch,
-        None if rest is None else rest.done,
-    )
     return {
         "version": STATE_VERSION,
         "plan_version": spec.version,
@@ -113,77 +152,231 @@ def make_state(
         "plan": dict(spec.key),
         "batch_size": spec.batch_size,
         "world_size": spec.world_size,
-        "progress": progress.to_state(),
-        "resumed": None if rest is None else rest.to_state(),
+        "progress": _progress_at(spec, plan, next_batch).to_state(),
+        "resumed": None if rest is None else {**rest.to_state(), "epoch": plan.epoch},
     }
 
 
-def read_state(spec: PlanSpec, state: Any) -> Resumed:
-    """Check ``state`` against ``spec``; raises ValueError naming what is wrong."""
+def _progress_at(spec: PlanSpec, plan: EpochPlan, batches: int) -> Progress:
+    """Where the units of ``plan``'s epoch stand after ``batches`` of its batches."""
+    lengths, pack = spec.units[2], spec.pad == "pack"
+    done = None if plan.rest is None else plan.rest.done
+    return progress_at(lengths, plan.pieces, plan.assignment, spec.tbins, pack, batches, done)
+
+
+def read_state(spec: PlanSpec, state: Any, per_epoch: bool = False) -> Resumed:
+    """Check ``state`` against ``spec``, and its parts against each other.
+
+    Every field must have its type and range; the plan must be ``spec``'s; the state's
+    epoch planned again on the state's rows (from ``state['resumed']``) must have
+    ``state['length']`` batches, and after ``state['next_batch']`` of them its units must
+    stand where ``state['progress']`` says.
+
+    Args:
+        spec: the plan of the loader resuming.
+        state: what :func:`make_state` made (or a state of an older version).
+        per_epoch: the loader's rows differ by epoch even without shuffle (see
+            :class:`~streamseq.plan.planner.Epochs`).
+
+    Raises:
+        ValueError: what is wrong, naming the field (``state['progress']['next']``).
+
+    Example:
+        >>> spec = PlanSpec(np.array([6, 4]), batch_size=1, tbins=2)
+        >>> state = make_state(spec, plan_epoch(spec, 0), 1)
+        >>> read_state(spec, state).next_batch
+        1
+        >>> state["next_batch"] = 2
+        >>> read_state(spec, state)
+        Traceback (most recent call last):
+        ...
+        ValueError: state['progress']['next'] does not match state['next_batch']=2 of ...
+    """
+    version = _version(state)
+    state = require(state, "state", FIELDS[version])
+    epoch = integer(state["epoch"], "state['epoch']")
+    nxt = integer(state["next_batch"], "state['next_batch']")
+    if version == 1:
+        return _legacy(spec, state, epoch, nxt, per_epoch)
+    _check_plan(spec, state)
+    saved = _saved_spec(spec, state)
+    length = integer(state["length"], "state['length']")
+    lengths = spec.units[2]
+    rest = _resumed(state, epoch, lengths)
+    progress = Progress.from_state(state["progress"], lengths)
+    done = integer(state.get("epoch_done", nxt), "state['epoch_done']")
+    b, w = saved.batch_size, saved.world_size
+    if saved.rows == spec.rows and saved.version == spec.version:
+        epochs = Epochs(spec, None if rest is None else (epoch, rest), per_epoch, done - nxt)
+        plan = epochs.plan(epoch)  # the state's plan: kept for the pass that reads it
+    else:
+        plan = plan_epoch(saved, epoch, rest)
+    where = _where(state, saved, rest is not None)
+    _check_position(length, nxt, plan.length, where)
+    _check_progress(progress, _progress_at(saved, plan, nxt), where)
+    _check_epoch_done(done, nxt, rest, lengths)
+    if saved.rows == spec.rows and saved.version == spec.version:
+        return Resumed(epoch, nxt, rest, saved.rows, b, w, epochs, before=done - nxt)
+    epochs = Epochs(spec, (epoch, progress), per_epoch, before=done)
+    replan = saved.version != spec.version
+    return Resumed(epoch, 0, progress, saved.rows, b, w, epochs, replan=replan, before=done)
+
+
+def _version(state: Any) -> int:
+    """The state's version (1 when it names none)."""
     if not isinstance(state, dict):
-        raise ValueError(f"not a StreamLoader state: {type(state).__name__}")
-    missing = {"epoch", "next_batch", "fingerprint"} - set(state)
-    if missing:
-        raise ValueError(f"not a StreamLoader state: missing {sorted(missing)}")
-    version = state.get("version", 1)
-    if version not in (1, 2, STATE_VERSION):
-        raise ValueError(f"state of version {version}, this streamseq reads 1 to {STATE_VERSION}")
-    epoch = check_int(state["epoch"], "the state's epoch", 0)
-    nxt = check_int(state["next_batch"], "the state's next_batch")
-    if version == 1:  # the same rows only, as made
-        if state["fingerprint"] != legacy_fingerprint(spec):
+        raise ValueError(f"not a StreamLoader state: {short(state)} ({type(state).__name__})")
+    version = integer(state.get("version", 1), "state['version']")
+    if version not in FIELDS:
+        raise ValueError(
+            f"state of version {version} (state['version']), "
+            f"this streamseq reads 1 to {STATE_VERSION}"
+        )
+    return version
+
+
+def _resumed(state: dict[str, Any], epoch: int, lengths: np.ndarray) -> Progress | None:
+    """Where the state's epoch was resumed on other rows (``state['resumed']``), or None.
+
+    Where it names its epoch (older states of version 3 do not), that must be the state's.
+    """
+    resumed = state["resumed"]
+    if resumed is None:
+        return None
+    rest = Progress.from_state(resumed, lengths, "state['resumed']")
+    if "epoch" in resumed:
+        at = integer(resumed["epoch"], "state['resumed']['epoch']")
+        if at != epoch:
             raise ValueError(
-                "this state (version 1) was made by a loader with other streams, lengths, "
-                "batch size, tbins, pad, shuffle, seed or world size; resuming would "
-                "silently change the run"
+                f"state['resumed']['epoch']={short(at)} does not match state['epoch']={epoch}"
             )
-        return _legacy(spec, epoch, nxt)
-    missing = {"plan", "progress", "batch_size", "world_size"} - set(state)
-    if missing:
-        raise ValueError(f"not a StreamLoader state: missing {sorted(missing)}")
-    if state["fingerprint"] != spec.fingerprint:
-        differ = differences(state["plan"], spec.key) or ["its fingerprint"]
+    return rest
+
+
+def _check_plan(spec: PlanSpec, state: dict[str, Any]) -> None:
+    """The state's plan settings must be ``spec``'s, and its fingerprint theirs."""
+    fingerprint, plan = state["fingerprint"], state["plan"]
+    if not isinstance(fingerprint, str):
+        raise ValueError(f"state['fingerprint'] must be a string, got {short(fingerprint)}")
+    if not isinstance(plan, dict):
+        raise ValueError(
+            f"state['plan'] must be a dict, got {short(plan)} ({type(plan).__name__})"
+        )
+    differ = differences(plan, spec.key)
+    if differ:
         raise ValueError(
             f"this state was made by another plan, differing in {'; '.join(differ)}: "
             "resuming would silently change the run"
         )
-    b = check_int(state["batch_size"], "the state's batch_size", 1)
-    w = check_int(state["world_size"], "the state's world_size", 1)
-    planned = check_int(state.get("plan_version", 1), "the state's plan_version", 1)
+    if set(plan) != set(spec.key):
+        raise ValueError(
+            f"state['plan'] has the fields {sorted(short(k) for k in plan)}, "
+            f"this streamseq's plans {sorted(spec.key)}"
+        )
+    if fingerprint != spec.fingerprint:
+        raise ValueError(
+            f"state['fingerprint']={short(fingerprint)} is not that of state['plan'] "
+            f"({spec.fingerprint!r}): resuming would silently change the run"
+        )
+
+
+def _saved_spec(spec: PlanSpec, state: dict[str, Any]) -> PlanSpec:
+    """``spec`` on the state's rows, planned by the state's plan version."""
+    b = integer(state["batch_size"], "state['batch_size']", 1)
+    w = integer(state["world_size"], "state['world_size']", 1)
+    limit = max(MAX_ROWS, spec.rows)
+    if b * w > limit:
+        raise ValueError(
+            f"state['batch_size']={short(b)} x state['world_size']={short(w)}: more global "
+            f"rows than {limit}"
+        )
+    planned = integer(state.get("plan_version", 1), "state['plan_version']", 1)
     if planned not in PLAN_VERSIONS:
-        raise ValueError(f"the state's plan_version {planned} is unknown: {PLAN_VERSIONS}")
-    lengths = spec.units[2]
-    if b * w == spec.rows and planned == spec.version:
-        resumed = state.get("resumed")
-        if resumed is None:
-            return Resumed(epoch, nxt, None, b * w, b, w)
-        rest = Progress.from_state(resumed, lengths)
-        return Resumed(epoch, nxt, rest, b * w, b, w, before=_done(state, nxt) - nxt)
-    if "length" in state and not 0 <= nxt <= check_int(state["length"], "the state's length"):
-        raise ValueError(f"next_batch {nxt} out of range for {state['length']} batches")
-    done = _done(state, nxt)
-    progress = Progress.from_state(state["progress"], lengths)
-    replan = planned != spec.version
-    return Resumed(epoch, 0, progress, b * w, b, w, replan=replan, before=done)
+        raise ValueError(
+            f"state['plan_version']={short(planned)} is unknown: this streamseq plans "
+            f"versions {PLAN_VERSIONS}"
+        )
+    return spec.replace(batch_size=b, world_size=w, rank=0, version=planned)
 
 
-def _done(state: dict[str, Any], next_batch: int) -> int:
-    """The batches of the state's epoch delivered, at least ``next_batch``."""
-    return check_int(state.get("epoch_done", next_batch), "the state's epoch_done", next_batch)
+def _check_epoch_done(done: int, nxt: int, rest: Progress | None, lengths: np.ndarray) -> None:
+    """The batches of the state's epoch delivered: ``next_batch`` and those before ``rest``.
+
+    Each batch delivers at least one step, so those before ``rest`` are at most the steps
+    ``rest`` says were delivered.
+    """
+    name = "state['epoch_done']"
+    if rest is None and done != nxt:
+        raise ValueError(
+            f"{name}={short(done)} does not match state['next_batch']={nxt}: "
+            "without state['resumed'], the epoch was planned once"
+        )
+    most = nxt if rest is None else nxt + int(lengths[rest.done].sum() + rest.next.sum())
+    if not nxt <= done <= most:
+        raise ValueError(
+            f"{name}={short(done)} is out of range [{nxt}, {most}]: state['next_batch']={nxt} "
+            f"after the {most - nxt} steps state['resumed'] says were delivered"
+        )
 
 
-def _legacy(spec: PlanSpec, epoch: int, nxt: int) -> Resumed:
+def _where(state: dict[str, Any], saved: PlanSpec, resumed: bool) -> str:
+    """The plan a state's position is checked against, in words naming its fields."""
+    version = "state['plan_version']" if "plan_version" in state else "the state's version"
+    return (
+        f"state['next_batch']={state['next_batch']} of state['epoch']={state['epoch']}, "
+        f"planned on state['batch_size']={saved.batch_size} x "
+        f"state['world_size']={saved.world_size} global rows by plan version "
+        f"{saved.version} ({version}), "
+        + ("from state['resumed']" if resumed else "afresh (state['resumed'] is None)")
+    )
+
+
+def _check_position(length: int, nxt: int, n: int, where: str) -> None:
+    """The state's length must be the plan's, and ``next_batch`` within it."""
+    if length != n:
+        raise ValueError(f"state['length']={short(length)} is not the {n} batches of {where}")
+    if nxt > n:
+        raise ValueError(
+            f"state['next_batch']={short(nxt)} is out of range: {n} batches in {where}"
+        )
+
+
+def _check_progress(saved: Progress, expected: Progress, where: str) -> None:
+    """The state's progress must be where the plan stands after ``next_batch`` batches."""
+    for field in ("done", "begun", "next", "row"):
+        got, want = getattr(saved, field), getattr(expected, field)
+        if got.shape == want.shape and (got == want).all():
+            continue
+        if field == "done":
+            what = f"units {short(np.flatnonzero(got != want).tolist())} differ"
+        else:
+            what = f"expected {short(want.tolist())}, got {short(got.tolist())}"
+        raise ValueError(f"state['progress'][{field!r}] does not match {where}: {what}")
+
+
+def _legacy(
+    spec: PlanSpec, state: dict[str, Any], epoch: int, nxt: int, per_epoch: bool
+) -> Resumed:
     """A state of version 1 (no progress): the epoch as planned then, from batch ``nxt``."""
+    has = "state['version']=1" if "version" in state else "no state['version']"
+    if state["fingerprint"] != legacy_fingerprint(spec):
+        raise ValueError(
+            f"this state of version 1 ({has}) was made by a loader with other streams, "
+            "lengths, batch size, tbins, pad, shuffle, seed or world size, or its "
+            "state['fingerprint'] is not theirs: resuming would silently change the run"
+        )
     old = spec.replace(version=1)
-    if spec.version == old.version:
-        return Resumed(epoch, nxt, None, spec.rows, spec.batch_size, spec.world_size)
     plan = plan_epoch(old, epoch)
-    if not 0 <= nxt <= plan.length:
-        raise ValueError(f"next_batch {nxt} out of range for {plan.length} batches")
-    pack = spec.pad == "pack"
-    progress = progress_at(spec.units[2], plan.pieces, plan.assignment, spec.tbins, pack, nxt)
+    where = f"state['next_batch']={nxt} of state['epoch']={epoch} ({has})"
+    if "length" in state:
+        _check_position(integer(state["length"], "state['length']"), nxt, plan.length, where)
+    _check_position(plan.length, nxt, plan.length, where)
     rows, b, w = spec.rows, spec.batch_size, spec.world_size
-    return Resumed(epoch, 0, progress, rows, b, w, replan=True, before=nxt)
+    if spec.version == old.version:
+        return Resumed(epoch, nxt, None, rows, b, w, Epochs(spec, None, per_epoch))
+    progress = _progress_at(old, plan, nxt)
+    epochs = Epochs(spec, (epoch, progress), per_epoch, before=nxt)
+    return Resumed(epoch, 0, progress, rows, b, w, epochs, replan=True, before=nxt)
 
 
 def row_map(spec: PlanSpec, resumed: Resumed) -> list[int]:
@@ -195,23 +388,4 @@ def row_map(spec: PlanSpec, resumed: Resumed) -> list[int]:
     if resumed.rest is None or (resumed.rows == spec.rows and not resumed.replan):
         first = spec.rank * spec.batch_size
         return list(range(first, first + spec.batch_size))
-    return plan_epoch(spec, resumed.epoch, resumed.rest).continued(spec)
-
-
-def check_resumable(epochs: Epochs, resumed: Resumed, state: dict[str, Any]) -> None:
-    """On the same global rows, check the state's position against the plan it resumes.
-
-    ``epochs`` are the plans of the resumed run (with the state's rest): the plan of the
-    state's epoch is made here once, and kept for the pass that reads it.
-
-    Raises:
-        ValueError: the state's epoch has another number of batches, or its next batch
-            is out of range.
-    """
-    if resumed.rows != epochs.spec.rows or resumed.replan:
-        return  # the rest of the epoch is planned from the progress
-    n = epochs.plan(resumed.epoch).length
-    if "length" in state and check_int(state["length"], "the state's length") != n:
-        raise ValueError(f"the state's epoch has {state['length']} batches, this loader's {n}")
-    if not 0 <= resumed.next_batch <= n:
-        raise ValueError(f"next_batch {resumed.next_batch} out of range for {n} batches")
+    return resumed.epochs.plan(resumed.epoch).continued(spec)
