@@ -747,8 +747,12 @@ def test_persistent_workers_read_every_epoch_and_give_the_same_batches(method):
         pass
     next(iter(reference))
     assert_same(list(loader), list(reference))
-    state = {**loader.state_dict(), "epoch": 1, "next_batch": 3}
-    del state["length"]
+    loader.set_epoch(1)
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    state = loader.state_dict()  # inside epoch 1, after 3 batches
+    assert (state["epoch"], state["next_batch"]) == (1, 3)
     reference.load_state_dict(state)
     loader.load_state_dict(state)
     assert_same(list(loader), list(reference))
