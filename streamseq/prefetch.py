@@ -11,6 +11,7 @@ from ._checks import check_timeout, check_workers
 from ._tree import nbytes
 from ._warn import warn
 from .errors import WorkerError, WorkerTimeout
+from .workers import ownership
 from .workers.failures import (
     Cancelled,
     HookFailed,
@@ -58,6 +59,19 @@ class Prefetched:
         self._iterating = 0
         self.grown = 0  # times the slots grew for an item larger than a slot
         self.pickled = 0  # items pickled through a pipe: no slot was free
+        ownership.track(self)
+
+    def forked(self) -> None:
+        """In a forked child: let go of the parent's workers; the next access starts new ones.
+
+        The parent's workers are never stopped nor used from here (:mod:`.workers.ownership`):
+        their pipes and shared memory are the parent's.
+        """
+        workers, self._workers, self._window = self._workers, None, None
+        if workers is not None:
+            workers.forked()
+        self._lock = threading.RLock()  # (a thread of the parent may have held it)
+        self._iterating = 0
 
     def __repr__(self) -> str:
         what = f"{type(self.seq).__name__} of {self.length} items"  # not the items

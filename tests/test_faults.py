@@ -486,3 +486,75 @@ def test_an_unclosed_persistent_loader_lets_the_interpreter_exit(tmp_path):
     assert len(pids) == 2
     time.sleep(0.5)
     assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+
+
+FORKED = """
+import gc, multiprocessing, os, sys
+import numpy as np
+import psutil
+from streamseq import StreamLoader
+
+def streams():
+    rng = np.random.default_rng(0)
+    return [rng.integers(0, 1000, n) for n in rng.integers(200, 400, 12)]
+
+def in_child(mode, loader, it, reference, persistent):
+    if mode == "close":
+        loader.close()
+    elif mode == "pass":  # a pass of its own: workers of its own
+        assert [b.data.tolist() for b in loader] == reference, "the child's pass"
+        if persistent:
+            assert [b.data.tolist() for b in loader] == reference, "the child's next pass"
+        loader.close()
+    elif mode == "next":  # goes on with the pass it inherited
+        assert [b.data.tolist() for b in it] == reference[5:], "the child's rest"
+    elif mode == "collect":
+        del it, loader
+        gc.collect()
+    sys.exit(0)  # a normal exit: atexit handlers and finalizers run
+
+if __name__ == "__main__":
+    start, method, persistent = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+    multiprocessing.set_start_method(start)
+    reference = [b.data.tolist() for b in StreamLoader(streams(), 4, 8)]
+    for mode in ("exit", "close", "pass", "next", "collect"):
+        loader = StreamLoader(streams(), 4, 8, num_workers=2, method=method,
+                              persistent_workers=persistent)
+        if persistent:
+            assert [b.data.tolist() for b in loader] == reference
+        it = iter(loader)
+        got = [next(it).data.tolist() for _ in range(5)]
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            in_child(mode, loader, it, reference, persistent)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, f"the child ({mode}) failed"
+        got += [b.data.tolist() for b in it]  # the parent's workers are still there
+        assert got == reference, mode
+        if persistent:
+            assert [b.data.tolist() for b in loader] == reference, mode
+        loader.close()
+        print(mode, "ok", flush=True)
+"""
+
+
+@pytest.mark.parametrize(
+    "start, method, persistent",
+    [
+        ("fork", "process", 0),
+        ("fork", "process", 1),
+        ("spawn", "process", 1),
+        ("fork", "thread", 1),
+    ],
+)
+def test_a_forked_child_leaves_its_parents_workers_alone(tmp_path, start, method, persistent):
+    script = tmp_path / "forked.py"
+    script.write_text(FORKED)
+    run = [sys.executable, str(script), start, method, str(persistent)]
+    out = subprocess.run(run, capture_output=True, text=True, timeout=150)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == [
+        w for m in ("exit", "close", "pass", "next", "collect") for w in (m, "ok")
+    ]

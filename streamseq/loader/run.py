@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -104,6 +105,8 @@ class Pass:
             self.position.ended = True  # the loader moves on to the next epoch
             self.close()
             raise StopIteration
+        if self.background is not None and self.background.pid != os.getpid():
+            self.background = None  # forked during the pass: the thread is the parent's
         try:
             if not self.batches.share and self.batches.pin:
                 if self.background is None:
