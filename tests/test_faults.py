@@ -558,3 +558,82 @@ def test_a_forked_child_leaves_its_parents_workers_alone(tmp_path, start, method
     assert out.stdout.split() == [
         w for m in ("exit", "close", "pass", "next", "collect") for w in (m, "ok")
     ]
+
+
+STUCK_MAIN = """
+import multiprocessing, os, sys, threading, time
+import numpy as np
+import psutil
+from streamseq import StreamLoader
+
+def stuck(steps, info):  # reads never return in the workers (the main process reads one)
+    if os.getpid() != int(os.environ["STREAMSEQ_TEST_MAIN"]):
+        time.sleep(3600)
+    return steps
+
+def ready():
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        names = [" ".join(c.cmdline()) for c in psutil.Process().children()]
+        if sum("resource_tracker" not in n for n in names) >= 2:
+            break
+        time.sleep(0.05)
+    time.sleep(1.0)  # the workers are in the transform now
+    print("ready", flush=True)
+
+if __name__ == "__main__":
+    start, persistent, where = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
+    multiprocessing.set_start_method(start)
+    os.environ["STREAMSEQ_TEST_MAIN"] = str(os.getpid())
+    streams = [np.arange(200) for _ in range(4)]
+    loader = StreamLoader(streams, 4, 8, num_workers=2, transform=stuck,
+                          persistent_workers=persistent)
+    if where == "main":  # workers started by the main thread
+        threading.Thread(target=ready, daemon=True).start()
+        list(loader)
+    else:  # workers started by another thread (the parent death signal does not apply)
+        threading.Thread(target=lambda: list(loader), daemon=True).start()
+        ready()
+        time.sleep(3600)
+"""
+
+
+def session_left(sid):
+    """Live processes of session ``sid``, and processes mapping shared memory it made."""
+    left, mapping = [], []
+    for p in psutil.process_iter():
+        try:
+            if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE:
+                left.append(p.pid)
+            with open(f"/proc/{p.pid}/maps") as f:
+                if f"/dev/shm/pym-{sid}-" in f.read():
+                    mapping.append(p.pid)
+        except (OSError, psutil.Error):
+            pass
+    files = [n for n in os.listdir("/dev/shm") if n.startswith(f"pym-{sid}-")]
+    return left, mapping, files
+
+
+@pytest.mark.parametrize(
+    "start, persistent, where",
+    [("fork", 0, "main"), ("fork", 1, "thread"), ("spawn", 0, "thread"), ("spawn", 1, "main")],
+)
+def test_workers_stuck_in_a_read_end_when_the_main_process_is_killed(
+    tmp_path, start, persistent, where
+):
+    script = tmp_path / "stuck.py"
+    script.write_text(STUCK_MAIN)
+    run = [sys.executable, str(script), start, str(persistent), where]
+    main = subprocess.Popen(run, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert main.stdout.readline().strip() == "ready"
+        assert len(session_left(main.pid)[0]) >= 3  # the main process and its workers
+    finally:
+        main.kill()
+        main.wait(30)
+    deadline = time.monotonic() + 30
+    while any(session_left(main.pid)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left, mapping, files = session_left(main.pid)
+    assert not left, f"processes outlived the main process: {left}"
+    assert not mapping and not files, f"shared memory left: {mapping} {files}"
