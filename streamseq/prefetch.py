@@ -27,6 +27,24 @@ from .workers.window import Window
 logger = logging.getLogger(__name__)
 
 
+ENDLESS = float("inf")
+"""The length of a sequence of segments without end (see :func:`prefetch`)."""
+
+
+def _length(seq: Any) -> int | float:
+    """``len(seq)``, or :data:`ENDLESS` for segments without ``len`` (``segment_end``).
+
+    Raises:
+        TypeError: ``seq`` has neither.
+    """
+    try:
+        return len(seq)
+    except TypeError as e:
+        if callable(getattr(seq, "segment_end", None)):
+            return ENDLESS
+        raise TypeError(f"prefetch needs a sequence with len(), got {type(seq).__name__}") from e
+
+
 class Prefetched:
     """Items of ``seq`` evaluated ahead by workers; see :func:`prefetch`."""
 
@@ -44,12 +62,7 @@ class Prefetched:
         check_workers(num_workers, method, max_buffered)
         self.persistent_workers = bool(persistent_workers)
         self.timeout = check_timeout(timeout)
-        try:
-            self.length = len(seq)
-        except TypeError as e:
-            raise TypeError(
-                f"prefetch needs a sequence with len(), got {type(seq).__name__}"
-            ) from e
+        self.length = _length(seq)
         self.seq, self.num_workers, self.method = seq, num_workers, method
         self.max_buffered, self.start_hook = max_buffered, start_hook
         self.slot_size = None if shm_size is None else max(1, int(shm_size) // max_buffered)
@@ -74,10 +87,13 @@ class Prefetched:
         self._iterating = 0
 
     def __repr__(self) -> str:
-        what = f"{type(self.seq).__name__} of {self.length} items"  # not the items
+        n = "endless segments" if self.length == ENDLESS else f"{self.length} items"
+        what = f"{type(self.seq).__name__} of {n}"  # not the items
         return f"prefetch({what}, {self.num_workers}, method={self.method!r})"
 
     def __len__(self) -> int:
+        if self.length == ENDLESS:
+            raise TypeError("a prefetch of endless segments has no len()")
         return self.length
 
     def __enter__(self) -> Prefetched:
@@ -90,7 +106,7 @@ class Prefetched:
         with self._lock:
             self._iterating += 1
         try:
-            for i in range(self.length):
+            for i in range(len(self)):
                 yield self[i]
         finally:
             with self._lock:
@@ -151,12 +167,17 @@ class Prefetched:
         in flight are awaited and dropped, and they go on from ``i``.
         """
         if self.persistent_workers and self._workers is not None and self._window is not None:
-            if i < self.length:
-                window = self._window
-                self._window = None  # (a failure while draining: new workers next time)
+            if i >= self.length:
+                return
+            window = self._window
+            self._window = None  # (a failure while draining: new workers next time)
+            try:
                 window.drain()
+            except (NoResult, WorkerGone):  # stuck on, or died with, an item left behind
+                logger.info("persistent workers replaced: an item left behind did not come")
+            else:
                 self._window = Window(self._workers, i, self._end(i), window.depth)
-            return
+                return
         self._stop()
         if i >= self.length:
             return
@@ -192,7 +213,7 @@ class Prefetched:
 
     def __getitem__(self, i: int) -> Any:
         given, i = i, int(i)
-        if i < 0:
+        if i < 0 and self.length != ENDLESS:
             i += self.length
         if not 0 <= i < self.length:
             raise IndexError(f"item {given} out of range for {self.length} items")
@@ -232,24 +253,24 @@ class Prefetched:
             what = describe_item(self.seq, i if gone.item is None else gone.item)
             if self.method == "thread":
                 raise WorkerError(
-                    f"a worker thread of {self!r} stopped unexpectedly while evaluating "
-                    f"{what}; its workers were stopped"
+                    f"a worker thread stopped unexpectedly while evaluating {what}; the "
+                    "workers were stopped"
                 ) from None
             raise WorkerError(
-                f"a worker process of {self!r} died unexpectedly while evaluating {what} "
-                f"({describe_exits(workers.ended)}); its workers were stopped"
+                f"a worker process died unexpectedly while evaluating {what} "
+                f"({describe_exits(workers.ended)}); the workers were stopped"
             ) from None
         except NoResult:
             self._stop()
             raise WorkerTimeout(
-                f"the workers of {self!r} delivered nothing for {self.timeout:g} s while "
-                f"evaluating {describe_item(self.seq, i)} (timeout={self.timeout:g}); they "
-                "were stopped"
+                f"the workers delivered nothing for {self.timeout:g} s while evaluating "
+                f"{describe_item(self.seq, i)} (timeout={self.timeout:g}); they were stopped"
             ) from None
         except Cancelled:
             self._stop()
             raise WorkerError(
-                f"{self!r} was closed by another thread while item {i} was awaited"
+                f"the workers were closed by another thread while "
+                f"{describe_item(self.seq, i)} was awaited"
             ) from None
         except BaseException:  # KeyboardInterrupt: the window is in an unknown state
             self._stop(wait=False)
@@ -333,7 +354,11 @@ def prefetch(
             index (their items in flight are awaited and dropped), until ``close()``.
             With a sequence of segments (such as epochs) that has a method
             ``segment_end(i)``, the workers never evaluate past the end of the segment
-            of the item asked for, so the next segment starts with idle workers.
+            of the item asked for, so the next segment starts with idle workers; such a
+            sequence may have no ``len`` (segments without end: any index >= 0). Items
+            left in flight by an access at another index are awaited by the next
+            access; workers that deliver none of them within ``timeout`` (or die) are
+            replaced by new ones, so the next access never sees them.
 
     Returns:
         A sequence with the same items in the same order; ``close()`` stops the workers.
@@ -341,7 +366,7 @@ def prefetch(
     Raises:
         ValueError: ``num_workers < 0``, an unknown method, too small ``max_buffered``,
             or a ``timeout`` that is not positive.
-        TypeError: ``seq`` has no ``len``.
+        TypeError: ``seq`` has no ``len`` (and no ``segment_end``).
 
     Example:
         >>> import numpy as np

@@ -14,6 +14,7 @@ import numpy as np
 import psutil
 import pytest
 
+import streamseq
 from streamseq import StreamError, StreamLoader, WorkerError
 from streamseq.loader.topology import group_block_size
 from streamseq.workers.blocks import Layout
@@ -637,3 +638,75 @@ def test_workers_stuck_in_a_read_end_when_the_main_process_is_killed(
     left, mapping, files = session_left(main.pid)
     assert not left, f"processes outlived the main process: {left}"
     assert not mapping and not files, f"shared memory left: {mapping} {files}"
+
+
+def persistent_pids(loader):
+    return [p for pf in loader._workers.persistent or () for p in pf.pids]
+
+
+def test_a_dead_persistent_worker_stops_them_all(clean):
+    streams = token_streams()
+    loader = StreamLoader(streams, 8, 16, num_workers=2, persistent_workers=True)
+    expected = [b.data.tolist() for b in StreamLoader(streams, 8, 16)]
+    assert [b.data.tolist() for b in loader] == expected
+    it = iter(loader)
+    next(it)
+    pids = persistent_pids(loader)
+    assert len(pids) == 2
+    os.kill(pids[1], signal.SIGKILL)
+    message = r"died unexpectedly while evaluating epoch 1, batch \d+: stream \d+ .* steps \d+:\d+"
+    with pytest.raises(WorkerError, match=message) as info:
+        for _ in it:
+            pass
+    assert "EpochBlocks" not in str(info.value) and "prefetch(" not in str(info.value)
+    assert not wait_no_children(), "the other persistent worker was left running"
+    assert loader._workers.persistent is None
+    assert [b.data.tolist() for b in loader] == expected  # new workers for the next pass
+    loader.close()
+
+
+def stuck_in_epoch_0(steps, info):
+    """Reads of epoch 0 from step 12 on take far longer than the timeout."""
+    if info.epoch == 0 and info.start >= 12:
+        time.sleep(30)
+    return steps
+
+
+def test_an_item_left_stuck_by_a_pass_is_not_seen_by_the_next(clean):
+    streams = [np.arange(400), np.arange(1000, 1400)]
+    loader = StreamLoader(
+        streams,
+        2,
+        4,
+        num_workers=2,
+        persistent_workers=True,
+        timeout=2,
+        transform=stuck_in_epoch_0,
+    )
+    for i, _ in enumerate(loader):  # left at batch 2: the workers are stuck on batch 3
+        if i == 2:
+            break
+    expected = StreamLoader(streams, 2, 4, transform=stuck_in_epoch_0)
+    expected.set_epoch(1)  # a new pass after one left before its end: the next epoch
+    assert [b.data.tolist() for b in loader] == [b.data.tolist() for b in expected]
+    loader.close()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_infinite_timeout_is_no_timeout(workers):
+    streams = [np.arange(40), np.arange(30)]
+    loader = StreamLoader(streams, 2, 4, num_workers=workers, timeout=float("inf"))
+    assert loader.timeout is None
+    assert len(list(loader)) == len(loader)
+    assert streamseq.prefetch([1, 2], 1, method="thread", timeout=float("inf")).timeout is None
+
+
+@pytest.mark.parametrize(
+    "timeout, error",
+    [(float("nan"), ValueError), (-1, ValueError), (float("-inf"), ValueError), ("3", TypeError)],
+)
+def test_a_timeout_that_is_no_duration_is_refused(timeout, error):
+    with pytest.raises(error, match="timeout must be"):
+        StreamLoader([np.arange(4)], 1, 2, timeout=timeout)
+    with pytest.raises(error, match="timeout must be"):
+        streamseq.prefetch([1, 2], 1, timeout=timeout)

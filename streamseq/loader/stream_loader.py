@@ -499,7 +499,8 @@ class StreamLoader:
             ]
         groups = [Unblocked(b, k, stop) for b, k in zip(blocks, sizes, strict=True)]
         batches = Assembled(groups, config.pin_memory, config.time_major, share=False)
-        return Pass(position, batches, stop, groups, prefetchers, self._newer_running)
+        failed = self._workers.stop if config.persistent_workers else None
+        return Pass(position, batches, stop, groups, prefetchers, self._newer_running, failed)
 
     def _newer_running(self, it: Pass) -> bool:
         newer = self._active() if self._active is not None else None

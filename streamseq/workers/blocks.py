@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .failures import describe_item
 
 #: bytes of items a hand-over should carry at least, and the most items it carries
 BLOCK_BYTES = 2 * 2**20
@@ -68,7 +67,8 @@ class Layout:
 class Blocks:
     """The items of ``seq`` in blocks (lists) of up to ``size``: see :class:`Layout`.
 
-    ``describe_item`` and ``release`` of ``seq`` carry over.
+    What ``seq.describe_item`` says of the items names a block (:meth:`name_item`);
+    ``release`` of ``seq`` carries over.
 
     Example:
         >>> blocks = Blocks(list(range(7)), 3)
@@ -87,27 +87,41 @@ class Blocks:
         stop = min(self.layout.items, self.layout.start(j + 1))
         return [self.seq[i] for i in range(start, stop)]
 
-    def describe_item(self, j: int) -> str:
-        """The items of block ``j``, and what they are (the first three and the last).
+    def name_item(self, j: int) -> str:
+        """The items of block ``j``, as ``seq`` describes them (the first three and the last).
 
         Example:
-            >>> Blocks(list(range(9)), 4).describe_item(3)
-            'items 7 to 8: item 7; item 8'
+            >>> Blocks(list(range(9)), 4).name_item(3)
+            'items 7 to 8'
+            >>> class Named(list):
+            ...     def describe_item(self, i):
+            ...         return f"batch {i}: stream 0 steps {4 * i}:{4 * i + 4}"
+            >>> Blocks(Named(range(9)), 4).name_item(3)
+            'batch 7: stream 0 steps 28:32; batch 8: stream 0 steps 32:36'
         """
         a = self.layout.start(j)
         b = min(self.layout.items, self.layout.start(j + 1))
+        describe = getattr(self.seq, "describe_item", None)
+        if not callable(describe):
+            return f"item {a}" if b - a == 1 else f"items {a} to {b - 1}"
         shown = [*range(a, min(b, a + 3)), *([b - 1] if b - 1 >= a + 3 else [])]
-        what = [describe_item(self.seq, i) for i in shown]
+        what = [_described(describe, i) for i in shown]
         if b - a > 4:
             what.insert(3, f"... {b - a - 4} more")
-        head = f"item {a}" if b - a == 1 else f"items {a} to {b - 1}"
-        return f"{head}: " + "; ".join(what)
+        return "; ".join(what)
 
     def release(self) -> None:
         """Release ``seq`` (close its files), if it can."""
         release = getattr(self.seq, "release", None)
         if release is not None:
             release()
+
+
+def _described(describe: Any, i: int) -> str:
+    try:
+        return str(describe(i))
+    except Exception:
+        return f"item {i}"
 
 
 class Unblocked:
