@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-
 #: bytes of items a hand-over should carry at least, and the most items it carries
 BLOCK_BYTES = 2 * 2**20
 MAX_BLOCK = 32
