@@ -13,6 +13,8 @@ import time
 import numpy as np
 import psutil
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import streamseq
 from streamseq import StreamError, StreamLoader, WorkerError
@@ -710,3 +712,58 @@ def test_a_timeout_that_is_no_duration_is_refused(timeout, error):
         StreamLoader([np.arange(4)], 1, 2, timeout=timeout)
     with pytest.raises(error, match="timeout must be"):
         streamseq.prefetch([1, 2], 1, timeout=timeout)
+
+
+class FailingAt:
+    """A stream whose reads that cover step ``at`` fail."""
+
+    def __init__(self, n, at):
+        self.n, self.at = n, at
+
+    def __repr__(self):
+        return f"FailingAt({self.n}, {self.at})"
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, key):
+        if key.start <= self.at < key.stop:
+            raise OSError(f"bad step {self.at}")
+        return np.arange(self.n)[key] * 10
+
+
+def read_until_error(loader):
+    delivered = []
+    with pytest.raises(StreamError) as info:
+        for batch in loader:
+            delivered.append((batch.data.tolist(), batch.stream.tolist(), batch.step.tolist()))
+    loader.close()
+    return delivered, str(info.value)
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 60), min_size=2, max_size=5),
+    failing=st.integers(0, 4),
+    where=st.floats(0, 1, exclude_max=True),
+    batch_size=st.integers(2, 3),
+    tbins=st.integers(1, 4),
+)
+def test_a_read_error_comes_after_every_batch_before_it(
+    lengths, failing, where, batch_size, tbins
+):
+    failing %= len(lengths)
+    at = int(where * lengths[failing])
+
+    def streams():
+        return [
+            FailingAt(n, at) if s == failing else np.arange(n) + 1000 * s
+            for s, n in enumerate(lengths)
+        ]
+
+    expected = read_until_error(StreamLoader(streams(), batch_size, tbins))
+    assert f"stream {failing} (FailingAt" in expected[1]
+    for method in ("thread", "process"):
+        loader = StreamLoader(streams(), batch_size, tbins, num_workers=2, method=method)
+        assert read_until_error(loader) == expected, method
+    assert not wait_no_children()
