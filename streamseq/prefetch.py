@@ -11,7 +11,7 @@ from ._checks import check_timeout, check_workers
 from ._tree import nbytes
 from ._warn import warn
 from .errors import WorkerError, WorkerTimeout
-from .workers import ownership
+from .workers import inline, ownership
 from .workers.failures import (
     Cancelled,
     HookFailed,
@@ -218,7 +218,7 @@ class Prefetched:
         if not 0 <= i < self.length:
             raise IndexError(f"item {given} out of range for {self.length} items")
         if self.num_workers == 0:
-            return self.seq[i]
+            return self._here(i)
         if not self._ready():
             return self._sizing(i)
         with self._lock:
@@ -229,9 +229,13 @@ class Prefetched:
                 self._check_slots(i, value)
             return value
 
+    def _here(self, i: int) -> Any:
+        """Item ``i`` evaluated in this process, within the timeout (:mod:`.workers.inline`)."""
+        return self.seq[i] if self.timeout is None else inline.call(self.seq, i, self.timeout)
+
     def _sizing(self, i: int) -> Any:
         """Item ``i`` evaluated here, to size the shared-memory slots; workers start after."""
-        value = self.seq[i]
+        value = self._here(i)
         with self._lock:
             if self.slot_size is None:
                 self.slot_size = int(nbytes(value) * 1.25) + 65536
@@ -348,8 +352,11 @@ def prefetch(
         shm_size: total shared memory in bytes, or ``None`` to size it automatically.
         timeout: seconds the workers may go without delivering anything before
             :class:`~streamseq.errors.WorkerTimeout` (a :class:`WorkerError`) is raised
-            and they are stopped; ``None`` waits as long as they live (a worker that
-            dies is an error at once either way).
+            and they are stopped; ``None`` (or inf) waits as long as they live (a worker
+            that dies is an error at once either way). An item evaluated in the calling
+            process (``num_workers=0``, or the first one, to size the slots) is
+            evaluated in a helper thread under the same bound; a thread cannot be
+            stopped, so one that times out is left running as a daemon.
         persistent_workers: keep the workers when an access restarts them at another
             index (their items in flight are awaited and dropped), until ``close()``.
             With a sequence of segments (such as epochs) that has a method
@@ -365,8 +372,9 @@ def prefetch(
 
     Raises:
         ValueError: ``num_workers < 0``, an unknown method, too small ``max_buffered``,
-            or a ``timeout`` that is not positive.
-        TypeError: ``seq`` has no ``len`` (and no ``segment_end``).
+            or a ``timeout`` that is zero, negative or NaN.
+        TypeError: ``seq`` has no ``len`` (and no ``segment_end``), or ``timeout`` is
+            not a number.
 
     Example:
         >>> import numpy as np
