@@ -543,6 +543,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.timeout(240)  # (subprocesses that import torch, on a busy machine)
 @pytest.mark.parametrize(
     "start, method, persistent",
     [
@@ -556,8 +557,16 @@ def test_a_forked_child_leaves_its_parents_workers_alone(tmp_path, start, method
     script = tmp_path / "forked.py"
     script.write_text(FORKED)
     run = [sys.executable, str(script), start, method, str(persistent)]
-    out = subprocess.run(run, capture_output=True, text=True, timeout=150)
+    main = subprocess.Popen(
+        run, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    stdout, stderr = main.communicate(timeout=150)
+    out = subprocess.CompletedProcess(run, main.returncode, stdout, stderr)
     assert out.returncode == 0, out.stderr[-3000:]
+    deadline = time.monotonic() + 30  # nothing of the parent nor of its children is left
+    while any(session_left(main.pid)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(session_left(main.pid)), session_left(main.pid)
     assert out.stdout.split() == [
         w for m in ("exit", "close", "pass", "next", "collect") for w in (m, "ok")
     ]
@@ -617,6 +626,7 @@ def session_left(sid):
     return left, mapping, files
 
 
+@pytest.mark.timeout(240)  # (subprocesses that import torch, on a busy machine)
 @pytest.mark.parametrize(
     "start, persistent, where",
     [("fork", 0, "main"), ("fork", 1, "thread"), ("spawn", 0, "thread"), ("spawn", 1, "main")],
