@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any
 
@@ -74,15 +75,29 @@ def check_workers(
         raise ValueError(f"max_buffered too small for the {method} backend: {max_buffered}")
 
 
-def check_timeout(timeout: float | None) -> float | None:
-    """``timeout`` as a float, or None; ValueError unless it is positive.
+def check_timeout(timeout: Any) -> float | None:
+    """``timeout`` in seconds as a float, or None for no timeout (None or infinity).
+
+    Raises:
+        TypeError: ``timeout`` is not a number.
+        ValueError: it is NaN, zero or negative.
 
     Example:
-        >>> check_timeout(2), check_timeout(None)
-        (2.0, None)
+        >>> check_timeout(2), check_timeout(None), check_timeout(float("inf"))
+        (2.0, None, None)
+        >>> check_timeout(float("nan"))
+        Traceback (most recent call last):
+        ...
+        ValueError: timeout must be > 0 seconds (None or inf: no timeout), got nan
     """
     if timeout is None:
         return None
-    if not float(timeout) > 0:
-        raise ValueError(f"timeout must be > 0 seconds (or None), got {timeout}")
-    return float(timeout)
+    if isinstance(timeout, (bool, np.bool_)) or not isinstance(timeout, numbers.Real):
+        raise TypeError(
+            f"timeout must be a number of seconds (or None), got {timeout!r} "
+            f"({type(timeout).__name__})"
+        )
+    seconds = float(timeout)
+    if not seconds > 0:  # (NaN too)
+        raise ValueError(f"timeout must be > 0 seconds (None or inf: no timeout), got {timeout}")
+    return None if math.isinf(seconds) else seconds

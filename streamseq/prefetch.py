@@ -11,6 +11,7 @@ from ._checks import check_timeout, check_workers
 from ._tree import nbytes
 from ._warn import warn
 from .errors import WorkerError, WorkerTimeout
+from .workers import inline, ownership
 from .workers.failures import (
     Cancelled,
     HookFailed,
@@ -24,6 +25,24 @@ from .workers.threads import ThreadWorkers
 from .workers.window import Window
 
 logger = logging.getLogger(__name__)
+
+
+ENDLESS = float("inf")
+"""The length of a sequence of segments without end (see :func:`prefetch`)."""
+
+
+def _length(seq: Any) -> int | float:
+    """``len(seq)``, or :data:`ENDLESS` for segments without ``len`` (``segment_end``).
+
+    Raises:
+        TypeError: ``seq`` has neither.
+    """
+    try:
+        return len(seq)
+    except TypeError as e:
+        if callable(getattr(seq, "segment_end", None)):
+            return ENDLESS
+        raise TypeError(f"prefetch needs a sequence with len(), got {type(seq).__name__}") from e
 
 
 class Prefetched:
@@ -43,12 +62,7 @@ class Prefetched:
         check_workers(num_workers, method, max_buffered)
         self.persistent_workers = bool(persistent_workers)
         self.timeout = check_timeout(timeout)
-        try:
-            self.length = len(seq)
-        except TypeError as e:
-            raise TypeError(
-                f"prefetch needs a sequence with len(), got {type(seq).__name__}"
-            ) from e
+        self.length = _length(seq)
         self.seq, self.num_workers, self.method = seq, num_workers, method
         self.max_buffered, self.start_hook = max_buffered, start_hook
         self.slot_size = None if shm_size is None else max(1, int(shm_size) // max_buffered)
@@ -58,12 +72,28 @@ class Prefetched:
         self._iterating = 0
         self.grown = 0  # times the slots grew for an item larger than a slot
         self.pickled = 0  # items pickled through a pipe: no slot was free
+        ownership.track(self)
+
+    def forked(self) -> None:
+        """In a forked child: let go of the parent's workers; the next access starts new ones.
+
+        The parent's workers are never stopped nor used from here (:mod:`.workers.ownership`):
+        their pipes and shared memory are the parent's.
+        """
+        workers, self._workers, self._window = self._workers, None, None
+        if workers is not None:
+            workers.forked()
+        self._lock = threading.RLock()  # (a thread of the parent may have held it)
+        self._iterating = 0
 
     def __repr__(self) -> str:
-        what = f"{type(self.seq).__name__} of {self.length} items"  # not the items
+        n = "endless segments" if self.length == ENDLESS else f"{self.length} items"
+        what = f"{type(self.seq).__name__} of {n}"  # not the items
         return f"prefetch({what}, {self.num_workers}, method={self.method!r})"
 
     def __len__(self) -> int:
+        if self.length == ENDLESS:
+            raise TypeError("a prefetch of endless segments has no len()")
         return self.length
 
     def __enter__(self) -> Prefetched:
@@ -76,7 +106,7 @@ class Prefetched:
         with self._lock:
             self._iterating += 1
         try:
-            for i in range(self.length):
+            for i in range(len(self)):
                 yield self[i]
         finally:
             with self._lock:
@@ -137,12 +167,17 @@ class Prefetched:
         in flight are awaited and dropped, and they go on from ``i``.
         """
         if self.persistent_workers and self._workers is not None and self._window is not None:
-            if i < self.length:
-                window = self._window
-                self._window = None  # (a failure while draining: new workers next time)
+            if i >= self.length:
+                return
+            window = self._window
+            self._window = None  # (a failure while draining: new workers next time)
+            try:
                 window.drain()
+            except (NoResult, WorkerGone):  # stuck on, or died with, an item left behind
+                logger.info("persistent workers replaced: an item left behind did not come")
+            else:
                 self._window = Window(self._workers, i, self._end(i), window.depth)
-            return
+                return
         self._stop()
         if i >= self.length:
             return
@@ -178,12 +213,12 @@ class Prefetched:
 
     def __getitem__(self, i: int) -> Any:
         given, i = i, int(i)
-        if i < 0:
+        if i < 0 and self.length != ENDLESS:
             i += self.length
         if not 0 <= i < self.length:
             raise IndexError(f"item {given} out of range for {self.length} items")
         if self.num_workers == 0:
-            return self.seq[i]
+            return self._here(i)
         if not self._ready():
             return self._sizing(i)
         with self._lock:
@@ -194,9 +229,13 @@ class Prefetched:
                 self._check_slots(i, value)
             return value
 
+    def _here(self, i: int) -> Any:
+        """Item ``i`` evaluated in this process, within the timeout (:mod:`.workers.inline`)."""
+        return self.seq[i] if self.timeout is None else inline.call(self.seq, i, self.timeout)
+
     def _sizing(self, i: int) -> Any:
         """Item ``i`` evaluated here, to size the shared-memory slots; workers start after."""
-        value = self.seq[i]
+        value = self._here(i)
         with self._lock:
             if self.slot_size is None:
                 self.slot_size = int(nbytes(value) * 1.25) + 65536
@@ -218,24 +257,24 @@ class Prefetched:
             what = describe_item(self.seq, i if gone.item is None else gone.item)
             if self.method == "thread":
                 raise WorkerError(
-                    f"a worker thread of {self!r} stopped unexpectedly while evaluating "
-                    f"{what}; its workers were stopped"
+                    f"a worker thread stopped unexpectedly while evaluating {what}; the "
+                    "workers were stopped"
                 ) from None
             raise WorkerError(
-                f"a worker process of {self!r} died unexpectedly while evaluating {what} "
-                f"({describe_exits(workers.ended)}); its workers were stopped"
+                f"a worker process died unexpectedly while evaluating {what} "
+                f"({describe_exits(workers.ended)}); the workers were stopped"
             ) from None
         except NoResult:
             self._stop()
             raise WorkerTimeout(
-                f"the workers of {self!r} delivered nothing for {self.timeout:g} s while "
-                f"evaluating {describe_item(self.seq, i)} (timeout={self.timeout:g}); they "
-                "were stopped"
+                f"the workers delivered nothing for {self.timeout:g} s while evaluating "
+                f"{describe_item(self.seq, i)} (timeout={self.timeout:g}); they were stopped"
             ) from None
         except Cancelled:
             self._stop()
             raise WorkerError(
-                f"{self!r} was closed by another thread while item {i} was awaited"
+                f"the workers were closed by another thread while "
+                f"{describe_item(self.seq, i)} was awaited"
             ) from None
         except BaseException:  # KeyboardInterrupt: the window is in an unknown state
             self._stop(wait=False)
@@ -313,21 +352,29 @@ def prefetch(
         shm_size: total shared memory in bytes, or ``None`` to size it automatically.
         timeout: seconds the workers may go without delivering anything before
             :class:`~streamseq.errors.WorkerTimeout` (a :class:`WorkerError`) is raised
-            and they are stopped; ``None`` waits as long as they live (a worker that
-            dies is an error at once either way).
+            and they are stopped; ``None`` (or inf) waits as long as they live (a worker
+            that dies is an error at once either way). An item evaluated in the calling
+            process (``num_workers=0``, or the first one, to size the slots) is
+            evaluated in a helper thread under the same bound; a thread cannot be
+            stopped, so one that times out is left running as a daemon.
         persistent_workers: keep the workers when an access restarts them at another
             index (their items in flight are awaited and dropped), until ``close()``.
             With a sequence of segments (such as epochs) that has a method
             ``segment_end(i)``, the workers never evaluate past the end of the segment
-            of the item asked for, so the next segment starts with idle workers.
+            of the item asked for, so the next segment starts with idle workers; such a
+            sequence may have no ``len`` (segments without end: any index >= 0). Items
+            left in flight by an access at another index are awaited by the next
+            access; workers that deliver none of them within ``timeout`` (or die) are
+            replaced by new ones, so the next access never sees them.
 
     Returns:
         A sequence with the same items in the same order; ``close()`` stops the workers.
 
     Raises:
         ValueError: ``num_workers < 0``, an unknown method, too small ``max_buffered``,
-            or a ``timeout`` that is not positive.
-        TypeError: ``seq`` has no ``len``.
+            or a ``timeout`` that is zero, negative or NaN.
+        TypeError: ``seq`` has no ``len`` (and no ``segment_end``), or ``timeout`` is
+            not a number.
 
     Example:
         >>> import numpy as np

@@ -13,7 +13,10 @@ import time
 import numpy as np
 import psutil
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+import streamseq
 from streamseq import StreamError, StreamLoader, WorkerError
 from streamseq.loader.topology import group_block_size
 from streamseq.workers.blocks import Layout
@@ -486,3 +489,291 @@ def test_an_unclosed_persistent_loader_lets_the_interpreter_exit(tmp_path):
     assert len(pids) == 2
     time.sleep(0.5)
     assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+
+
+FORKED = """
+import gc, multiprocessing, os, sys
+import numpy as np
+import psutil
+from streamseq import StreamLoader
+
+def streams():
+    rng = np.random.default_rng(0)
+    return [rng.integers(0, 1000, n) for n in rng.integers(200, 400, 12)]
+
+def in_child(mode, loader, it, reference, persistent):
+    if mode == "close":
+        loader.close()
+    elif mode == "pass":  # a pass of its own: workers of its own
+        assert [b.data.tolist() for b in loader] == reference, "the child's pass"
+        if persistent:
+            assert [b.data.tolist() for b in loader] == reference, "the child's next pass"
+        loader.close()
+    elif mode == "next":  # goes on with the pass it inherited
+        assert [b.data.tolist() for b in it] == reference[5:], "the child's rest"
+    elif mode == "collect":
+        del it, loader
+        gc.collect()
+    sys.exit(0)  # a normal exit: atexit handlers and finalizers run
+
+if __name__ == "__main__":
+    start, method, persistent = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+    multiprocessing.set_start_method(start)
+    reference = [b.data.tolist() for b in StreamLoader(streams(), 4, 8)]
+    for mode in ("exit", "close", "pass", "next", "collect"):
+        loader = StreamLoader(streams(), 4, 8, num_workers=2, method=method,
+                              persistent_workers=persistent)
+        if persistent:
+            assert [b.data.tolist() for b in loader] == reference
+        it = iter(loader)
+        got = [next(it).data.tolist() for _ in range(5)]
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            in_child(mode, loader, it, reference, persistent)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, f"the child ({mode}) failed"
+        got += [b.data.tolist() for b in it]  # the parent's workers are still there
+        assert got == reference, mode
+        if persistent:
+            assert [b.data.tolist() for b in loader] == reference, mode
+        loader.close()
+        print(mode, "ok", flush=True)
+"""
+
+
+@pytest.mark.timeout(240)  # (subprocesses that import torch, on a busy machine)
+@pytest.mark.parametrize(
+    "start, method, persistent",
+    [
+        ("fork", "process", 0),
+        ("fork", "process", 1),
+        ("spawn", "process", 1),
+        ("fork", "thread", 1),
+    ],
+)
+def test_a_forked_child_leaves_its_parents_workers_alone(tmp_path, start, method, persistent):
+    script = tmp_path / "forked.py"
+    script.write_text(FORKED)
+    run = [sys.executable, str(script), start, method, str(persistent)]
+    main = subprocess.Popen(
+        run, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    stdout, stderr = main.communicate(timeout=150)
+    out = subprocess.CompletedProcess(run, main.returncode, stdout, stderr)
+    assert out.returncode == 0, out.stderr[-3000:]
+    deadline = time.monotonic() + 30  # nothing of the parent nor of its children is left
+    while any(session_left(main.pid)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(session_left(main.pid)), session_left(main.pid)
+    assert out.stdout.split() == [
+        w for m in ("exit", "close", "pass", "next", "collect") for w in (m, "ok")
+    ]
+
+
+STUCK_MAIN = """
+import multiprocessing, os, sys, threading, time
+import numpy as np
+import psutil
+from streamseq import StreamLoader
+
+def stuck(steps, info):  # reads never return in the workers (the main process reads one)
+    if os.getpid() != int(os.environ["STREAMSEQ_TEST_MAIN"]):
+        time.sleep(3600)
+    return steps
+
+def ready():
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        names = [" ".join(c.cmdline()) for c in psutil.Process().children()]
+        if sum("resource_tracker" not in n for n in names) >= 2:
+            break
+        time.sleep(0.05)
+    time.sleep(1.0)  # the workers are in the transform now
+    print("ready", flush=True)
+
+if __name__ == "__main__":
+    start, persistent, where = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
+    multiprocessing.set_start_method(start)
+    os.environ["STREAMSEQ_TEST_MAIN"] = str(os.getpid())
+    streams = [np.arange(200) for _ in range(4)]
+    loader = StreamLoader(streams, 4, 8, num_workers=2, transform=stuck,
+                          persistent_workers=persistent)
+    if where == "main":  # workers started by the main thread
+        threading.Thread(target=ready, daemon=True).start()
+        list(loader)
+    else:  # workers started by another thread (the parent death signal does not apply)
+        threading.Thread(target=lambda: list(loader), daemon=True).start()
+        ready()
+        time.sleep(3600)
+"""
+
+
+def session_left(sid):
+    """Live processes of session ``sid``, and processes mapping shared memory it made."""
+    left, mapping = [], []
+    for p in psutil.process_iter():
+        try:
+            if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE:
+                left.append(p.pid)
+            with open(f"/proc/{p.pid}/maps") as f:
+                if f"/dev/shm/pym-{sid}-" in f.read():
+                    mapping.append(p.pid)
+        except (OSError, psutil.Error):
+            pass
+    files = [n for n in os.listdir("/dev/shm") if n.startswith(f"pym-{sid}-")]
+    return left, mapping, files
+
+
+@pytest.mark.timeout(240)  # (subprocesses that import torch, on a busy machine)
+@pytest.mark.parametrize(
+    "start, persistent, where",
+    [("fork", 0, "main"), ("fork", 1, "thread"), ("spawn", 0, "thread"), ("spawn", 1, "main")],
+)
+def test_workers_stuck_in_a_read_end_when_the_main_process_is_killed(
+    tmp_path, start, persistent, where
+):
+    script = tmp_path / "stuck.py"
+    script.write_text(STUCK_MAIN)
+    run = [sys.executable, str(script), start, str(persistent), where]
+    main = subprocess.Popen(run, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert main.stdout.readline().strip() == "ready"
+        assert len(session_left(main.pid)[0]) >= 3  # the main process and its workers
+    finally:
+        main.kill()
+        main.wait(30)
+    deadline = time.monotonic() + 30
+    while any(session_left(main.pid)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left, mapping, files = session_left(main.pid)
+    assert not left, f"processes outlived the main process: {left}"
+    assert not mapping and not files, f"shared memory left: {mapping} {files}"
+
+
+def persistent_pids(loader):
+    return [p for pf in loader._workers.persistent or () for p in pf.pids]
+
+
+def test_a_dead_persistent_worker_stops_them_all(clean):
+    streams = token_streams()
+    loader = StreamLoader(streams, 8, 16, num_workers=2, persistent_workers=True)
+    expected = [b.data.tolist() for b in StreamLoader(streams, 8, 16)]
+    assert [b.data.tolist() for b in loader] == expected
+    it = iter(loader)
+    next(it)
+    pids = persistent_pids(loader)
+    assert len(pids) == 2
+    os.kill(pids[1], signal.SIGKILL)
+    message = r"died unexpectedly while evaluating epoch 1, batch \d+: stream \d+ .* steps \d+:\d+"
+    with pytest.raises(WorkerError, match=message) as info:
+        for _ in it:
+            pass
+    assert "EpochBlocks" not in str(info.value) and "prefetch(" not in str(info.value)
+    assert not wait_no_children(), "the other persistent worker was left running"
+    assert loader._workers.persistent is None
+    assert [b.data.tolist() for b in loader] == expected  # new workers for the next pass
+    loader.close()
+
+
+def stuck_in_epoch_0(steps, info):
+    """Reads of epoch 0 from step 12 on take far longer than the timeout."""
+    if info.epoch == 0 and info.start >= 12:
+        time.sleep(30)
+    return steps
+
+
+def test_an_item_left_stuck_by_a_pass_is_not_seen_by_the_next(clean):
+    streams = [np.arange(400), np.arange(1000, 1400)]
+    loader = StreamLoader(
+        streams,
+        2,
+        4,
+        num_workers=2,
+        persistent_workers=True,
+        timeout=2,
+        transform=stuck_in_epoch_0,
+    )
+    for i, _ in enumerate(loader):  # left at batch 2: the workers are stuck on batch 3
+        if i == 2:
+            break
+    expected = StreamLoader(streams, 2, 4, transform=stuck_in_epoch_0)
+    expected.set_epoch(1)  # a new pass after one left before its end: the next epoch
+    assert [b.data.tolist() for b in loader] == [b.data.tolist() for b in expected]
+    loader.close()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_infinite_timeout_is_no_timeout(workers):
+    streams = [np.arange(40), np.arange(30)]
+    loader = StreamLoader(streams, 2, 4, num_workers=workers, timeout=float("inf"))
+    assert loader.timeout is None
+    assert len(list(loader)) == len(loader)
+    assert streamseq.prefetch([1, 2], 1, method="thread", timeout=float("inf")).timeout is None
+
+
+@pytest.mark.parametrize(
+    "timeout, error",
+    [(float("nan"), ValueError), (-1, ValueError), (float("-inf"), ValueError), ("3", TypeError)],
+)
+def test_a_timeout_that_is_no_duration_is_refused(timeout, error):
+    with pytest.raises(error, match="timeout must be"):
+        StreamLoader([np.arange(4)], 1, 2, timeout=timeout)
+    with pytest.raises(error, match="timeout must be"):
+        streamseq.prefetch([1, 2], 1, timeout=timeout)
+
+
+class FailingAt:
+    """A stream whose reads that cover step ``at`` fail."""
+
+    def __init__(self, n, at):
+        self.n, self.at = n, at
+
+    def __repr__(self):
+        return f"FailingAt({self.n}, {self.at})"
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, key):
+        if key.start <= self.at < key.stop:
+            raise OSError(f"bad step {self.at}")
+        return np.arange(self.n)[key] * 10
+
+
+def read_until_error(loader):
+    delivered = []
+    with pytest.raises(StreamError) as info:
+        for batch in loader:
+            delivered.append((batch.data.tolist(), batch.stream.tolist(), batch.step.tolist()))
+    loader.close()
+    return delivered, str(info.value)
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 60), min_size=2, max_size=5),
+    failing=st.integers(0, 4),
+    where=st.floats(0, 1, exclude_max=True),
+    batch_size=st.integers(2, 3),
+    tbins=st.integers(1, 4),
+)
+def test_a_read_error_comes_after_every_batch_before_it(
+    lengths, failing, where, batch_size, tbins
+):
+    failing %= len(lengths)
+    at = int(where * lengths[failing])
+
+    def streams():
+        return [
+            FailingAt(n, at) if s == failing else np.arange(n) + 1000 * s
+            for s, n in enumerate(lengths)
+        ]
+
+    expected = read_until_error(StreamLoader(streams(), batch_size, tbins))
+    assert f"stream {failing} (FailingAt" in expected[1]
+    for method in ("thread", "process"):
+        loader = StreamLoader(streams(), batch_size, tbins, num_workers=2, method=method)
+        assert read_until_error(loader) == expected, method
+    assert not wait_no_children()

@@ -426,3 +426,27 @@ def test_errors_from_worker_processes_keep_their_cause_and_traceback():
     error = info.value
     assert type(error.__cause__) is OSError and str(error.__cause__) == "disk error at 0"
     assert any("raise KeyError" in note for note in getattr(error, "__notes__", []))
+
+
+class Hung:
+    def __init__(self, release):
+        self.release = release
+
+    def __len__(self):
+        return 3
+
+    def __getitem__(self, i):
+        if i == 1:
+            self.release.wait(3600)
+        return i
+
+
+def test_a_timeout_bounds_items_evaluated_in_the_calling_process():
+    release = threading.Event()
+    try:
+        ahead = prefetch(Hung(release), 0, timeout=0.5)
+        assert ahead[0] == 0
+        with pytest.raises(WorkerTimeout, match=r"reading item 1 in this process .*0.5 s"):
+            ahead[1]
+    finally:
+        release.set()

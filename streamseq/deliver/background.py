@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections.abc import Callable, Iterator
@@ -38,6 +39,7 @@ class Background:
         self.queue: queue.Queue = queue.Queue(max_buffered)
         self.stop = threading.Event()
         self.poll = poll
+        self.pid = os.getpid()  # a forked child has no thread: it leaves this one alone
         self.thread = threading.Thread(target=self._run, args=(make_iter,), daemon=True)
         self.thread.start()
 
@@ -81,7 +83,9 @@ class Background:
         return item
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop the thread and wait for it (bounded)."""
+        """Stop the thread and wait for it (bounded); nothing in a forked child."""
+        if os.getpid() != self.pid:  # (the queue's lock may have been held at the fork)
+            return
         self.stop.set()
         while True:
             try:

@@ -72,7 +72,8 @@ class LoaderConfig:
         num_workers: worker processes or threads; 0 reads in the calling process.
         method: ``"process"`` or ``"thread"``.
         max_buffered: hand-overs in flight per worker.
-        timeout: seconds the workers may go without delivering, or None.
+        timeout: seconds a read may go without delivering (in workers or in this
+            process), or None.
         pin_memory: page-locked tensors, prepared by one background thread.
         time_major: ``data`` as ``[T, B, ...]``.
         persistent_workers: keep the workers across passes.
@@ -101,13 +102,13 @@ class LoaderConfig:
         persistent_workers: Any,
         transform: Any,
     ) -> LoaderConfig:
-        """The configuration of these arguments, checked (``timeout=0``: none).
+        """The configuration of these arguments, checked (``timeout`` 0 or inf: none).
 
         Raises:
             ValueError: ``num_workers`` < 0, an unknown method, ``max_buffered`` too
-                small for it, or a ``timeout`` that is not positive.
-            TypeError: an integer argument that is not an integer, or a ``transform``
-                that is not callable.
+                small for it, or a ``timeout`` that is negative or NaN.
+            TypeError: an integer argument that is not an integer, a ``timeout`` that
+                is not a number, or a ``transform`` that is not callable.
 
         Example:
             >>> LoaderConfig.checked(num_workers=2, method="thread", max_buffered=6,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -68,6 +69,9 @@ class Pass:
             files are released when the pass ends).
         prefetchers: the workers this pass started (stopped when it ends).
         newer_running: whether a newer pass of the same loader is running.
+        failed: called when reading a batch raised, after the pass is closed: the
+            loader stops its persistent workers there, all of them (the next pass
+            starts new ones).
     """
 
     def __init__(
@@ -78,10 +82,11 @@ class Pass:
         groups: list[Any],
         prefetchers: list[Prefetched],
         newer_running: Callable[[Pass], bool],
+        failed: Callable[[], None] | None = None,
     ):
         self.position, self.batches, self.stop = position, batches, stop
         self.groups, self.prefetchers = groups, prefetchers
-        self.newer_running = newer_running
+        self.newer_running, self.failed = newer_running, failed
         self.start = self.next = position.next
         self.closed = False
         self.superseded = False
@@ -104,6 +109,8 @@ class Pass:
             self.position.ended = True  # the loader moves on to the next epoch
             self.close()
             raise StopIteration
+        if self.background is not None and self.background.pid != os.getpid():
+            self.background = None  # forked during the pass: the thread is the parent's
         try:
             if not self.batches.share and self.batches.pin:
                 if self.background is None:
@@ -113,6 +120,8 @@ class Pass:
                 batch = self.batches[self.next]
         except BaseException:
             self.close()
+            if self.failed is not None:
+                self.failed()
             raise
         self.next = self.position.next = self.next + 1
         self.position.pending = False  # a loaded position is used once

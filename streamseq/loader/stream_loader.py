@@ -18,6 +18,7 @@ from ..plan.state import make_state, read_state, row_map
 from ..read.ref import as_refs, identity
 from ..read.transform import StepInfo
 from ..workers.blocks import Layout, Unblocked
+from ..workers.inline import bounded
 from ..zip_batch import ZipBatch
 from .checks import check_rows
 from .config import LoaderConfig, check_keywords, resolve_rank
@@ -68,9 +69,13 @@ class StreamLoader:
             (at most 32 of them; the first ones fewer), so small batches cost the main
             process one message per block rather than per batch.
         timeout: seconds the workers may go without delivering a micro-batch before
-            :class:`WorkerError` is raised and they are stopped (a stuck decoder, a hung
-            network file); ``None`` waits as long as they live. A worker that dies is an
-            error at once either way.
+            :class:`WorkerTimeout` (a :class:`WorkerError`) is raised and they are
+            stopped (a stuck decoder, a hung network file); ``None`` (or 0, or inf)
+            waits as long as they live. A worker that dies is an error at once either
+            way. Without workers (and for ``loader[i]``) it bounds each read in this
+            process: the read runs in a helper thread, and one that takes longer raises
+            :class:`WorkerTimeout` naming the batch, streams and steps; a thread cannot be
+            stopped, so the stuck read is left running in a daemon thread.
         transform: ``fn(steps, info)`` run where the steps are read (the workers, or
             this process with 0 workers), before the copy into shared memory: ``steps``
             is one slice of one stream (an array, or a tuple/dict of arrays) and ``info``
@@ -85,7 +90,9 @@ class StreamLoader:
         persistent_workers: keep the worker processes (or threads) for the whole run
             instead of starting them for every pass: the same workers read the next
             epoch (each plans it for its rows). :meth:`close`, or losing the last
-            reference to the loader, stops them.
+            reference to the loader, stops them, and so does an error while reading (a
+            worker that dies, a read that fails or times out): the next pass starts new
+            ones.
 
     Thread safety: indexing a loader (``loader[i]``) from several threads, also while
     one thread iterates it, gives correct batches; a loader runs one pass at a time.
@@ -471,14 +478,17 @@ class StreamLoader:
             raise IndexError(f"batch {i} out of range for {n} batches")
         return batches[k]
 
-    def _in_process(self) -> ZipBatch:
-        """All the rows of this rank as one zip, read in this process (kept for the epoch)."""
+    def _in_process(self) -> Sequence[Any]:
+        """All the rows of this rank as one zip, read in this process (kept for the epoch).
+
+        With a ``timeout``, each read is bounded (:mod:`streamseq.workers.inline`).
+        """
         with self._lock:
             plan = self.plan()
             key = self._epochs.key(plan.epoch)
             if self._whole is None or self._whole[0] != key:
                 self._whole = (key, self._reading.group(plan, self._reading.rows(plan)))
-            return self._whole[1]
+            return bounded(self._whole[1], self.config.timeout)
 
     def __iter__(self) -> Iterator[Batch]:
         """A pass over the batches of the epoch, from the loaded position (or batch 0).
@@ -530,7 +540,8 @@ class StreamLoader:
             ]
         groups = [Unblocked(b, k, stop) for b, k in zip(blocks, sizes, strict=True)]
         batches = Assembled(groups, config.pin_memory, config.time_major, share=False)
-        return Pass(position, batches, stop, groups, prefetchers, self._newer_running)
+        failed = self._workers.stop if config.persistent_workers else None
+        return Pass(position, batches, stop, groups, prefetchers, self._newer_running, failed)
 
     def _newer_running(self, it: Pass) -> bool:
         newer = self._active() if self._active is not None else None

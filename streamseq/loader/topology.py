@@ -124,11 +124,13 @@ _STRIDE = 1 << 32  # items of EpochBlocks: block j of epoch e is item e * _STRID
 class EpochBlocks:
     """The blocks of group ``w`` of ``workers`` in every epoch: what persistent workers read.
 
-    A sequence of segments, one per epoch (item ``e * 2**32 + j`` is block ``j`` of epoch
-    ``e``, and :meth:`segment_end` ends the segment, so :func:`~streamseq.prefetch` never
-    reads past the end of an epoch). Each worker plans the epochs for its own rows from
-    the frozen plan spec it was given (no reference to the loader, so that the loader and
-    its workers are collected when it is no longer referenced).
+    A sequence of segments without end, one per epoch: item ``e * 2**32 + j`` is block
+    ``j`` of epoch ``e`` (Python integers have no bound, so neither have the epochs; an
+    epoch has far fewer than 2**32 blocks), and :meth:`segment_end` ends the segment, so
+    :func:`~streamseq.prefetch` never reads past the end of an epoch. It has no ``len``.
+    Each worker plans the epochs for its own rows from the frozen plan spec it was given
+    (no reference to the loader, so that the loader and its workers are collected when
+    it is no longer referenced).
 
     Args:
         reading: the plan spec, streams, transform and data spec.
@@ -143,12 +145,14 @@ class EpochBlocks:
         self.epochs = Epochs(epochs.spec, epochs.rest, epochs.per_epoch)  # plans of its own
         self._group: tuple[Any, Blocks] | None = None
 
-    def __len__(self) -> int:
-        return _STRIDE << 24
-
     @staticmethod
     def first_item(epoch: int) -> int:
-        """The item of block 0 of ``epoch``."""
+        """The item of block 0 of ``epoch``.
+
+        Example:
+            >>> EpochBlocks.first_item(2**40) == 2**72
+            True
+        """
         return epoch * _STRIDE
 
     def group(self, epoch: int) -> Blocks:
@@ -170,10 +174,10 @@ class EpochBlocks:
         epoch = k // _STRIDE
         return epoch * _STRIDE + len(Layout(self.size, self.epochs.length(epoch)))
 
-    def describe_item(self, k: int) -> str:
-        """What item ``k`` reads: its epoch, streams and steps."""
+    def name_item(self, k: int) -> str:
+        """What item ``k`` reads: its epoch, batches, streams and steps."""
         epoch, j = divmod(k, _STRIDE)
-        return f"epoch {epoch}, {self.group(epoch).describe_item(j)}"
+        return f"epoch {epoch}, {self.group(epoch).name_item(j)}"
 
     def release(self) -> None:
         """Close the files the group holds open."""

@@ -7,6 +7,8 @@
 - :mod:`.poll`: the one wait loop (deadline, liveness of the workers, cancel).
 - :mod:`.failures`: what the backends raise, as types; :mod:`.reaper`: joins exited
   worker processes in the background.
+- :mod:`.ownership`: only the process that started workers stops them (not a forked
+  child); :mod:`.watchdog`: a worker process ends when its parent is gone.
 
 Shutdown
 ========
@@ -21,8 +23,9 @@ another index, and every error that ends the workers go through the backend's ``
    releases the lock that ``close()`` then takes. Nothing else ever waits without a
    timeout or a liveness check: a waiting caller checks that every worker is alive
    (thread ``is_alive``, process exit code) every 0.1 s, another caller waits for it
-   (the lock), a worker process checks that its parent is the same every second, and a
-   worker thread polls its stop flag.
+   (the lock), a worker process's watchdog checks that its parent is the same every
+   0.25 s, even while the worker reads (:mod:`.watchdog`), and a worker thread polls
+   its stop flag.
 2. **Stop markers.** Threads: the jobs still queued are dropped, then one stop marker per
    thread is queued, so a thread stops after the item it is evaluating. Processes: one
    stop marker down each job pipe; a worker answers with a goodbye when it will not
@@ -41,13 +44,19 @@ another index, and every error that ends the workers go through the backend's ``
    its inherited copies of the main process's ends at start, so that its pipes break
    when the main process dies, even killed; a spawned worker never had them.
 5. **Shared memory released.** The slots are one block of shared memory that the main
-   process maps; after the goodbyes no worker writes to it. Delivered items are views of
-   it that stay valid: the block is freed when the last view is gone (a slot is handed
-   out again only once every view of it is gone).
+   process maps (unlinked from ``/dev/shm`` at once, see :mod:`.shm`); after the
+   goodbyes no worker writes to it. Delivered items are views of it that stay valid:
+   the block is freed when the last view is gone (a slot is handed out again only once
+   every view of it is gone).
 6. **Finalizers.** The backend registers ``end()`` with :func:`weakref.finalize`: a
    backend collected without ``stop()`` still stops its workers; ``stop()`` detaches
    it, so each step runs once. Worker processes are daemons, and end by themselves when
-   their parent is gone, so none outlives its owner.
+   their parent is gone, killed included, whatever they are doing (:mod:`.watchdog`), so
+   none outlives its owner.
+
+Only the process that started the workers does any of this (:mod:`.ownership`): in a
+child forked from it, ``close()``, finalizers, collections and the child's exit leave the
+parent's workers and memory alone, and a pass in the child starts workers of its own.
 
 Start methods: with ``fork`` a worker inherits the sequence and the shared memory, freezes
 the inherited objects out of its garbage collections and runs torch on one thread; with

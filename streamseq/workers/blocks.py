@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .failures import describe_item
+from .wire import dump_error, load_error
 
 #: bytes of items a hand-over should carry at least, and the most items it carries
 BLOCK_BYTES = 2 * 2**20
@@ -65,10 +65,37 @@ class Layout:
         return 0 if self.items == 0 else self.block_of(self.items - 1) + 1
 
 
+class Failed:
+    """The error of an item of a block, after the items before it: raised in its place.
+
+    A block hands over the items read before the failing one, so that they are
+    delivered as without blocks (a read error at batch 100 comes after batch 99,
+    whatever the number of workers). It pickles its error as worker errors travel
+    (:func:`~.wire.dump_error`: causes chained, the worker's traceback noted).
+
+    Example:
+        >>> import pickle
+        >>> again = pickle.loads(pickle.dumps(Failed(KeyError("frame 3"))))
+        >>> again.error
+        KeyError('frame 3')
+    """
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+    def __reduce__(self) -> tuple:
+        return _failed, (dump_error(self.error),)
+
+
+def _failed(payload: bytes) -> Failed:
+    return Failed(load_error(payload))
+
+
 class Blocks:
     """The items of ``seq`` in blocks (lists) of up to ``size``: see :class:`Layout`.
 
-    ``describe_item`` and ``release`` of ``seq`` carry over.
+    What ``seq.describe_item`` says of the items names a block (:meth:`name_item`);
+    ``release`` of ``seq`` carries over.
 
     Example:
         >>> blocks = Blocks(list(range(7)), 3)
@@ -83,31 +110,58 @@ class Blocks:
         return len(self.layout)
 
     def __getitem__(self, j: int) -> list[Any]:
+        """The items of block ``j``; those before a failing one, then :class:`Failed`.
+
+        An error of the first item is raised: the block has nothing to hand over.
+        """
         start = self.layout.start(j)
         stop = min(self.layout.items, self.layout.start(j + 1))
-        return [self.seq[i] for i in range(start, stop)]
+        items: list[Any] = []
+        for i in range(start, stop):
+            try:
+                items.append(self.seq[i])
+            except Exception as e:
+                if not items:
+                    raise
+                items.append(Failed(e))
+                break
+        return items
 
-    def describe_item(self, j: int) -> str:
-        """The items of block ``j``, and what they are (the first three and the last).
+    def name_item(self, j: int) -> str:
+        """The items of block ``j``, as ``seq`` describes them (the first three and the last).
 
         Example:
-            >>> Blocks(list(range(9)), 4).describe_item(3)
-            'items 7 to 8: item 7; item 8'
+            >>> Blocks(list(range(9)), 4).name_item(3)
+            'items 7 to 8'
+            >>> class Named(list):
+            ...     def describe_item(self, i):
+            ...         return f"batch {i}: stream 0 steps {4 * i}:{4 * i + 4}"
+            >>> Blocks(Named(range(9)), 4).name_item(3)
+            'batch 7: stream 0 steps 28:32; batch 8: stream 0 steps 32:36'
         """
         a = self.layout.start(j)
         b = min(self.layout.items, self.layout.start(j + 1))
+        describe = getattr(self.seq, "describe_item", None)
+        if not callable(describe):
+            return f"item {a}" if b - a == 1 else f"items {a} to {b - 1}"
         shown = [*range(a, min(b, a + 3)), *([b - 1] if b - 1 >= a + 3 else [])]
-        what = [describe_item(self.seq, i) for i in shown]
+        what = [_described(describe, i) for i in shown]
         if b - a > 4:
             what.insert(3, f"... {b - a - 4} more")
-        head = f"item {a}" if b - a == 1 else f"items {a} to {b - 1}"
-        return f"{head}: " + "; ".join(what)
+        return "; ".join(what)
 
     def release(self) -> None:
         """Release ``seq`` (close its files), if it can."""
         release = getattr(self.seq, "release", None)
         if release is not None:
             release()
+
+
+def _described(describe: Any, i: int) -> str:
+    try:
+        return str(describe(i))
+    except Exception:
+        return f"item {i}"
 
 
 class Unblocked:
@@ -144,7 +198,14 @@ class Unblocked:
         if held is None or held[0] != j:
             self._held = None  # (its slot is free before the next block is awaited)
             held = self._held = (j, self.blocks[j])
-        return held[1][i - self.layout.start(j)]
+        items, k = held[1], i - self.layout.start(j)
+        item = items[k] if k < len(items) else items[-1]  # (one cut short ends failed)
+        if isinstance(item, Failed):
+            self._held = None
+            raise item.error
+        if k >= len(items):
+            raise IndexError(f"item {i} is missing from its block of {len(items)} items")
+        return item
 
     def release(self) -> None:
         """Let go of the block held, and release the blocks, if they can be."""

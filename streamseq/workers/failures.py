@@ -96,6 +96,8 @@ def describe_item(seq: Any, item: int) -> str:
 
     A sequence may define ``describe_item(i) -> str`` (a batch of the loader names its
     streams and steps); an error in it is ignored, the item is then named by its index.
+    A sequence whose indices mean nothing to its users (the loader's blocks of batches)
+    defines ``name_item(i) -> str`` instead, a name used alone.
 
     Example:
         >>> class Frames(list):
@@ -104,6 +106,12 @@ def describe_item(seq: Any, item: int) -> str:
         >>> describe_item(Frames(), 3), describe_item([], 3)
         ('item 3 (frame 3 of a.mp4)', 'item 3')
     """
+    name = getattr(seq, "name_item", None)
+    if callable(name):
+        try:
+            return str(name(item))
+        except Exception:
+            pass
     describe = getattr(seq, "describe_item", None)
     if callable(describe):
         try:

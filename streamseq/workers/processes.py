@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from . import reaper
+from . import ownership, reaper, watchdog
 from .failures import HookFailed, WorkerGone
 from .loop import HOOK, STOP, run
 from .poll import poll
@@ -77,6 +77,8 @@ class ProcessWorkers:
     ):
         reaper.reap()
         self.start_hook, self.timeout = start_hook, timeout
+        self.owner = os.getpid()  # the only process that may stop them (:mod:`.ownership`)
+        self.foreign = False  # in a forked child: its parent's workers, left alone
         self.slots = Slots(slots, slot_size)
         self.pickled = 0
         self.turn = 0
@@ -90,12 +92,13 @@ class ProcessWorkers:
             for index in range(num_workers):
                 self._start(seq, index)
         except BaseException:
-            end(self.job_pipes, self.result_pipes, self.workers, 1.0)
+            end(self.job_pipes, self.result_pipes, self.workers, 1.0, owner=self.owner)
             raise
         self._results = Poller(self.result_pipes)
         self._finalizer = weakref.finalize(
-            self, end, self.job_pipes, self.result_pipes, self.workers, 1.0
+            self, end, self.job_pipes, self.result_pipes, self.workers, 1.0, owner=self.owner
         )
+        ownership.track(self)
 
     def _start(self, seq: Sequence[Any], index: int) -> None:
         ctx = multiprocessing.get_context()
@@ -103,9 +106,14 @@ class ProcessWorkers:
         results_rx, results_tx = ctx.Pipe(duplex=False)
         # a forked worker inherits this process's ends of its pipes: it closes them, so
         # that its writes fail rather than block once this process is gone
-        mine = (jobs_tx, results_rx) if ctx.get_start_method() == "fork" else ()
+        method = ctx.get_start_method()
+        mine = (jobs_tx, results_rx) if method == "fork" else ()
         memory, size = self.slots.memory, self.slots.size
+        # the worker's parent: this process, unless a fork server starts it
+        parent = self.owner if method in ("fork", "spawn") else None
+        deathsig = threading.current_thread() is threading.main_thread()
         args = (seq, index, self.start_hook, jobs_rx, results_tx, memory, size, mine)
+        args += (parent, deathsig)
         worker = ctx.Process(target=_main, args=args, daemon=True)
         try:
             worker.start()
@@ -121,8 +129,26 @@ class ProcessWorkers:
         self.workers.append(worker)
         self.pending.append(collections.deque())
 
+    def forked(self) -> None:
+        """In a forked child: let go of the parent's workers without touching them.
+
+        The child's copies of the pipes are closed (the parent keeps its own), its
+        finalizer detached, and multiprocessing forgets the processes, so that neither
+        the child's exit nor its collections stop them.
+        """
+        if self.foreign or os.getpid() == self.owner:
+            return
+        self.foreign = True
+        self._finalizer.detach()
+        ownership.disown(self.workers)
+        for pipe in self.job_pipes + self.result_pipes:
+            with contextlib.suppress(OSError):
+                pipe.close()
+
     def pids(self) -> list[int]:
         """Process ids of the live workers (none once they are stopped)."""
+        if self.foreign:
+            return []
         try:
             return [w.pid for w in self.workers if w.is_alive()]
         except ValueError:  # stopped meanwhile, and joined
@@ -192,8 +218,14 @@ class ProcessWorkers:
         return item, True, pickle.loads(payload)
 
     def stop(self, wait: bool = True, timeout: float = 1.0) -> None:
-        """Stop the workers (:func:`end`); with ``wait``, join them too (bounded)."""
+        """Stop the workers (:func:`end`); with ``wait``, join them too (bounded).
+
+        In a process forked from the one that started them, nothing: they are not its.
+        """
         self._finalizer.detach()
+        if self.foreign or os.getpid() != self.owner:
+            self.forked()
+            return
         self.ended = end(self.job_pipes, self.result_pipes, self.workers, timeout, wait)
 
 
@@ -203,14 +235,18 @@ def end(
     workers: list[Any],
     timeout: float = 1.0,
     wait: bool = False,
+    owner: int | None = None,
 ) -> list[tuple[int, int | None]]:
     """Send every worker the stop marker, wait (bounded) for its goodbye, kill the rest.
 
     A worker says goodbye when it will not touch the shared memory again; it then exits
     by itself and is joined by the reaper (:mod:`.reaper`), or here with ``wait``
     (bounded). Returns ``(pid, exit code)`` of each worker, ``None`` for one still
-    exiting. Called once per set of workers: by ``stop()``, or else by the finalizer.
+    exiting. Called once per set of workers: by ``stop()``, or else by the finalizer;
+    in a process other than ``owner`` (a forked child) it does nothing.
     """
+    if owner is not None and os.getpid() != owner:
+        return []
     for pipe in job_pipes:
         with contextlib.suppress(OSError):
             pipe.send_bytes(message((STOP, None)))
@@ -243,16 +279,13 @@ class _PipeChannel:
         self.view = memoryview(memory).cast("B")
         self.base = ctypes.addressof(memory)
         self.poller = Poller([jobs])
-        self.parent = os.getppid()
         self.filling = Filling(self.view, self.base, None, 0)
 
     def take(self) -> int | None:
         while True:
             try:
                 if not self.poller.wait(1.0):
-                    if os.getppid() != self.parent:
-                        return None  # the main process is gone
-                    continue
+                    continue  # (the watchdog ends the process when its parent is gone)
                 item, start = pickle.loads(self.jobs.recv_bytes())
             except (EOFError, OSError):
                 return None
@@ -292,8 +325,11 @@ def _main(
     memory: Any,
     slot_size: int,
     inherited: tuple[Any, ...],
+    parent: int | None,
+    deathsig: bool,
 ) -> None:
     """A worker process: set the process up, then run the worker loop."""
+    watchdog.guard(os.getppid() if parent is None else parent, deathsig)
     for pipe in inherited:
         pipe.close()
     # The objects inherited through fork are left out of this process's collections:

@@ -14,6 +14,8 @@ import threading
 import time
 from typing import Any
 
+from . import ownership
+
 POLL = 0.02
 GRACE = 5.0
 
@@ -26,6 +28,7 @@ def _forget() -> None:
     """In a forked child: the parent's processes are not its children."""
     global _lock, _thread
     _lock = threading.Lock()  # (the parent's reaper may have held it at the fork)
+    ownership.disown(p for p, _ in _exiting)  # (nor multiprocessing's to end at exit)
     _exiting.clear()
     _thread = None
 

@@ -4,6 +4,23 @@ A prefetch worker process (see :mod:`streamseq.prefetch`) makes the slot of the 
 evaluating current; :func:`empty` then carves arrays out of that slot, so the item is
 written once, where the main process reads it, and pickling it copies nothing. Outside a
 worker, or when the slot is full, :func:`empty` is :func:`numpy.empty`.
+
+Lifetime of the shared memory
+=============================
+
+The slots are one block that the main process allocates (:mod:`.slots`, through
+:mod:`multiprocessing.heap`): a file in ``/dev/shm`` (``pym-<pid>-...``) that is
+**unlinked as soon as it is created**, its descriptor kept. The memory lives while a
+process maps it or holds the descriptor: workers receive it by inheritance (fork) or a
+duplicated descriptor (spawn), never by name. So no name is ever left in ``/dev/shm``,
+whatever happens, and nobody needs to unlink anything: when the last process that maps
+the block ends, the kernel frees it. Workers create no shared memory of their own.
+
+That makes the memory's lifetime that of the processes: the main process's, and each
+worker's. The workers end with the main process, even killed and even inside a read
+that never returns (:mod:`.watchdog`), so a killed main process leaves no memory behind.
+Only the process that started the workers stops them (:mod:`.ownership`): a forked child
+inherits the mapping, and unmaps its copy when it exits.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import queue
 import threading
 import time
@@ -18,6 +19,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from . import ownership
 from .failures import HookFailed, WorkerGone
 from .loop import HOOK, STOP, run
 from .poll import poll
@@ -98,6 +100,16 @@ class ThreadWorkers:
         for w in self.workers:
             w.start()
         self._finalizer = weakref.finalize(self, end, self.jobs, self.workers, self.stopping, 0.0)
+        self.owner = os.getpid()
+        ownership.track(self)
+
+    def forked(self) -> None:
+        """In a forked child: the threads are not there; leave the queues alone.
+
+        (A queue's lock may have been held by a thread of the parent at the fork.)
+        """
+        if os.getpid() != self.owner:
+            self._finalizer.detach()
 
     def pids(self) -> list[int]:
         """No process ids: the threads run in this process."""
@@ -143,7 +155,8 @@ class ThreadWorkers:
         reading the same streams as the threads that replace them.
         """
         self._finalizer.detach()
-        end(self.jobs, self.workers, self.stopping, timeout)
+        if os.getpid() == self.owner:  # (in a forked child there are no threads to stop)
+            end(self.jobs, self.workers, self.stopping, timeout)
 
 
 def end(

@@ -152,3 +152,32 @@ def test_workers_of_a_collected_backend_stop():
     del workers
     assert reaper.wait(10)
     assert not any(psutil.pid_exists(p) for p in pids)
+
+
+def in_child(action):
+    """Run ``action()`` in a child forked from this process; its exit code (0: done)."""
+    pid = os.fork()
+    if pid == 0:  # the child never returns to pytest
+        code = 1
+        try:
+            action()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def test_a_forked_child_never_stops_its_parents_workers():
+    workers = ProcessWorkers(Squares(10), 2, slots=4, slot_size=4096)
+    try:
+        pids = workers.pids()
+        assert in_child(lambda: (workers.stop(), reaper.wait(5))) == 0
+        assert in_child(lambda: workers._finalizer()) == 0  # (detached there: a no-op)
+        assert workers.pids() == pids
+        for i in range(4):
+            workers.submit(i)
+        assert results(workers, 4) == [(i, True, [i * i] * 4) for i in range(4)]
+    finally:
+        workers.stop()
+    assert all(code == 0 for _, code in workers.ended)
