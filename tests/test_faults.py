@@ -777,3 +777,38 @@ def test_a_read_error_comes_after_every_batch_before_it(
         loader = StreamLoader(streams(), batch_size, tbins, num_workers=2, method=method)
         assert read_until_error(loader) == expected, method
     assert not wait_no_children()
+
+
+def test_a_forked_child_reads_while_a_thread_of_its_parent_holds_the_loaders_lock():
+    import threading
+
+    loader = StreamLoader([np.arange(10)], 1, 2)
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with loader._lock.get():  # e.g. a thread planning an epoch at the moment of the fork
+            held.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert held.wait(10)
+        pid = os.fork()
+        if pid == 0:  # the child plans and reads with a lock of its own
+            code = 0 if loader[1].data.tolist() == [[2, 3]] else 1
+            os._exit(code)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the child waited for its parent's lock")
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        release.set()
+        thread.join()

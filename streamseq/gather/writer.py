@@ -11,7 +11,7 @@ import numpy as np
 
 from .._tree import leaves, tree_map
 from ..batch import Batch
-from ..read.handle import ProcessLocal, current_pid
+from ..read.handle import ProcessLocal
 from ..read.ref import ArrayTree, StreamRef, describe
 from ..workers import shm as _shm
 from . import meta
@@ -88,22 +88,7 @@ class Table:
         self.shape = (len(self.rows), tbins)
         self.transformed = any(r.transform is not None for r in self.rows)
         self._state = ProcessLocal(functools.partial(_ReadState, len(self.rows)))
-        self._lock, self._lock_pid = threading.Lock(), current_pid()
-
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        del state["_lock"], state["_lock_pid"]
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._lock, self._lock_pid = threading.Lock(), current_pid()
-
-    def _locked(self) -> threading.Lock:
-        """The lock of this process: a forked child's own (the parent's may be held)."""
-        if self._lock_pid != current_pid():
-            self._lock, self._lock_pid = threading.Lock(), current_pid()
-        return self._lock
+        self._lock = ProcessLocal(threading.Lock)  # a forked child's own: the parent's may be held
 
     def forget(self) -> None:
         """Drop the references to open streams (the rows closed them, or will)."""
@@ -114,7 +99,7 @@ class Table:
 
         Safe to call from several threads: one batch is written at a time.
         """
-        with self._locked():
+        with self._lock.get():
             return self._batch(i, spec)
 
     def positions(self, first: int, size: int) -> Positions:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -13,6 +12,7 @@ from .._tree import leaves, tree_map
 from ..deliver.torch import torch_dtype
 from ..read.ref import StreamRef
 from ..read.transform import Transform
+from ..workers.inline import in_thread
 
 
 def zero_steps(a: Any) -> np.ndarray:
@@ -60,20 +60,10 @@ def call_with_timeout(fn: Callable[[], Any], timeout: float, ref: StreamRef, wha
         >>> call_with_timeout(lambda: 3, 1.0, None, "adding")
         3
     """
-    done: list[tuple[bool, Any]] = []
-
-    def run() -> None:
-        try:
-            done.append((True, fn()))
-        except BaseException as e:
-            done.append((False, e))
-
-    thread = threading.Thread(target=run, daemon=True, name="streamseq-spec")
-    thread.start()
-    thread.join(timeout)
-    if not done:
+    done = in_thread(fn, timeout, "spec")
+    if done is None:
         raise ref.error(f"{what} took more than timeout={timeout:g} s; it was left running")
-    ok, value = done[0]
+    ok, value = done
     if not ok:
         raise value
     return value

@@ -15,6 +15,7 @@ from ..deliver.assemble import Assembled
 from ..plan.planner import EpochPlan, Epochs
 from ..plan.spec import PlanSpec
 from ..plan.state import make_state, read_state, row_map
+from ..read.handle import ProcessLocal
 from ..read.ref import as_refs, identity
 from ..read.transform import StepInfo
 from ..workers.blocks import Layout, Unblocked
@@ -185,7 +186,7 @@ class StreamLoader:
         self._position = Position(0)  # that of the last pass, or the one loaded
         self._active: weakref.ref | None = None
         self._whole: tuple[Any, ZipBatch] | None = None
-        self._lock = threading.RLock()  # plan and in-process reads, made once per epoch
+        self._lock = ProcessLocal(threading.RLock)  # plan and in-process reads; per process
 
     def __getattr__(self, name: str) -> Any:
         """The plan's settings (``batch_size``, ``tbins``, ...) and the configuration's."""
@@ -228,15 +229,11 @@ class StreamLoader:
         with passes of its own.
         """
         state = self.__dict__.copy()
-        del state["_lock"]
+        state["_lock"] = ProcessLocal(threading.RLock)
         state["_active"], state["_whole"] = None, None
         state["_workers"] = Workers(self.config, self.refs)
         state["_position"] = self._position.copy()
         return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.RLock()
 
     def __repr__(self) -> str:
         return (
@@ -319,7 +316,7 @@ class StreamLoader:
 
     def plan(self) -> EpochPlan:
         """The plan of the current epoch (computed once per epoch, or once for all)."""
-        with self._lock:
+        with self._lock.get():
             epoch = self.epoch
             if self._epochs.cached(epoch) is None:
                 self._whole = None
@@ -432,7 +429,7 @@ class StreamLoader:
         self._end_pass()  # an invalid state changes nothing: checked first
         if rest is not None or self._epochs.rest is not None:
             self._workers.stop()  # they plan epochs from the rest they were given
-        with self._lock:
+        with self._lock.get():
             self._epochs, self._whole = epochs, None
         self._epoch, self._chosen, self._deferred = epoch, False, None
         self._position = Position(nxt, pending=True)
@@ -483,7 +480,7 @@ class StreamLoader:
 
         With a ``timeout``, each read is bounded (:mod:`streamseq.workers.inline`).
         """
-        with self._lock:
+        with self._lock.get():
             plan = self.plan()
             key = self._epochs.key(plan.epoch)
             if self._whole is None or self._whole[0] != key:

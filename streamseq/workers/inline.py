@@ -15,7 +15,7 @@ stuck. Without a timeout, reads run in the calling thread, with no helper thread
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import seqtools
@@ -34,6 +34,31 @@ def _what(seq: Any, i: int) -> str:
     return f"item {i}"
 
 
+def in_thread(fn: Callable[[], Any], timeout: float, name: str) -> tuple[bool, Any] | None:
+    """``fn()`` in a daemon thread, waited for at most ``timeout`` seconds.
+
+    Returns:
+        ``(True, result)``, ``(False, exception)``, or None when it took longer (it is left
+        running, see the module).
+
+    Example:
+        >>> in_thread(lambda: 3, 5.0, "adding")
+        (True, 3)
+    """
+    done: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            done.append((True, fn()))
+        except BaseException as e:
+            done.append((False, e))
+
+    thread = threading.Thread(target=run, name=f"streamseq-{name}", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return done[0] if done else None
+
+
 def call(seq: Sequence[Any], i: int, timeout: float) -> Any:
     """``seq[i]``, read in a helper thread for at most ``timeout`` seconds.
 
@@ -44,26 +69,20 @@ def call(seq: Sequence[Any], i: int, timeout: float) -> Any:
         >>> call("abc", 1, 5.0)
         'b'
     """
-    done: list[tuple[bool, Any]] = []
     setting = seqtools.seterr()  # (a setting of each thread: the caller's applies)
 
-    def read() -> None:
+    def read() -> Any:
         seqtools.seterr(setting)
-        try:
-            done.append((True, seq[i]))
-        except BaseException as e:
-            done.append((False, e))
+        return seq[i]
 
-    thread = threading.Thread(target=read, name="streamseq-read", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if not done:
+    done = in_thread(read, timeout, "read")
+    if done is None:
         raise WorkerTimeout(
             f"reading {_what(seq, i)} in this process took more than "
             f"timeout={timeout:g} s; the read was left running in a daemon thread (a thread "
             "cannot be stopped)"
         )
-    ok, value = done[0]
+    ok, value = done
     if not ok:
         raise value
     return value
