@@ -18,6 +18,7 @@ Without torchrun it trains in one process. With ``--out``, each rank writes what
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -72,7 +73,13 @@ def main(argv: list[str] | None = None) -> dict:
     if distributed and not dist.is_initialized():
         dist.init_process_group("gloo")
     try:
-        return train(args)
+        record = train(args)
+        if distributed:
+            # free the DistributedDataParallel model (held in a reference cycle) while its
+            # process group lives, and leave together: gloo aborts the process otherwise
+            gc.collect()
+            dist.barrier()
+        return record
     finally:
         if distributed:
             dist.destroy_process_group()

@@ -18,6 +18,7 @@ Each run writes what it saw (stream and step of every valid step) to
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -137,6 +138,11 @@ def main(argv: list[str] | None = None) -> dict:
         dist.init_process_group("gloo")
     try:
         result = run(args)
+        if distributed:
+            # free the DistributedDataParallel model (held in a reference cycle) while its
+            # process group lives, and leave together: gloo aborts the process otherwise
+            gc.collect()
+            dist.barrier()
     finally:
         if distributed:
             dist.destroy_process_group()

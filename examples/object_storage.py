@@ -69,6 +69,7 @@ def write_files(folder: str, clips: int, documents: int) -> None:
         with av.open(os.path.join(folder, f"clip{k}.mp4"), "w") as out:
             stream = out.add_stream(codec, rate=25)
             stream.height, stream.width, stream.pix_fmt = 48, 64, "yuv420p"
+            stream.codec_context.thread_count = 1  # one thread: the same file every time
             for i in range(20 + 9 * k):
                 image = np.full((48, 64, 3), (40 * k) % 256, np.uint8)
                 x = (3 * i) % 48

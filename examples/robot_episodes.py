@@ -91,6 +91,7 @@ def write_dataset(folder: str, lengths: list[int]) -> tuple[str, list[str]]:
         with av.open(path, "w") as out:
             stream = out.add_stream(codec, rate=FPS)
             stream.height, stream.width, stream.pix_fmt = HEIGHT, WIDTH, "yuv420p"
+            stream.codec_context.thread_count = 1  # one thread: the same file every time
             for state in states[:n]:
                 out.mux(stream.encode(av.VideoFrame.from_ndarray(draw(state), "rgb24")))
             out.mux(stream.encode())

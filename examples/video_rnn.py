@@ -56,6 +56,7 @@ def write_clips(folder: str, count: int, size: int, seed: int) -> tuple[list[str
             options = {"x264-params": "mbtree=0"} if codec == "libx264" else {}
             stream = out.add_stream(codec, rate=25, options=options)
             stream.height, stream.width, stream.pix_fmt = size, size, "yuv420p"
+            stream.codec_context.thread_count = 1  # one thread: the same file every time
             for i in range(frames):
                 image = rng.integers(0, 30, (size, size), np.uint8)  # new noise each frame
                 rows = (y0 + vy * i + np.arange(side)) % size  # wraps around the edges

@@ -321,9 +321,8 @@ def test_a_stream_of_another_dtype_or_step_shape_is_an_error(
     misfit, message, rows, workers, method
 ):
     streams = [np.ones((10, 3), np.int64), misfit, np.ones((4, 3), np.int64)]
-    loader = StreamLoader(streams, rows, 4, num_workers=workers, method=method)
-    with pytest.raises(StreamError, match=message):
-        list(loader)
+    with pytest.raises(StreamError, match=message):  # arrays when built, others when read
+        list(StreamLoader(streams, rows, 4, num_workers=workers, method=method))
 
 
 @pytest.mark.parametrize("workers", [0, 2])

@@ -96,7 +96,7 @@ def test_a_transform_sees_each_packed_piece_in_source_steps():
 
 
 def test_a_bad_step_names_stream_and_steps():
-    streams = [np.arange(6), np.arange(5).astype(np.float32)]
+    streams = [np.arange(6), np.arange(5.0).tolist()]  # a list: checked when read
     with pytest.raises(Exception, match=r"stream 1.*steps 0:"):
         list(StreamLoader(streams, 1, 4, pad="pack"))
 

@@ -15,6 +15,8 @@ import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import numpy as np
+
 from streamseq.read.handle import ProcessLocal
 
 _S = TypeVar("_S", bound="Source")
@@ -151,6 +153,20 @@ class Source:
     def _new_handle(self) -> ProcessLocal[Any]:
         """A handle for a copy of this source (see :meth:`replace`): none open yet."""
         return copy.copy(self._handle)
+
+    def step_spec(self) -> tuple[np.dtype, tuple[int, ...]] | None:
+        """The dtype and shape of one step, when known without reading; else ``None``.
+
+        What the source learnt when it was made (a file header) or from a probe already
+        done; it never opens, decodes or demuxes anything. The loader compares the
+        streams with it when it is built. Sources that deliver one array per step
+        override it; this default knows nothing.
+
+        Example:
+            >>> Source().step_spec() is None
+            True
+        """
+        return None
 
     def _open(self) -> Any:
         raise NotImplementedError

@@ -97,6 +97,10 @@ class _Document(Source):
     def _empty(self) -> np.ndarray:
         return np.zeros(0, self.key[1])
 
+    def step_spec(self) -> tuple[np.dtype, tuple[int, ...]]:
+        """One token of the file's dtype a step."""
+        return self.dtype, ()
+
     def close(self) -> None:
         """Leave the file's map open: every document of the file in this process uses it."""
 

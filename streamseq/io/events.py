@@ -104,6 +104,10 @@ class _Events(Source):
     def _empty(self) -> np.ndarray:
         return np.zeros((0, 2, self.height, self.width), np.float32)
 
+    def step_spec(self) -> tuple[np.dtype, tuple[int, ...]]:
+        """``float32`` histograms ``[2, height, width]``."""
+        return np.dtype(np.float32), (2, self.height, self.width)
+
     def _read(self, recording: np.ndarray | RemoteArray, a: int, b: int) -> np.ndarray:
         start, stop = self.t0 + a * self.window_us, self.t0 + b * self.window_us
         t = recording["t"]

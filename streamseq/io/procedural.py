@@ -68,6 +68,10 @@ class _VirtualCamera(Source):
     def _empty(self) -> np.ndarray:
         return np.zeros((0, *self.size, 3), np.uint8)
 
+    def step_spec(self) -> tuple[np.dtype, tuple[int, ...]]:
+        """``uint8`` images ``[height, width, 3]``."""
+        return np.dtype(np.uint8), (*self.size, 3)
+
     def _wave(self, dof: int, t: int) -> float:
         """A smooth function of the step with values in [-1, 1]."""
         f, ph, w = self._freq[dof], self._phase[dof], self._weight[dof]

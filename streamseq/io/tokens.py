@@ -92,6 +92,10 @@ class _Tokens(Source):
     def _empty(self) -> np.ndarray:
         return np.zeros((0, *self.shape[1:]), self.dtype)
 
+    def step_spec(self) -> tuple[np.dtype, tuple[int, ...]]:
+        """The dtype and step shape, from the ``.npy`` header (or the ``dtype`` given)."""
+        return self.dtype, self.shape[1:]
+
     def array(self) -> np.ndarray:
         """The whole file as a read-only memory map (opened in this process).
 

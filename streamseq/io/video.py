@@ -320,6 +320,16 @@ class _Video(MediaSource):
     def _empty(self) -> np.ndarray:
         return np.zeros((0, *self._frame_shape()), np.uint8)
 
+    def step_spec(self) -> tuple[np.dtype, tuple[int, ...]] | None:
+        """``uint8`` frames of ``size`` (or of the size the probe found) in ``format``.
+
+        ``None`` before the demuxing pass (:meth:`probe`) when no ``size`` was given:
+        the size of the frames is not read for this.
+        """
+        if self.size is None and self._index is None:
+            return None
+        return np.dtype(np.uint8), self._frame_shape()
+
     def _read(self, reader: Reader, a: int, b: int) -> np.ndarray:
         if self.step_rate is None:
             return super()._read(reader, a, b)
@@ -344,7 +354,7 @@ class _Video(MediaSource):
 
     def _convert(self, reader: Reader, frame: Any) -> np.ndarray:
         h, w = self.size if self.size is not None else (None, None)
-        return reader.convert.reformat(frame, w, h, self.format).to_ndarray()
+        return reader.convert.reformat(frame, w, h, self.format, threads=1).to_ndarray()
 
     # -- hooks of the decoding skeleton ----------------------------------------------------
 
@@ -352,7 +362,9 @@ class _Video(MediaSource):
         return _probe(self.path, self.stream_index, self._remote)
 
     def _begin(self, reader: Reader) -> None:
-        reader.convert = VideoReformatter()  # one scaler for all frames (as each frame's)
+        # one scaler for all frames, on one thread: the same pixels in every process (the
+        # rows of a frame cut among threads are rounded differently at their edges)
+        reader.convert = VideoReformatter()
 
     def _units(self, reader: Reader, frame: Any) -> list[Any]:
         return [frame]  # converted when delivered: frames skipped after a seek never are
@@ -360,7 +372,11 @@ class _Video(MediaSource):
     def _assemble(self, reader: Reader, chunks: list[Sequence[Any]], a: int, b: int) -> Any:
         h, w = self.size if self.size is not None else (None, None)
         return np.stack(  # ``frame.to_ndarray(format=..., width=..., height=...)``
-            [reader.convert.reformat(f, w, h, self.format).to_ndarray() for c in chunks for f in c]
+            [
+                reader.convert.reformat(f, w, h, self.format, threads=1).to_ndarray()
+                for c in chunks
+                for f in c
+            ]
         )
 
     def _seek_target(self, start: int) -> int | None:
@@ -399,7 +415,8 @@ def video(
 
     Step ``i`` is the ``i``-th frame of a plain decode of the file from its start
     (``container.decode(video=stream_index)``), converted with
-    ``frame.to_ndarray(format=format, width=w, height=h)``. Reading consecutive frames keeps
+    ``frame.to_ndarray(format=format, width=w, height=h, threads=1)`` (one scaling thread:
+    the same pixels in every process). Reading consecutive frames keeps
     the decoder going; reading elsewhere seeks to the last keyframe before the frame asked
     for and decodes from there. The file is opened on the first read, separately in each
     process that reads, so the stream can be handed to worker processes (forked or spawned).

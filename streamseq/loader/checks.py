@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from operator import attrgetter
+from typing import Any
+
 import numpy as np
 
+from .._tree import leaves
 from .._warn import warn
+from ..deliver.torch import torch_dtype
+from ..gather import spec_mismatch
 from ..plan.spec import PlanSpec
+from ..read.ref import StreamRef, describe
 
 
 def check_rows(spec: PlanSpec) -> None:
@@ -66,3 +74,86 @@ def check_rows(spec: PlanSpec) -> None:
         f"{rows} but there are only {have}: {empty} row{'s' * (empty != 1)} stay"
         f"{'s' * (empty == 1)} empty (all padding) in every batch; use {fewer}, or {cut}"
     )
+
+
+def _same_arrays(sources: list, lengths: np.ndarray) -> bool:
+    """Whether numpy arrays (of these non-zero lengths) share one dtype and step shape.
+
+    A quick pass over attributes that cost no new object: the step shape of 1-d arrays
+    is ``()``, that of 2-d arrays their size over their length; only arrays of more axes
+    have their shapes compared.
+    """
+    if len(set(map(attrgetter("dtype"), sources))) > 1:
+        return False
+    ndims = set(map(attrgetter("ndim"), sources))
+    if len(ndims) > 1:
+        return False
+    ndim = ndims.pop()
+    if ndim == 1:
+        return True
+    if ndim == 2:
+        sizes = np.fromiter(map(attrgetter("size"), sources), np.int64, len(sources))
+        widths = sizes // lengths
+        return bool((widths == widths[0]).all())
+    return len({shape[1:] for shape in map(attrgetter("shape"), sources)}) == 1
+
+
+def _holdable(spec: Any) -> bool:
+    """Whether tensors can hold every leaf of ``spec`` (not objects, strings, records)."""
+    try:
+        for leaf in leaves(spec):
+            torch_dtype(leaf.dtype)
+    except TypeError:
+        return False
+    return True
+
+
+def check_step_specs(refs: Sequence[StreamRef], lengths: np.ndarray) -> None:
+    """Refuse streams whose steps differ in dtype or shape, where that is known for free.
+
+    Every stream of a loader must give steps of one dtype (up to byte order) and one
+    step shape, or of one layout of them (a dict or tuple of arrays). What is known
+    without reading is compared (see :meth:`StreamRef.step_spec`: arrays, headers read
+    when the sources were made, probes already done); the other streams are checked as
+    they are read. Empty streams are never read and not compared. A million arrays of
+    one or two axes cost a few passes over attributes that make no new object.
+
+    Args:
+        refs: the streams.
+        lengths: their lengths.
+
+    Raises:
+        StreamError: naming the first stream that differs from an earlier one, and the
+            earlier one, with what differs.
+
+    Example:
+        >>> from streamseq.read.ref import as_refs
+        >>> refs = as_refs([np.zeros((4, 2), np.uint8), np.zeros((3, 2), np.float32)])
+        >>> check_step_specs(refs, np.array([4, 3]))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        streamseq.errors.StreamError: stream 1 (...): dtype float32 differs from ... (stream 0, ...
+    """
+    used = np.flatnonzero(lengths)
+    sources = list(map(attrgetter("source"), refs))
+    if len(used) < len(sources):
+        sources = [sources[i] for i in used.tolist()]
+    if not sources:
+        return
+    if set(map(type, sources)) == {np.ndarray} and _same_arrays(sources, lengths[used]):
+        return
+    first: tuple[int, object] | None = None
+    for i in used.tolist():
+        spec = refs[i].step_spec()
+        if spec is None or not _holdable(spec):  # reading tells what tensors cannot hold
+            continue
+        if first is None:
+            first = (i, spec)
+            continue
+        problem = spec_mismatch(first[1], spec)
+        if problem is not None:
+            raise refs[i].error(
+                f"{problem} (stream {first[0]}, {describe(refs[first[0]].source)}); every "
+                "stream must give steps of one dtype and step shape: convert them "
+                "(np.asarray(x, dtype)) where the streams are made, or in a transform="
+            )

@@ -21,7 +21,7 @@ from ..read.transform import StepInfo
 from ..workers.blocks import Layout, Unblocked
 from ..workers.inline import bounded
 from ..zip_batch import ZipBatch
-from .checks import check_rows
+from .checks import check_rows, check_step_specs
 from .config import LoaderConfig, check_keywords, resolve_rank
 from .run import EpochProgress, Pass, Position
 from .sampler import EpochSampler
@@ -176,6 +176,8 @@ class StreamLoader:
             tuple(identity(r.source) for r in self.refs),
         )
         check_rows(self.spec)
+        if transform is None:  # a transform may give every stream the same steps
+            check_step_specs(self.refs, lengths_)
         config = self.config
         data = DataSpec(self.refs, lengths_, config.transform, self.spec.seed, config.timeout)
         self._reading = Reading(self.spec, self.refs, config.transform, data)

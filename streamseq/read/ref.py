@@ -25,6 +25,7 @@ from .._redact import redact_urls
 from .._tree import leaves, num_steps, tree_map
 from ..errors import StreamError
 from .handle import ProcessLocal
+from .step_spec import step_spec
 
 
 class ArrayTree:
@@ -288,12 +289,31 @@ class StreamRef:
         """Whether this process holds the stream open."""
         return self._opened is not None and self._opened.peek() is not None
 
+    #: the opener's stream's :func:`step_spec`, kept when its length was measured
+    _measured_spec: Any = None
+
     def __len__(self) -> int:
         if self.length is None:
-            self.open()
+            stream = self.open()
             if not is_stream(self.source):  # measured: do not keep the file open for it
+                self._measured_spec = step_spec(stream)  # what its header told, if anything
                 self.close()
         return self.length  # type: ignore[return-value]
+
+    def step_spec(self) -> Any:
+        """Zero-step arrays with the dtype and step shape of the stream, or ``None``.
+
+        Known without reading a step (see :func:`~streamseq.read.step_spec.step_spec`):
+        from a stream given, or from what an opener returned when its length was
+        measured; nothing is opened for it.
+
+        Example:
+            >>> StreamRef(0, np.zeros((4, 3), np.float32)).step_spec().shape
+            (0, 3)
+        """
+        if is_stream(self.source):
+            return step_spec(self.source)
+        return self._measured_spec
 
     def read(self, start: int, stop: int) -> Any:
         """Read steps ``start:stop`` and check that exactly that many came back."""

@@ -57,7 +57,9 @@ def plain_video(path, size=None, format="rgb24"):
     """All frames of a plain decode."""
     kwargs = {} if size is None else {"height": size[0], "width": size[1]}
     with av.open(str(path)) as container:
-        frames = [f.to_ndarray(format=format, **kwargs) for f in container.decode(video=0)]
+        frames = [
+            f.to_ndarray(format=format, threads=1, **kwargs) for f in container.decode(video=0)
+        ]
     return np.stack(frames)
 
 

@@ -131,3 +131,8 @@ def test_empty_file(tmp_path):
     path.write_bytes(b"")
     t = tokens(path, np.int64)
     assert len(t) == 0 and t[0:5].shape == (0,)
+
+
+def test_step_spec_comes_from_the_header(npy, flat):
+    assert tokens(npy).step_spec() == (np.dtype(np.int32), (3,))
+    assert tokens(flat, "<u2").step_spec() == (np.dtype("<u2"), ())

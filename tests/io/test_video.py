@@ -395,3 +395,17 @@ def test_constant_rate_arguments(video_clips):
         video(video_clips["x264_gop5_b2"], fps=10, length=40)
     with pytest.raises(ValueError, match="positive"):
         video(video_clips["x264_gop5_b2"], fps=0)
+
+
+def test_step_spec_is_known_from_size_or_probe_only(video_clips):
+    path = video_clips["x264_gop12_b2"]
+    v = video(path, length=40)
+    assert v.step_spec() is None and v._index is None  # never demuxed for it
+    assert video(path, size=(8, 16), format="gray", length=40).step_spec() == (
+        np.dtype(np.uint8),
+        (8, 16),
+    )
+    v = video(path)
+    len(v)  # the probe: the frame size with it
+    assert v.step_spec() == (np.dtype(np.uint8), (48, 64, 3))
+    assert v[0].shape == v.step_spec()[1]
