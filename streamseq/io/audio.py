@@ -286,6 +286,7 @@ class _Audio(MediaSource):
         if self._samples is None:
             table = self.probe()
             n = _count_samples(self.path, self.stream_index, table, self._remote)
+            self._check_unchanged()  # the count is of the file recorded
             if table.declared is not None:
                 spacing = np.diff(table.offsets)
                 # up to a packet of slack: encoder delay counted in some declared durations

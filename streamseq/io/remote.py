@@ -26,6 +26,7 @@ import io
 import json
 import re
 import time
+import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -56,6 +57,20 @@ def is_url(path: Any) -> bool:
         (True, True, False)
     """
     return isinstance(path, str) and _URL.match(path) is not None
+
+
+def public_url(url: str) -> str:
+    """``url`` without its user information, query and fragment (which may hold secrets).
+
+    Example:
+        >>> public_url("https://me:pw@host:8080/a.mp4?X-Amz-Signature=abc#t=3")
+        'https://host:8080/a.mp4'
+        >>> public_url("s3://bucket/a.npy")
+        's3://bucket/a.npy'
+    """
+    parts = urllib.parse.urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 def _protocol(url: str) -> str:
@@ -333,6 +348,18 @@ class Remote:
 
     def __repr__(self) -> str:
         return f"Remote({describe(self.url)})"
+
+    @property
+    def public_url(self) -> str:
+        """The URL as errors may show it: no user information, query or fragment."""
+        return public_url(self.url)
+
+    def current_state(self) -> dict[str, Any]:
+        """Size, and ETag or modification time, of the file now (a request: see :func:`stat`).
+
+        Compared with :attr:`stat`, what it was when this object was made.
+        """
+        return stat(self.url, self.storage_options)
 
     def open(self, cache_type: str = "readahead") -> RemoteFile:
         """A file object reading it, for this process (see :class:`RemoteFile`)."""
