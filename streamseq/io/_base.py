@@ -263,7 +263,8 @@ class Source:
         """A copy of this source with the given attributes changed, and a handle of its own.
 
         The copy shares everything else with this source (what its file was probed for,
-        the settings left as they are) but nothing open: it opens its own handle (a
+        the record of the file it checks when it opens it, the settings left as they
+        are) but nothing open: it opens its own handle (a
         decoder, a file, a memory map) on its first read in a process, as a new source
         does, whether it is read here, in a forked worker or after pickling. Reading
         either one never moves the other. This source is left unchanged.

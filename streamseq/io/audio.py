@@ -427,7 +427,8 @@ def audio(
         ImportError: ``path`` is a URL and fsspec (or the package of its protocol) is
             missing: ``pip install 'streamseq[remote]'``.
         streamseq.errors.SourceError: a URL cannot be reached (after a few attempts);
-            the file cannot be opened, demuxed or decoded, or ends before its length.
+            the file cannot be opened, demuxed or decoded, or ends before its length;
+            the file changed since the source was made (found when a process opens it).
 
     Example:
         >>> import tempfile, os, av, numpy as np

@@ -18,6 +18,11 @@ for HTTP; ``pip install 'streamseq[remote]'``). Local paths never come here.
   tried :data:`ATTEMPTS` times in all, with a short backoff, before it is a
   :class:`~streamseq.errors.SourceError` naming the URL. A missing file is a
   :class:`FileNotFoundError`, at once.
+- **Changed files.** A source records the ETag (else the size and last modification) of
+  its file when it is made, and each process that opens the file asks again (one
+  request): another one is a :class:`~streamseq.errors.SourceError` naming the URL
+  without its credentials or query (:func:`public_url`). Bytes already fetched, and those
+  of a file replaced while a process reads it, are not checked again.
 """
 
 from __future__ import annotations
@@ -337,7 +342,8 @@ class Remote:
         storage_options: for fsspec.
 
     The file is asked for its size (and ETag) once, here: a missing file is a
-    :class:`FileNotFoundError` when the source is made, as for a local path.
+    :class:`FileNotFoundError` when the source is made, as for a local path. A source
+    compares :attr:`stat` with :meth:`current_state` whenever a process opens the file.
     """
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None):

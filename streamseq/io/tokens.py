@@ -205,7 +205,9 @@ def tokens(
             ``.npy`` header.
         streamseq.errors.SourceError: a bad ``.npy`` header, or a file shorter than its
             header declares or not a whole number of elements; a URL that cannot be
-            reached (after a few attempts).
+            reached (after a few attempts); on a read, a file that changed since the
+            source was made (another size, time, inode, header or ETag: each process
+            checks when it opens the file).
 
     Example:
         >>> import tempfile, os, numpy as np
