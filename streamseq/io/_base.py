@@ -136,7 +136,7 @@ class Source:
     """
 
     #: what identified the file when the source was made (``None``: nothing to check)
-    _state: dict[str, Any] | None = None
+    _file_state: dict[str, Any] | None = None
 
     def __init__(self, close: Callable[[Any], Any] | None = None) -> None:
         self._handle: ProcessLocal[Any] = ProcessLocal(close=close)
@@ -194,7 +194,7 @@ class Source:
 
     def _record_state(self, state: dict[str, Any] | None = None) -> None:
         """Record what identifies the file now (``state`` when measured already)."""
-        self._state = self._current_state() if state is None else state
+        self._file_state = self._current_state() if state is None else state
 
     def _current_state(self) -> dict[str, Any]:
         """What identifies the file of the source now: a ``stat``, or a request for a URL.
@@ -223,10 +223,10 @@ class Source:
             OSError, SourceError: the file could not be measured (a URL that cannot be
                 reached, say).
         """
-        if self._state is None:
+        if self._file_state is None:
             return None
         try:
-            changes = state_changes(self._state, self._current_state())
+            changes = state_changes(self._file_state, self._current_state())
         except FileNotFoundError:
             changes = ["the file no longer exists"]
         if not changes:

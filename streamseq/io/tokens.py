@@ -107,7 +107,7 @@ class _Tokens(Source):
         URL the ETag tells; the header is read only to say what changed.
         """
         state = super()._current_state()
-        if self._npy and (self._remote is None or state_changes(self._state or {}, state)):
+        if self._npy and (self._remote is None or state_changes(self._file_state or {}, state)):
             state.update(self._header_now())
         return state
 
@@ -119,7 +119,7 @@ class _Tokens(Source):
         file = open(self.path, "rb") if self._remote is None else self._remote.open()
         with file:
             if file.read(len(self._header)) == self._header:
-                return {k: v for k, v in (self._state or {}).items() if k in _HEADER_FIELDS}
+                return {k: v for k, v in (self._file_state or {}).items() if k in _HEADER_FIELDS}
             file.seek(0)
             try:
                 return _header_state(*read_npy_header(self.path, file))

@@ -11,7 +11,7 @@ import pickle
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from media import frames_of, plain_audio, plain_video, write_audio, write_video
 from servers import http_folder, http_server  # noqa: F401
@@ -241,45 +241,61 @@ def test_unchanged_http_file_reads_identically(http_server, http_folder):  # noq
 # -- any rewrite ----------------------------------------------------------------------------
 
 DTYPES = ["int8", "uint16", "int32", "float32", "int64", "float64"]
+HOW = ["none", "in place", "rename"]
 
 
 @st.composite
-def rewrites(draw):
-    """A token array, and how its file is rewritten (or not) after the source is made."""
-    dtype = draw(st.sampled_from(DTYPES))
-    n = draw(st.integers(1, 60))
-    seed = draw(st.integers(0, 2**16))
-    how = draw(st.sampled_from(["none", "in place", "rename"]))
-    new_dtype = draw(st.sampled_from(DTYPES))
-    new_n = draw(st.integers(1, 60))
-    return dtype, n, seed, how, new_dtype, new_n
+def files(draw):
+    """The length of a token file, and how it is rewritten (or not) once the loader is made:
+    ``(n, how, new dtype, new n)``."""
+    n = draw(st.integers(1, 40))
+    how = draw(st.sampled_from(HOW))
+    return n, how, draw(st.sampled_from(DTYPES)), draw(st.integers(1, 40))
+
+
+def rewrite(path, how, data):
+    """Write ``data`` over the file at ``path``: in place (same inode) or by a rename."""
+    if how == "in place":
+        np.save(path, data)
+        # file times come from a coarse kernel clock: a rewrite within the same tick keeps
+        # the time (and may keep size and header); a later one, as any real one, does not
+        st_ = os.stat(path)
+        os.utime(path, ns=(st_.st_atime_ns, st_.st_mtime_ns + 1))
+    elif how == "rename":
+        replace(str(path), lambda p: np.save(p, data))
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(case=rewrites(), tbins=st.integers(1, 9))
-def test_batches_are_the_original_steps_or_an_error(tmp_path_factory, case, tbins):
-    dtype, n, seed, how, new_dtype, new_n = case
+@given(
+    dtype=st.sampled_from(DTYPES),
+    cases=st.lists(files(), min_size=1, max_size=3),
+    tbins=st.integers(1, 9),
+    workers=st.sampled_from([0, 2]),
+    seed=st.integers(0, 2**16),
+)
+def test_batches_are_the_original_steps_or_an_error(
+    tmp_path_factory, dtype, cases, tbins, workers, seed
+):
     folder = tmp_path_factory.mktemp("rewrite")
     rng = np.random.default_rng(seed)
-    original = rng.integers(0, 100, n).astype(dtype)
-    path = npy(folder / "a.npy", original)
-    source = tokens(path)
-    if how != "none":
-        new = rng.integers(0, 100, new_n).astype(new_dtype)
-        if how == "in place":
-            np.save(path, new)
-            # the kernel stamps times from a coarse clock: a rewrite within the same tick
-            # keeps the time; a later one (any real rewrite) does not
-            st_ = os.stat(path)
-            os.utime(path, ns=(st_.st_atime_ns, st_.st_mtime_ns + 1))
-        else:
-            replace(str(path), lambda p: np.save(p, new))
+    originals, sources, paths = [], [], []
+    for i, (n, _, _, _) in enumerate(cases):
+        originals.append(rng.integers(0, 100, n).astype(dtype))
+        paths.append(npy(folder / f"{i}.npy", originals[-1]))
+        sources.append(tokens(paths[-1]))
+    loader = StreamLoader(sources, min(2, len(sources)), tbins, num_workers=workers)
+    for path, (_, how, new_dtype, new_n) in zip(paths, cases, strict=True):
+        rewrite(path, how, rng.integers(0, 100, new_n).astype(new_dtype))
+    changed = {str(p) for p, c in zip(paths, cases, strict=True) if c[1] != "none"}
     try:
-        batches = list(StreamLoader([source], 1, tbins))
+        batches = list(loader)
     except SourceError as e:
-        assert how != "none" and e.path == str(path)
+        event(f"workers={workers}: a SourceError")
+        assert e.path in changed
+        assert "changed since the source was made" in str(e)
         return
-    assert how == "none"
-    check_continuity(batches, [n], sources=[original])
+    event(f"workers={workers}: the original steps")
+    assert not changed
+    check_continuity(batches, [len(a) for a in originals], sources=originals)
