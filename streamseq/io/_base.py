@@ -264,10 +264,10 @@ class Source:
 
         The copy shares everything else with this source (what its file was probed for,
         the record of the file it checks when it opens it, the settings left as they
-        are) but nothing open: it opens its own handle (a
-        decoder, a file, a memory map) on its first read in a process, as a new source
-        does, whether it is read here, in a forked worker or after pickling. Reading
-        either one never moves the other. This source is left unchanged.
+        are) but nothing open: it opens its own handle (a decoder, a file, a memory map)
+        on its first read in a process, as a new source does, whether it is read here,
+        in a forked worker or after pickling. Reading either one never moves the other.
+        This source is left unchanged.
 
         Attributes are set as given: what a source derives from them when it is made is
         not derived again (change it too, e.g. ``length``).
