@@ -1,22 +1,35 @@
-"""Common machinery of the sources: slicing rules and the per-process handle.
+"""Common machinery of the sources: slicing rules, the per-process handle, file checks.
 
 A source is a picklable sequence of timesteps. Whatever it reads from (a decoder, a
 memory map) is its handle: a :class:`~streamseq.read.handle.ProcessLocal`, opened on the
 first read in the process that reads, made anew in a forked child (which never frees the
 parent's) and dropped when the source is pickled for a spawned worker.
+
+A source that reads a file records, when it is made (when what its length depends on is
+measured), what identifies the file: its inode, size and modification time (with what a
+source adds, the header of a ``.npy`` file), or the ETag a server gives (else its size and
+last modification). The record travels with the source to the workers. Every time a
+handle is opened, in any process, the file is measured again (a ``stat``, a request for a
+URL) and a file that changed is a :class:`~streamseq.errors.SourceError` saying what
+changed, instead of steps read from another file than the one planned. A handle already
+open is not checked again: it keeps reading what it opened (a file replaced by a rename
+leaves the open one, the planned data, in place; a file rewritten in place under an open
+handle is the one change this does not catch).
 """
 
 from __future__ import annotations
 
 import copy
+import datetime
 import errno
 import operator
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import numpy as np
 
+from streamseq.errors import SourceError
 from streamseq.read.handle import ProcessLocal
 
 _S = TypeVar("_S", bound="Source")
@@ -35,6 +48,68 @@ def check_file(path: str | os.PathLike) -> str:
     if not os.path.isfile(path):
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
     return path
+
+
+def file_state(path: str, st: os.stat_result | None = None) -> dict[str, Any]:
+    """What identifies the content of a local file: its size, modification time and inode.
+
+    Args:
+        path: the file.
+        st: its ``stat`` already taken (an ``os.fstat`` of the file opened), if any.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.NamedTemporaryFile() as f:
+        ...     sorted(file_state(f.name))
+        ['inode', 'mtime_ns', 'size']
+    """
+    st = os.stat(path) if st is None else st
+    return {"size": int(st.st_size), "mtime_ns": int(st.st_mtime_ns), "inode": int(st.st_ino)}
+
+
+def _when(ns: int) -> str:
+    """A modification time in nanoseconds as an ISO time (UTC, microseconds)."""
+    moment = datetime.datetime.fromtimestamp(ns / 1e9, datetime.timezone.utc)
+    return moment.isoformat(sep=" ", timespec="microseconds").replace("+00:00", " UTC")
+
+
+#: how a change of each field of a file's state is told, in this order
+_CHANGES: dict[str, Callable[[Any, Any], str]] = {
+    "npy": lambda old, new: "no longer a readable .npy file",
+    "dtype": lambda old, new: f"dtype {old} -> {new}",
+    "shape": lambda old, new: f"shape {old} -> {new}",
+    "order": lambda old, new: f"order {old} -> {new}",
+    "offset": lambda old, new: f"data offset {old} -> {new} bytes",
+    "size": lambda old, new: f"size {old} -> {new} bytes",
+    "etag": lambda old, new: "ETag changed",
+    "mtime": lambda old, new: f"last modified {old} -> {new}",
+    "inode": lambda old, new: "replaced by another file (a new inode)",
+    "mtime_ns": lambda old, new: f"modified {_when(old)} -> {_when(new)}",
+}
+
+
+def state_changes(before: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """What differs between two states of a file, told in words (fields in both only).
+
+    Example:
+        >>> state_changes({"size": 4000, "dtype": "int32"}, {"size": 8000, "dtype": "float32"})
+        ['dtype int32 -> float32', 'size 4000 -> 8000 bytes']
+        >>> state_changes({"etag": "a", "mtime_ns": 1}, {"etag": "b"})
+        ['ETag changed']
+    """
+    changed = [k for k in before if k in now and before[k] != now[k]]
+    order = {k: i for i, k in enumerate(_CHANGES)}
+    changed.sort(key=lambda k: order.get(k, len(order)))
+    return [_change(k, before[k], now[k]) for k in changed]
+
+
+def _change(field: str, old: Any, new: Any) -> str:
+    """How a change of one field of a file's state is told."""
+    tell = _CHANGES.get(field)
+    return tell(old, new) if tell is not None else f"{field} {old} -> {new}"
 
 
 def slice_bounds(key: slice, n: int) -> tuple[int, int]:
@@ -62,6 +137,9 @@ class Source:
             nothing it refers to); ``None`` when dropping the handle is enough.
     """
 
+    #: what identified the file when the source was made (``None``: nothing to check)
+    _file_state: dict[str, Any] | None = None
+
     def __init__(self, close: Callable[[Any], Any] | None = None) -> None:
         self._handle: ProcessLocal[Any] = ProcessLocal(close=close)
 
@@ -86,7 +164,82 @@ class Source:
 
     def _locked_read(self, a: int, b: int) -> Any:
         with self._lock():
-            return self._read(self._handle.get(self._open), a, b)
+            return self._read(self._handle.get(self._open_checked), a, b)
+
+    def _open_checked(self) -> Any:
+        """A new handle (:meth:`_open`), once the file is found unchanged since it was made.
+
+        The file is measured after it is opened: a change before then is seen (a file
+        replaced by a rename after the opening is reported too, although the handle reads
+        the former one). A failure to open a file that changed is reported as the change.
+
+        Raises:
+            SourceError: the file changed (the handle just opened is released).
+        """
+        try:
+            handle = self._open()
+        except Exception as e:
+            try:
+                changed = self._change()
+            except Exception:  # measuring failed too: the failure to open tells more
+                raise e from None
+            if changed is not None:
+                raise changed from e
+            raise
+        try:
+            self._check_unchanged()
+        except BaseException:
+            self._handle.set(handle)  # released with the source's close function
+            self._handle.close()
+            raise
+        return handle
+
+    def _record_state(self, state: dict[str, Any] | None = None) -> None:
+        """Record what identifies the file now (``state`` when measured already)."""
+        self._file_state = self._current_state() if state is None else state
+
+    def _current_state(self) -> dict[str, Any]:
+        """What identifies the file of the source now: a ``stat``, or a request for a URL.
+
+        Sources with a file set ``path`` (and ``_remote`` for a URL); a source adds what
+        it reads of the file (a header) by extending this.
+        """
+        remote = getattr(self, "_remote", None)
+        if remote is not None:
+            return remote.current_state()
+        return file_state(self.path)  # type: ignore[attr-defined]
+
+    def _check_unchanged(self) -> None:
+        """Raise a :class:`SourceError` when the file differs from the one recorded.
+
+        Nothing is checked for a source that recorded nothing (no file).
+        """
+        changed = self._change()
+        if changed is not None:
+            raise changed
+
+    def _change(self) -> SourceError | None:
+        """The error saying how the file changed since it was recorded, or ``None``.
+
+        Raises:
+            OSError, SourceError: the file could not be measured (a URL that cannot be
+                reached, say).
+        """
+        if self._file_state is None:
+            return None
+        try:
+            changes = state_changes(self._file_state, self._current_state())
+        except FileNotFoundError:
+            changes = ["the file no longer exists"]
+        if not changes:
+            return None
+        remote = getattr(self, "_remote", None)
+        where = remote.public_url if remote is not None else self.path  # type: ignore[attr-defined]
+        return SourceError(
+            where,
+            f"changed since the source was made ({', '.join(changes)}): its steps would not "
+            "be the ones planned; make the source again to read the new file",
+        )
 
     def _lock(self) -> Any:
         """The lock of this process's handle.
@@ -99,7 +252,7 @@ class Source:
 
     def _restart(self) -> Any:
         """Open a new handle for this process in place of the current one, and return it."""
-        handle = self._open()
+        handle = self._open_checked()
         self._handle.set(handle)
         return handle
 
@@ -112,10 +265,11 @@ class Source:
         """A copy of this source with the given attributes changed, and a handle of its own.
 
         The copy shares everything else with this source (what its file was probed for,
-        the settings left as they are) but nothing open: it opens its own handle (a
-        decoder, a file, a memory map) on its first read in a process, as a new source
-        does, whether it is read here, in a forked worker or after pickling. Reading
-        either one never moves the other. This source is left unchanged.
+        the record of the file it checks when it opens it, the settings left as they
+        are) but nothing open: it opens its own handle (a decoder, a file, a memory map)
+        on its first read in a process, as a new source does, whether it is read here,
+        in a forked worker or after pickling. Reading either one never moves the other.
+        This source is left unchanged.
 
         Attributes are set as given: what a source derives from them when it is made is
         not derived again (change it too, e.g. ``length``).

@@ -236,6 +236,7 @@ class MediaSource(Source, ABC):
         super().__init__(close=Reader.close)
         self._remote = locate(path, storage_options)
         self.path = path if self._remote is not None else check_file(path)
+        self._record_state(None if self._remote is None else dict(self._remote.stat))
         self.stream_index = stream_index
         self.length = None if length is None else int(length)
         self._index: Any = None
@@ -245,9 +246,16 @@ class MediaSource(Source, ABC):
         return f"{self.kind}({self.path!r})"
 
     def probe(self) -> Any:
-        """Demux the file once (no decoding); the result travels with the object."""
+        """Demux the file once (no decoding); the result travels with the object.
+
+        Raises:
+            SourceError: the file changed since the source was made (what the demuxing
+                found may be of the new file).
+        """
         if self._index is None:
-            self._index = self._demux()
+            index = self._demux()
+            self._check_unchanged()
+            self._index = index
         return self._index
 
     # -- the skeleton ----------------------------------------------------------------------

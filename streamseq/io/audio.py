@@ -286,6 +286,7 @@ class _Audio(MediaSource):
         if self._samples is None:
             table = self.probe()
             n = _count_samples(self.path, self.stream_index, table, self._remote)
+            self._check_unchanged()  # the count is of the file recorded
             if table.declared is not None:
                 spacing = np.diff(table.offsets)
                 # up to a packet of slack: encoder delay counted in some declared durations
@@ -426,7 +427,8 @@ def audio(
         ImportError: ``path`` is a URL and fsspec (or the package of its protocol) is
             missing: ``pip install 'streamseq[remote]'``.
         streamseq.errors.SourceError: a URL cannot be reached (after a few attempts);
-            the file cannot be opened, demuxed or decoded, or ends before its length.
+            the file cannot be opened, demuxed or decoded, or ends before its length;
+            the file changed since the source was made (found when a process opens it).
 
     Example:
         >>> import tempfile, os, av, numpy as np

@@ -18,6 +18,11 @@ for HTTP; ``pip install 'streamseq[remote]'``). Local paths never come here.
   tried :data:`ATTEMPTS` times in all, with a short backoff, before it is a
   :class:`~streamseq.errors.SourceError` naming the URL. A missing file is a
   :class:`FileNotFoundError`, at once.
+- **Changed files.** A source records the ETag (else the size and last modification) of
+  its file when it is made, and each process that opens the file asks again (one
+  request): another one is a :class:`~streamseq.errors.SourceError` naming the URL
+  without its credentials or query (:func:`public_url`). Bytes already fetched, and those
+  of a file replaced while a process reads it, are not checked again.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import io
 import json
 import re
 import time
+import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -56,6 +62,20 @@ def is_url(path: Any) -> bool:
         (True, True, False)
     """
     return isinstance(path, str) and _URL.match(path) is not None
+
+
+def public_url(url: str) -> str:
+    """``url`` without its user information, query and fragment (which may hold secrets).
+
+    Example:
+        >>> public_url("https://me:pw@host:8080/a.mp4?X-Amz-Signature=abc#t=3")
+        'https://host:8080/a.mp4'
+        >>> public_url("s3://bucket/a.npy")
+        's3://bucket/a.npy'
+    """
+    parts = urllib.parse.urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 def _protocol(url: str) -> str:
@@ -322,7 +342,8 @@ class Remote:
         storage_options: for fsspec.
 
     The file is asked for its size (and ETag) once, here: a missing file is a
-    :class:`FileNotFoundError` when the source is made, as for a local path.
+    :class:`FileNotFoundError` when the source is made, as for a local path. A source
+    compares :attr:`stat` with :meth:`current_state` whenever a process opens the file.
     """
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None):
@@ -333,6 +354,18 @@ class Remote:
 
     def __repr__(self) -> str:
         return f"Remote({describe(self.url)})"
+
+    @property
+    def public_url(self) -> str:
+        """The URL as errors may show it: no user information, query or fragment."""
+        return public_url(self.url)
+
+    def current_state(self) -> dict[str, Any]:
+        """Size, and ETag or modification time, of the file now (a request: see :func:`stat`).
+
+        Compared with :attr:`stat`, what it was when this object was made.
+        """
+        return stat(self.url, self.storage_options)
 
     def open(self, cache_type: str = "readahead") -> RemoteFile:
         """A file object reading it, for this process (see :class:`RemoteFile`)."""

@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from streamseq.errors import SourceError
-from streamseq.io._base import Source, check_file
+from streamseq.io._base import Source, check_file, file_state, state_changes
 from streamseq.io._npy import RemoteArray, read_npy_header
 from streamseq.io.remote import locate
 
@@ -27,16 +27,24 @@ class _Tokens(Source):
         self._remote = locate(path, storage_options)
         if self._remote is None:
             self.path = check_file(path)
-            size = os.path.getsize(self.path)
             file = open(self.path, "rb")
+            state = file_state(self.path, os.fstat(file.fileno()))  # of the file read here
+            size = state["size"]
         else:
             self.path, size = path, self._remote.size
+            state = dict(self._remote.stat)
             file = self._remote.open()
         with file:
             is_npy = file.read(len(_NPY_MAGIC)) == _NPY_MAGIC
             file.seek(0)
             header = read_npy_header(self.path, file) if is_npy else None
+            self._header = b""  # the bytes of the .npy header, to compare on each open
+            if header is not None:
+                file.seek(0)
+                self._header = file.read(header[3])
+        self._npy = header is not None
         if header is not None:
+            state.update(_header_state(*header))
             shape, fortran, file_dtype, offset = header
             if dtype is not None and np.dtype(dtype) != file_dtype:
                 raise ValueError(
@@ -64,6 +72,7 @@ class _Tokens(Source):
             raise SourceError(self.path, f"truncated: {size} bytes, {expected} expected")
         self.shape = tuple(int(n) for n in shape)
         self.offset = offset
+        self._record_state(state)
 
     def __repr__(self) -> str:
         return f"tokens({self.path!r})"
@@ -89,6 +98,34 @@ class _Tokens(Source):
     def _read(self, handle: Any, a: int, b: int) -> np.ndarray:
         return handle[a:b]
 
+    def _current_state(self) -> dict[str, Any]:
+        """The file's ``stat`` (or ETag) and, for a ``.npy`` file, its header.
+
+        The header of a local file is read every time (a few hundred bytes): a file
+        rewritten in place within the resolution of the clock that stamps modification
+        times keeps its inode, and may keep its size and time, but not its header. At a
+        URL the ETag tells; the header is read only to say what changed.
+        """
+        state = super()._current_state()
+        if self._npy and (self._remote is None or state_changes(self._file_state or {}, state)):
+            state.update(self._header_now())
+        return state
+
+    def _header_now(self) -> dict[str, Any]:
+        """What the header of the ``.npy`` file says now (``{"npy": False}``: unreadable).
+
+        Parsed only when its bytes differ from those read when the source was made.
+        """
+        file = open(self.path, "rb") if self._remote is None else self._remote.open()
+        with file:
+            if file.read(len(self._header)) == self._header:
+                return {k: v for k, v in (self._file_state or {}).items() if k in _HEADER_FIELDS}
+            file.seek(0)
+            try:
+                return _header_state(*read_npy_header(self.path, file))
+            except SourceError:
+                return {"npy": False}
+
     def _empty(self) -> np.ndarray:
         return np.zeros((0, *self.shape[1:]), self.dtype)
 
@@ -102,8 +139,30 @@ class _Tokens(Source):
         A file at a URL is read whole, into memory.
         """
         with self._lock():
-            handle = self._handle.get(self._open)
+            handle = self._handle.get(self._open_checked)
             return handle[:] if isinstance(handle, RemoteArray) else handle
+
+
+#: the fields of the state of a ``.npy`` file that its header gives
+_HEADER_FIELDS = ("npy", "dtype", "shape", "order", "offset")
+
+
+def _header_state(
+    shape: tuple[int, ...], fortran: bool, dtype: np.dtype, offset: int
+) -> dict[str, Any]:
+    """The fields of a ``.npy`` header that identify the file with its ``stat``.
+
+    Example:
+        >>> _header_state((3, 2), False, np.dtype("int16"), 128)
+        {'npy': True, 'dtype': 'int16', 'shape': (3, 2), 'order': 'C', 'offset': 128}
+    """
+    return {
+        "npy": True,
+        "dtype": str(dtype),
+        "shape": tuple(int(n) for n in shape),
+        "order": "F" if fortran else "C",
+        "offset": int(offset),
+    }
 
 
 def _close(handle: Any) -> None:
@@ -150,7 +209,9 @@ def tokens(
             ``.npy`` header.
         streamseq.errors.SourceError: a bad ``.npy`` header, or a file shorter than its
             header declares or not a whole number of elements; a URL that cannot be
-            reached (after a few attempts).
+            reached (after a few attempts); on a read, a file that changed since the
+            source was made (another size, time, inode, header or ETag: each process
+            checks when it opens the file).
 
     Example:
         >>> import tempfile, os, numpy as np

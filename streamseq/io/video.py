@@ -469,7 +469,8 @@ def video(
         streamseq.errors.SourceError: a URL cannot be reached (after a few attempts);
             the file cannot be opened or demuxed, has no video
             stream or no decoder for it (a damaged codec description), or decodes to fewer
-            frames than its length (on the read that finds out).
+            frames than its length (on the read that finds out); the file changed since
+            the source was made (found when a process opens it or demuxes it).
 
     Example:
         >>> import tempfile, os, av, numpy as np

@@ -107,6 +107,33 @@ def test_audio_and_events_batches_equal_local(served, workers):
     assert_same(batches, list(StreamLoader(local * 2, 2, 7)))
 
 
+@pytest.mark.parametrize("kind", SERVERS)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_changed_file_is_an_error(kind, workers, files, s3_server, http_server):  # noqa: F811
+    base, options = where(kind, files, s3_server, http_server)
+    name = f"changes-{workers}.npy"
+
+    def put(data):
+        np.save(files / name, data)
+        if kind == "s3":
+            s3_server.upload(files / name)
+
+    data = np.arange(100, dtype=np.int32).reshape(50, 2)  # steps as those of t2.npy
+    put(data)
+    sources = [tokens(f"{base}/t2.npy", storage_options=options)]
+    sources.append(tokens(f"{base}/{name}", storage_options=options))
+    put(data.astype(np.float32))  # the same size, another ETag
+    with pytest.raises(SourceError) as info:
+        list(StreamLoader(sources, 2, 8, num_workers=workers))
+    error = info.value
+    assert error.path == f"{base}/{name}" and error.index == 1
+    assert "ETag changed" in str(error) and "dtype int32 -> float32" in str(error)
+    assert "testing" not in str(error)  # the credentials of the bucket
+    put(data)  # back: the same bytes, the same ETag again
+    batches = list(StreamLoader(sources, 2, 8, num_workers=workers))
+    check_continuity(batches, [45, 50], sources=[tokens(files / "t2.npy"), data])
+
+
 def test_random_access(served):
     base, options, folder = served
     v = video(f"{base}/a.mp4", storage_options=options)

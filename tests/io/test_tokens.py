@@ -82,6 +82,24 @@ def test_read_in_worker_process(flat, method):
     np.testing.assert_array_equal(got, np.arange(40, 45))
 
 
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_worker_opening_a_changed_file_raises(npy, method):
+    t = tokens(npy)
+    t[0:10]  # open here: this process goes on reading the file it mapped
+    np.save(npy, np.arange(300, dtype=np.float32).reshape(100, 3))  # same size
+    with multiprocessing.get_context(method).Pool(1) as pool:
+        with pytest.raises(SourceError, match=r"tokens.npy: changed .*dtype int32 -> float32"):
+            pool.apply(operator.getitem, (t, slice(40, 45)))
+
+
+def test_replaced_copy_checks_the_same_file(npy):
+    t = tokens(npy)
+    copy = t.replace(order="C")
+    np.save(npy, np.arange(600, dtype=np.int32).reshape(200, 3))
+    with pytest.raises(SourceError, match=r"shape \(100, 3\) -> \(200, 3\)"):
+        copy[0:2]
+
+
 def test_dtype_errors(flat, npy):
     with pytest.raises(ValueError, match="dtype"):
         tokens(flat)

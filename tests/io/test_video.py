@@ -133,6 +133,24 @@ def test_read_in_worker_process(method, video_clips, references):
     np.testing.assert_array_equal(v[3:6], ref[3:6])  # the parent's decoder goes on
 
 
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_worker_opening_a_replaced_video_raises(method, tmp_path):
+    path = write_video(tmp_path / "a.mp4", 20)
+    ref = plain_video(path)
+    v = video(path)
+    assert len(v) == 20
+    v[0:3]  # the open decoder goes on with the file it opened
+    write_video(tmp_path / "b.mp4", 30)
+    (tmp_path / "b.mp4").replace(path)
+    with multiprocessing.get_context(method).Pool(1) as pool:
+        with pytest.raises(SourceError, match=r"a.mp4: changed .*replaced by another file"):
+            pool.apply(operator.getitem, (v, slice(3, 9)))
+    np.testing.assert_array_equal(v[3:6], ref[3:6])  # the former file, still open here
+    fps = v.at_fps(10)  # a copy: it opens a decoder of its own, and checks the file
+    with pytest.raises(SourceError, match="changed since the source was made"):
+        fps[0:2]
+
+
 def _drop_and_collect(stream):
     stream.close()
     gc.collect()
