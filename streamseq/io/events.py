@@ -49,6 +49,7 @@ class _Events(Source):
             path = os.fspath(source)
             self._remote = locate(path, storage_options)
             self.path = path if self._remote is not None else check_file(path)
+            self._record_state(None if self._remote is None else dict(self._remote.stat))
             self.array = None
             recording = self._load()
         names = recording.dtype.names or ()

@@ -299,3 +299,15 @@ def test_batches_are_the_original_steps_or_an_error(
     event(f"workers={workers}: the original steps")
     assert not changed
     check_continuity(batches, [len(a) for a in originals], sources=originals)
+
+
+def test_an_events_file_that_changed_is_named(tmp_path):
+    from streamseq.io import events, synthetic_events
+
+    path = str(tmp_path / "ev.npy")
+    np.save(path, synthetic_events(height=8, width=8, duration_us=20_000, seed=0))
+    source = events(path, window_us=1000, height=8, width=8)
+    longer = synthetic_events(height=8, width=8, duration_us=40_000, seed=1)
+    np.save(path, longer)
+    with pytest.raises(SourceError, match=r"ev\.npy.*changed"):
+        source[0:2]
