@@ -10,7 +10,7 @@ worker processes, side by side in one run:
   main process assembles each batch with one copy into torch tensors. Its workers start
   at every pass; a second row keeps them (``persistent_workers=True``).
 - ``seqtools``: ``seqtools.prefetch(batches, nworkers=2, method="process", shm_size=...)``
-  over ``zip_batch([tbin(row, T) for row in interleave_streams(streams, B)])``: whole
+  over ``zip_batch([tbin(row, T) for row in interleave_streams(streams, B, tbins=T)])``: whole
   batches are jobs on one queue, taken by whichever worker is free; a worker pickles the
   batch into a slot of shared memory and the main process gets numpy views of that slot
   (no copy; a slot is free again once the batch is dropped).
@@ -138,7 +138,7 @@ def pipeline(kind: str, streams: list[Any], b: int, t: int, spec: Any, **extra: 
         return streamseq.StreamLoader(
             streams, b, t, num_workers=WORKERS, persistent_workers=True, **extra
         )
-    rows = streamseq.interleave_streams(streams, b)
+    rows = streamseq.interleave_streams(streams, b, tbins=t)  # the loader's plan
     if kind == "seqtools":
         shm = shm_for(b, t, spec)
         return seqtools.prefetch(zipped(rows, t, spec), WORKERS, "process", shm_size=shm)
@@ -304,7 +304,7 @@ def owners(job: dict) -> dict:
     import streamseq
 
     streams, b, t, spec = sources(job["workload"], job["count"], job["data"])
-    rows = streamseq.interleave_streams(streams, b)
+    rows = streamseq.interleave_streams(streams, b, tbins=t)  # the loader's plan
     batches = zipped(rows, t, spec)
     pids = list(
         seqtools.prefetch(
