@@ -22,6 +22,7 @@ from .workers.failures import (
 )
 from .workers.processes import ProcessWorkers
 from .workers.threads import ThreadWorkers
+from .workers.timing import Timing
 from .workers.window import Window
 
 logger = logging.getLogger(__name__)
@@ -72,6 +73,7 @@ class Prefetched:
         self._iterating = 0
         self.grown = 0  # times the slots grew for an item larger than a slot
         self.pickled = 0  # items pickled through a pipe: no slot was free
+        self.timing = Timing()  # what the workers spent reading and idle, all along
         ownership.track(self)
 
     def forked(self) -> None:
@@ -176,13 +178,18 @@ class Prefetched:
             except (NoResult, WorkerGone):  # stuck on, or died with, an item left behind
                 logger.info("persistent workers replaced: an item left behind did not come")
             else:
+                self.timing.restart()  # (they idled since their last item, unasked)
                 self._window = Window(self._workers, i, self._end(i), window.depth)
                 return
         self._stop()
         if i >= self.length:
             return
+        timing = self.timing
+        timing.restart()
         if self.method == "thread":
-            workers: Any = ThreadWorkers(self.seq, self.num_workers, self.start_hook, self.timeout)
+            workers: Any = ThreadWorkers(
+                self.seq, self.num_workers, self.start_hook, self.timeout, timing
+            )
             depth = self.max_buffered
         else:
             workers = ProcessWorkers(
@@ -192,6 +199,7 @@ class Prefetched:
                 self.slot_size,
                 self.start_hook,
                 self.timeout,
+                timing,
             )
             depth = self.max_buffered - 2  # two slots stay free for the items being used
         self._workers, self._window = workers, Window(workers, i, self._end(i), depth)

@@ -1,4 +1,4 @@
-"""A pass over a loader's batches, and the position it reports."""
+"""A pass over a loader's batches, the position it reports, and its figures."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from ..deliver.assemble import Assembled
 from ..deliver.background import Background
 from ..deliver.pin import PinMemory
 from ..prefetch import Prefetched
+from .stats import Latest, Meter
 
 
 class EpochProgress(NamedTuple):
@@ -58,8 +59,10 @@ class Pass:
     """One pass over the batches of an epoch, from ``position.next`` to ``stop``.
 
     It reads ``batches`` and reports where it stands in ``position`` (its loader's
-    state reads it); it never touches the loader. A closed pass delivers nothing more;
-    one superseded by a newer pass says so (see :meth:`StreamLoader.__iter__`).
+    state reads it), and its figures in ``meter`` (:mod:`.stats`: reported to ``latest``
+    at its first batch, logged when it ends); it never touches the loader. A closed
+    pass delivers nothing more; one superseded by a newer pass says so (see
+    :meth:`StreamLoader.__iter__`).
 
     Args:
         position: where it starts, updated as batches are delivered.
@@ -72,6 +75,8 @@ class Pass:
         failed: called when reading a batch raised, after the pass is closed: the
             loader stops its persistent workers there, all of them (the next pass
             starts new ones).
+        meter: where its figures are kept (a meter of its own by default).
+        latest: told of ``meter`` when the pass delivers its first batch.
     """
 
     def __init__(
@@ -83,6 +88,8 @@ class Pass:
         prefetchers: list[Prefetched],
         newer_running: Callable[[Pass], bool],
         failed: Callable[[], None] | None = None,
+        meter: Meter | None = None,
+        latest: Latest | None = None,
     ):
         self.position, self.batches, self.stop = position, batches, stop
         self.groups, self.prefetchers = groups, prefetchers
@@ -91,6 +98,8 @@ class Pass:
         self.closed = False
         self.superseded = False
         self.background: Background | None = None
+        self.meter = Meter(-1) if meter is None else meter
+        self.latest = latest
 
     def __iter__(self) -> Pass:
         return self
@@ -111,6 +120,7 @@ class Pass:
             raise StopIteration
         if self.background is not None and self.background.pid != os.getpid():
             self.background = None  # forked during the pass: the thread is the parent's
+        asked = self.meter.asked()
         try:
             if not self.batches.share and self.batches.pin:
                 if self.background is None:
@@ -123,14 +133,19 @@ class Pass:
             if self.failed is not None:
                 self.failed()
             raise
+        self.meter.delivered(batch.valid, asked)
+        if self.next == self.start and self.latest is not None:
+            self.latest.started(self.meter)
         self.next = self.position.next = self.next + 1
         self.position.pending = False  # a loaded position is used once
         self.position.started = True
         return batch
 
-    def close(self) -> None:
-        """Stop the pinning thread and the worker processes."""
+    def close(self, log: bool = True) -> None:
+        """Stop the pinning thread and the worker processes; log the pass's figures once."""
         self.closed = True
+        if self.meter.end() and log:
+            self.meter.log()
         if self.background is not None:
             self.background.close()
             self.background = None
@@ -142,6 +157,6 @@ class Pass:
 
     def __del__(self) -> None:
         try:
-            self.close()
+            self.close(log=False)  # (perhaps at interpreter shutdown)
         except Exception:
             pass

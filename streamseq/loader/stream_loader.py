@@ -26,6 +26,7 @@ from .config import LoaderConfig, check_keywords, resolve_rank
 from .run import EpochProgress, Pass, Position
 from .sampler import EpochSampler
 from .spec import DataSpec
+from .stats import Latest, Meter, PassStats
 from .topology import EpochOf, Reading, Workers, group_block_size
 
 #: attributes read from the plan's spec and from the configuration
@@ -187,6 +188,7 @@ class StreamLoader:
         self._deferred: int | None = None  # set during a pass: the epoch of the next one
         self._position = Position(0)  # that of the last pass, or the one loaded
         self._active: weakref.ref | None = None
+        self._latest = Latest()  # the figures of the latest pass
         self._whole: tuple[Any, ZipBatch] | None = None
         self._lock = ProcessLocal(threading.RLock)  # plan and in-process reads; per process
 
@@ -232,7 +234,7 @@ class StreamLoader:
         """
         state = self.__dict__.copy()
         state["_lock"] = ProcessLocal(threading.RLock)
-        state["_active"], state["_whole"] = None, None
+        state["_active"], state["_whole"], state["_latest"] = None, None, Latest()
         state["_workers"] = Workers(self.config, self.refs)
         state["_position"] = self._position.copy()
         return state
@@ -315,6 +317,33 @@ class StreamLoader:
         before = self._epochs.before_of(self._epoch)
         position = self._position
         return EpochProgress(self._epoch, before + position.next, before + len(self))
+
+    @property
+    def stats(self) -> PassStats:
+        """Figures of the pass in progress, or of the last one: is data the bottleneck.
+
+        Batches and steps delivered, steps per second, and ``wait_fraction``: the share
+        of the pass the training loop spent in ``next()`` waiting for a batch (near 0 the
+        model is the bottleneck, near 1 the data), with where each worker's time went
+        (:class:`~streamseq.loader.PassStats`). Measuring costs a few clock reads and
+        one count of ``valid`` a batch; it is always on. At the end of every pass the
+        same figures go to the ``streamseq`` logger (INFO)::
+
+            bar = tqdm(loader)
+            for batch in bar:
+                ...
+                bar.set_postfix(loader.stats.postfix())  # steps/s=22.6k, wait=3%
+
+        Example:
+            >>> import numpy as np
+            >>> loader = StreamLoader([np.arange(5), np.arange(3)], batch_size=2, tbins=2)
+            >>> for batch in loader:
+            ...     pass
+            >>> stats = loader.stats
+            >>> stats.batches, stats.steps, stats.padding_steps, stats.running
+            (3, 8, 4, False)
+        """
+        return self._latest.stats(self._epoch)
 
     def plan(self) -> EpochPlan:
         """The plan of the current epoch (computed once per epoch, or once for all)."""
@@ -518,14 +547,15 @@ class StreamLoader:
 
     def _open_pass(self, position: Position) -> Pass:
         """A pass from ``position``: read here, or by workers (new or persistent)."""
-        config, plan = self.config, self.plan()
-        stop = plan.length
+        config, plan, latest = self.config, self.plan(), self._latest
+        stop, running = plan.length, self._newer_running
         rows = self._reading.rows(plan)
         workers = min(config.num_workers, len(rows))
         if workers == 0:
             groups: list[Any] = [self._in_process()]
             batches = Assembled(groups, config.pin_memory, config.time_major, share=True)
-            return Pass(position, batches, stop, groups, [], self._newer_running)
+            meter = Meter(plan.epoch)
+            return Pass(position, batches, stop, groups, [], running, None, meter, latest)
         zips = self._reading.groups(plan, rows, workers)
         sizes = [group_block_size(g, self.tbins) for g in zips]
         started = self._workers.start(zips, self._reading, self._epochs)
@@ -540,7 +570,8 @@ class StreamLoader:
         groups = [Unblocked(b, k, stop) for b, k in zip(blocks, sizes, strict=True)]
         batches = Assembled(groups, config.pin_memory, config.time_major, share=False)
         failed = self._workers.stop if config.persistent_workers else None
-        return Pass(position, batches, stop, groups, prefetchers, self._newer_running, failed)
+        meter = Meter(plan.epoch, [pf.timing for pf in started])
+        return Pass(position, batches, stop, groups, prefetchers, running, failed, meter, latest)
 
     def _newer_running(self, it: Pass) -> bool:
         newer = self._active() if self._active is not None else None

@@ -1,7 +1,8 @@
 """The worker loop: the same function runs in a worker thread and in a worker process.
 
 A worker runs its start hook, then takes jobs (item indices) from its channel, evaluates
-``seq[i]`` and puts the result back, or the error it raised; a failing start hook is put
+``seq[i]`` and puts the result back, or the error it raised, with the seconds it spent
+reading the item and waiting for the job (:mod:`.timing`); a failing start hook is put
 back as the result of :data:`HOOK`. The backends differ only in their channel: queues for
 threads (:mod:`.threads`), pipes and a shared-memory slot per job for processes
 (:mod:`.processes`).
@@ -10,6 +11,7 @@ threads (:mod:`.threads`), pipes and a shared-memory slot per job for processes
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -33,8 +35,13 @@ class Channel(Protocol):
     def building(self) -> contextlib.AbstractContextManager[Any]:
         """Where the item is built while it is evaluated (a shared-memory slot)."""
 
-    def put(self, item: int, ok: bool, value: Any) -> bool:
-        """Give back the result of ``item`` (or its error); False: nobody listens."""
+    def put(
+        self, item: int, ok: bool, value: Any, spent: tuple[float, float] = (0.0, 0.0)
+    ) -> bool:
+        """Give back the result of ``item`` (or its error); False: nobody listens.
+
+        ``spent``: the seconds spent reading the item, and waiting for its job before.
+        """
 
 
 def evaluate(seq: Sequence[Any], item: int) -> tuple[bool, Any]:
@@ -66,7 +73,9 @@ def run(
     """Run worker ``index``: its start hook, then every job of ``channel`` until told to stop.
 
     Errors of ``seq`` are results (they go back through the channel); seqtools sequences
-    raise their own errors, not :class:`seqtools.EvaluationError` wrappers.
+    raise their own errors, not :class:`seqtools.EvaluationError` wrappers. Each result
+    goes with the seconds spent reading it and waiting for its job (two clock reads a
+    job).
 
     Example:
         >>> class Listed:
@@ -76,7 +85,7 @@ def run(
         ...         return self.jobs.pop(0) if self.jobs else None
         ...     def building(self):
         ...         return contextlib.nullcontext()
-        ...     def put(self, item, ok, value):
+        ...     def put(self, item, ok, value, spent=(0.0, 0.0)):
         ...         self.results.append((item, ok, value))
         ...         return True
         >>> channel = Listed([2, 0])
@@ -92,14 +101,17 @@ def run(
             return
     setting = seqtools.seterr()
     seqtools.seterr("passthrough")  # (a setting of this thread only)
+    clock = time.perf_counter
     try:
         while True:
+            asked = clock()
             item = channel.take()
             if item is None:
                 return
+            began = clock()
             with channel.building():
                 ok, value = evaluate(seq, item)
-            if not channel.put(item, ok, value):
+            if not channel.put(item, ok, value, (clock() - began, began - asked)):
                 return
             del value  # (a delivered item's buffers are not held here while waiting)
     finally:

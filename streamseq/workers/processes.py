@@ -3,7 +3,8 @@
 Each worker has a job pipe and a result pipe. A job is ``(item, slot)``: the worker makes
 the slot current while it evaluates the item (:mod:`.slots`), pickles it with its buffers
 in the slot, and sends the pickle; what does not fit travels in the pickle (the item is
-larger than a slot: :class:`~streamseq.prefetch.Prefetched` grows the slots). Jobs go
+larger than a slot: :class:`~streamseq.prefetch.Prefetched` grows the slots), with the
+seconds the worker spent reading it and waiting for its job (:mod:`.timing`). Jobs go
 round-robin, one write each (no feeder thread); a job submitted while every slot is held
 by delivered items is counted in ``pickled``. A dead worker is noticed from its result
 pipe or its exit code, without a monitor thread. How workers stop: :mod:`streamseq.workers`.
@@ -33,6 +34,7 @@ from .failures import HookFailed, WorkerGone
 from .loop import HOOK, STOP, run
 from .poll import poll
 from .slots import Filling, Slots
+from .timing import Timing
 from .wire import Poller, dump_error, load_error, message
 
 GOODBYE = b"streamseq: worker done"
@@ -51,6 +53,8 @@ class ProcessWorkers:
         start_hook: called in each worker with its index before its first job.
         timeout: seconds :meth:`wait` may go without a result (None: as long as the
             workers live).
+        timing: where the seconds each worker spent reading and idle are added up, as
+            the results come (:mod:`.timing`).
 
     Example:
         >>> import numpy as np
@@ -74,9 +78,11 @@ class ProcessWorkers:
         slot_size: int,
         start_hook: Callable[[int], Any] | None = None,
         timeout: float | None = None,
+        timing: Timing | None = None,
     ):
         reaper.reap()
         self.start_hook, self.timeout = start_hook, timeout
+        self.timing = Timing() if timing is None else timing
         self.owner = os.getpid()  # the only process that may stop them (:mod:`.ownership`)
         self.foreign = False  # in a forked child: its parent's workers, left alone
         self.slots = Slots(slots, slot_size)
@@ -201,12 +207,13 @@ class ProcessWorkers:
         pipe = ready[0]
         index = self.result_pipes.index(pipe)
         try:
-            item, ok, start, regions, payload = pickle.loads(pipe.recv_bytes())
+            item, ok, start, regions, payload, read, idle = pickle.loads(pipe.recv_bytes())
         except (EOFError, OSError):
             raise self._gone(index) from None
         if item == HOOK:
             error = load_error(payload)
             raise HookFailed(self.start_hook, index, "process", error) from error
+        self.timing.add(index, read, idle)
         if self.pending[index] and self.pending[index][0] == item:
             self.pending[index].popleft()
         if not ok:
@@ -299,7 +306,9 @@ class _PipeChannel:
     def building(self) -> Filling:
         return self.filling
 
-    def put(self, item: int, ok: bool, value: Any) -> bool:
+    def put(
+        self, item: int, ok: bool, value: Any, spent: tuple[float, float] = (0.0, 0.0)
+    ) -> bool:
         start, regions = self.filling.start, []
         if ok:
             try:
@@ -310,7 +319,7 @@ class _PipeChannel:
         if not ok:
             payload, regions = dump_error(value), []
         try:
-            self.results.send_bytes(message((item, ok, start, regions, payload)))
+            self.results.send_bytes(message((item, ok, start, regions, payload, *spent)))
             return True
         except OSError:
             return False  # the main process is gone

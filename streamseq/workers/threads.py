@@ -1,6 +1,7 @@
 """Worker threads: the worker loop behind two queues.
 
-Each thread gets its index for the start hook, as worker processes do; a start hook that
+Each thread gets its index for the start hook, as worker processes do, and sends the
+seconds it spent reading and waiting with each result (:mod:`.timing`); a start hook that
 raises is reported to the caller; every wait checks that the threads are alive and polls
 for :meth:`ThreadWorkers.cancel`. Stopping drops the jobs still queued before it sends
 the stop markers, so a thread stops after the job it is evaluating. How workers stop:
@@ -23,6 +24,7 @@ from . import ownership
 from .failures import HookFailed, WorkerGone
 from .loop import HOOK, STOP, run
 from .poll import poll
+from .timing import Timing
 
 logger = logging.getLogger("streamseq.prefetch")
 
@@ -49,8 +51,10 @@ class _QueueChannel:
     def building(self) -> contextlib.nullcontext:
         return contextlib.nullcontext()
 
-    def put(self, item: int, ok: bool, value: Any) -> bool:
-        self.results.put((self.index, item, ok, value))
+    def put(
+        self, item: int, ok: bool, value: Any, spent: tuple[float, float] = (0.0, 0.0)
+    ) -> bool:
+        self.results.put((self.index, item, ok, value, *spent))
         return not self.stopping.is_set()
 
 
@@ -63,6 +67,8 @@ class ThreadWorkers:
         start_hook: called in each thread with its index before its first job.
         timeout: seconds :meth:`wait` may go without a result (None: as long as the
             threads live).
+        timing: where the seconds each thread spent reading and idle are added up, as
+            the results come (:mod:`.timing`).
 
     Example:
         >>> workers = ThreadWorkers("abc", 2)
@@ -81,8 +87,10 @@ class ThreadWorkers:
         num_workers: int,
         start_hook: Callable[[int], Any] | None = None,
         timeout: float | None = None,
+        timing: Timing | None = None,
     ):
         self.start_hook, self.timeout = start_hook, timeout
+        self.timing = Timing() if timing is None else timing
         self.jobs: queue.Queue = queue.Queue()
         self.results: queue.Queue = queue.Queue()
         self.stopping = threading.Event()
@@ -123,7 +131,7 @@ class ThreadWorkers:
         """Queue ``item`` for the first free thread."""
         self.jobs.put(item)
 
-    def _result(self, seconds: float) -> tuple[int, int, bool, Any]:
+    def _result(self, seconds: float) -> tuple[int, int, bool, Any, float, float]:
         """The next result within ``seconds`` (:class:`queue.Empty`: none)."""
         return self.results.get(timeout=seconds)
 
@@ -143,9 +151,11 @@ class ThreadWorkers:
             Cancelled: :meth:`cancel` was called meanwhile.
         """
         get = self._result
-        index, item, ok, value = poll(get, POLL, self._alive, self.timeout, self.cancelled)
+        got = poll(get, POLL, self._alive, self.timeout, self.cancelled)
+        index, item, ok, value, read, idle = got
         if item == HOOK:
             raise HookFailed(self.start_hook, index, "thread", value) from value
+        self.timing.add(index, read, idle)
         return item, ok, value
 
     def stop(self, wait: bool = True, timeout: float = 1.0) -> None:

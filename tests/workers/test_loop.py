@@ -13,7 +13,7 @@ class Listed:
 
     def __init__(self, jobs, listening=True):
         self.jobs, self.listening = list(jobs), listening
-        self.results, self.built = [], []
+        self.results, self.built, self.spent = [], [], []
 
     def take(self):
         return self.jobs.pop(0) if self.jobs else None
@@ -24,8 +24,9 @@ class Listed:
         yield
         self.built.append("exit")
 
-    def put(self, item, ok, value):
+    def put(self, item, ok, value, spent=(0.0, 0.0)):
         self.results.append((item, ok, value))
+        self.spent.append(spent)
         return self.listening
 
 
