@@ -4,7 +4,9 @@
 anything is read), so ``tqdm(loader)`` is a true progress bar with a true ETA, and so is
 a bar over a whole run (the lengths of all epochs are known up front). A resumed epoch
 starts its bar at the batch it resumes from. :func:`streamseq.io.probe_lengths` shows
-its own bar while it measures the files.
+its own bar while it measures the files. The epoch bars show the steps per second and
+the share of the time the loop waited for data (``loader.stats``), and every pass ends
+with a line of figures on the ``streamseq`` logger (INFO, shown when run as a script).
 
 Run: ``python examples/progress.py [--files 40] [--epochs 2] [--workers 2]``
 """
@@ -13,11 +15,13 @@ from __future__ import annotations
 
 import argparse
 import functools
+import logging
 import os
 import tempfile
 
 import numpy as np
 from tqdm.auto import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 import streamseq
 from streamseq.io import probe_lengths
@@ -63,12 +67,13 @@ def main(argv: list[str] | None = None) -> dict:
 
         loader = make_loader()
 
-        # 2. one bar per epoch: tqdm takes len(loader), exact
+        # 2. one bar per epoch: tqdm takes len(loader), exact; the postfix shows the
+        # steps per second and the share of the time spent waiting for data so far
         for epoch in range(args.epochs):
             loader.set_epoch(epoch)
             bar = tqdm(loader, desc=f"epoch {epoch}", unit="batch")
             for batch in bar:
-                bar.set_postfix(tokens=int(batch.valid.sum()))
+                bar.set_postfix(loader.stats.postfix(), tokens=int(batch.valid.sum()))
             bars[f"epoch {epoch}"] = (bar.n, bar.total)
 
         # 3. one bar over the whole run
@@ -99,4 +104,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    with logging_redirect_tqdm():  # log lines above the bars, not inside them
+        main()

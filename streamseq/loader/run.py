@@ -145,7 +145,7 @@ class Pass:
         """Stop the pinning thread and the worker processes; log the pass's figures once."""
         self.closed = True
         if self.meter.end() and log:
-            self.meter.log()
+            self.meter.log("ended" if self.next >= self.stop else "stopped")
         if self.background is not None:
             self.background.close()
             self.background = None

@@ -206,10 +206,10 @@ class Meter:
             self.ended is None,
         )
 
-    def log(self) -> None:
-        """One INFO line on the ``streamseq`` logger with the figures of the pass."""
+    def log(self, how: str = "ended") -> None:
+        """One INFO line on the ``streamseq`` logger: the pass ``how`` (ended, stopped)."""
         if logger.isEnabledFor(logging.INFO):
-            logger.info("pass ended, %s", describe(self.stats()))
+            logger.info("pass %s, %s", how, describe(self.stats()))
 
 
 def describe(stats: PassStats) -> str:

@@ -4,6 +4,7 @@
 - :mod:`.threads`, :mod:`.processes`: the transports (queues; pipes and shared-memory
   slots, :mod:`.slots`, with what crosses the pipes in :mod:`.wire`).
 - :mod:`.window`: items evaluated ahead, delivered in order.
+- :mod:`.timing`: the seconds each worker spent reading and idle, sent with its results.
 - :mod:`.poll`: the one wait loop (deadline, liveness of the workers, cancel).
 - :mod:`.failures`: what the backends raise, as types; :mod:`.reaper`: joins exited
   worker processes in the background.

@@ -10,3 +10,4 @@ def test_every_bar_ends_full(capsys):
     err = capsys.readouterr().err
     assert "probing lengths: 100%" in err and "resumed: 100%" in err
     assert "resumed wider: 100%" in err
+    assert "steps/s=" in err and "wait=" in err  # the epoch bars show loader.stats

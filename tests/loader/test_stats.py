@@ -147,7 +147,7 @@ def test_a_pass_ends_with_one_log_line(caplog):
     first, stopped = (r.getMessage() for r in lines)
     assert first.startswith(f"pass ended, epoch 0: {len(loader)} batches, ")
     assert "steps/s; waited" in first and "worker 0 read" in first
-    assert stopped.startswith("pass ended, epoch 1: 1 batches, ")
+    assert stopped.startswith("pass stopped, epoch 1: 1 batches, ")
 
 
 def test_a_copy_has_figures_of_its_own():
