@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from collections.abc import Sequence
+from time import perf_counter
 from typing import Any
 
-import numpy as np
+from numpy import count_nonzero
 
 from ..workers.timing import Timing
 
@@ -165,29 +165,28 @@ class Meter:
 
     def asked(self) -> float:
         """The time ``next()`` was called (the pass starts at the first call)."""
-        now = time.perf_counter()
+        now = perf_counter()
         if self.began is None:
             self.began = now
         return now
 
     def delivered(self, valid: Any, asked: float) -> None:
-        """A batch with this ``valid`` mask delivered by a ``next()`` called at ``asked``."""
-        self.wait += time.perf_counter() - asked
-        mask = valid.numpy() if hasattr(valid, "numpy") else np.asarray(valid)
+        """A batch, its ``valid`` a CPU tensor, delivered by a ``next()`` called at ``asked``."""
+        self.wait += perf_counter() - asked
         self.batches += 1
-        self.steps += int(np.count_nonzero(mask))
-        self.cells += mask.size
+        self.steps += count_nonzero(valid.numpy())  # (1.2 us for 64 x 256)
+        self.cells += valid.numel()
 
     def end(self) -> bool:
         """End the pass now; True the first time, once it started."""
         if self.ended is not None or self.began is None:
             return False
-        self.ended = time.perf_counter()
+        self.ended = perf_counter()
         return True
 
     def stats(self) -> PassStats:
         """The figures now: of the pass so far, or in all once it ended."""
-        end = time.perf_counter() if self.ended is None else self.ended
+        end = perf_counter() if self.ended is None else self.ended
         seconds = 0.0 if self.began is None else end - self.began
         workers = []
         for timing, base in zip(self.timings, self.base, strict=True):
@@ -195,11 +194,12 @@ class Meter:
             base = base + [(0.0, 0.0, 0)] * (len(now) - len(base))
             for (read, idle, n), (read0, idle0, n0) in zip(now, base, strict=True):
                 workers.append(WorkerStats(read - read0, idle - idle0, n - n0))
+        steps = int(self.steps)
         return PassStats(
             self.epoch,
             self.batches,
-            self.steps,
-            self.cells - self.steps,
+            steps,
+            int(self.cells) - steps,
             seconds,
             self.wait,
             tuple(workers),
