@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -47,7 +47,11 @@ def assemble_parts(parts: Sequence[Batch], pin: bool = False, time_major: bool =
 
 
 class Assembled:
-    """Item i of every group, assembled into one batch of tensors; see :func:`assemble`."""
+    """Item i of every group, assembled into one batch of tensors; see :func:`assemble`.
+
+    :meth:`counted` also counts the valid steps of the batch, on the groups' arrays
+    (cheaper than on the tensors): what a pass measures.
+    """
 
     def __init__(
         self,
@@ -73,9 +77,44 @@ class Assembled:
     def __getitem__(self, i: int) -> Batch:
         if self.share:  # one group read here: the tensors share its arrays
             return to_torch(self.groups[0][i])
+        return assemble_parts(self._parts(i), self.pin, self.time_major)
+
+    def _parts(self, i: int) -> list[Batch]:
+        """Item ``i`` of every group."""
         for prepare in self._prepare:  # start every worker before waiting for one
             prepare(i)
-        return assemble_parts([g[i] for g in self.groups], self.pin, self.time_major)
+        return [g[i] for g in self.groups]
+
+    def counted(self, i: int) -> tuple[Batch, int]:
+        """Batch ``i`` and its number of valid steps.
+
+        Example:
+            >>> from streamseq import interleave_streams, tbin, zip_batch
+            >>> rows = interleave_streams([np.arange(4), np.arange(10, 13)], 2)
+            >>> batch, steps = assemble([zip_batch([tbin(r, 2)]) for r in rows]).counted(1)
+            >>> steps, int(batch.valid.sum())
+            (3, 3)
+        """
+        if self.share:
+            part = self.groups[0][i]
+            return to_torch(part), int(np.count_nonzero(part.valid))
+        parts = self._parts(i)
+        steps = sum(int(np.count_nonzero(p.valid)) for p in parts)
+        return assemble_parts(parts, self.pin, self.time_major), steps
+
+
+def counted_from(batches: Assembled, start: int) -> Iterator[tuple[Batch, int]]:
+    """Batches ``start`` to the end with their valid steps (what a pinning thread runs).
+
+    Example:
+        >>> from streamseq import interleave_streams, tbin, zip_batch
+        >>> rows = interleave_streams([np.arange(4), np.arange(10, 13)], 2)
+        >>> batches = assemble([zip_batch([tbin(r, 2)]) for r in rows])
+        >>> [steps for _, steps in counted_from(batches, 0)]
+        [4, 3]
+    """
+    for i in range(start, len(batches)):
+        yield batches.counted(i)
 
 
 def assemble(

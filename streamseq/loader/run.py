@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ..batch import Batch
-from ..deliver.assemble import Assembled
+from ..deliver.assemble import Assembled, counted_from
 from ..deliver.background import Background
-from ..deliver.pin import PinMemory
 from ..prefetch import Prefetched
 from .stats import Latest, Meter
 
@@ -123,17 +123,18 @@ class Pass:
         asked = self.meter.asked()
         try:
             if not self.batches.share and self.batches.pin:
-                if self.background is None:
-                    self.background = PinMemory(self.batches).iterate(self.next)
-                batch = next(self.background)
+                if self.background is None:  # one thread assembles into pinned memory
+                    produce = functools.partial(counted_from, self.batches, self.next)
+                    self.background = Background(produce)
+                batch, steps = next(self.background)
             else:
-                batch = self.batches[self.next]
+                batch, steps = self.batches.counted(self.next)
         except BaseException:
             self.close()
             if self.failed is not None:
                 self.failed()
             raise
-        self.meter.delivered(batch.valid, asked)
+        self.meter.delivered(steps, batch.valid.numel(), asked)
         if self.next == self.start and self.latest is not None:
             self.latest.started(self.meter)
         self.next = self.position.next = self.next + 1
