@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
+from time import perf_counter
 from typing import Any, NamedTuple
 
 from ..batch import Batch
@@ -98,7 +99,7 @@ class Pass:
         self.closed = False
         self.superseded = False
         self.background: Background | None = None
-        self.meter = Meter(-1) if meter is None else meter
+        self.meter = Meter(-1, 0) if meter is None else meter
         self.latest = latest
 
     def __iter__(self) -> Pass:
@@ -120,7 +121,7 @@ class Pass:
             raise StopIteration
         if self.background is not None and self.background.pid != os.getpid():
             self.background = None  # forked during the pass: the thread is the parent's
-        asked = self.meter.asked()
+        asked = perf_counter()
         try:
             if not self.batches.share and self.batches.pin:
                 if self.background is None:  # one thread assembles into pinned memory
@@ -134,7 +135,7 @@ class Pass:
             if self.failed is not None:
                 self.failed()
             raise
-        self.meter.delivered(steps, batch.valid.numel(), asked)
+        self.meter.delivered(steps, asked)
         if self.next == self.start and self.latest is not None:
             self.latest.started(self.meter)
         self.next = self.position.next = self.next + 1

@@ -130,17 +130,19 @@ def _si(x: float) -> str:
 class Meter:
     """The figures of one pass as it runs: batches, steps, wait and the workers' time.
 
-    The pass calls :meth:`asked` when ``next()`` is called, :meth:`delivered` with the
+    The pass reads the clock when ``next()`` is called, calls :meth:`delivered` with the
     batch it returns, and :meth:`end` when it ends; :meth:`stats` reads the figures.
 
     Args:
         epoch: the epoch the pass reads.
+        size: the steps a batch holds (rows x tbins), valid or padding.
         timings: the workers' :class:`~streamseq.workers.timing.Timing` (one per
             prefetch), counted from now on.
 
     Example:
-        >>> meter = Meter(3)
-        >>> meter.delivered(3, 4, meter.asked())
+        >>> from time import perf_counter
+        >>> meter = Meter(3, size=4)
+        >>> meter.delivered(3, perf_counter())
         >>> stats = meter.stats()
         >>> stats.batches, stats.steps, stats.padding_steps, stats.running
         (1, 3, 1, True)
@@ -148,30 +150,27 @@ class Meter:
         (True, False, False)
     """
 
-    __slots__ = ("base", "batches", "began", "cells", "ended", "epoch", "steps", "timings")
+    __slots__ = ("base", "batches", "began", "ended", "epoch", "size", "steps", "timings")
     __slots__ += ("wait",)
 
-    def __init__(self, epoch: int, timings: Sequence[Timing] = ()):
-        self.epoch, self.timings = epoch, list(timings)
+    def __init__(self, epoch: int, size: int, timings: Sequence[Timing] = ()):
+        self.epoch, self.size, self.timings = epoch, size, list(timings)
         self.base = [t.totals() for t in self.timings]
-        self.batches = self.steps = self.cells = 0
+        self.batches = self.steps = 0
         self.wait = 0.0
         self.began: float | None = None  # the first next()
         self.ended: float | None = None
 
-    def asked(self) -> float:
-        """The time ``next()`` was called (the pass starts at the first call)."""
-        now = perf_counter()
-        if self.began is None:
-            self.began = now
-        return now
+    def delivered(self, steps: int, asked: float) -> None:
+        """A batch of ``steps`` valid steps delivered by a ``next()`` called at ``asked``.
 
-    def delivered(self, steps: int, cells: int, asked: float) -> None:
-        """A batch delivered by a ``next()`` called at ``asked``: ``steps`` valid of ``cells``."""
+        The pass starts when its first batch was asked for.
+        """
         self.wait += perf_counter() - asked
         self.batches += 1
         self.steps += steps
-        self.cells += cells
+        if self.began is None:
+            self.began = asked
 
     def end(self) -> bool:
         """End the pass now; True the first time, once it started."""
@@ -194,7 +193,7 @@ class Meter:
             self.epoch,
             self.batches,
             self.steps,
-            self.cells - self.steps,
+            self.batches * self.size - self.steps,
             seconds,
             self.wait,
             tuple(workers),

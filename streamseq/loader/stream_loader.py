@@ -549,12 +549,13 @@ class StreamLoader:
         """A pass from ``position``: read here, or by workers (new or persistent)."""
         config, plan, latest = self.config, self.plan(), self._latest
         stop, running = plan.length, self._newer_running
+        size = self.spec.batch_size * self.spec.tbins  # steps a batch holds, for the stats
         rows = self._reading.rows(plan)
         workers = min(config.num_workers, len(rows))
         if workers == 0:
             groups: list[Any] = [self._in_process()]
             batches = Assembled(groups, config.pin_memory, config.time_major, share=True)
-            meter = Meter(plan.epoch)
+            meter = Meter(plan.epoch, size)
             return Pass(position, batches, stop, groups, [], running, None, meter, latest)
         zips = self._reading.groups(plan, rows, workers)
         sizes = [group_block_size(g, self.tbins) for g in zips]
@@ -570,7 +571,7 @@ class StreamLoader:
         groups = [Unblocked(b, k, stop) for b, k in zip(blocks, sizes, strict=True)]
         batches = Assembled(groups, config.pin_memory, config.time_major, share=False)
         failed = self._workers.stop if config.persistent_workers else None
-        meter = Meter(plan.epoch, [pf.timing for pf in started])
+        meter = Meter(plan.epoch, size, [pf.timing for pf in started])
         return Pass(position, batches, stop, groups, prefetchers, running, failed, meter, latest)
 
     def _newer_running(self, it: Pass) -> bool:
