@@ -332,7 +332,7 @@ class StreamLoader:
             bar = tqdm(loader)
             for batch in bar:
                 ...
-                bar.set_postfix(loader.stats.postfix())  # steps/s=22.6k, wait=3%
+                bar.set_postfix(loader.stats.postfix(), refresh=False)  # steps/s=22.6k, wait=3%
 
         Example:
             >>> import numpy as np

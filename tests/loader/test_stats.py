@@ -90,6 +90,39 @@ def test_the_figures_are_those_of_the_batches_delivered(options):
         loader.close()
 
 
+@pytest.fixture
+def pinning(monkeypatch):
+    """The pinning thread's code path on a machine without CUDA (memory not page-locked)."""
+    import torch
+
+    from streamseq.deliver import assemble
+    from streamseq.deliver import torch as to_torch
+
+    def empty(shape, dtype, pin):
+        return torch.empty(shape, dtype=to_torch.torch_dtype(np.dtype(dtype)))
+
+    monkeypatch.setattr(assemble, "can_pin", lambda: True)
+    monkeypatch.setattr(assemble, "empty", empty)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_batches_pinned_by_the_background_thread_are_counted_when_delivered(pinning, workers):
+    loader = StreamLoader(STREAMS, 4, 4, num_workers=workers, pin_memory=True)
+    try:
+        it = iter(loader)
+        first = next(it)
+        time.sleep(0.1)  # the thread prepares batches ahead meanwhile
+        stats = loader.stats
+        assert stats.batches == 1 and stats.steps == int(first.valid.sum())
+        valid = [first.valid.numpy().copy(), *(b.valid.numpy().copy() for b in it)]
+        stats = loader.stats
+    finally:
+        loader.close()
+    assert stats.batches == len(valid) == len(loader)
+    assert stats.steps == sum(int(v.sum()) for v in valid)
+    assert stats.padding_steps == sum(int((~v).sum()) for v in valid)
+
+
 def test_figures_of_the_pass_in_progress_then_of_the_last_one():
     loader = StreamLoader(STREAMS, 4, 4)
     before = loader.stats
