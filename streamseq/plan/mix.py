@@ -241,29 +241,41 @@ class Draws:
     def epoch_length(self, spec: PlanSpec) -> int:
         """Batches of every fresh epoch when draws differ by epoch: a bound on any draw's plan.
 
-        The rows are balanced longest first, so the costliest row exceeds the mean by at
-        most one unit's cost and the cheapest falls short of it by at most as much
-        (:func:`~streamseq.plan.rows.balanced_rows`). The draws' costs are bounded per
-        group (whole rounds, then a prefix within half a unit of its steps), so every
-        epoch fits in the same number of batches: its rows end there or before, and the
-        batches after their ends are padding (``pad="drop"``: every row reaches it).
+        The rows are balanced longest first (:func:`~streamseq.plan.rows.balanced_rows`):
+        a unit of cost ``c`` goes to the cheapest row, which holds at most the mean of
+        the units placed before it, all of cost ``c`` or more. So no row costs more than
+        ``(S(c) - c) / rows + c`` for some unit cost ``c``, where ``S(c)`` is the cost of
+        the units of cost ``c`` or more; and the cheapest row falls short of the costliest
+        by at most one unit. The draws' costs are bounded per group (whole rounds, then a
+        prefix within half a unit of its steps), so every epoch fits in the same number
+        of batches: its rows end there or before, and the batches after their ends are
+        padding (``pad="drop"``: every row reaches it).
         """
         pack, cap, tbins = spec.pad == "pack", spec.max_streams_per_chunk, spec.tbins
         cost = row_cost(self.length, tbins, pack, cap)
-        most = least = 0.0
-        for g, units in enumerate(self.units):
-            c, s = cost[units], self.length[units]
-            whole = self.rounds[g] * float(c.sum())
-            half = float(s.max(initial=0)) / 2
-            extra = self.rests[g]
-            most += whole + (fractional_knapsack(s, c, extra + half, True) if extra else 0)
-            least += whole + (fractional_knapsack(s, c, extra - half, False) if extra else 0)
-        drawn = [u for g, u in enumerate(self.units) if self.rounds[g] or self.rests[g]]
-        biggest = int(cost[np.concatenate(drawn)].max(initial=0)) if drawn else 0
-        rows = spec.rows
+        drawn = [g for g in range(len(self.units)) if self.rounds[g] or self.rests[g]]
+        levels = np.unique(
+            np.concatenate([np.zeros(1, np.int64)] + [cost[self.units[g]] for g in drawn])
+        )
+        above = np.zeros(len(levels))  # the most cost of units of each level or more
+        least = 0.0
+        for g in drawn:
+            c, s = cost[self.units[g]], self.length[self.units[g]]
+            ordered = np.sort(c)
+            below = np.concatenate([[0], np.cumsum(ordered)])[np.searchsorted(ordered, levels)]
+            ge = float(ordered.sum()) - below
+            above += self.rounds[g] * ge
+            if self.rests[g]:
+                half = float(s.max(initial=0)) / 2
+                most = fractional_knapsack(s, c, self.rests[g] + half, True)
+                above += np.minimum(ge, most)
+                least += fractional_knapsack(s, c, self.rests[g] - half, False)
+            least += self.rounds[g] * float(c.sum())
+        rows, biggest = spec.rows, int(levels[-1])
         if spec.pad == "drop":
-            return max(0, math.ceil(least / rows - 1e-9) - biggest)
-        top = math.floor(max(most - biggest, 0) / rows + 1e-9) + biggest
+            return max(0, math.ceil(least / rows - 1e-6) - biggest)
+        whole = np.floor(above + 1e-6)
+        top = int((np.floor(np.maximum(whole - levels, 0) / rows) + levels).max())
         return chunks_of_cost(top, tbins, pack, cap)
 
 
