@@ -225,6 +225,51 @@ def test_workers_change_nothing(pad):
         assert_same(got, expected)
 
 
+@settings(max_examples=10, deadline=None)
+@given(groups_and_weights(), st.sampled_from(["thread", "process"]), st.booleans())
+def test_any_number_of_workers_gives_the_same_batches(case, method, persistent):
+    groups, weights, _, kw = case
+    m = mix(groups, weights)
+    plain = quiet(m, **kw)
+    workers = quiet(m, num_workers=2, method=method, persistent_workers=persistent, **kw)
+    try:
+        for epoch in range(2):
+            plain.set_epoch(epoch)
+            workers.set_epoch(epoch)
+            assert_same(list(workers), list(plain))
+    finally:
+        workers.close()
+
+
+def test_ranks_share_one_plan_of_the_mixture():
+    m, _ = _mixture()
+    one = StreamLoader(m, batch_size=4, tbins=3, shuffle=True)
+    ranks = [StreamLoader(m, 2, 3, shuffle=True, rank=r, world_size=2) for r in range(2)]
+    assert {len(r) for r in ranks} == {len(one)}
+    for a, b0, b1 in zip(one, *ranks, strict=True):
+        np.testing.assert_array_equal(a.stream.numpy(), np.concatenate([b0.stream, b1.stream]))
+
+
+def test_persistent_workers_read_the_rest_drawn_with_other_weights():
+    m, _ = _mixture()
+    groups = {n: list(m[r.start : r.stop]) for n, r in m.ranges.items()}
+    run = StreamLoader(m, batch_size=2, tbins=3, shuffle=True)
+    it = iter(run)
+    for _ in range(5):
+        next(it)
+    state = run.state_dict()
+    new = mix(groups, {"a": 3, "b": 1, "c": 1})
+    expected = StreamLoader(new, 3, 3, shuffle=True)
+    expected.load_state_dict(state, weights_changed=True)
+    workers = StreamLoader(new, 3, 3, shuffle=True, num_workers=2, persistent_workers=True)
+    workers.load_state_dict(state, weights_changed=True)
+    try:
+        assert_same(list(workers), list(expected))
+        assert_same(list(workers), list(expected))  # the next epoch, planned by the workers
+    finally:
+        workers.close()
+
+
 @settings(max_examples=25, deadline=None)
 @given(groups_and_weights(), st.integers(0, 2), st.data())
 def test_a_resumed_run_delivers_the_rest_of_the_uninterrupted_one(case, epoch, data):
@@ -294,6 +339,7 @@ def test_resuming_with_other_weights_keeps_what_was_delivered(case, data):
     sizes = {n: sum(len(s) for s in groups[n]) for n in groups}
     new = {n: data.draw(st.sampled_from([0, 1, 2, 5])) if sizes[n] else 0 for n in groups}
     assume(any(new.values()))
+    kw = {**kw, "batch_size": data.draw(st.integers(1, 4))}  # on these rows or others
     other = quiet(mix(groups, new), **kw)
     other.load_state_dict(state, weights_changed=True)
     assert len(other.row_map(state, weights_changed=True)) == other.batch_size

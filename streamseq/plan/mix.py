@@ -219,7 +219,8 @@ class Draws:
                 rng = np.random.default_rng([self.seed, epoch, _DRAW, g])
                 parts.append(self.prefix(units, self.rests[g], rng))
         draw = np.sort(np.concatenate(parts))
-        if len(draw) == len(self.length) and (draw == np.arange(len(draw))).all():
+        counts = np.bincount(draw, minlength=len(self.length))
+        if (counts[self.length > 0] == 1).all():
             draw = None  # every unit once: the plan of the streams without groups
         self._last = (epoch, draw)
         return draw

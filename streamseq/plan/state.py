@@ -399,7 +399,9 @@ def _reweighed(old: PlanSpec, spec: PlanSpec, state: dict[str, Any], per_epoch: 
     checked = read_state(old, state, per_epoch)
     epoch, nxt = checked.epoch, checked.next_batch
     rest = checked.rest
-    draw = rest.draw if rest is not None else old.draws.of(epoch)  # type: ignore[union-attr]
+    draw = None if rest is None else rest.draw
+    if draw is None:
+        draw = old.draws.of(epoch)  # type: ignore[union-attr]
     if draw is None:
         draw = np.arange(len(old.units[2]), dtype=np.int64)
     progress = Progress.from_state(state["progress"], old.units[2][draw])
