@@ -99,7 +99,8 @@ class StreamLoader:
             ones.
         max_streams_per_chunk: with ``pad="pack"``, the most streams one chunk may
             pack (for models that cannot attend across many documents): once a chunk
-            has that many, the rest of it is padding.
+            has that many, the rest of it is padding. With ``shuffle`` every epoch has
+            the most chunks any order of each row's streams can take.
 
     Thread safety: indexing a loader (``loader[i]``) from several threads, also while
     one thread iterates it, gives correct batches; a loader runs one pass at a time.

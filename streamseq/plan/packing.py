@@ -76,3 +76,22 @@ def row_spans(
     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
         start[a:b] = capped_starts(lengths[a:b], tbins, cap)
     return start, start + lengths
+
+
+def most_chunks(lengths: np.ndarray, tbins: int, cap: int) -> int:
+    """The most chunks a capped packed row of these streams takes, in any order.
+
+    A row never takes more chunks than unpacked (each stream its own chunks), nor more
+    than its :func:`~streamseq.plan.rows.row_cost` allows (a chunk padded after ``cap``
+    streams saw at least ``cap - 1`` of them start).
+
+    Example:
+        >>> most_chunks(np.array([1, 7, 7]), 3, 2), most_chunks(np.array([1, 1, 1, 1]), 4, 4)
+        (7, 3)
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    unpacked = int((-(-lengths // tbins)).sum())
+    if cap == 1:
+        return unpacked
+    cost = int(lengths.sum()) * (cap - 1) + tbins * int(np.count_nonzero(lengths))
+    return min(unpacked, -(-cost // ((cap - 1) * tbins)))

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from .epoch import epoch_plan, start_order
+from .packing import most_chunks
 from .progress import Pieces, Progress, rest_of_epoch, whole_units
 from .rows import stream_order
 from .spec import PlanSpec
@@ -136,6 +137,9 @@ def plan_epoch(spec: PlanSpec, epoch: int, rest: Progress | None = None) -> Epoc
     )
     if rest is None and spec.draws is not None and not spec.draws.fixed:
         n = spec.draws.epoch_length(spec)  # the same for every draw
+    elif rest is None and spec.shuffle and spec.pad == "pack" and spec.max_streams_per_chunk:
+        cap = spec.max_streams_per_chunk  # capped rows take more or fewer chunks by order
+        n = max((most_chunks(lengths[r], spec.tbins, cap) for r in assignment), default=0)
     return EpochPlan(epoch, pieces, assignment, n, rest, None if units is spec.units else units)
 
 
