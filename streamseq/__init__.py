@@ -9,6 +9,7 @@ from .deliver.pin import pin_memory
 from .errors import SourceError, StreamError, WorkerError, WorkerTimeout
 from .interleave import Row, interleave_streams, map_steps
 from .loader import StreamLoader
+from .mix import Mixture, mix
 from .plot import plot_plan
 from .prefetch import prefetch
 from .read.transform import StepInfo
@@ -35,6 +36,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "Batch",
     "Chunk",
+    "Mixture",
     "Row",
     "SourceError",
     "StepInfo",
@@ -45,6 +47,7 @@ __all__ = [
     "assemble",
     "interleave_streams",
     "map_steps",
+    "mix",
     "pin_memory",
     "plot_plan",
     "prefetch",

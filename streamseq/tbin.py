@@ -10,6 +10,7 @@ from ._tree import tree_map
 from .batch import Chunk
 from .gather import Table
 from .interleave import Row
+from .plan.packing import capped_starts
 
 
 class TBinned:
@@ -21,7 +22,7 @@ class TBinned:
 
     num_rows = 1
 
-    def __init__(self, row: Row, tbins: int, pack: bool = False):
+    def __init__(self, row: Row, tbins: int, pack: bool = False, cap: int | None = None):
         if tbins < 1:
             raise ValueError(f"tbins must be >= 1, got {tbins}")
         self.row = row
@@ -34,6 +35,11 @@ class TBinned:
             if pack
             else (int(self.chunk_ends[-1]) if len(counts) else 0)
         )
+        self.placed = None  # packed with a cap: where each stream starts in the row
+        if pack and cap is not None:
+            self.placed = capped_starts(row.lengths, self.tbins, int(cap))
+            end = int(self.placed[-1] + row.lengths[-1]) if len(counts) else 0
+            self.length = -(-end // self.tbins)
         self._table: Table | None = None
         self._spec: Any = None
 
@@ -87,19 +93,24 @@ class TBinned:
         return Chunk(tree_map(lambda a: a[0], b.data), b.reset[0], *(f[0] for f in b[2:]))
 
 
-def tbin(row: Row, tbins: int, *, pack: bool = False) -> TBinned:
+def tbin(
+    row: Row, tbins: int, *, pack: bool = False, max_streams_per_chunk: int | None = None
+) -> TBinned:
     """Cut a row into chunks of ``tbins`` steps; a chunk never spans two streams.
 
     The last chunk of a stream is padded (zeros, ``valid`` False) and the next chunk
     starts the next stream at its step 0, with ``reset`` set. With ``pack`` the next
     stream starts right after inside the same chunk (``step == 0`` marks it; ``reset`` is
     set when a chunk starts with a stream's first step), and only the end of the row is
-    padded.
+    padded. ``max_streams_per_chunk`` caps the streams one packed chunk holds: once it
+    has that many, the rest of the chunk is padding and the next stream starts the next
+    chunk.
 
     Args:
         row: a row from :func:`interleave_streams`.
         tbins: steps per chunk.
         pack: pack the streams of the row, without padding between them.
+        max_streams_per_chunk: with ``pack``, the most streams a chunk may hold.
 
     Returns:
         A lazy sequence of :class:`Chunk`.
@@ -118,5 +129,7 @@ def tbin(row: Row, tbins: int, *, pack: bool = False) -> TBinned:
         [True, False, True]
         >>> [c.data.tolist() for c in tbin(row, 3, pack=True)]
         [[0, 1, 2], [3, 4, 100], [101, 0, 0]]
+        >>> [c.data.tolist() for c in tbin(row, 3, pack=True, max_streams_per_chunk=1)]
+        [[0, 1, 2], [3, 4, 0], [100, 101, 0]]
     """
-    return TBinned(row, tbins, pack)
+    return TBinned(row, tbins, pack, max_streams_per_chunk)

@@ -84,13 +84,18 @@ class Marked:
         return self.rows[a:z], self.values[a:z]
 
 
-def packed_pieces(row: Row, i: int, tbins: int) -> list[tuple[int, int, int, int]]:
+def packed_pieces(
+    row: Row, i: int, tbins: int, placed: np.ndarray | None = None
+) -> list[tuple[int, int, int, int]]:
     """Packed chunk ``i`` of a row: stream ``j`` gives ``n`` steps from ``a``, at ``at``.
 
     Args:
         row: the row.
         i: the chunk.
         tbins: steps per chunk.
+        placed: where each stream starts in the row, when chunks hold a capped number
+            of streams (:func:`~streamseq.plan.packing.capped_starts`); else they
+            follow one another.
 
     Returns:
         ``(j, a, n, at)`` for each piece of a stream in the chunk, in order.
@@ -103,8 +108,26 @@ def packed_pieces(row: Row, i: int, tbins: int) -> list[tuple[int, int, int, int
         [(0, 4, 1, 0), (1, 0, 2, 1), (2, 0, 1, 3)]
     """
     first = i * tbins
+    if placed is not None:
+        return _placed_pieces(row, first, first + tbins, placed)
     out, at = [], 0
     for j, a, n in row.pieces(first, min(first + tbins, len(row))):
         out.append((j, a, n, at))
         at += n
+    return out
+
+
+def _placed_pieces(
+    row: Row, first: int, stop: int, placed: np.ndarray
+) -> list[tuple[int, int, int, int]]:
+    """:func:`packed_pieces` of steps ``first:stop`` of a row whose streams start at ``placed``."""
+    out = []
+    j = max(int(np.searchsorted(placed, first, side="right")) - 1, 0)
+    lengths = row.lengths
+    while j < len(placed) and placed[j] < stop:
+        p, n = int(placed[j]), int(lengths[j])
+        a, z = max(first, p), min(stop, p + n)
+        if z > a:
+            out.append((j, a - p, z - a, a - first))
+        j += 1
     return out

@@ -66,6 +66,7 @@ class Table:
         self.rows: list[Row] = [p.row for p in parts]
         self.pad, self.tbins = pad, tbins
         self.counts = np.array([len(p) for p in parts], dtype=np.int64)
+        self.placed = [getattr(p, "placed", None) for p in parts]  # packed with a cap
         sizes = np.array([len(p.chunk_ends) for p in parts], dtype=np.int64)
         self.base = np.cumsum(self.counts) - self.counts
         self.first = np.cumsum(sizes) - sizes
@@ -170,8 +171,8 @@ class Table:
         """
         if self.pad == "pack":
             parts = []
-            for row in self.rows:
-                for j, a, n, _ in packed_pieces(row, i, self.tbins):
+            for row, placed in zip(self.rows, self.placed, strict=True):
+                for j, a, n, _ in packed_pieces(row, i, self.tbins, placed):
                     ref, a = row.refs[j], int(row.starts[j]) + a
                     parts.append(f"stream {ref.index} ({describe(ref.source)}) steps {a}:{a + n}")
             return "; ".join(parts) or "padding only"
@@ -268,7 +269,9 @@ class Table:
         """
         st.at[:] = -1
         st.next = -1
-        pieces = [packed_pieces(row, i, self.tbins) for row in self.rows]
+        pieces = [
+            packed_pieces(r, i, self.tbins, p) for r, p in zip(self.rows, self.placed, strict=True)
+        ]
         meta.write_packed(m, self.rows, pieces)
         if data is None:
             return

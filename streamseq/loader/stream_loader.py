@@ -12,6 +12,7 @@ import numpy as np
 from .._checks import check_int, check_pad
 from ..batch import Batch
 from ..deliver.assemble import Assembled
+from ..mix import Mixture
 from ..plan.planner import EpochPlan, Epochs
 from ..plan.spec import PlanSpec
 from ..plan.state import make_state, read_state, row_map
@@ -21,6 +22,7 @@ from ..read.transform import StepInfo
 from ..workers.blocks import Layout, Unblocked
 from ..workers.inline import bounded
 from ..zip_batch import ZipBatch
+from .capped import CappedReading, check_cap
 from .checks import check_rows, check_step_specs
 from .config import LoaderConfig, check_keywords, resolve_rank
 from .run import EpochProgress, Pass, Position
@@ -48,7 +50,9 @@ class StreamLoader:
     the number of workers and the backend change nothing.
 
     Args:
-        streams: streams (``len`` and slicing) or picklable zero-argument openers.
+        streams: streams (``len`` and slicing) or picklable zero-argument openers, or a
+            :func:`mix` of groups of them: each group is read for its weight's share of
+            every epoch's steps.
         batch_size: rows per batch on this rank.
         tbins: steps per row and batch.
         num_workers: worker processes (or threads), one per group of rows; 0 reads in
@@ -95,6 +99,10 @@ class StreamLoader:
             reference to the loader, stops them, and so does an error while reading (a
             worker that dies, a read that fails or times out): the next pass starts new
             ones.
+        max_streams_per_chunk: with ``pad="pack"``, the most streams one chunk may
+            pack (for models that cannot attend across many documents): once a chunk
+            has that many, the rest of it is padding. With ``shuffle`` every epoch has
+            the most chunks any order of each row's streams can take.
 
     Thread safety: indexing a loader (``loader[i]``) from several threads, also while
     one thread iterates it, gives correct batches; a loader runs one pass at a time.
@@ -142,6 +150,7 @@ class StreamLoader:
         transform: Callable[[Any, StepInfo], Any] | None = None,
         persistent_workers: bool = False,
         segment_length: int | None = None,
+        max_streams_per_chunk: int | None = None,
         **unsupported: Any,
     ):
         check_keywords(unsupported)
@@ -164,6 +173,7 @@ class StreamLoader:
             raise ValueError(f"all {len(self.refs)} streams are empty")
         if segment_length is not None:
             segment_length = check_int(segment_length, "segment_length", 1)
+        cap = check_cap(max_streams_per_chunk, pad)
         self.spec = PlanSpec(
             lengths_,
             int(batch_size),
@@ -175,13 +185,17 @@ class StreamLoader:
             rank,
             world_size,
             tuple(identity(r.source) for r in self.refs),
+            mixture=streams.spec if isinstance(streams, Mixture) else None,
+            max_streams_per_chunk=cap,
         )
+        _ = self.spec.draws  # a group with weight but no steps: an error now
         check_rows(self.spec)
         if transform is None:  # a transform may give every stream the same steps
             check_step_specs(self.refs, lengths_)
         config = self.config
         data = DataSpec(self.refs, lengths_, config.transform, self.spec.seed, config.timeout)
-        self._reading = Reading(self.spec, self.refs, config.transform, data)
+        reading = Reading if cap is None else CappedReading
+        self._reading = reading(self.spec, self.refs, config.transform, data)
         self._epochs = Epochs(self.spec, per_epoch=config.transform is not None)
         self._workers = Workers(config, self.refs)
         self._epoch, self._chosen = 0, False  # chosen: by set_epoch, kept for every pass
@@ -402,7 +416,7 @@ class StreamLoader:
         before = self._epochs.before_of(self._epoch)
         return make_state(self.spec, self.plan(), self._position.next, before)
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any], *, weights_changed: bool = False) -> None:
         """Resume: the next iteration starts where the state's run stood.
 
         The state may come from any rank: all ranks of a run stand at the same batch. It
@@ -421,6 +435,12 @@ class StreamLoader:
         A state saved after the last batch of its epoch (as a trainer checkpoints after
         its last step) resumes at the start of the next epoch.
 
+        A state of a :func:`mix` names its groups and weights; one of another mixture is
+        refused, naming the group. With ``weights_changed=True`` it loads into a loader
+        of the same groups with other weights, or with groups added: the steps already
+        delivered stay delivered, begun streams go on, and the rest of the epoch follows
+        this loader's weights.
+
         Nothing in the state is trusted: every field is checked (type and range), and
         its parts against each other. The state's epoch is planned again on the state's
         rows; its number of batches, ``next_batch`` and where every stream stands after
@@ -429,7 +449,7 @@ class StreamLoader:
         Raises:
             ValueError: the state is malformed (the field named), its parts do not agree,
                 or it was made over other streams or with another tbins, pad, shuffle,
-                seed or segment length (named).
+                seed, segment length or mixture (named).
 
         Example:
             >>> import numpy as np
@@ -451,7 +471,7 @@ class StreamLoader:
             ValueError: this state was made by another plan, differing in tbins (the state ...
         """
         per_epoch = self.transform is not None
-        resumed = read_state(self.spec, state, per_epoch)
+        resumed = read_state(self.spec, state, per_epoch, weights_changed)
         epochs, epoch, nxt = resumed.epochs, resumed.epoch, resumed.next_batch
         rest = epochs.rest
         if nxt >= epochs.plan(epoch).length:  # saved at the end of its epoch: the next one
@@ -465,7 +485,7 @@ class StreamLoader:
         self._epoch, self._chosen, self._deferred = epoch, False, None
         self._position = Position(nxt, pending=True)
 
-    def row_map(self, state: dict[str, Any]) -> list[int]:
+    def row_map(self, state: dict[str, Any], *, weights_changed: bool = False) -> list[int]:
         """For each row of this loader, the global row of ``state``'s run it continues.
 
         Global row ``g`` of the old run is row ``g % batch_size`` of its rank
@@ -485,7 +505,8 @@ class StreamLoader:
             >>> StreamLoader(streams, batch_size=2, tbins=2).row_map(run.state_dict())
             [0, 1]
         """
-        return row_map(self.spec, read_state(self.spec, state, self.transform is not None))
+        per_epoch = self.transform is not None
+        return row_map(self.spec, read_state(self.spec, state, per_epoch, weights_changed))
 
     def __getitem__(self, i: int | slice) -> Batch | list[Batch]:
         """Batch ``i`` of the current epoch (a list of batches for a slice), read here.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .packing import capped_end, row_spans
 from .rows import assign_rows, balanced_rows, shuffle_rows
 
 #: the planning algorithms :func:`epoch_plan` knows
@@ -11,12 +12,17 @@ PLAN_VERSIONS = (1, 2)
 
 
 def row_chunks(
-    lengths: np.ndarray, assignment: list[np.ndarray], tbins: int, pack: bool = False
+    lengths: np.ndarray,
+    assignment: list[np.ndarray],
+    tbins: int,
+    pack: bool = False,
+    cap: int | None = None,
 ) -> np.ndarray:
     """Chunks of ``tbins`` steps in each row.
 
     A chunk never spans two streams, unless ``pack``: then a row's streams follow one
-    another inside chunks, and only the end of the row is padded.
+    another inside chunks, and only the end of the row is padded (and the end of a chunk
+    that packed ``cap`` streams, see :mod:`~streamseq.plan.packing`).
 
     Example:
         >>> rows = [np.array([0]), np.array([1, 2])]
@@ -28,6 +34,8 @@ def row_chunks(
         [3, 3]
     """
     lengths = np.asarray(lengths, dtype=np.int64)
+    if pack and cap is not None:
+        return np.array([-(-capped_end(lengths[m], tbins, cap) // tbins) for m in assignment])
     if pack:
         return np.array([-(-int(lengths[m].sum()) // tbins) for m in assignment], np.int64)
     per_stream = -(-lengths // tbins)
@@ -35,7 +43,11 @@ def row_chunks(
 
 
 def start_order(
-    lengths: np.ndarray, assignment: list[np.ndarray], tbins: int, pack: bool = False
+    lengths: np.ndarray,
+    assignment: list[np.ndarray],
+    tbins: int,
+    pack: bool = False,
+    cap: int | None = None,
 ) -> np.ndarray:
     """Every stream, in the order the plan starts reading them: by first step, then by row.
 
@@ -57,6 +69,8 @@ def start_order(
     ends = np.cumsum(cost[flat])
     first = np.repeat(np.cumsum(sizes) - sizes, sizes)
     start = ends - cost[flat] - (ends - cost[flat])[first] if len(flat) else ends
+    if pack and cap is not None:
+        start = row_spans(lengths[flat], sizes, tbins, cap)[0]
     held = flat[np.lexsort((row, start))]
     rest = np.setdiff1d(np.arange(len(lengths)), held)
     return np.concatenate([held, rest])
@@ -86,6 +100,7 @@ def epoch_plan(
     epoch: int = 0,
     order: np.ndarray | None = None,
     version: int = 1,
+    cap: int | None = None,
 ) -> tuple[list[np.ndarray], int]:
     """The streams of every row (global rows, all ranks) and the number of batches.
 
@@ -106,6 +121,9 @@ def epoch_plan(
     (the rest of an epoch resumed on other rows: begun pieces first, one per row). Both
     versions then deal them out as version 1 does, each to the row with the fewest steps
     so far, so the first ``num_rows`` pieces of ``order`` start rows ``0, 1, ...``.
+
+    ``cap``: with ``pad="pack"``, the most streams a chunk may pack
+    (:mod:`~streamseq.plan.packing`).
 
     Raises:
         ValueError: an unknown ``version``.
@@ -133,9 +151,9 @@ def epoch_plan(
         )
     else:
         assignment = balanced_rows(
-            lengths, num_rows, tbins=tbins, pack=pack, seed=seed if shuffle else None
+            lengths, num_rows, tbins=tbins, pack=pack, seed=seed if shuffle else None, cap=cap
         )
         if shuffle:
             assignment = shuffle_rows(assignment, seed, epoch)
-    chunks = row_chunks(lengths, assignment, tbins, pack=pack)
+    chunks = row_chunks(lengths, assignment, tbins, pack=pack, cap=cap)
     return assignment, num_batches(chunks, pad)

@@ -1,7 +1,9 @@
 """The plan of an epoch from a :class:`~streamseq.plan.spec.PlanSpec`: pieces, rows, length.
 
 A fresh epoch reads every unit (stream or segment) whole; an epoch resumed on other rows
-reads what was left of it (:func:`~streamseq.plan.progress.rest_of_epoch`).
+reads what was left of it (:func:`~streamseq.plan.progress.rest_of_epoch`). The units of
+an epoch of a mixture are those it draws (:mod:`~streamseq.plan.mix`): a unit may occur
+several times, and the plan deals out occurrences.
 """
 
 from __future__ import annotations
@@ -13,9 +15,33 @@ from typing import Any
 import numpy as np
 
 from .epoch import epoch_plan, start_order
+from .packing import most_chunks
 from .progress import Pieces, Progress, rest_of_epoch, whole_units
 from .rows import stream_order
 from .spec import PlanSpec
+
+#: ``(source, start, length)`` of every unit of an epoch
+Units = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def epoch_units(spec: PlanSpec, epoch: int, draw: np.ndarray | None = None) -> Units:
+    """``(source, start, length)`` of every unit of ``epoch``: the spec's, or those drawn.
+
+    ``draw``: the unit of every occurrence, instead of the epoch's own draw.
+
+    Example:
+        >>> from streamseq.plan.mix import MixSpec
+        >>> mix = MixSpec(("a", "b"), (0, 1, 2), (2.0, 0.0))
+        >>> spec = PlanSpec(np.array([3, 4]), 1, 2, mixture=mix)
+        >>> [a.tolist() for a in epoch_units(spec, 0)]
+        [[0, 0], [0, 0], [3, 3]]
+    """
+    if draw is None and spec.draws is not None:
+        draw = spec.draws.of(epoch)
+    if draw is None:
+        return spec.units
+    source, start, length = spec.units
+    return source[draw], start[draw], length[draw]
 
 
 @dataclass(frozen=True, eq=False)
@@ -28,6 +54,8 @@ class EpochPlan:
         assignment: piece indices of every global row (all ranks), in order.
         length: batches of the epoch.
         rest: where the epoch was resumed on other rows, or None for a fresh epoch.
+        units: ``(source, start, length)`` of the epoch's units, those a mixture drew
+            (``pieces`` index them); None: the spec's units.
     """
 
     epoch: int
@@ -35,6 +63,7 @@ class EpochPlan:
     assignment: list[np.ndarray]
     length: int
     rest: Progress | None = None
+    units: Units | None = None
 
     def rows_of(self, spec: PlanSpec) -> list[np.ndarray]:
         """The piece indices of the rows of ``spec.rank``."""
@@ -43,9 +72,9 @@ class EpochPlan:
 
     def units_of(self, spec: PlanSpec) -> tuple[np.ndarray, np.ndarray] | None:
         """``(stream, first step)`` of every piece, or None when pieces are whole streams."""
-        if spec.segment_length is None and self.rest is None:
+        if spec.segment_length is None and self.rest is None and self.units is None:
             return None
-        source, start, _ = spec.units
+        source, start, _ = spec.units if self.units is None else self.units
         unit, offset, _ = self.pieces
         return source[unit], start[unit] + offset
 
@@ -86,11 +115,13 @@ def plan_epoch(spec: PlanSpec, epoch: int, rest: Progress | None = None) -> Epoc
         >>> [r.tolist() for r in plan.assignment], plan.length
         ([[0], [1, 2]], 3)
     """
-    lengths = spec.units[2]
+    draw = None if rest is None else rest.draw
+    units = epoch_units(spec, epoch, draw)
+    lengths = units[2]
     if rest is None:
         pieces, order = whole_units(lengths), None
     else:
-        pieces = rest_of_epoch(rest, lengths, epoch_order(spec, epoch))
+        pieces = rest_of_epoch(rest, lengths, epoch_order(spec, epoch, draw))
         order = np.arange(len(pieces[0]))
     assignment, n = epoch_plan(
         pieces[2],
@@ -102,23 +133,38 @@ def plan_epoch(spec: PlanSpec, epoch: int, rest: Progress | None = None) -> Epoc
         epoch=epoch,
         order=order,
         version=spec.version,
+        cap=spec.max_streams_per_chunk if spec.pad == "pack" else None,
     )
-    return EpochPlan(epoch, pieces, assignment, n, rest)
+    if rest is None and spec.draws is not None and not spec.draws.fixed:
+        n = spec.draws.epoch_length(spec)  # the same for every draw
+    elif rest is None and spec.shuffle and spec.pad == "pack" and spec.max_streams_per_chunk:
+        cap = spec.max_streams_per_chunk  # capped rows take more or fewer chunks by order
+        n = max((most_chunks(lengths[r], spec.tbins, cap) for r in assignment), default=0)
+    return EpochPlan(epoch, pieces, assignment, n, rest, None if units is spec.units else units)
 
 
-def epoch_order(spec: PlanSpec, epoch: int) -> np.ndarray:
+def epoch_order(spec: PlanSpec, epoch: int, draw: np.ndarray | None = None) -> np.ndarray:
     """The order of the units in the fresh plan of ``epoch``: that of the rest of it.
+
+    ``draw``: the units drawn for the epoch, instead of its own draw (see
+    :func:`epoch_units`).
 
     Example:
         >>> spec = PlanSpec(np.array([5, 2, 3, 4]), batch_size=2, tbins=1)
         >>> epoch_order(spec, 0).tolist(), epoch_order(spec.replace(version=1), 0).tolist()
         ([0, 2, 3, 1], [0, 1, 2, 3])
     """
-    lengths = spec.units[2]
+    lengths = epoch_units(spec, epoch, draw)[2]
     if spec.version == 1:
         return stream_order(len(lengths), shuffle=spec.shuffle, seed=spec.seed, epoch=epoch)
-    fresh = plan_epoch(spec, epoch)
-    return start_order(lengths, fresh.assignment, spec.tbins, pack=spec.pad == "pack")
+    pack = spec.pad == "pack"
+    cap = spec.max_streams_per_chunk if pack else None
+    if draw is None:
+        assignment = plan_epoch(spec, epoch).assignment
+    else:  # the units drawn anew, planned as a fresh epoch would be
+        kw = dict(shuffle=spec.shuffle, seed=spec.seed, epoch=epoch, version=2, cap=cap)
+        assignment = epoch_plan(lengths, spec.rows, spec.tbins, spec.pad, **kw)[0]
+    return start_order(lengths, assignment, spec.tbins, pack=pack, cap=cap)
 
 
 class Epochs:
@@ -165,7 +211,9 @@ class Epochs:
         """What tells the plan of ``epoch`` from the others."""
         if self.rest_of(epoch) is not None:
             return ("rest", epoch)
-        return epoch if self.spec.shuffle or self.per_epoch else "every epoch"
+        draws = self.spec.draws
+        varies = draws is not None and not draws.fixed
+        return epoch if self.spec.shuffle or self.per_epoch or varies else "every epoch"
 
     def cached(self, epoch: int) -> EpochPlan | None:
         """The plan of ``epoch`` if it is the one kept."""
@@ -186,11 +234,12 @@ class Epochs:
     def length(self, epoch: int) -> int:
         """Batches of ``epoch``, without keeping its plan."""
         plan = self.cached(epoch)
-        return (
-            plan.length
-            if plan is not None
-            else plan_epoch(self.spec, epoch, self.rest_of(epoch)).length
-        )
+        if plan is not None:
+            return plan.length
+        draws, rest = self.spec.draws, self.rest_of(epoch)
+        if rest is None and draws is not None and not draws.fixed:
+            return draws.epoch_length(self.spec)
+        return plan_epoch(self.spec, epoch, rest).length
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

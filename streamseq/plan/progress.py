@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .fields import integer, integers, require, short
+from .packing import row_spans
 
 #: ``(unit, offset, length)`` arrays: steps ``offset : offset + length`` of each unit
 Pieces = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -44,15 +45,21 @@ class Progress:
         next: the next step of each (within the unit).
         row: the global row that was reading each, -1 for one not being read (its row
             moved on when the epoch was planned anew).
+        draw: the unit of every occurrence of a mixture's epoch when it was drawn anew
+            (its weights changed on resuming, see :func:`~streamseq.plan.mix.reweigh`);
+            None: the epoch's own units. ``done`` and ``begun`` then index occurrences.
     """
 
     done: np.ndarray
     begun: np.ndarray
     next: np.ndarray
     row: np.ndarray
+    draw: np.ndarray | None = None
 
     def to_state(self) -> dict[str, Any]:
         """A compact form for JSON or pickle (``done`` as base64 bits; plain ints elsewhere).
+
+        The draw is not in it (the state saves it, see :func:`~streamseq.plan.state.make_state`).
 
         Example:
             >>> p = Progress(np.array([True, False, False]), np.array([1]), np.array([4]),
@@ -75,6 +82,7 @@ class Progress:
         state: Any,
         lengths: np.ndarray,
         name: str = "state['progress']",
+        draw: np.ndarray | None = None,
     ) -> Progress:
         """Read :meth:`to_state`'s form back, checked against the units' ``lengths``.
 
@@ -82,6 +90,7 @@ class Progress:
             state: the form.
             lengths: steps of every unit.
             name: what the form is called in errors.
+            draw: the epoch's draw the form names (kept with it), or None.
 
         Raises:
             ValueError: the form is malformed or does not fit ``lengths`` (names the field).
@@ -118,7 +127,7 @@ class Progress:
         reading = row[row >= 0]
         if len(np.unique(reading)) != len(reading):
             raise ValueError(f"{name}['row'] gives one row two units: {short(row.tolist())}")
-        return cls(done | (lengths == 0), begun, nxt, row)
+        return cls(done | (lengths == 0), begun, nxt, row, draw)
 
 
 def _bits(value: Any, name: str, units: int) -> np.ndarray:
@@ -155,6 +164,7 @@ def progress_at(
     pack: bool,
     batches: int,
     done_before: np.ndarray | None = None,
+    cap: int | None = None,
 ) -> Progress:
     """Where the units stand after ``batches`` batches of a plan.
 
@@ -166,6 +176,7 @@ def progress_at(
         pack: the rows are packed (``pad="pack"``); else each piece fills whole chunks.
         batches: batches delivered.
         done_before: units done before this plan started (not among its pieces).
+        cap: with ``pack``, the most streams a chunk may pack.
 
     Example:
         >>> lengths = np.array([5, 2, 3])
@@ -183,6 +194,8 @@ def progress_at(
     first = np.repeat(np.cumsum(sizes) - sizes, sizes)  # index of the row's first piece
     end = ends - (ends - cost)[first] if len(flat) else ends
     start = end - cost
+    if pack and cap is not None:
+        start, end = row_spans(length[flat], sizes, tbins, cap)
     budget = batches * tbins if pack else batches
     finished = end <= budget
     begun = ~finished & (start < budget)

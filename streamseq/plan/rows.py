@@ -74,20 +74,31 @@ def assign_rows(
     return [ordered[bounds[r] : bounds[r + 1]] for r in range(num_rows)]
 
 
-def row_cost(lengths: np.ndarray, tbins: int, pack: bool = False) -> np.ndarray:
+def row_cost(
+    lengths: np.ndarray, tbins: int, pack: bool = False, cap: int | None = None
+) -> np.ndarray:
     """What each stream adds to its row: its chunks of ``tbins`` steps, or steps if ``pack``.
 
     A chunk never spans two streams unless ``pack``, so a stream costs its own chunks;
-    packed streams follow one another inside chunks, so they cost their steps.
+    packed streams follow one another inside chunks, so they cost their steps. Packed
+    with at most ``cap`` streams per chunk (:mod:`~streamseq.plan.packing`), a stream of
+    ``n`` steps costs ``n * (cap - 1) + tbins``, in ``1 / ((cap - 1) * tbins)`` of a
+    chunk: a chunk padded after ``cap`` streams saw at least ``cap - 1`` of them start,
+    so a row of total cost ``c`` takes at most ``ceil(c / ((cap - 1) * tbins))`` chunks
+    (``cap=1``: each stream its own chunks, as unpacked).
 
     Example:
         >>> row_cost(np.array([5, 4, 0]), 2).tolist()
         [3, 2, 0]
         >>> row_cost(np.array([5, 4, 0]), 2, pack=True).tolist()
         [5, 4, 0]
+        >>> row_cost(np.array([5, 4, 0]), 2, pack=True, cap=3).tolist()
+        [12, 10, 0]
     """
     lengths = np.asarray(lengths, dtype=np.int64)
-    return lengths.copy() if pack else -(-lengths // tbins)
+    if pack and cap is not None and cap > 1:
+        return np.where(lengths > 0, lengths * (cap - 1) + tbins, 0)
+    return lengths.copy() if pack and cap is None else -(-lengths // tbins)
 
 
 def balanced_rows(
@@ -97,6 +108,7 @@ def balanced_rows(
     tbins: int,
     pack: bool = False,
     seed: int | None = None,
+    cap: int | None = None,
 ) -> list[np.ndarray]:
     """Streams balanced over ``num_rows`` rows, once for every epoch: stream indices per row.
 
@@ -117,6 +129,7 @@ def balanced_rows(
         tbins: steps per chunk.
         pack: the rows are packed (``pad="pack"``): balance steps, not chunks.
         seed: draws the order of streams of equal cost (None: index order).
+        cap: with ``pack``, the most streams a chunk may pack (see :func:`row_cost`).
 
     Returns:
         The stream indices of each row, a list of ``num_rows`` arrays.
@@ -129,7 +142,7 @@ def balanced_rows(
         >>> [r.tolist() for r in balanced_rows(np.array([5, 2, 0, 2, 4]), 2, tbins=2)]
         [[0, 3], [1, 4]]
     """
-    cost = row_cost(lengths, tbins, pack)
+    cost = row_cost(lengths, tbins, pack, cap)
     if seed is None:
         candidates = np.arange(len(cost), dtype=np.int64)
     else:

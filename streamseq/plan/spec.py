@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from .mix import Draws, MixSpec
 from .segments import segments
 
 
@@ -35,6 +36,10 @@ class PlanSpec:
         version: the planning algorithm (:func:`~streamseq.plan.epoch.epoch_plan`): 2,
             rows balanced once and shuffled every epoch, so that every epoch has the same
             number of batches; 1, the plan of states saved by streamseq 0.2.
+        mixture: the groups of a mixture and their weights (:mod:`~streamseq.plan.mix`),
+            or None.
+        max_streams_per_chunk: with ``pad="pack"``, the most streams one chunk may pack
+            (:mod:`~streamseq.plan.packing`), or None.
 
     Example:
         >>> spec = PlanSpec(np.array([5, 0, 3]), batch_size=2, tbins=2, segment_length=2)
@@ -55,6 +60,8 @@ class PlanSpec:
     world_size: int = 1
     sources: tuple[str, ...] = ()
     version: int = 2
+    mixture: MixSpec | None = None
+    max_streams_per_chunk: int | None = None
 
     @property
     def rows(self) -> int:
@@ -67,6 +74,11 @@ class PlanSpec:
         return segments(self.lengths, self.segment_length)
 
     @cached_property
+    def draws(self) -> Draws | None:
+        """The units every epoch of a mixture draws (None without a mixture)."""
+        return None if self.mixture is None else Draws(self)
+
+    @cached_property
     def key(self) -> dict[str, Any]:
         """What decides the plan, except the rows and the epoch (states keep it).
 
@@ -76,7 +88,7 @@ class PlanSpec:
             {'streams': 1, 'tbins': 2, 'pad': 'zeros', 'shuffle': False, 'seed': 0}
         """
         sources = hashlib.sha256("\0".join(self.sources).encode())
-        return {
+        key = {
             "streams": len(self.lengths),
             "lengths": hashlib.sha256(self.lengths.tobytes()).hexdigest()[:16],
             "sources": sources.hexdigest()[:16],
@@ -86,6 +98,11 @@ class PlanSpec:
             "seed": self.seed,
             "segment_length": self.segment_length,
         }
+        if self.mixture is not None:
+            key["mixture"] = self.mixture.key(self.lengths, self.sources)
+        if self.max_streams_per_chunk is not None:
+            key["max_streams_per_chunk"] = self.max_streams_per_chunk
+        return key
 
     @cached_property
     def fingerprint(self) -> str:

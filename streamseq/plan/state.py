@@ -23,8 +23,10 @@ import numpy as np
 
 from .epoch import PLAN_VERSIONS
 from .fields import integer, require, short
-from .planner import EpochPlan, Epochs, plan_epoch
+from .mix import decode_draw, encode_draw
+from .planner import EpochPlan, Epochs, epoch_units, plan_epoch
 from .progress import Progress, progress_at
+from .reweigh import HOW, mixture_differences, reweigh, spec_of_state
 from .spec import PlanSpec
 
 #: 3: states name their plan's version (``plan_version``); 2: progress (plans of version 1)
@@ -141,6 +143,11 @@ def make_state(
         (0, 1, 3, [2])
     """
     rest = plan.rest
+    resumed = None
+    if rest is not None:
+        resumed = {**rest.to_state(), "epoch": plan.epoch}
+        if rest.draw is not None:
+            resumed["draw"] = encode_draw(rest.draw, len(spec.units[2]))
     return {
         "version": STATE_VERSION,
         "plan_version": spec.version,
@@ -153,18 +160,21 @@ def make_state(
         "batch_size": spec.batch_size,
         "world_size": spec.world_size,
         "progress": _progress_at(spec, plan, next_batch).to_state(),
-        "resumed": None if rest is None else {**rest.to_state(), "epoch": plan.epoch},
+        "resumed": resumed,
     }
 
 
 def _progress_at(spec: PlanSpec, plan: EpochPlan, batches: int) -> Progress:
     """Where the units of ``plan``'s epoch stand after ``batches`` of its batches."""
-    lengths, pack = spec.units[2], spec.pad == "pack"
+    lengths, pack = (spec.units if plan.units is None else plan.units)[2], spec.pad == "pack"
     done = None if plan.rest is None else plan.rest.done
-    return progress_at(lengths, plan.pieces, plan.assignment, spec.tbins, pack, batches, done)
+    cap = spec.max_streams_per_chunk if pack else None
+    return progress_at(lengths, plan.pieces, plan.assignment, spec.tbins, pack, batches, done, cap)
 
 
-def read_state(spec: PlanSpec, state: Any, per_epoch: bool = False) -> Resumed:
+def read_state(
+    spec: PlanSpec, state: Any, per_epoch: bool = False, weights_changed: bool = False
+) -> Resumed:
     """Check ``state`` against ``spec``, and its parts against each other.
 
     Every field must have its type and range; the plan must be ``spec``'s; the state's
@@ -177,6 +187,9 @@ def read_state(spec: PlanSpec, state: Any, per_epoch: bool = False) -> Resumed:
         state: what :func:`make_state` made (or a state of an older version).
         per_epoch: the loader's rows differ by epoch even without shuffle (see
             :class:`~streamseq.plan.planner.Epochs`).
+        weights_changed: the state may be of the same mixture with other weights, or
+            with fewer groups: the rest of its epoch follows ``spec``'s weights
+            (:mod:`~streamseq.plan.reweigh`).
 
     Raises:
         ValueError: what is wrong, naming the field (``state['progress']['next']``).
@@ -198,11 +211,13 @@ def read_state(spec: PlanSpec, state: Any, per_epoch: bool = False) -> Resumed:
     nxt = integer(state["next_batch"], "state['next_batch']")
     if version == 1:
         return _legacy(spec, state, epoch, nxt, per_epoch)
-    _check_plan(spec, state)
+    old = _check_plan(spec, state, weights_changed)
+    if old is not spec:
+        return _reweighed(old, spec, state, per_epoch)
     saved = _saved_spec(spec, state)
     length = integer(state["length"], "state['length']")
-    lengths = spec.units[2]
-    rest = _resumed(state, epoch, lengths)
+    rest = _resumed(state, epoch, spec)
+    lengths = epoch_units(spec, epoch, None if rest is None else rest.draw)[2]
     progress = Progress.from_state(state["progress"], lengths)
     done = integer(state.get("epoch_done", nxt), "state['epoch_done']")
     b, w = saved.batch_size, saved.world_size
@@ -235,15 +250,22 @@ def _version(state: Any) -> int:
     return version
 
 
-def _resumed(state: dict[str, Any], epoch: int, lengths: np.ndarray) -> Progress | None:
+def _resumed(state: dict[str, Any], epoch: int, spec: PlanSpec) -> Progress | None:
     """Where the state's epoch was resumed on other rows (``state['resumed']``), or None.
 
     Where it names its epoch (older states of version 3 do not), that must be the state's.
+    A mixture's epoch resumed with other weights names the units it drew (``draw``).
     """
     resumed = state["resumed"]
     if resumed is None:
         return None
-    rest = Progress.from_state(resumed, lengths, "state['resumed']")
+    draw = None
+    if isinstance(resumed, dict) and "draw" in resumed:
+        if spec.mixture is None:
+            raise ValueError("state['resumed']['draw'] names units drawn by a mixture")
+        draw = decode_draw(resumed["draw"], len(spec.units[2]), "state['resumed']['draw']")
+    lengths = epoch_units(spec, epoch, draw)[2]
+    rest = Progress.from_state(resumed, lengths, "state['resumed']", draw)
     if "epoch" in resumed:
         at = integer(resumed["epoch"], "state['resumed']['epoch']")
         if at != epoch:
@@ -253,8 +275,12 @@ def _resumed(state: dict[str, Any], epoch: int, lengths: np.ndarray) -> Progress
     return rest
 
 
-def _check_plan(spec: PlanSpec, state: dict[str, Any]) -> None:
-    """The state's plan settings must be ``spec``'s, and its fingerprint theirs."""
+def _check_plan(spec: PlanSpec, state: dict[str, Any], weights_changed: bool = False) -> PlanSpec:
+    """The state's plan settings must be ``spec``'s, and its fingerprint theirs.
+
+    Returns ``spec``, or with ``weights_changed`` the spec of the state's mixture when
+    only its weights differ or groups were added.
+    """
     fingerprint, plan = state["fingerprint"], state["plan"]
     if not isinstance(fingerprint, str):
         raise ValueError(f"state['fingerprint'] must be a string, got {short(fingerprint)}")
@@ -262,11 +288,20 @@ def _check_plan(spec: PlanSpec, state: dict[str, Any]) -> None:
         raise ValueError(
             f"state['plan'] must be a dict, got {short(plan)} ({type(plan).__name__})"
         )
+    mixed, allowed = [], False
+    if "mixture" in plan or spec.mixture is not None:
+        mixed, allowed = mixture_differences(plan.get("mixture"), spec.key.get("mixture"))
+    if mixed and allowed and weights_changed:
+        return _check_plan(spec_of_state(spec, plan["mixture"]), state)
     differ = differences(plan, spec.key)
+    if mixed:  # named by group: not again as the mixture's key or all the streams
+        covered = ("mixture", "the number of streams", "the streams'")
+        differ = mixed + [d for d in differ if not d.startswith(covered)]
     if differ:
+        hint = f" ({HOW})" if allowed and len(differ) == len(mixed) else ""
         raise ValueError(
             f"this state was made by another plan, differing in {'; '.join(differ)}: "
-            "resuming would silently change the run"
+            f"resuming would silently change the run{hint}"
         )
     if set(plan) != set(spec.key):
         raise ValueError(
@@ -278,6 +313,7 @@ def _check_plan(spec: PlanSpec, state: dict[str, Any]) -> None:
             f"state['fingerprint']={short(fingerprint)} is not that of state['plan'] "
             f"({spec.fingerprint!r}): resuming would silently change the run"
         )
+    return spec
 
 
 def _saved_spec(spec: PlanSpec, state: dict[str, Any]) -> PlanSpec:
@@ -352,6 +388,30 @@ def _check_progress(saved: Progress, expected: Progress, where: str) -> None:
         else:
             what = f"expected {short(want.tolist())}, got {short(got.tolist())}"
         raise ValueError(f"state['progress'][{field!r}] does not match {where}: {what}")
+
+
+def _reweighed(old: PlanSpec, spec: PlanSpec, state: dict[str, Any], per_epoch: bool) -> Resumed:
+    """A state of ``old``'s mixture resumed under ``spec``'s weights (checked against ``old``).
+
+    The rest of the state's epoch is drawn anew (:func:`~streamseq.plan.reweigh.reweigh`)
+    and planned on ``spec``'s rows; a state saved at the end of its epoch starts the next.
+    """
+    checked = read_state(old, state, per_epoch)
+    epoch, nxt = checked.epoch, checked.next_batch
+    rest = checked.rest
+    draw = None if rest is None else rest.draw
+    if draw is None:
+        draw = old.draws.of(epoch)  # type: ignore[union-attr]
+    if draw is None:
+        draw = np.arange(len(old.units[2]), dtype=np.int64)
+    progress = Progress.from_state(state["progress"], old.units[2][draw])
+    b, w, rows = checked.batch_size, checked.world_size, checked.rows
+    if nxt >= checked.epochs.plan(epoch).length:
+        return Resumed(epoch + 1, 0, None, rows, b, w, Epochs(spec, None, per_epoch))
+    rest = reweigh(old, spec, epoch, progress, draw)
+    done = checked.before + nxt
+    epochs = Epochs(spec, (epoch, rest), per_epoch, before=done)
+    return Resumed(epoch, 0, rest, rows, b, w, epochs, replan=True, before=done)
 
 
 def _legacy(

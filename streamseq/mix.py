@@ -1,0 +1,306 @@
+"""Weighted mixtures of datasets: :func:`mix` groups lists of streams under names and weights.
+
+A :class:`Mixture` is the list of the streams of all its groups, in the order given; a
+:class:`~streamseq.StreamLoader` given one reads each group for its share of every
+epoch's steps (see :mod:`streamseq.plan.mix` for the draws), deterministically and
+resumably.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, overload
+
+import numpy as np
+
+from ._checks import check_int
+from .plan.mix import MixSpec
+from .plan.planner import EpochPlan, plan_epoch
+
+if TYPE_CHECKING:
+    from .loader import StreamLoader
+
+
+class GroupShare(NamedTuple):
+    """What one group gives an epoch (see :meth:`Mixture.summary`).
+
+    Attributes:
+        group: the group's name.
+        steps: its steps delivered in the epoch.
+        streams: its occurrences (streams or segments read, a repeat counted each time).
+        share: its steps over all groups' steps.
+        weight: its normalised weight (its asked share), or None without weights.
+        padding: padding steps inside its streams' chunks (a stream's last chunk, or a
+            chunk capped by ``max_streams_per_chunk``).
+    """
+
+    group: str
+    steps: int
+    streams: int
+    share: float
+    weight: float | None
+    padding: int
+
+
+class MixSummary(NamedTuple):
+    """The groups' shares of an epoch, and the padding at the ends of rows.
+
+    Printed, a table: one line per group, then the padding after the rows' ends.
+    """
+
+    epoch: int
+    groups: tuple[GroupShare, ...]
+    end_padding: int
+    batches: int
+
+    def __str__(self) -> str:
+        lines = [f"epoch {self.epoch}: {self.batches} batches"]
+        lines.append(
+            f"{'group':<12} {'steps':>10} {'streams':>8} {'share':>7} {'weight':>7} {'padding':>8}"
+        )
+        for g in self.groups:
+            weight = "-" if g.weight is None else f"{g.weight:.3f}"
+            lines.append(
+                f"{g.group:<12} {g.steps:>10} {g.streams:>8} {g.share:>7.3f} {weight:>7} "
+                f"{g.padding:>8}"
+            )
+        lines.append(f"{'(row ends)':<12} {'':>10} {'':>8} {'':>7} {'':>7} {self.end_padding:>8}")
+        return "\n".join(lines)
+
+
+class Mixture(Sequence):
+    """The streams of several named groups, one list; see :func:`mix`.
+
+    Attributes:
+        names: the groups, in order.
+        spec: the groups' ranges and weights, as the plan takes them.
+    """
+
+    def __init__(self, streams: list[Any], spec: MixSpec):
+        self._streams, self.spec = streams, spec
+        self.names = spec.names
+
+    def __repr__(self) -> str:
+        parts = [f"{n}: {c}" for n, c in zip(self.names, self.spec.counts, strict=True)]
+        weights = "" if self.spec.weights is None else f", weights={self.weights}"
+        return f"Mixture({{{', '.join(parts)}}}{weights})"
+
+    def __len__(self) -> int:
+        return len(self._streams)
+
+    @overload
+    def __getitem__(self, i: int) -> Any: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Any]: ...
+    def __getitem__(self, i: int | slice) -> Any:
+        return self._streams[i]
+
+    @property
+    def weights(self) -> dict[str, float] | None:
+        """The weight of every group, as given (None: every stream once)."""
+        w = self.spec.weights
+        return None if w is None else dict(zip(self.names, w, strict=True))
+
+    @property
+    def ranges(self) -> dict[str, range]:
+        """The stream indices of every group.
+
+        Example:
+            >>> mix({"a": [[1], [2]], "b": [[3]]}).ranges
+            {'a': range(0, 2), 'b': range(2, 3)}
+        """
+        b = self.spec.bounds
+        return {n: range(b[g], b[g + 1]) for g, n in enumerate(self.names)}
+
+    def group_of(self, i: int) -> str:
+        """The group of stream ``i`` (as ``batch.stream`` names it).
+
+        Example:
+            >>> mix({"a": [[1], [2]], "b": [[3]]}).group_of(2)
+            'b'
+        """
+        i = check_int(i, "a stream index")
+        if not 0 <= i < len(self):
+            raise IndexError(f"stream {i} out of range for a mixture of {len(self)} streams")
+        return self.names[int(self.spec.group_of(np.array([i]))[0])]
+
+    def summary(self, loader: StreamLoader, epoch: int | None = None) -> MixSummary:
+        """Every group's steps, streams, share and padding in ``epoch``, from the plan alone.
+
+        Args:
+            loader: a loader of this mixture; no data is read.
+            epoch: the epoch; None for the loader's current one (which may be the rest
+                of an epoch resumed on other rows or with other weights: then what is
+                left of it).
+
+        Returns:
+            A :class:`MixSummary` (printed, a table).
+
+        Example:
+            >>> from streamseq import StreamLoader
+            >>> m = mix({"a": [np.zeros(4)] * 2, "b": [np.zeros(2)]}, {"a": 1, "b": 1})
+            >>> print(m.summary(StreamLoader(m, batch_size=2, tbins=2), 0))
+            epoch 0: 3 batches
+            group             steps  streams   share  weight  padding
+            a                     4        1   0.500   0.500        0
+            b                     4        2   0.500   0.500        0
+            (row ends)                                              4
+        """
+        if loader.spec.mixture != self.spec:
+            raise ValueError("this loader does not read this mixture")
+        if epoch is None or check_int(epoch, "epoch", 0) == loader.epoch:
+            plan = loader.plan()
+        else:
+            plan = plan_epoch(loader.spec, int(epoch))
+        return _summary(loader, plan)
+
+
+def _summary(loader: StreamLoader, plan: EpochPlan) -> MixSummary:
+    """:meth:`Mixture.summary` of ``plan``."""
+    spec = loader.spec
+    mixture = spec.mixture
+    assert mixture is not None
+    source = (spec.units if plan.units is None else plan.units)[0]
+    unit, _, length = plan.pieces
+    group = mixture.group_of(source[unit])
+    held = np.zeros(len(unit), bool)
+    for row in plan.assignment:
+        held[row] = True
+    held &= length > 0
+    count = len(mixture.names)
+    steps = np.bincount(group[held], weights=length[held], minlength=count).astype(np.int64)
+    streams = np.bincount(group[held], minlength=count)
+    padding = _padding(spec, plan, group, count)
+    total = max(int(steps.sum()), 1)
+    w = mixture.weights
+    norm = None if w is None else [x / sum(w) for x in w]
+    rows = len(plan.assignment) * plan.length * spec.tbins
+    end = rows - int(steps.sum()) - int(padding.sum())
+    groups = tuple(
+        GroupShare(
+            name,
+            int(steps[g]),
+            int(streams[g]),
+            int(steps[g]) / total,
+            None if norm is None else norm[g],
+            int(padding[g]),
+        )
+        for g, name in enumerate(mixture.names)
+    )
+    return MixSummary(plan.epoch, groups, end, plan.length)
+
+
+def _padding(spec: Any, plan: EpochPlan, group: np.ndarray, count: int) -> np.ndarray:
+    """Padding steps inside the chunks of each group's streams (not after the rows' ends)."""
+    _, _, length = plan.pieces
+    t = spec.tbins
+    out = np.zeros(count, np.int64)
+    if spec.pad != "pack":
+        pad = -(-length // t) * t - length
+        np.add.at(out, group, pad)
+        return out
+    cap = spec.max_streams_per_chunk
+    if cap is None:
+        return out
+    from .plan.packing import capped_starts
+
+    for row in plan.assignment:
+        if len(row) < 2:
+            continue
+        starts = capped_starts(length[row], t, cap)
+        gaps = starts[1:] - (starts[:-1] + length[row][:-1])
+        np.add.at(out, group[row[:-1]], gaps)
+    return out
+
+
+def _check_weights(
+    groups: Mapping[str, Sequence[Any]], weights: Mapping[str, Any]
+) -> tuple[float, ...]:
+    """The weights of ``groups`` in their order, checked: errors name the group."""
+    if not isinstance(weights, Mapping):
+        raise TypeError(
+            f"weights must be a dict from a group's name to a number, got {type(weights).__name__}"
+        )
+    unknown = [k for k in weights if k not in groups]
+    if unknown:
+        raise ValueError(f"weights name groups that are not in the mixture: {unknown!r}")
+    out = []
+    for name, streams in groups.items():
+        if name not in weights:
+            raise ValueError(f"group {name!r} has no weight: give every group one (0 to skip it)")
+        w = weights[name]
+        if isinstance(w, bool) or not isinstance(w, (int, float, np.integer, np.floating)):
+            raise TypeError(f"the weight of group {name!r} must be a number, got {w!r}")
+        w = float(w)
+        if not math.isfinite(w) or w < 0:
+            raise ValueError(
+                f"the weight of group {name!r} must be a finite number >= 0, got {w!r}"
+            )
+        if w > 0 and len(streams) == 0:
+            raise ValueError(f"group {name!r} has weight {w:g} but no streams")
+        out.append(w)
+    if not any(out):
+        raise ValueError(f"every weight is 0 ({dict(weights)!r}): nothing to read")
+    return tuple(out)
+
+
+def mix(
+    groups: Mapping[str, Sequence[Any]],
+    weights: Mapping[str, float] | None = None,
+    *,
+    steps: int | None = None,
+) -> Mixture:
+    """Mix groups of streams by weight: each group's share of every epoch's steps.
+
+    The result is the list of the streams of every group, in the order given (the first
+    group's streams first), accepted wherever a list of streams is:
+    ``batch.stream`` indexes it, :meth:`Mixture.group_of` names a stream's group. A
+    :class:`~streamseq.StreamLoader` reads every group for ``weight / sum(weights)`` of
+    the epoch's steps, whole streams (or segments) only: a group asking for more than it
+    has is read again, each of its streams ``k`` or ``k + 1`` times; one asking for less
+    gives a subset, without repeats. Which streams are read, or read once more, is drawn
+    anew every epoch from ``(seed, epoch)``: the same for any number of workers, and
+    after resuming. With weights proportional to the groups' steps, every step is read
+    exactly once; without weights, the loader reads the streams as it would a list.
+    (:func:`~streamseq.interleave_streams` takes a mixture as the list of its streams:
+    the weights are the loader's plan.)
+
+    Args:
+        groups: a name for every list of streams (arrays, sources or openers).
+        weights: a number >= 0 for every group; None: every stream once.
+        steps: steps of an epoch (default: all groups' steps together).
+
+    Returns:
+        A :class:`Mixture`.
+
+    Raises:
+        ValueError: no groups, a weight for a group that is not there, a group without
+            a weight, a negative, NaN or infinite weight, a positive weight for a group
+            without streams, or every weight 0 (each naming the group).
+        TypeError: a weight that is not a number.
+
+    Example:
+        >>> import numpy as np
+        >>> m = mix({"web": [np.arange(6), np.arange(4)], "code": [np.arange(5)]},
+        ...         {"web": 1, "code": 1})
+        >>> len(m), m.group_of(2), m.ranges["web"]
+        (3, 'code', range(0, 2))
+    """
+    if not isinstance(groups, Mapping) or not groups:
+        raise ValueError("mix needs a dict from a group's name to its list of streams")
+    names = tuple(groups)
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(f"group names must be strings, got {name!r}")
+    checked = None if weights is None else _check_weights(groups, weights)
+    if steps is not None:
+        steps = check_int(steps, "steps", 1)
+    streams: list[Any] = []
+    bounds = [0]
+    for name in names:
+        streams += list(groups[name])
+        bounds.append(len(streams))
+    if not streams:
+        raise ValueError(f"the groups {list(names)} hold no streams")
+    return Mixture(streams, MixSpec(names, tuple(bounds), checked, steps))

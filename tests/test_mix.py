@@ -1,0 +1,496 @@
+"""mix(): weighted mixtures of groups of streams, read by StreamLoader deterministically."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from collections import Counter
+
+import numpy as np
+import pytest
+from helpers import as_numpy, assert_same
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from streamseq import Mixture, StreamLoader, interleave_streams, mix
+from streamseq.testing import coded_streams
+
+CODE = 2**32
+
+
+def runs(batches, pack: bool = False, resumed: bool = False):
+    """Every occurrence of a stream the batches deliver: ``(stream, steps)`` per row run.
+
+    Checks on the way that data is the code of (stream, step), padding is zero, and
+    without ``pack`` that a run starts at a chunk start with ``reset`` and only there
+    (``resumed``: in the first batch a row may go on from a row of the state, unreset).
+    """
+    out = []
+    arrays = as_numpy(batches)
+    if not arrays:
+        return out
+    rows = arrays[0][0].shape[0]
+    for r in range(rows):
+        current = None
+        for i, (data, reset, valid, stream, step) in enumerate(arrays):
+            for t in range(valid.shape[1]):
+                s, k = int(stream[r, t]), int(step[r, t])
+                if not valid[r, t]:
+                    assert s == k == -1 and data[r, t] == 0
+                    continue
+                assert data[r, t] == s * CODE + k + 1
+                new = current is None or k == 0 or s != current[0] or k != current[1][-1] + 1
+                if not pack and not (resumed and i == 0 and k > 0):
+                    assert bool(reset[r]) == (t == 0 and new) or t > 0, (i, r)
+                    assert not new or t == 0, (i, r, t)
+                if new:
+                    current = (s, [k])
+                    out.append(current)
+                else:
+                    current[1].append(k)
+    return out
+
+
+def occurrences(batches, lengths, pack=False) -> Counter:
+    """How many times each stream was delivered whole (every run must be whole)."""
+    got = Counter()
+    for s, steps in runs(batches, pack):
+        assert steps == list(range(lengths[s])), (s, steps[:5])
+        got[s] += 1
+    return got
+
+
+@st.composite
+def groups_and_weights(draw, max_groups: int = 3):
+    """Groups of coded streams (lengths), weights, and loader settings."""
+    count = draw(st.integers(1, max_groups))
+    sizes = [draw(st.lists(st.integers(0, 25), min_size=1, max_size=6)) for _ in range(count)]
+    weights = {}
+    for g, lengths in enumerate(sizes):
+        w = draw(st.sampled_from([0, 1, 2, 0.5, 3]))
+        weights[f"g{g}"] = float(w) if sum(lengths) else 0.0
+    assume(any(weights.values()))
+    flat = [n for g in sizes for n in g]
+    streams = coded_streams(flat)
+    groups, at = {}, 0
+    for g, lengths in enumerate(sizes):
+        groups[f"g{g}"] = streams[at : at + len(lengths)]
+        at += len(lengths)
+    kw = dict(
+        batch_size=draw(st.integers(1, 4)),
+        tbins=draw(st.integers(1, 6)),
+        shuffle=draw(st.booleans()),
+        seed=draw(st.integers(0, 5)),
+        pad=draw(st.sampled_from(["zeros", "pack"])),
+    )
+    return groups, weights, flat, kw
+
+
+def group_steps(m: Mixture, batches) -> dict[str, int]:
+    """Valid steps of each group in ``batches``."""
+    out = dict.fromkeys(m.names, 0)
+    for b in batches:
+        for s, n in Counter(b.stream[b.valid].tolist()).items():
+            out[m.group_of(s)] += n
+    return out
+
+
+def quiet(streams, *args, **kw) -> StreamLoader:
+    """A loader, without the warning about rows left empty."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return StreamLoader(streams, *args, **kw)
+
+
+# --- shares -----------------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(groups_and_weights(), st.integers(0, 3))
+def test_each_group_gets_its_share_of_the_delivered_steps(case, epoch):
+    groups, weights, lengths, kw = case
+    m = mix(groups, weights)
+    loader = quiet(m, **kw)
+    loader.set_epoch(epoch)
+    batches = list(loader)
+    assert len(batches) == len(loader) == loader.epoch_length(0) == loader.epoch_length(epoch)
+    got = occurrences(batches, lengths, pack=kw["pad"] == "pack")
+    steps = group_steps(m, batches)
+    total = sum(steps.values())
+    norm = sum(weights.values())
+    for name, w in weights.items():
+        assert abs(steps[name] - w / norm * total) <= max(0.01 * total, max(lengths)), name
+    assert sum(got.values()) == len(runs(batches, kw["pad"] == "pack"))
+
+
+@settings(max_examples=40, deadline=None)
+@given(groups_and_weights(), st.integers(0, 3))
+def test_a_group_not_upsampled_gives_each_stream_at_most_once(case, epoch):
+    groups, weights, lengths, kw = case
+    m = mix(groups, weights)
+    loader = quiet(m, **kw)
+    loader.set_epoch(epoch)
+    got = occurrences(list(loader), lengths, pack=kw["pad"] == "pack")
+    total, norm = sum(lengths), sum(weights.values())
+    for name, r in m.ranges.items():
+        size = sum(lengths[i] for i in r)
+        if weights[name] / norm * total <= size:
+            assert all(got[i] <= 1 for i in r), name
+
+
+@settings(max_examples=30, deadline=None)
+@given(groups_and_weights())
+def test_weights_proportional_to_sizes_deliver_every_step_once(case):
+    groups, _, lengths, kw = case
+    m0 = mix(groups)
+    sizes = {n: float(sum(lengths[i] for i in r)) for n, r in m0.ranges.items()}
+    assume(any(sizes.values()))
+    m = mix(groups, sizes)
+    a, b = quiet(m, **kw), quiet(list(m), **kw)
+    for epoch in range(2):
+        a.set_epoch(epoch)
+        b.set_epoch(epoch)
+        batches = list(a)
+        assert_same(batches, list(b))  # the plain loader's batches
+        got = occurrences(batches, lengths, kw["pad"] == "pack")
+        assert got == Counter({s: 1 for s, n in enumerate(lengths) if n})
+
+
+@settings(max_examples=30, deadline=None)
+@given(groups_and_weights())
+def test_without_weights_a_mixture_is_its_list_of_streams(case):
+    groups, _, _, kw = case
+    m = mix(groups)
+    a, b = quiet(m, **kw), quiet(list(m), **kw)
+    assert_same(list(a), list(b))
+    assert a.state_dict()["plan"]["mixture"]["groups"][0]["name"] == "g0"
+
+
+def test_an_upsampled_group_reads_each_stream_k_or_k_plus_one_times():
+    small = coded_streams([5] * 4)
+    big = [s + 10**12 for s in coded_streams([5] * 24)]  # (other codes: not checked here)
+    m = mix({"small": small, "big": big}, {"small": 3, "big": 1})
+    loader = StreamLoader(m, batch_size=4, tbins=5, shuffle=True)
+    extra = set()
+    for epoch in range(4):
+        loader.set_epoch(epoch)
+        counts = Counter()
+        for b in loader:
+            counts.update(b.stream[b.valid & (b.step == 0)].tolist())
+        reads = [counts[i] for i in range(4)]
+        assert set(reads) <= {5, 6} and sum(reads) == 21  # 0.75 * 140 steps / 5
+        extra.add(tuple(r == 6 for r in reads))
+    assert len(extra) > 1  # which streams are read once more changes by epoch
+
+
+def test_summary_counts_what_the_loader_delivers():
+    m = mix({"a": coded_streams([7, 3, 9]), "b": coded_streams([4] * 5)}, {"a": 1, "b": 2})
+    loader = StreamLoader(m, batch_size=2, tbins=3, shuffle=True)
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        summary = m.summary(loader, epoch)
+        steps = group_steps(m, list(loader))
+        assert {g.group: g.steps for g in summary.groups} == steps
+        assert summary.batches == len(loader)
+        assert "(row ends)" in str(summary)
+
+
+# --- determinism: workers, resume ------------------------------------------------------
+
+
+def _mixture():
+    lengths = [9, 4, 13, 2, 7, 11, 5, 3, 8, 6]
+    streams = coded_streams(lengths)
+    m = mix({"a": streams[:3], "b": streams[3:8], "c": streams[8:]}, {"a": 1, "b": 2, "c": 0.5})
+    return m, lengths
+
+
+@pytest.mark.parametrize("pad", ["zeros", "pack"])
+def test_workers_change_nothing(pad):
+    m, _ = _mixture()
+    kw = dict(batch_size=4, tbins=3, shuffle=True, pad=pad)
+    expected = []
+    plain = StreamLoader(m, **kw)
+    for epoch in range(2):
+        plain.set_epoch(epoch)
+        expected += as_numpy(plain)
+    for method in ("thread", "process"):
+        loader = StreamLoader(m, num_workers=2, method=method, **kw)
+        got = []
+        for epoch in range(2):
+            loader.set_epoch(epoch)
+            got += as_numpy(loader)
+        loader.close()
+        assert_same(got, expected)
+
+
+@settings(max_examples=10, deadline=None)
+@given(groups_and_weights(), st.sampled_from(["thread", "process"]), st.booleans())
+def test_any_number_of_workers_gives_the_same_batches(case, method, persistent):
+    groups, weights, _, kw = case
+    m = mix(groups, weights)
+    plain = quiet(m, **kw)
+    workers = quiet(m, num_workers=2, method=method, persistent_workers=persistent, **kw)
+    try:
+        for epoch in range(2):
+            plain.set_epoch(epoch)
+            workers.set_epoch(epoch)
+            assert_same(list(workers), list(plain))
+    finally:
+        workers.close()
+
+
+def test_ranks_share_one_plan_of_the_mixture():
+    m, _ = _mixture()
+    one = StreamLoader(m, batch_size=4, tbins=3, shuffle=True)
+    ranks = [StreamLoader(m, 2, 3, shuffle=True, rank=r, world_size=2) for r in range(2)]
+    assert {len(r) for r in ranks} == {len(one)}
+    for a, b0, b1 in zip(one, *ranks, strict=True):
+        np.testing.assert_array_equal(a.stream.numpy(), np.concatenate([b0.stream, b1.stream]))
+
+
+def test_persistent_workers_read_the_rest_drawn_with_other_weights():
+    m, _ = _mixture()
+    groups = {n: list(m[r.start : r.stop]) for n, r in m.ranges.items()}
+    run = StreamLoader(m, batch_size=2, tbins=3, shuffle=True)
+    it = iter(run)
+    for _ in range(5):
+        next(it)
+    state = run.state_dict()
+    new = mix(groups, {"a": 3, "b": 1, "c": 1})
+    expected = StreamLoader(new, 3, 3, shuffle=True)
+    expected.load_state_dict(state, weights_changed=True)
+    workers = StreamLoader(new, 3, 3, shuffle=True, num_workers=2, persistent_workers=True)
+    workers.load_state_dict(state, weights_changed=True)
+    try:
+        assert_same(list(workers), list(expected))
+        assert_same(list(workers), list(expected))  # the next epoch, planned by the workers
+    finally:
+        workers.close()
+
+
+@settings(max_examples=25, deadline=None)
+@given(groups_and_weights(), st.integers(0, 2), st.data())
+def test_a_resumed_run_delivers_the_rest_of_the_uninterrupted_one(case, epoch, data):
+    groups, weights, lengths, kw = case
+    m = mix(groups, weights)
+    run = quiet(m, **kw)
+    run.set_epoch(epoch)
+    whole = as_numpy(run)
+    k = data.draw(st.integers(0, len(whole)))
+    it = iter(run)
+    for _ in range(k):
+        next(it)
+    state = json.loads(json.dumps(run.state_dict()))
+    again = quiet(m, **kw)
+    again.load_state_dict(state)
+    if k < len(whole):
+        assert_same(list(again), whole[k:])
+    # other rows: every occurrence delivered whole once, across the resume
+    other = quiet(m, **{**kw, "batch_size": kw["batch_size"] % 3 + 1})
+    other.load_state_dict(state)
+    assert len(other.row_map(state)) == other.batch_size
+    rest = list(other) if other.epoch == state["epoch"] else []  # (nothing left: the next)
+    pack = kw["pad"] == "pack"
+    before = runs(whole[:k], pack)
+    after = runs(rest, pack, resumed=True)
+    pieces = Counter()
+    for s, steps in before + after:
+        pieces[s] += len(steps)
+    expected = Counter()
+    for s, steps in runs(whole, pack):
+        expected[s] += len(steps)
+    assert pieces == expected
+
+
+def test_a_state_of_another_mixture_is_refused_naming_the_group():
+    m, _ = _mixture()
+    run = StreamLoader(m, batch_size=2, tbins=3)
+    next(iter(run))
+    state = run.state_dict()
+    groups = {n: list(m[r.start : r.stop]) for n, r in m.ranges.items()}
+    other = StreamLoader(mix(groups, {"a": 1, "b": 1, "c": 0.5}), batch_size=2, tbins=3)
+    with pytest.raises(ValueError, match="group 'b': weight .*weights_changed=True"):
+        other.load_state_dict(state)
+    fewer = StreamLoader(mix({"a": groups["a"], "b": groups["b"]}, {"a": 1, "b": 1}), 2, 3)
+    with pytest.raises(ValueError, match="group 'c' of the state is not in"):
+        fewer.load_state_dict(state, weights_changed=True)
+    renamed = StreamLoader(mix({"a": groups["a"], "x": groups["b"] + groups["c"]}), 2, 3)
+    with pytest.raises(ValueError, match="group 'b' of the state"):
+        renamed.load_state_dict(state)
+    with pytest.raises(ValueError, match="the mixture \\(the state has groups"):
+        StreamLoader(list(m), 2, 3).load_state_dict(state)
+
+
+@settings(max_examples=25, deadline=None)
+@given(groups_and_weights(), st.data())
+def test_resuming_with_other_weights_keeps_what_was_delivered(case, data):
+    groups, weights, lengths, kw = case
+    m = mix(groups, weights)
+    run = quiet(m, **kw)
+    run.set_epoch(0)
+    whole = as_numpy(run)
+    k = data.draw(st.integers(0, len(whole)))
+    it = iter(run)
+    for _ in range(k):
+        next(it)
+    state = json.loads(json.dumps(run.state_dict()))
+    sizes = {n: sum(len(s) for s in groups[n]) for n in groups}
+    new = {n: data.draw(st.sampled_from([0, 1, 2, 5])) if sizes[n] else 0 for n in groups}
+    assume(any(new.values()))
+    kw = {**kw, "batch_size": data.draw(st.integers(1, 4))}  # on these rows or others
+    other = quiet(mix(groups, new), **kw)
+    other.load_state_dict(state, weights_changed=True)
+    assert len(other.row_map(state, weights_changed=True)) == other.batch_size
+    rest = list(other)
+    pack = kw["pad"] == "pack"
+    # begun streams go on from where they stood, nothing delivered is delivered again
+    before, after = runs(whole[:k], pack), runs(rest, pack, resumed=True)
+    for s, steps in before:
+        if steps[-1] + 1 < lengths[s]:  # begun: its rest comes first in some row
+            assert any(t == s and st_[0] == steps[-1] + 1 for t, st_ in after), s
+    for s, steps in after:
+        assert steps[-1] + 1 == lengths[s]  # whole, or the rest of a begun one
+    # the steps after the resume follow the new weights
+    steps = dict.fromkeys(m.names, 0)
+    for s, st_ in after:
+        steps[m.group_of(s)] += len(st_)
+    total, norm = sum(steps.values()), sum(new.values())
+    begun = sum(len(st_) for s, st_ in after if st_[0] > 0)
+    if k and k < len(whole):
+        for name, w in new.items():
+            slack = max(0.01 * total, max(lengths)) + begun
+            assert abs(steps[name] - w / norm * total) <= slack, name
+    # a state saved after the resume loads again, with the new weights, and goes on
+    if rest:
+        again = quiet(mix(groups, new), **kw)
+        again.load_state_dict(state, weights_changed=True)
+        it = iter(again)
+        next(it)
+        saved = json.loads(json.dumps(again.state_dict()))
+        third = quiet(mix(groups, new), **kw)
+        third.load_state_dict(saved)
+        if third.epoch == saved["epoch"]:  # (else the epoch had ended)
+            assert_same(list(third), rest[1:])
+
+
+def test_a_group_added_when_resuming():
+    m, lengths = _mixture()
+    run = StreamLoader(m, batch_size=2, tbins=3, shuffle=True)
+    it = iter(run)
+    for _ in range(4):
+        next(it)
+    state = run.state_dict()
+    groups = {n: list(m[r.start : r.stop]) for n, r in m.ranges.items()}
+    extra = [s + 100 * CODE for s in coded_streams([6, 6])]
+    bigger = mix({"new": extra, **groups}, {"new": 1, "a": 1, "b": 2, "c": 0.5})
+    loader = StreamLoader(bigger, batch_size=2, tbins=3, shuffle=True)
+    loader.load_state_dict(state, weights_changed=True)
+    streams = Counter(bigger.group_of(s) for b in loader for s in b.stream[b.valid].tolist())
+    assert streams["new"] > 0
+
+
+# --- packing with a cap ----------------------------------------------------------------
+
+
+@settings(max_examples=40, deadline=None)
+@given(groups_and_weights(), st.integers(1, 3))
+def test_packed_chunks_hold_at_most_the_cap(case, cap):
+    groups, weights, lengths, kw = case
+    kw = {**kw, "pad": "pack"}
+    m = mix(groups, weights)
+    loader = quiet(m, max_streams_per_chunk=cap, **kw)
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        batches = list(loader)
+        assert len(batches) == loader.epoch_length(0)
+        for b in batches:
+            for r in range(b.valid.shape[0]):
+                v = b.valid[r]
+                starts = int((b.step[r][v] == 0).sum())
+                carried = int(bool(v[0]) and int(b.step[r][0]) > 0)
+                assert starts + carried <= cap
+                # padding inside a row only after a chunk of cap streams
+                if not v.all() and v.any() and starts + carried < cap:
+                    assert not v[int(np.flatnonzero(~v)[0]) :].any()
+        occurrences(batches, lengths, pack=True)
+
+
+def test_the_cap_needs_pack():
+    m, _ = _mixture()
+    with pytest.raises(ValueError, match='needs pad="pack"'):
+        StreamLoader(m, 2, 3, max_streams_per_chunk=2)
+
+
+def test_a_capped_run_resumes():
+    m, lengths = _mixture()
+    kw = dict(batch_size=2, tbins=8, pad="pack", max_streams_per_chunk=2, shuffle=True)
+    run = StreamLoader(m, **kw)
+    run.set_epoch(0)
+    whole = as_numpy(run)
+    it = iter(run)
+    for _ in range(3):
+        next(it)
+    again = StreamLoader(m, **kw)
+    again.load_state_dict(run.state_dict())
+    assert_same(list(again), whole[3:])
+    wider = StreamLoader(m, **{**kw, "batch_size": 3})
+    wider.load_state_dict(run.state_dict())
+    got = Counter()
+    for s, steps in runs(whole[:3], True) + runs(list(wider), True, resumed=True):
+        got[s] += len(steps)
+    expected = Counter()
+    for s, steps in runs(whole, True):
+        expected[s] += len(steps)
+    assert got == expected
+
+
+# --- the list it is, and bad input -----------------------------------------------------
+
+
+def test_a_mixture_is_the_list_of_its_streams():
+    a, b = coded_streams([3, 2]), coded_streams([4])
+    m = mix({"a": a, "b": b}, {"a": 1, "b": 2})
+    assert len(m) == 3 and m[2] is b[0] and list(m.ranges) == ["a", "b"]
+    assert [m.group_of(i) for i in range(3)] == ["a", "a", "b"]
+    rows = interleave_streams(m, 2)
+    assert sorted(s for r in rows for s in r.stream_ids.tolist()) == [0, 1, 2]
+    assert "a: 2" in repr(m) and m.weights == {"a": 1.0, "b": 2.0}
+    with pytest.raises(IndexError):
+        m.group_of(3)
+
+
+@pytest.mark.parametrize(
+    ("weights", "message"),
+    [
+        ({"a": 1, "b": 1, "z": 1}, "groups that are not in the mixture: \\['z'\\]"),
+        ({"a": 1}, "group 'b' has no weight"),
+        ({"a": 1, "b": -1}, "weight of group 'b' must be a finite number >= 0"),
+        ({"a": 1, "b": math.nan}, "weight of group 'b' must be a finite"),
+        ({"a": math.inf, "b": 1}, "weight of group 'a' must be a finite"),
+        ({"a": 0, "b": 0}, "every weight is 0"),
+        ({"a": 1, "b": 1, "e": 0}, None),
+        ({"a": 1, "b": 1, "e": 2}, "group 'e' has weight 2 but no streams"),
+    ],
+)
+def test_bad_weights_are_refused_naming_the_group(weights, message):
+    groups = {"a": coded_streams([3]), "b": coded_streams([2])}
+    if "e" in weights:
+        groups["e"] = []
+    if message is None:
+        mix(groups, weights)
+        return
+    with pytest.raises(ValueError, match=message):
+        mix(groups, weights)
+
+
+def test_a_weight_that_is_not_a_number_is_refused():
+    with pytest.raises(TypeError, match="weight of group 'a' must be a number"):
+        mix({"a": coded_streams([3])}, {"a": "1"})
+
+
+def test_a_group_of_empty_streams_with_weight_is_refused():
+    m = mix({"a": coded_streams([3]), "b": coded_streams([0, 0])}, {"a": 1, "b": 1})
+    with pytest.raises(ValueError, match="group 'b' has weight 1 but no steps"):
+        StreamLoader(m, 1, 2)
