@@ -163,8 +163,8 @@ def test_persistent_workers_count_each_pass_apart_and_not_the_time_between(metho
         loader.close()
     assert (first.epoch, second.epoch) == (0, 1)
     assert second.batches == len(loader)
-    for w in second.workers:
-        assert 0 < w.blocks and w.idle_seconds < 0.25, second
+    for w in second.workers:  # idle within the pass only: never the 0.5 s gap before it
+        assert 0 < w.blocks and w.idle_seconds <= second.seconds + 0.05, second
     assert second.seconds < 0.5 + first.seconds
 
 
