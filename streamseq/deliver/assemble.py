@@ -10,6 +10,7 @@ import torch
 
 from .._tree import tree_map
 from ..batch import Batch
+from ..workers.placed import same_slot
 from .torch import _native, can_pin, empty, to_torch
 
 
@@ -70,6 +71,11 @@ class Assembled:
         self.pin, self.time_major = pin and can_pin(), time_major
         self.share = share and len(self.groups) == 1 and not self.pin and not time_major
         self._prepare = [g.prepare for g in self.groups if hasattr(g, "prepare")]
+        # groups whose workers write their rows of the same batches (:mod:`..workers.placed`)
+        self._blocks = [g.block for g in self.groups if hasattr(g, "block")]
+        if len(self._blocks) != len(self.groups):
+            self._blocks = []
+        self._whole: tuple[list[Any], bool] | None = None  # (blocks, one slot of whole batches)
 
     def __len__(self) -> int:
         return self.length
@@ -85,6 +91,42 @@ class Assembled:
             prepare(i)
         return [g[i] for g in self.groups]
 
+    def _in_place(self, i: int) -> tuple[Batch, int] | None:
+        """Batch ``i`` as tensors over the slot its workers wrote, if they wrote it whole.
+
+        None when its blocks are not one slot of whole batches (:func:`same_slot`): the
+        batch is then assembled from its parts, with a copy.
+        """
+        for prepare in self._prepare:  # start every worker before waiting for one
+            prepare(i)
+        got = [block(i) for block in self._blocks]
+        blocks = [b for b, _ in got]
+        k = got[0][1]
+        cached = self._whole
+        if cached is None or any(a is not b for a, b in zip(cached[0], blocks, strict=True)):
+            whole = all(g[1] == k for g in got) and same_slot(blocks)
+            cached = self._whole = (blocks, whole)
+        if not cached[1]:
+            return None
+        for b in blocks:  # (an item a block lacks: its error, in row order)
+            if k >= b.count:
+                return None
+        first = blocks[0]
+        batch = first.whole(k)
+        steps = first.steps
+        counted = (
+            sum(b.steps[k] for b in blocks)
+            if steps is not None
+            else int(np.count_nonzero(batch.valid))
+        )
+        if self.pin or self.time_major:
+            return assemble_parts([batch], self.pin, self.time_major), counted
+        return to_torch(batch), counted
+
+    def release(self) -> None:
+        """Let go of the blocks last looked at (their slots are free once no batch uses them)."""
+        self._whole = None
+
     def counted(self, i: int) -> tuple[Batch, int]:
         """Batch ``i`` and its number of valid steps.
 
@@ -98,6 +140,10 @@ class Assembled:
         if self.share:
             part = self.groups[0][i]
             return to_torch(part), int(np.count_nonzero(part.valid))
+        if self._blocks:
+            whole = self._in_place(i)
+            if whole is not None:
+                return whole
         parts = self._parts(i)
         steps = sum(int(np.count_nonzero(p.valid)) for p in parts)
         return assemble_parts(parts, self.pin, self.time_major), steps

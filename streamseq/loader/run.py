@@ -156,6 +156,7 @@ class Pass:
         self.prefetchers = []
         for g in self.groups:
             g.release()
+        self.batches.release()
 
     def __del__(self) -> None:
         try:

@@ -29,7 +29,7 @@ from .run import EpochProgress, Pass, Position
 from .sampler import EpochSampler
 from .spec import DataSpec
 from .stats import Latest, Meter, PassStats
-from .topology import EpochOf, Reading, Workers, group_block_size
+from .topology import EpochOf, Reading, Workers, common_block_size
 
 #: attributes read from the plan's spec and from the configuration
 _SPEC_FIELDS = ("batch_size", "tbins", "pad", "shuffle", "seed", "segment_length", "rank")
@@ -579,7 +579,7 @@ class StreamLoader:
             meter = Meter(plan.epoch, size)
             return Pass(position, batches, stop, groups, [], running, None, meter, latest)
         zips = self._reading.groups(plan, rows, workers)
-        sizes = [group_block_size(g, self.tbins) for g in zips]
+        sizes = [common_block_size(zips, self.tbins)] * len(zips)
         started = self._workers.start(zips, self._reading, self._epochs)
         prefetchers = started
         blocks: list[Any] = started

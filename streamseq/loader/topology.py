@@ -11,22 +11,25 @@ given.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import pickle
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from .._tree import nbytes, tree_map
+from .._tree import leaves, nbytes, tree_map
 from ..batch import Batch
 from ..interleave import Row, make_rows
 from ..plan.planner import EpochPlan, Epochs
 from ..plan.spec import PlanSpec
-from ..prefetch import Prefetched, prefetch
+from ..prefetch import Prefetched
 from ..read.ref import StreamRef
 from ..split import split_by_worker
 from ..tbin import tbin
+from ..workers import shm
 from ..workers.blocks import Blocks, Layout, block_size
+from ..workers.slots import Slots
 from ..zip_batch import ZipBatch
 from .config import LoaderConfig
 from .spec import DataSpec
@@ -90,6 +93,24 @@ def micro_batch_bytes(spec: Any, rows: int, tbins: int) -> int:
 def group_block_size(group: ZipBatch, tbins: int) -> int:
     """Micro-batches a worker hands over at once (about 2 MB of them, at most 32)."""
     return block_size(micro_batch_bytes(group.spec_, group.num_rows, tbins))
+
+
+def common_block_size(groups: Sequence[ZipBatch], tbins: int) -> int:
+    """Micro-batches every worker hands over at once: the same for all the groups.
+
+    The workers write their rows of the same batches in one slot (:mod:`..workers.placed`),
+    so the blocks of every group hold the same batches.
+    """
+    return min(group_block_size(g, tbins) for g in groups)
+
+
+def slot_bytes(groups: Sequence[ZipBatch], tbins: int, size: int) -> int:
+    """Bytes of a slot that holds ``size`` whole batches of ``groups``' rows."""
+    rows = sum(g.num_rows for g in groups)
+    spec = groups[0].spec_
+    arrays = len(leaves(spec)) + 4 if spec is not None else 4
+    batch = micro_batch_bytes(spec, rows, tbins) + shm.ALIGN * arrays  # (each aligned)
+    return int(batch * size * 1.05) + 65536
 
 
 def check_picklable(
@@ -215,6 +236,20 @@ class Workers:
     def __init__(self, config: LoaderConfig, refs: Sequence[StreamRef]):
         self.config, self.refs = config, refs
         self.persistent: list[Prefetched] | None = None
+        self.slots: Slots | None = None  # kept from one pass to the next
+
+    def shared_slots(self, groups: list[ZipBatch], tbins: int, size: int) -> Slots:
+        """The slots the workers of every group write their rows of each block in.
+
+        Kept across passes: their pages are mapped and written already, so that workers
+        started for a new pass do not pay for fresh memory (in the kernel, a page fault
+        and zeroing per page). New ones when the batches grew, or in a forked child.
+        """
+        need, count = slot_bytes(groups, tbins, size), self.config.max_buffered
+        kept = self.slots
+        if kept is None or kept.size < need or kept.count != count or kept.owner != os.getpid():
+            kept = self.slots = Slots(count, need)
+        return kept
 
     def start(self, groups: list[ZipBatch], reading: Reading, epochs: Epochs) -> list[Prefetched]:
         """The workers reading ``groups``: new ones, or the persistent ones."""
@@ -224,24 +259,28 @@ class Workers:
         self.stop()
         if config.method == "process" and multiprocessing.get_start_method() != "fork":
             check_picklable(groups, config.transform, self.refs)
-        made = []
+        size = common_block_size(groups, tbins)
+        slots = None
+        if config.method == "process":
+            slots = self.shared_slots(groups, tbins, size)
+        made, first, total = [], 0, sum(g.num_rows for g in groups)
         for w, g in enumerate(groups):
-            size = group_block_size(g, tbins)
-            shm = micro_batch_bytes(g.spec_, g.num_rows, tbins) * size * config.max_buffered
             seq: Any = Blocks(g, size)
             if config.persistent_workers:
                 seq = EpochBlocks(reading, epochs, w, len(groups), size)
             made.append(
-                prefetch(
+                Prefetched(
                     seq,
                     1,
                     method=config.method,
                     max_buffered=config.max_buffered,
                     timeout=config.timeout,
-                    shm_size=int(shm * 1.1) + 65536 * config.max_buffered,
                     persistent_workers=config.persistent_workers,
+                    slots=slots,
+                    rows=(first, total),
                 )
             )
+            first += g.num_rows
         if config.persistent_workers:
             self.persistent = made
         return made

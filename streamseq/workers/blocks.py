@@ -190,7 +190,11 @@ class Unblocked:
         if self._prepare is not None and (held is None or held[0] != j):
             self._prepare(j)
 
-    def __getitem__(self, i: int) -> Any:
+    def block(self, i: int) -> tuple[Any, int]:
+        """The block that holds item ``i`` (a list, or a :class:`~.placed.Placed`), and where.
+
+        The block is held until another is asked for.
+        """
         if not 0 <= i < self.length:
             raise IndexError(f"item {i} out of range for {self.length} items")
         j = self.layout.block_of(i)
@@ -198,7 +202,17 @@ class Unblocked:
         if held is None or held[0] != j:
             self._held = None  # (its slot is free before the next block is awaited)
             held = self._held = (j, self.blocks[j])
-        items, k = held[1], i - self.layout.start(j)
+        return held[1], i - self.layout.start(j)
+
+    def __getitem__(self, i: int) -> Any:
+        items, k = self.block(i)
+        if type(items) is not list:  # written in place (:mod:`.placed`): this group's rows
+            if k < items.count:
+                return items.item(k)
+            self._held = None
+            if items.failed is not None:
+                raise items.failed.error
+            raise IndexError(f"item {i} is missing from its block of {items.count} items")
         item = items[k] if k < len(items) else items[-1]  # (one cut short ends failed)
         if isinstance(item, Failed):
             self._held = None

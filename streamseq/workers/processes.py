@@ -55,6 +55,13 @@ class ProcessWorkers:
             workers live).
         timing: where the seconds each worker spent reading and idle are added up, as
             the results come (:mod:`.timing`).
+        shared: slots of someone else's to use instead of ``slots`` new ones (a loader
+            keeps its slots across passes and shares them among its groups of rows):
+            jobs take them by item, so that the workers of every group write block
+            ``j`` in the same slot; what these workers still hold when they stop is
+            given back.
+        rows: ``(first, total)``: the workers write rows ``first, ...`` of batches of
+            ``total`` rows, the other rows being other workers' (:mod:`.placed`).
 
     Example:
         >>> import numpy as np
@@ -79,18 +86,24 @@ class ProcessWorkers:
         start_hook: Callable[[int], Any] | None = None,
         timeout: float | None = None,
         timing: Timing | None = None,
+        shared: Slots | None = None,
+        rows: tuple[int, int] | None = None,
     ):
         reaper.reap()
         self.start_hook, self.timeout = start_hook, timeout
         self.timing = Timing() if timing is None else timing
         self.owner = os.getpid()  # the only process that may stop them (:mod:`.ownership`)
         self.foreign = False  # in a forked child: its parent's workers, left alone
-        self.slots = Slots(slots, slot_size)
+        if shared is not None and shared.owner != os.getpid():
+            shared = None  # another process's slots (a forked child's parent): never shared
+        self.shared = shared is not None
+        self.slots = Slots(slots, slot_size) if shared is None else shared
+        self.rows = rows
         self.pickled = 0
         self.turn = 0
         self.cancelled = threading.Event()
         self.ended: list[tuple[int, int | None]] = []  # (pid, exit code) once stopped
-        self.pending: list[collections.deque[int]] = []  # items sent to each worker
+        self.pending: list[collections.deque[tuple[int, int | None]]] = []  # (item, slot)
         self.job_pipes: list[Any] = []
         self.result_pipes: list[Any] = []
         self.workers: list[Any] = []
@@ -102,7 +115,14 @@ class ProcessWorkers:
             raise
         self._results = Poller(self.result_pipes)
         self._finalizer = weakref.finalize(
-            self, end, self.job_pipes, self.result_pipes, self.workers, 1.0, owner=self.owner
+            self,
+            end,
+            self.job_pipes,
+            self.result_pipes,
+            self.workers,
+            1.0,
+            owner=self.owner,
+            held=(self.pending, self.slots) if self.shared else None,
         )
         ownership.track(self)
 
@@ -114,12 +134,12 @@ class ProcessWorkers:
         # that its writes fail rather than block once this process is gone
         method = ctx.get_start_method()
         mine = (jobs_tx, results_rx) if method == "fork" else ()
-        memory, size = self.slots.memory, self.slots.size
+        memory, size, rows = self.slots.memory, self.slots.size, self.rows
         # the worker's parent: this process, unless a fork server starts it
         parent = self.owner if method in ("fork", "spawn") else None
         deathsig = threading.current_thread() is threading.main_thread()
         args = (seq, index, self.start_hook, jobs_rx, results_tx, memory, size, mine)
-        args += (parent, deathsig)
+        args += (parent, deathsig, rows)
         worker = ctx.Process(target=_main, args=args, daemon=True)
         try:
             worker.start()
@@ -166,12 +186,12 @@ class ProcessWorkers:
 
     def submit(self, item: int) -> None:
         """Send ``item`` to the next worker, with a free slot if there is one."""
-        slot = self.slots.take()
+        slot = self.slots.take(item if self.shared else None)
         if slot is None and self.slots.size > 0:
             self.pickled += 1
         index = self.turn
         self.turn = (self.turn + 1) % len(self.workers)
-        self.pending[index].append(item)
+        self.pending[index].append((item, slot))
         try:
             self.job_pipes[index].send_bytes(message((item, slot)))
         except OSError:  # the worker is gone: wait() reports it
@@ -179,7 +199,7 @@ class ProcessWorkers:
 
     def _gone(self, index: int) -> WorkerGone:
         pending = self.pending[index]
-        return WorkerGone(index, pending[0] if pending else None)
+        return WorkerGone(index, pending[0][0] if pending else None)
 
     def _ready(self, seconds: float) -> list[Any]:
         """The result pipes ready within ``seconds`` (:class:`queue.Empty`: none)."""
@@ -214,7 +234,7 @@ class ProcessWorkers:
             error = load_error(payload)
             raise HookFailed(self.start_hook, index, "process", error) from error
         self.timing.add(index, read, idle)
-        if self.pending[index] and self.pending[index][0] == item:
+        if self.pending[index] and self.pending[index][0][0] == item:
             self.pending[index].popleft()
         if not ok:
             self.slots.give_back(start)
@@ -233,7 +253,8 @@ class ProcessWorkers:
         if self.foreign or os.getpid() != self.owner:
             self.forked()
             return
-        self.ended = end(self.job_pipes, self.result_pipes, self.workers, timeout, wait)
+        held = (self.pending, self.slots) if self.shared else None
+        self.ended = end(self.job_pipes, self.result_pipes, self.workers, timeout, wait, held=held)
 
 
 def end(
@@ -243,6 +264,7 @@ def end(
     timeout: float = 1.0,
     wait: bool = False,
     owner: int | None = None,
+    held: tuple[list[Any], Slots] | None = None,
 ) -> list[tuple[int, int | None]]:
     """Send every worker the stop marker, wait (bounded) for its goodbye, kill the rest.
 
@@ -251,6 +273,8 @@ def end(
     (bounded). Returns ``(pid, exit code)`` of each worker, ``None`` for one still
     exiting. Called once per set of workers: by ``stop()``, or else by the finalizer;
     in a process other than ``owner`` (a forked child) it does nothing.
+    ``held``: the jobs still pending with each worker and the slots they hold (slots
+    that outlive the workers): given back once no worker writes them any more.
     """
     if owner is not None and os.getpid() != owner:
         return []
@@ -270,6 +294,11 @@ def end(
             w.join(timeout)  # it is gone: its exit code is known at once
     for pipe in job_pipes + result_pipes:
         pipe.close()
+    if held is not None:  # no worker writes any more: their slots are free again
+        pending, slots = held
+        for jobs in pending:
+            while jobs:
+                slots.give_back(jobs.popleft()[1])
     deadline = time.monotonic() + timeout
     for w in workers if wait else ():
         w.join(max(0.0, deadline - time.monotonic()))
@@ -281,8 +310,15 @@ def end(
 class _PipeChannel:
     """A worker process's channel: jobs and results on pipes, items built in slots."""
 
-    def __init__(self, jobs: Any, results: Any, memory: Any, slot_size: int):
-        self.jobs, self.results, self.slot_size = jobs, results, slot_size
+    def __init__(
+        self,
+        jobs: Any,
+        results: Any,
+        memory: Any,
+        slot_size: int,
+        rows: tuple[int, int] | None = None,
+    ):
+        self.jobs, self.results, self.slot_size, self.rows = jobs, results, slot_size, rows
         self.view = memoryview(memory).cast("B")
         self.base = ctypes.addressof(memory)
         self.poller = Poller([jobs])
@@ -300,7 +336,7 @@ class _PipeChannel:
                 with contextlib.suppress(OSError):
                     self.results.send_bytes(GOODBYE)  # no more writes to the shared memory
                 return None
-            self.filling = Filling(self.view, self.base, start, self.slot_size)
+            self.filling = Filling(self.view, self.base, start, self.slot_size, self.rows)
             return item
 
     def building(self) -> Filling:
@@ -336,6 +372,7 @@ def _main(
     inherited: tuple[Any, ...],
     parent: int | None,
     deathsig: bool,
+    rows: tuple[int, int] | None = None,
 ) -> None:
     """A worker process: set the process up, then run the worker loop."""
     watchdog.guard(os.getppid() if parent is None else parent, deathsig)
@@ -350,4 +387,4 @@ def _main(
     # at its first parallel operation (and workers are the parallelism).
     torch.set_num_threads(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the main process
-    run(seq, index, start_hook, _PipeChannel(jobs, results, memory, slot_size))
+    run(seq, index, start_hook, _PipeChannel(jobs, results, memory, slot_size, rows))

@@ -34,14 +34,36 @@ ALIGN = 64
 
 
 class Slot:
-    """The free part of one shared-memory slot: ``view[offset:stop]``."""
+    """The free part of one shared-memory slot: ``view[offset:stop]``.
 
-    def __init__(self, view: memoryview, start: int, stop: int):
+    With ``rows`` ``(first, total)`` the slot holds whole batches that several workers
+    write together, each its own rows: an array of ``n`` rows is rows ``first`` to
+    ``first + n`` of an array of ``total`` rows reserved in the slot (the other rows are
+    the other workers'), and :attr:`taken` records where (:mod:`.placed`).
+    """
+
+    def __init__(
+        self, view: memoryview, start: int, stop: int, rows: tuple[int, int] | None = None
+    ):
         self.view, self.start, self.offset, self.stop = view, start, start, stop
+        self.rows = rows
+        self.taken: dict[int, tuple[np.ndarray, int, str, tuple[int, ...]]] = {}
 
     def take(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray | None:
         """An uninitialised array in the slot, or None when it does not fit."""
         dtype = np.dtype(dtype)
+        rows = self.rows
+        if rows is not None and shape and rows[0] + shape[0] <= rows[1]:
+            full = (rows[1], *shape[1:])
+            size = math.prod(full) * dtype.itemsize
+            begin = -(-self.offset // ALIGN) * ALIGN
+            if size == 0 or begin + size > self.stop:
+                return None
+            self.offset = begin + size
+            whole = np.frombuffer(self.view, dtype, size // dtype.itemsize, begin).reshape(full)
+            out = whole[rows[0] : rows[0] + shape[0]]
+            self.taken[id(out)] = (out, begin - self.start, dtype.str, full)
+            return out
         size = math.prod(shape) * dtype.itemsize
         begin = -(-self.offset // ALIGN) * ALIGN
         if size == 0 or begin + size > self.stop:

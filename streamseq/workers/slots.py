@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import ctypes
 import multiprocessing.sharedctypes
+import os
 import pickle
+import threading
 import weakref
 from typing import Any
 
 import numpy as np
 
 from . import shm as _shm
+from .placed import place
 from .wire import pack
 
 
@@ -41,6 +44,14 @@ def shared_bytes(size: int) -> Any:
 class Slots:
     """``count`` slots of ``size`` bytes of shared memory, handed out and taken back.
 
+    A slot is held by the jobs it was given to until their results arrive, then by the
+    views of it that were delivered (:meth:`lease`); it is free again when neither is
+    left. Jobs taken with the same ``key`` share one slot (the workers of a loader
+    writing their rows of the same batches, :mod:`.placed`): it is free again once every
+    one of them is done and every view of it is gone. The slots may outlive the workers
+    that wrote them (a loader keeps them from one pass to the next): what a stopped
+    set of workers still held is given back by its ``stop()``.
+
     Args:
         count: number of slots (0 or ``size`` 0: no shared memory, items are pickled).
         size: bytes per slot.
@@ -58,29 +69,64 @@ class Slots:
 
     def __init__(self, count: int, size: int):
         self.size = max(0, int(size))
+        self.count = int(count)
         self.memory = shared_bytes(max(1, count * self.size))
         self.free = {k * self.size for k in range(count)} if self.size else set()
+        self.owner = os.getpid()  # a forked child has its own slots, never these
+        self._holds: dict[int, int] = {}  # start of a held slot -> its holds
+        self._keys: dict[Any, int] = {}  # key -> the slot its jobs share
+        self._key_of: dict[int, Any] = {}
+        self._lock = threading.RLock()  # (finalizers give slots back from any thread)
 
-    def take(self) -> int | None:
-        """The start of a free slot, or None when every slot is held."""
-        try:
-            return self.free.pop()
-        except KeyError:
-            return None
+    def take(self, key: Any = None) -> int | None:
+        """The start of a free slot, or None when every slot is held.
+
+        With ``key``: the slot already given to that key, if it is still held.
+        """
+        with self._lock:
+            if key is not None:
+                start = self._keys.get(key)
+                if start is not None:
+                    self._holds[start] += 1
+                    return start
+            try:
+                start = self.free.pop()
+            except KeyError:
+                return None
+            self._holds[start] = 1
+            if key is not None:
+                self._keys[key] = start
+                self._key_of[start] = key
+            return start
 
     def give_back(self, start: int | None) -> None:
-        """Make the slot at ``start`` free again (None: no slot)."""
-        if start is not None:
+        """Let go of one hold of the slot at ``start``; free once none is left (None: no slot)."""
+        if start is None:
+            return
+        with self._lock:
+            holds = self._holds.get(start, 1) - 1
+            if holds > 0:
+                self._holds[start] = holds
+                return
+            self._holds.pop(start, None)
+            key = self._key_of.pop(start, None)
+            if key is not None:
+                self._keys.pop(key, None)
             self.free.add(start)
+
+    def held(self) -> int:
+        """The number of slots held (by jobs in flight or by views delivered)."""
+        return len(self._holds)
 
     def lease(self, start: int, regions: list[tuple[int, int]]) -> list[memoryview]:
         """Views of ``regions`` of the slot at ``start``; it is free again when all are gone.
 
         The views share one array over the slot: once the last view (and every array
-        made from one) is released, the array is collected and the slot given back.
+        made from one) is released, the array is collected and the slot given back. The
+        lease takes over the hold of the job whose result it is.
         """
         whole = np.frombuffer(self.memory, np.uint8, self.size, start)
-        finalizer = weakref.finalize(whole, self.free.add, start)
+        finalizer = weakref.finalize(whole, self.give_back, start)
         finalizer.atexit = False
         view = memoryview(whole)
         return [view[a - start : z - start] for a, z in regions]
@@ -94,12 +140,22 @@ class Filling:
         base: its address.
         start: where the slot starts (None: no slot, the item is pickled whole).
         size: bytes per slot.
+        rows: ``(first, total)``: this worker writes rows ``first, ...`` of batches of
+            ``total`` rows that other workers write too, in the same slot
+            (:mod:`.placed`); None: items of its own.
     """
 
-    def __init__(self, view: memoryview, base: int, start: int | None, size: int):
+    def __init__(
+        self,
+        view: memoryview,
+        base: int,
+        start: int | None,
+        size: int,
+        rows: tuple[int, int] | None = None,
+    ):
         self.view, self.base, self.start = view, base, start
         self.regions: list[tuple[int, int]] = []
-        self.slot = None if start is None else _shm.Slot(self.view, start, start + size)
+        self.slot = None if start is None else _shm.Slot(self.view, start, start + size, rows)
 
     def __enter__(self) -> Filling:
         _shm.use(self.slot)
@@ -135,6 +191,8 @@ class Filling:
         self.regions = []
         if self.slot is None:
             return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL), []
+        if self.slot.rows is not None:
+            value = place(value, self.slot) or value  # written in place: sent as such
         payload = pickle.dumps(
             pack(value), protocol=pickle.HIGHEST_PROTOCOL, buffer_callback=self.place
         )
