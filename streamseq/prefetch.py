@@ -21,7 +21,6 @@ from .workers.failures import (
     describe_item,
 )
 from .workers.processes import ProcessWorkers
-from .workers.slots import Slots
 from .workers.threads import ThreadWorkers
 from .workers.timing import Timing
 from .workers.window import Window
@@ -60,8 +59,6 @@ class Prefetched:
         shm_size: int | None = None,
         timeout: float | None = None,
         persistent_workers: bool = False,
-        slots: Slots | None = None,
-        rows: tuple[int, int] | None = None,
     ):
         check_workers(num_workers, method, max_buffered)
         self.persistent_workers = bool(persistent_workers)
@@ -70,11 +67,6 @@ class Prefetched:
         self.seq, self.num_workers, self.method = seq, num_workers, method
         self.max_buffered, self.start_hook = max_buffered, start_hook
         self.slot_size = None if shm_size is None else max(1, int(shm_size) // max_buffered)
-        # a loader's slots, shared by its groups of rows and kept across passes, and the
-        # rows these workers write of every batch (:mod:`.workers.placed`)
-        self.slots, self.rows = slots, rows
-        if slots is not None:
-            self.slot_size = slots.size
         self._lock = threading.RLock()  # one caller at a time uses the workers
         self._workers: ProcessWorkers | ThreadWorkers | None = None
         self._window: Window | None = None
@@ -93,8 +85,6 @@ class Prefetched:
         workers, self._workers, self._window = self._workers, None, None
         if workers is not None:
             workers.forked()
-        if self.slots is not None:  # the parent's memory: the child's workers get their own
-            self.slots, self.rows = None, None
         self._lock = threading.RLock()  # (a thread of the parent may have held it)
         self._iterating = 0
 
@@ -210,8 +200,6 @@ class Prefetched:
                 self.start_hook,
                 self.timeout,
                 timing,
-                shared=self.slots,
-                rows=self.rows,
             )
             depth = self.max_buffered - 2  # two slots stay free for the items being used
         self._workers, self._window = workers, Window(workers, i, self._end(i), depth)
@@ -309,24 +297,12 @@ class Prefetched:
         pickled = self._workers.pickled if self._workers is not None else 0
         if pickled and not self.pickled:
             self.pickled = pickled
-            if self.slots is not None:  # a loader's: its batches are views of the slots
-                # (list(loader) holds every batch: correct, and not worth a warning)
-                logger.info(
-                    "all %d shared-memory slots of the workers were held by batches still "
-                    "referenced (batches are views of them): the next batches are copied "
-                    "through a pipe, more slowly; keep fewer batches (copy what you keep) "
-                    "or raise max_buffered",
-                    self.slots.count,
-                )
-            else:
-                warn(
-                    f"prefetch: all {self.max_buffered} shared-memory slots were held by "
-                    "items already delivered, so items went through a pipe, pickled: release "
-                    "items sooner (copy what you keep) or raise max_buffered",
-                    RuntimeWarning,
-                )
-        if self.slots is not None:  # a loader sizes its slots from the data spec
-            return
+            warn(
+                f"prefetch: all {self.max_buffered} shared-memory slots were held by items "
+                "already delivered, so items went through a pipe, pickled: release items "
+                "sooner (copy what you keep) or raise max_buffered",
+                RuntimeWarning,
+            )
         size = nbytes(value)
         if size > self.slot_size:
             self.grown += 1

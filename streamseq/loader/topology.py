@@ -23,12 +23,13 @@ from ..batch import Batch
 from ..interleave import Row, make_rows
 from ..plan.planner import EpochPlan, Epochs
 from ..plan.spec import PlanSpec
-from ..prefetch import Prefetched
+from ..prefetch import Prefetched, prefetch
 from ..read.ref import StreamRef
 from ..split import split_by_worker
 from ..tbin import tbin
 from ..workers import shm
 from ..workers.blocks import Blocks, Layout, block_size
+from ..workers.processes import Shared
 from ..workers.slots import Slots
 from ..zip_batch import ZipBatch
 from .config import LoaderConfig
@@ -268,16 +269,18 @@ class Workers:
             seq: Any = Blocks(g, size)
             if config.persistent_workers:
                 seq = EpochBlocks(reading, epochs, w, len(groups), size)
+            shm_size = None
+            if slots is not None:
+                seq, shm_size = Shared(seq, slots, (first, total)), slots.size * slots.count
             made.append(
-                Prefetched(
+                prefetch(
                     seq,
                     1,
                     method=config.method,
                     max_buffered=config.max_buffered,
                     timeout=config.timeout,
+                    shm_size=shm_size,
                     persistent_workers=config.persistent_workers,
-                    slots=slots,
-                    rows=(first, total),
                 )
             )
             first += g.num_rows

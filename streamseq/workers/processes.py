@@ -16,6 +16,7 @@ import collections
 import contextlib
 import ctypes
 import gc
+import logging
 import multiprocessing
 import os
 import pickle
@@ -37,8 +38,46 @@ from .slots import Filling, Slots
 from .timing import Timing
 from .wire import Poller, dump_error, load_error, message
 
+logger = logging.getLogger("streamseq")
+
 GOODBYE = b"streamseq: worker done"
 POLL = 0.1  # seconds between liveness checks while waiting
+
+
+class Shared:
+    """``seq``, whose worker processes write into a loader's ``slots``, rows ``rows`` of each batch.
+
+    What :class:`ProcessWorkers` is given (through :func:`~streamseq.prefetch`) to use
+    slots that outlive it, shared with the workers of the other groups of rows (see
+    :mod:`.placed`); everything else is ``seq``'s. Worker threads just read ``seq``.
+
+    Args:
+        seq: the sequence.
+        slots: the slots (:class:`~.slots.Slots`), kept by the loader.
+        rows: ``(first, total)``: the rows of every batch these workers write, from
+            ``first``, of ``total``.
+    """
+
+    def __init__(self, seq: Any, slots: Slots, rows: tuple[int, int]):
+        self.seq, self.slots, self.rows = seq, slots, rows
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+    def __getitem__(self, i: int) -> Any:
+        return self.seq[i]
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "seq":  # (not set yet: being unpickled)
+            raise AttributeError(name)
+        return getattr(self.seq, name)
+
+    def __reduce__(self) -> tuple:
+        return _unshared, (self.seq,)  # (a spawned worker thread or process gets seq)
+
+
+def _unshared(seq: Any) -> Any:
+    return seq
 
 
 class ProcessWorkers:
@@ -90,6 +129,8 @@ class ProcessWorkers:
         rows: tuple[int, int] | None = None,
     ):
         reaper.reap()
+        if isinstance(seq, Shared):
+            seq, shared, rows = seq.seq, seq.slots, seq.rows
         self.start_hook, self.timeout = start_hook, timeout
         self.timing = Timing() if timing is None else timing
         self.owner = os.getpid()  # the only process that may stop them (:mod:`.ownership`)
@@ -100,6 +141,7 @@ class ProcessWorkers:
         self.slots = Slots(slots, slot_size) if shared is None else shared
         self.rows = rows
         self.pickled = 0
+        self.copied = 0  # jobs of shared slots sent without one: every slot was held
         self.turn = 0
         self.cancelled = threading.Event()
         self.ended: list[tuple[int, int | None]] = []  # (pid, exit code) once stopped
@@ -188,7 +230,17 @@ class ProcessWorkers:
         """Send ``item`` to the next worker, with a free slot if there is one."""
         slot = self.slots.take(item if self.shared else None)
         if slot is None and self.slots.size > 0:
-            self.pickled += 1
+            if not self.shared:
+                self.pickled += 1
+            elif not self.copied:  # (list(loader) holds every batch: not worth a warning)
+                logger.info(
+                    "all %d shared-memory slots of the workers were held by batches still "
+                    "referenced (batches are views of them): the next batches are copied "
+                    "through a pipe, more slowly; keep fewer batches (copy what you keep) "
+                    "or raise max_buffered",
+                    self.slots.count,
+                )
+            self.copied += 1
         index = self.turn
         self.turn = (self.turn + 1) % len(self.workers)
         self.pending[index].append((item, slot))
