@@ -54,13 +54,15 @@ def place(value: Any, slot: Slot) -> Placed | None:
     if not items or not isinstance(items[0], tuple):
         return None
     taken = slot.taken
+    kind = type(items[0])
+    flat = hasattr(kind, "_fields") and all(id(a) in taken for a in items[0])
+    skeleton = kind._make([None] * len(items[0])) if flat else _skeleton(items[0])
     layouts: list[Layout] = []
-    skeleton = _skeleton(items[0])
     for item in items:
-        if not isinstance(item, tuple):
+        if flat and type(item) is not kind:
             return None
         layout = []
-        for a in leaves(item):
+        for a in item if flat else leaves(item):
             record = taken.get(id(a))
             if record is None or record[0] is not a:
                 return None
@@ -75,15 +77,33 @@ def place(value: Any, slot: Slot) -> Placed | None:
                 (o - m * stride, d, s) != f for (o, d, s), f in zip(layout, first, strict=True)
             ):
                 return None
-    if any(_skeleton(item) != skeleton for item in items[1:]):
+    if not flat and any(_skeleton(item) != skeleton for item in items[1:]):
         return None
-    valid = getattr(items[0], "valid", None)
-    steps = None
-    if isinstance(valid, np.ndarray):
-        steps = [int(np.count_nonzero(item.valid)) for item in items]
+    rows = (slot.rows[0], len(items[0][0] if flat else leaves(items[0])[0]), slot.rows[1])
+    steps = _valid_steps(slot, items, first, stride, rows) if flat else None
     used = slot.view[slot.start : slot.offset]
-    rows = (slot.rows[0], len(leaves(items[0])[0]), slot.rows[1])
     return Placed(used, rows, first, stride, len(items), skeleton, steps, failed)
+
+
+def _valid_steps(
+    slot: Slot, items: list[Any], layout: Layout, stride: int, rows: tuple[int, int, int]
+) -> list[int] | None:
+    """The valid steps of this worker's rows in each item (one count for the block)."""
+    fields = getattr(type(items[0]), "_fields", ())
+    if "valid" not in fields:
+        return None
+    offset, dtype, shape = layout[fields.index("valid")]
+    if np.dtype(dtype) != np.bool_ or len(shape) != 2:
+        return None
+    first, count, _ = rows
+    mine = np.ndarray(
+        (len(items), count, shape[1]),
+        np.bool_,
+        slot.view,
+        slot.start + offset + first * shape[1],
+        (stride, shape[1], 1),
+    )
+    return np.count_nonzero(mine, axis=(1, 2)).tolist()
 
 
 class Placed:

@@ -45,7 +45,7 @@ POLL = 0.1  # seconds between liveness checks while waiting
 
 
 class Shared:
-    """``seq``, whose worker processes write into a loader's ``slots``, rows ``rows`` of each batch.
+    """``seq`` whose worker processes write rows ``rows`` of each batch in shared ``slots``.
 
     What :class:`ProcessWorkers` is given (through :func:`~streamseq.prefetch`) to use
     slots that outlive it, shared with the workers of the other groups of rows (see
