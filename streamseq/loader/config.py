@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -64,12 +65,26 @@ def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
     return int(rank), int(world_size)
 
 
+def auto_workers() -> int:
+    """The workers ``num_workers="auto"`` tries: one per core this process may use.
+
+    Example:
+        >>> auto_workers() >= 1
+        True
+    """
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
 @dataclass(frozen=True)
 class LoaderConfig:
     """How a loader reads and delivers, as opposed to what (the plan's :class:`PlanSpec`).
 
     Attributes:
-        num_workers: worker processes or threads; 0 reads in the calling process.
+        num_workers: worker processes or threads; 0 reads in the calling process. With
+            ``auto``, the number of workers tried (see :func:`auto_workers`).
         method: ``"process"`` or ``"thread"``.
         max_buffered: hand-overs in flight per worker.
         timeout: seconds a read may go without delivering (in workers or in this
@@ -78,6 +93,8 @@ class LoaderConfig:
         time_major: ``data`` as ``[T, B, ...]``.
         persistent_workers: keep the workers across passes.
         transform: ``fn(steps, info)`` run where the steps are read, or None.
+        auto: ``num_workers="auto"``: the first batches are read both ways and the
+            faster is kept (:class:`~.run.Trial`).
     """
 
     num_workers: int = 0
@@ -88,6 +105,7 @@ class LoaderConfig:
     time_major: bool = False
     persistent_workers: bool = False
     transform: Callable[..., Any] | None = None
+    auto: bool = False
 
     @classmethod
     def checked(
@@ -105,8 +123,9 @@ class LoaderConfig:
         """The configuration of these arguments, checked (``timeout`` 0 or inf: none).
 
         Raises:
-            ValueError: ``num_workers`` < 0, an unknown method, ``max_buffered`` too
-                small for it, or a ``timeout`` that is negative or NaN.
+            ValueError: ``num_workers`` < 0 (or a string other than ``"auto"``), an
+                unknown method, ``max_buffered`` too small for it, or a ``timeout`` that
+                is negative or NaN.
             TypeError: an integer argument that is not an integer, a ``timeout`` that
                 is not a number, or a ``transform`` that is not callable.
 
@@ -118,7 +137,10 @@ class LoaderConfig:
         """
         if timeout is not None and not isinstance(timeout, bool) and timeout == 0:
             timeout = None  # as in DataLoader: no timeout
-        num_workers = check_int(num_workers, "num_workers", 0)
+        auto = isinstance(num_workers, str)
+        if auto and num_workers != "auto":
+            raise ValueError(f'num_workers must be an integer >= 0 or "auto", got {num_workers!r}')
+        num_workers = auto_workers() if auto else check_int(num_workers, "num_workers", 0)
         max_buffered = check_int(max_buffered, "max_buffered")
         if transform is not None:
             Transform(transform)  # checks it now rather than in a worker
@@ -132,4 +154,5 @@ class LoaderConfig:
             time_major=bool(time_major),
             persistent_workers=bool(persistent_workers) and num_workers > 0,
             transform=transform,
+            auto=auto,
         )

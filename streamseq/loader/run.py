@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from collections.abc import Callable
 from time import perf_counter
@@ -13,6 +14,96 @@ from ..deliver.assemble import Assembled, counted_from
 from ..deliver.background import Background
 from ..prefetch import Prefetched
 from .stats import Latest, Meter
+
+logger = logging.getLogger("streamseq")
+
+Setup = tuple[Assembled, list[Any], list[Prefetched], Any, list[Any]]
+"""What a pass reads from: batches, groups, the workers it started, what to call when it
+fails, and the workers' timings."""
+
+
+class Trial:
+    """``num_workers="auto"``: the first batches read here, then by workers; the faster kept.
+
+    A loader's first passes deliver their batches as always (the batches are a pure
+    function of the plan, whoever reads them), and time them: the time ``next()`` takes
+    is what a training loop waits. First ``here`` (this process), then with
+    ``workers`` workers, started at a batch boundary with the position carried over. The
+    first batch of each way is left out of its figures (files opened, workers started);
+    the start of the workers counts, spread over the batches of an epoch, when they are
+    started for every pass. Once both ways have at least :attr:`MIN_BATCHES` batches and
+    :attr:`MIN_SECONDS` seconds (or :attr:`MAX_BATCHES` batches), the faster way is kept
+    (:attr:`chosen`), logged at INFO on the logger ``"streamseq"``; with the workers no
+    faster, the pass goes on in this process and the workers are stopped.
+
+    Args:
+        workers: the workers tried.
+        persistent: whether they persist across passes (their start is paid once).
+        stop_workers: stops the loader's persistent workers.
+    """
+
+    MIN_BATCHES = 3
+    MIN_SECONDS = 0.05
+    MAX_BATCHES = 32
+
+    def __init__(self, workers: int, persistent: bool, stop_workers: Callable[[], None]):
+        self.workers, self.persistent, self.stop_workers = workers, persistent, stop_workers
+        self.phase = 0  # 0: here, then ``workers``
+        self.times: dict[int, list[float]] = {0: [], workers: []}
+        self.first = True  # the next batch is the first one of this way
+        self.start = 0.0  # the first batch with workers: their start
+        self.chosen: int | None = None
+
+    def now(self) -> int:
+        """The workers the next pass starts with."""
+        return self.phase if self.chosen is None else self.chosen
+
+    def _enough(self, times: list[float]) -> bool:
+        n = len(times)
+        return n >= self.MAX_BATCHES or (n >= self.MIN_BATCHES and sum(times) >= self.MIN_SECONDS)
+
+    def opened(self) -> None:
+        """A pass opened the current way: its first batch is a start."""
+        self.first = True
+
+    def delivered(self, run: Pass, seconds: float, length: int) -> None:
+        """A batch took ``seconds``; switch ``run`` to the other way when it is time.
+
+        ``length``: the batches of the epoch (over which a start is spread).
+        """
+        if self.chosen is not None:
+            return
+        if self.first:
+            self.first = False
+            if self.phase:
+                self.start = seconds
+            return
+        times = self.times[self.phase]
+        times.append(seconds)
+        if not self._enough(times):
+            return
+        if self.phase == 0:
+            self.phase = self.workers
+            self.first = True
+            run.switch(self.workers)
+            return
+        here = sum(self.times[0]) / len(self.times[0])
+        there = sum(times) / len(times)
+        if not self.persistent:
+            there += self.start / max(1, length)
+        self.chosen = self.workers if there < here else 0
+        logger.info(
+            'num_workers="auto" chose %d: %.3g ms a batch in this process, %.3g ms with %d '
+            "workers%s",
+            self.chosen,
+            1e3 * here,
+            1e3 * there,
+            self.workers,
+            "" if self.persistent else " (their start spread over an epoch)",
+        )
+        if self.chosen == 0:
+            run.switch(0)
+            self.stop_workers()
 
 
 class EpochProgress(NamedTuple):
@@ -78,6 +169,9 @@ class Pass:
             starts new ones).
         meter: where its figures are kept (a meter of its own by default).
         latest: told of ``meter`` when the pass delivers its first batch.
+        trial: ``num_workers="auto"`` choosing (:class:`Trial`), or None.
+        setup: makes what the pass reads from with a number of workers, from the batch
+            it is at (for the trial to switch).
     """
 
     def __init__(
@@ -91,6 +185,8 @@ class Pass:
         failed: Callable[[], None] | None = None,
         meter: Meter | None = None,
         latest: Latest | None = None,
+        trial: Trial | None = None,
+        setup: Callable[[int], Setup] | None = None,
     ):
         self.position, self.batches, self.stop = position, batches, stop
         self.groups, self.prefetchers = groups, prefetchers
@@ -101,6 +197,9 @@ class Pass:
         self.background: Background | None = None
         self.meter = Meter(-1, 0) if meter is None else meter
         self.latest = latest
+        self.trial, self.setup = trial, setup
+        if trial is not None:
+            trial.opened()
 
     def __iter__(self) -> Pass:
         return self
@@ -135,6 +234,8 @@ class Pass:
             if self.failed is not None:
                 self.failed()
             raise
+        if self.trial is not None:
+            self.trial.delivered(self, perf_counter() - asked, self.stop)
         self.meter.delivered(steps, asked)
         if self.next == self.start and self.latest is not None:
             self.latest.started(self.meter)
@@ -143,11 +244,24 @@ class Pass:
         self.position.started = True
         return batch
 
-    def close(self, log: bool = True) -> None:
-        """Stop the pinning thread and the worker processes; log the pass's figures once."""
-        self.closed = True
-        if self.meter.end() and log:
-            self.meter.log("ended" if self.next >= self.stop else "stopped")
+    def switch(self, workers: int) -> None:
+        """Read the next batches with ``workers`` workers (0: here) instead, from the next batch.
+
+        The batches are the same either way: only who reads them changes, at a batch
+        boundary. What the pass read from until now is stopped.
+        """
+        if self.setup is None:
+            return
+        self._let_go()
+        self.batches, self.groups, self.prefetchers, self.failed, timings = self.setup(workers)
+        meter = self.meter  # (their time counts from now on)
+        for t in timings:
+            if all(t is not mine for mine in meter.timings):
+                meter.timings.append(t)
+                meter.base.append(t.totals())
+
+    def _let_go(self) -> None:
+        """Stop the pinning thread and the workers this pass started; release the groups."""
         if self.background is not None:
             self.background.close()
             self.background = None
@@ -157,6 +271,13 @@ class Pass:
         for g in self.groups:
             g.release()
         self.batches.release()
+
+    def close(self, log: bool = True) -> None:
+        """Stop the pinning thread and the worker processes; log the pass's figures once."""
+        self.closed = True
+        if self.meter.end() and log:
+            self.meter.log("ended" if self.next >= self.stop else "stopped")
+        self._let_go()
 
     def __del__(self) -> None:
         try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -25,7 +27,7 @@ from ..zip_batch import ZipBatch
 from .capped import CappedReading, check_cap
 from .checks import check_rows, check_step_specs
 from .config import LoaderConfig, check_keywords, resolve_rank
-from .run import EpochProgress, Pass, Position
+from .run import EpochProgress, Pass, Position, Setup, Trial
 from .sampler import EpochSampler
 from .spec import DataSpec
 from .stats import Latest, Meter, PassStats
@@ -34,8 +36,48 @@ from .topology import EpochOf, Reading, Workers, common_block_size
 #: attributes read from the plan's spec and from the configuration
 _SPEC_FIELDS = ("batch_size", "tbins", "pad", "shuffle", "seed", "segment_length", "rank")
 _SPEC_FIELDS += ("world_size", "lengths", "units")
-_CONFIG_FIELDS = ("num_workers", "method", "max_buffered", "timeout", "pin_memory")
+_CONFIG_FIELDS = ("method", "max_buffered", "timeout", "pin_memory")
 _CONFIG_FIELDS += ("time_major", "persistent_workers", "transform")
+
+
+def _read_with(
+    config: LoaderConfig,
+    reading: Reading,
+    workers: Workers,
+    epochs: Epochs,
+    plan: EpochPlan,
+    rows: list[Any],
+    count: int,
+    here: Sequence[Any] | None = None,
+) -> Setup:
+    """What a pass reads ``plan``'s batches from: this process (``count`` 0), or workers.
+
+    ``here``: the rows read in this process, if the loader has them already. It holds
+    no reference to the loader (a pass switches with it, :class:`Trial`).
+    """
+    count = min(count, len(rows))
+    if count == 0:
+        if here is None:
+            here = bounded(reading.group(plan, rows), config.timeout)
+        groups: list[Any] = [here]
+        batches = Assembled(groups, config.pin_memory, config.time_major, share=True)
+        return batches, groups, [], None, []
+    stop = plan.length
+    zips = reading.groups(plan, rows, count)
+    sizes = [common_block_size(zips, reading.spec.tbins)] * len(zips)
+    started = workers.start(zips, reading, epochs)
+    prefetchers = started
+    blocks: list[Any] = started
+    if config.persistent_workers:  # the loader's: this pass reads its epoch from them
+        prefetchers = []
+        blocks = [
+            EpochOf(pf, plan.epoch, len(Layout(k, stop)))
+            for pf, k in zip(started, sizes, strict=True)
+        ]
+    groups = [Unblocked(b, k, stop) for b, k in zip(blocks, sizes, strict=True)]
+    batches = Assembled(groups, config.pin_memory, config.time_major, share=False)
+    failed = workers.stop if config.persistent_workers else None
+    return batches, groups, prefetchers, failed, [pf.timing for pf in started]
 
 
 class StreamLoader:
@@ -198,6 +240,7 @@ class StreamLoader:
         self._reading = reading(self.spec, self.refs, config.transform, data)
         self._epochs = Epochs(self.spec, per_epoch=config.transform is not None)
         self._workers = Workers(config, self.refs)
+        self._trial = self._new_trial(self._workers)
         self._epoch, self._chosen = 0, False  # chosen: by set_epoch, kept for every pass
         self._deferred: int | None = None  # set during a pass: the epoch of the next one
         self._position = Position(0)  # that of the last pass, or the one loaded
@@ -205,6 +248,14 @@ class StreamLoader:
         self._latest = Latest()  # the figures of the latest pass
         self._whole: tuple[Any, ZipBatch] | None = None
         self._lock = ProcessLocal(threading.RLock)  # plan and in-process reads; per process
+
+    def _new_trial(self, workers: Workers) -> Trial | None:
+        """The ``num_workers="auto"`` trial of a loader (None: the number was given)."""
+        config = self.config
+        if not config.auto:
+            return None
+        count = min(config.num_workers, self.spec.batch_size)
+        return Trial(count, config.persistent_workers, workers.stop)
 
     def __getattr__(self, name: str) -> Any:
         """The plan's settings (``batch_size``, ``tbins``, ...) and the configuration's."""
@@ -249,7 +300,10 @@ class StreamLoader:
         state = self.__dict__.copy()
         state["_lock"] = ProcessLocal(threading.RLock)
         state["_active"], state["_whole"], state["_latest"] = None, None, Latest()
+        self._trial_now()  # (a choice made is kept)
+        state["config"] = self.config
         state["_workers"] = Workers(self.config, self.refs)
+        state["_trial"] = self._new_trial(state["_workers"])
         state["_position"] = self._position.copy()
         return state
 
@@ -568,32 +622,59 @@ class StreamLoader:
 
     def _open_pass(self, position: Position) -> Pass:
         """A pass from ``position``: read here, or by workers (new or persistent)."""
+        trial = self._trial_now()
         config, plan, latest = self.config, self.plan(), self._latest
         stop, running = plan.length, self._newer_running
         size = self.spec.batch_size * self.spec.tbins  # steps a batch holds, for the stats
         rows = self._reading.rows(plan)
-        workers = min(config.num_workers, len(rows))
-        if workers == 0:
-            groups: list[Any] = [self._in_process()]
-            batches = Assembled(groups, config.pin_memory, config.time_major, share=True)
-            meter = Meter(plan.epoch, size)
-            return Pass(position, batches, stop, groups, [], running, None, meter, latest)
-        zips = self._reading.groups(plan, rows, workers)
-        sizes = [common_block_size(zips, self.tbins)] * len(zips)
-        started = self._workers.start(zips, self._reading, self._epochs)
-        prefetchers = started
-        blocks: list[Any] = started
-        if config.persistent_workers:  # the loader's: this pass reads its epoch from them
-            prefetchers = []
-            blocks = [
-                EpochOf(pf, plan.epoch, len(Layout(k, stop)))
-                for pf, k in zip(started, sizes, strict=True)
-            ]
-        groups = [Unblocked(b, k, stop) for b, k in zip(blocks, sizes, strict=True)]
-        batches = Assembled(groups, config.pin_memory, config.time_major, share=False)
-        failed = self._workers.stop if config.persistent_workers else None
-        meter = Meter(plan.epoch, size, [pf.timing for pf in started])
-        return Pass(position, batches, stop, groups, prefetchers, running, failed, meter, latest)
+        workers = trial.now() if trial is not None else config.num_workers
+        setup = functools.partial(
+            _read_with, config, self._reading, self._workers, self._epochs, plan, rows
+        )
+        here = self._in_process() if min(workers, len(rows)) == 0 else None
+        batches, groups, prefetchers, failed, timings = setup(workers, here)
+        meter = Meter(plan.epoch, size, timings)
+        return Pass(
+            position,
+            batches,
+            stop,
+            groups,
+            prefetchers,
+            running,
+            failed,
+            meter,
+            latest,
+            trial,
+            None if trial is None else setup,
+        )
+
+    def _trial_now(self) -> Trial | None:
+        """The ``num_workers="auto"`` trial still running, if any; else its choice applied."""
+        trial = self._trial
+        if trial is None:
+            return None
+        if trial.chosen is None:
+            return trial
+        chosen = trial.chosen
+        self.config = dataclasses.replace(
+            self.config,
+            num_workers=chosen,
+            auto=False,
+            persistent_workers=self.config.persistent_workers and chosen > 0,
+        )
+        self._workers.config = self.config
+        self._trial = None
+        return None
+
+    @property
+    def num_workers(self) -> int | str:
+        """The workers reading the batches: ``"auto"`` until the first batches chose.
+
+        With ``num_workers="auto"``, the number chosen (an int) once the first batches
+        have been timed both ways (:class:`~streamseq.loader.run.Trial`).
+        """
+        self._trial_now()
+        return "auto" if self.config.auto else self.config.num_workers
 
     def _newer_running(self, it: Pass) -> bool:
         newer = self._active() if self._active is not None else None
