@@ -46,11 +46,17 @@ up to the usable cores) for each workload, with the limit rows, and prints one t
 a row per workload, a column per number of workers, the rate and its ratios to 0
 workers and to the limit.
 
+``--auto`` adds a row of streamseq with ``num_workers="auto"`` to each workload; the row
+names the number of workers it chose (one per repeat).
+
 Each measurement runs in a fresh process (so peak memory is its own), repeated
 ``--repeats`` times, interleaved; the table shows medians. Throughput counts the steps of
 the streams (tokens or frames) delivered per second after the first batch; the time to
 the first batch is shown apart. The CPU time per step is that of the process and its
-workers (user and system) over whole epochs, planning and worker starts included. Peak
+workers (user and system) over whole epochs, planning and worker starts included; the
+main CPU per batch is that of the main process alone (``time.process_time()``: its threads,
+not its workers) over whole epochs, divided by the batches: what the hand-over costs the
+process that trains. Peak
 memory is the largest sum of the RSS of the main process and its worker processes, sampled
 every 20 ms (pages shared between processes count in each). Every table starts with the
 cores (``os.cpu_count()`` and those this process may use) and the load average.
@@ -493,15 +499,17 @@ def measure(job: dict) -> dict:
         loader = multistream_loader(sources, workers, video)
     steps = seconds = 0.0
     firsts = []
-    epochs = 0
+    epochs = batches = 0
     cpu_start = cpu_seconds()
+    main_start = time.process_time()  # the main process alone (its threads, not workers)
     while epochs < job["min_epochs"] or seconds < job["min_seconds"]:
         start = time.perf_counter()
         it = iter(loader)
         next(it)
         first = time.perf_counter()
+        batches += 1
         for _ in it:
-            pass
+            batches += 1
         end = time.perf_counter()
         firsts.append(first - start)
         if kind in ("limit", "pyav-defaults") and video:  # whole files: count them all
@@ -512,6 +520,8 @@ def measure(job: dict) -> dict:
             seconds += end - first
         epochs += 1
         del it
+    main_cpu = time.process_time() - main_start
+    chosen = getattr(loader, "num_workers", None) if job["workers"] == "auto" else None
     if hasattr(loader, "close"):
         loader.close()
     del loader
@@ -521,6 +531,8 @@ def measure(job: dict) -> dict:
     return {
         "steps_per_s": steps / seconds,
         "cpu_per_step": (cpu_seconds() - cpu_start) / (epochs * total),
+        "main_cpu_per_batch": main_cpu / max(1, batches),
+        "chosen": chosen,
         "first_s": min(firsts),
         "epochs": epochs,
         "streamseq": imported,
@@ -606,8 +618,8 @@ def table(workload: str, rows: list[tuple[dict, list[dict]]], unit: str, head: s
     psd = {j["workers"]: med[id(j)] for j, _ in rows if j["loader"] == "psd"}
     lines = [
         f"{'loader':44s} {unit + '/s':>12s} {'x limit':>8s} {'x psd':>7s} "
-        f"{'CPU/step':>9s} {'1st batch':>10s} {'peak RSS':>9s}",
-        "-" * 105,
+        f"{'CPU/step':>9s} {'main CPU/b':>10s} {'1st batch':>10s} {'peak RSS':>9s}",
+        "-" * 116,
     ]
     for job, results in rows:
         rate = med[id(job)]
@@ -615,10 +627,15 @@ def table(workload: str, rows: list[tuple[dict, list[dict]]], unit: str, head: s
         cpu = statistics.median(r["cpu_per_step"] for r in results)
         first = statistics.median(r["first_s"] for r in results)
         peak = statistics.median(r["peak_rss"] for r in results)
+        main = statistics.median(r.get("main_cpu_per_batch", 0.0) for r in results)
         ratio = f"{rate / vs_psd:7.1f}" if vs_psd else f"{'-':>7s}"
+        name = label(job)
+        chosen = [r["chosen"] for r in results if r.get("chosen") is not None]
+        if chosen:
+            name += f" (chose {', '.join(map(str, chosen))})"
         lines.append(
-            f"{label(job):44s} {rate / 1e6 if unit.startswith('M') else rate:12.2f} "
-            f"{rate / limit:8.2f} {ratio} {per_step(cpu):>9s} "
+            f"{name:44s} {rate / 1e6 if unit.startswith('M') else rate:12.2f} "
+            f"{rate / limit:8.2f} {ratio} {per_step(cpu):>9s} {per_step(main):>10s} "
             f"{1e3 * first:7.0f} ms {peak / 2**20:6.0f} MB"
         )
     return f"\n{workload} ({head})\n" + "\n".join(lines) + ratios(rows)
@@ -641,7 +658,10 @@ def ratios(rows: list[tuple[dict, list[dict]]]) -> str:
 
         rate, each = of("steps_per_s")
         cpu, _ = of("cpu_per_step")
-        return f"{name:44s} {rate:8.2f} {cpu:9.2f}   " + " ".join(f"{x:.2f}" for x in each)
+        main, _ = of("main_cpu_per_batch")
+        return f"{name:44s} {rate:8.2f} {cpu:9.2f} {main:10.2f}   " + " ".join(
+            f"{x:.2f}" for x in each
+        )
 
     current = {j["workers"]: rs for j, rs in rows if j["loader"] == "streamseq" and plain(j)}
     groups: dict[str, list[str]] = {}
@@ -661,7 +681,11 @@ def ratios(rows: list[tuple[dict, list[dict]]]) -> str:
             groups.setdefault(head, []).append(line(label(job), results, other))
     if not groups:
         return ""
-    out = ["", f"{'ratios':44s} {'steps/s':>8s} {'CPU/step':>9s}   steps/s per repeat"]
+    out = [
+        "",
+        f"{'ratios':44s} {'steps/s':>8s} {'CPU/step':>9s} {'main CPU/b':>10s}   "
+        "steps/s per repeat",
+    ]
     for head, texts in groups.items():
         out += [head, *texts]
     return "\n".join(out)
@@ -795,6 +819,11 @@ def main() -> None:
         help="workers of the loader comparison (default 2)",
     )
     parser.add_argument(
+        "--auto",
+        action="store_true",
+        help='also time streamseq with num_workers="auto" (the row names the choice)',
+    )
+    parser.add_argument(
         "--persistent-workers",
         action="store_true",
         help="also time streamseq with persistent_workers=True (rows with workers)",
@@ -865,6 +894,7 @@ def main() -> None:
             configs += [("streamseq", w, base)] if args.baseline else []
             configs += [("streamseq", w, {"persistent": True})] if args.persistent_workers else []
             configs += [("streamseq", w, {"transform": "crop"})]
+            configs += [("streamseq", "auto", {})] if args.auto else []
             configs += [("psd", w, {}), ("multistream", w, {})]
             if not args.quick:
                 configs[2:2] = [("streamseq", 0, {})]
@@ -875,6 +905,7 @@ def main() -> None:
             configs += [("streamseq", w, {})]
             configs += [("streamseq", w, {"persistent": True})] if args.persistent_workers else []
             configs += [("streamseq", w, base)] if args.baseline else []
+            configs += [("streamseq", "auto", {})] if args.auto else []
             configs += [("psd", w, {}), ("multistream", w, {})]
         if args.loaders:
             keep = {"limit", *loaders}
