@@ -38,7 +38,9 @@ current / baseline per workload (of the medians, and per repeat).
 The video workload has one more row: 2 workers with a ``transform`` that crops every
 frame to 160x160 at a random offset per stream (:func:`crop`), to compare with the plain
 video rows (the crop's cost; it also makes the batch half as large). The limit stays the
-plain decode.
+plain decode. The tokens workload has two more: in-process and 2 workers with a
+``transform`` that hashes every token twice (:func:`mix`, about ten times the cost of
+reading the tokens): the scaling of a transform worth workers.
 
 ``--workers [LIST]`` runs the scaling sweep instead of the loader comparison: streamseq
 with each number of workers in ``LIST`` (comma-separated; without a list 0, 1, 2, 4, ...
@@ -257,6 +259,17 @@ def crop(frames: np.ndarray, info: Any) -> np.ndarray:
     """The ``transform`` of the crop row: frames cropped to 160x160, one offset per stream."""
     top, left = info.rng("crop").integers(0, np.subtract(frames.shape[1:3], CROP - 1))
     return frames[:, top : top + CROP, left : left + CROP]
+
+
+def mix(tokens: np.ndarray, info: Any) -> np.ndarray:
+    """The ``transform`` of the mix rows: two rounds of a multiplicative hash of each token.
+
+    About ten times what reading the tokens costs in-process (numpy calls on each read of
+    ``T_TOKENS`` tokens): a transform worth workers.
+    """
+    for _ in range(2):
+        tokens = (tokens * 1103515245 + 12345) % 50021
+    return tokens
 
 
 def streamseq_loader(
@@ -481,7 +494,7 @@ def measure(job: dict) -> dict:
     elif kind == "memcpy":
         loader = memcpy_bound(sources)
     elif kind == "streamseq":
-        transform = crop if job.get("transform") == "crop" else None
+        transform = {"crop": crop, "mix": mix}.get(job.get("transform"))
         loader = streamseq_loader(sources, workers, video, transform, job.get("persistent"))
     elif kind == "streamseq-numpy":  # as installed without a C compiler
         try:
@@ -700,6 +713,13 @@ def targets(results: dict) -> list[str]:
                 return statistics.median(r["steps_per_s"] for r in rs)
         return None
 
+    def mixed(workload: str, workers: int) -> float | None:
+        for job, rs in results.get(workload, []):
+            if job["loader"] == "streamseq" and job["workers"] == workers:
+                if job.get("transform") == "mix" and not job.get("baseline"):
+                    return statistics.median(r["steps_per_s"] for r in rs)
+        return None
+
     def check(name: str, num: float | None, den: float | None, goal: float) -> None:
         if num is not None and den:
             value = num / den
@@ -715,6 +735,8 @@ def targets(results: dict) -> list[str]:
         check("tokens: streamseq in-process / copy limit", s0, lim, 0.5)
         check(f"tokens: streamseq {w} workers / streamseq in-process", s2, s0, 0.5)
         check(f"tokens: streamseq {w} workers / psd {w} workers", s2, p2, 20)
+        m0, m2 = mixed("tokens", 0), mixed("tokens", w)
+        check(f"tokens + mix transform: streamseq {w} workers / in-process", m2, m0, 1.6)
     if "video" in results:
         s2, p2 = rate("video", "streamseq", w), rate("video", "psd", w)
         n = cores()
@@ -906,6 +928,7 @@ def main() -> None:
             configs += [("streamseq", w, {"persistent": True})] if args.persistent_workers else []
             configs += [("streamseq", w, base)] if args.baseline else []
             configs += [("streamseq", "auto", {})] if args.auto else []
+            configs += [("streamseq", k, {"transform": "mix"}) for k in (0, w)]
             configs += [("psd", w, {}), ("multistream", w, {})]
         if args.loaders:
             keep = {"limit", *loaders}
