@@ -31,7 +31,7 @@ from .run import EpochProgress, Pass, Position, Setup, Trial
 from .sampler import EpochSampler
 from .spec import DataSpec
 from .stats import Latest, Meter, PassStats
-from .topology import EpochOf, Reading, Workers, common_block_size
+from .topology import EpochOf, Reading, Workers
 
 #: attributes read from the plan's spec and from the configuration
 _SPEC_FIELDS = ("batch_size", "tbins", "pad", "shuffle", "seed", "segment_length", "rank")
@@ -46,35 +46,34 @@ def _read_with(
     workers: Workers,
     epochs: Epochs,
     plan: EpochPlan,
-    rows: list[Any],
     count: int,
     here: Sequence[Any] | None = None,
 ) -> Setup:
     """What a pass reads ``plan``'s batches from: this process (``count`` 0), or workers.
 
-    ``here``: the rows read in this process, if the loader has them already. It holds
-    no reference to the loader (a pass switches with it, :class:`Trial`).
+    ``here``: the rows read in this process, if the loader has them already. Persistent
+    workers that run already are asked for the epoch (its rows are theirs to plan). It
+    holds no reference to the loader (a pass switches with it, :class:`Trial`).
     """
-    count = min(count, len(rows))
+    count = min(count, reading.spec.batch_size)
     if count == 0:
         if here is None:
-            here = bounded(reading.group(plan, rows), config.timeout)
+            here = bounded(reading.group(plan, reading.rows(plan)), config.timeout)
         groups: list[Any] = [here]
         batches = Assembled(groups, config.pin_memory, config.time_major, share=True)
         return batches, groups, [], None, []
-    stop = plan.length
-    zips = reading.groups(plan, rows, count)
-    sizes = [common_block_size(zips, reading.spec.tbins)] * len(zips)
-    started = workers.start(zips, reading, epochs)
+    stop, kept = plan.length, workers.persistent
+    if config.persistent_workers and kept is not None and len(kept) == count:
+        started = kept
+    else:
+        started = workers.start(reading.groups(plan, reading.rows(plan), count), reading, epochs)
+    size = workers.block_size
     prefetchers = started
     blocks: list[Any] = started
     if config.persistent_workers:  # the loader's: this pass reads its epoch from them
         prefetchers = []
-        blocks = [
-            EpochOf(pf, plan.epoch, len(Layout(k, stop)))
-            for pf, k in zip(started, sizes, strict=True)
-        ]
-    groups = [Unblocked(b, k, stop) for b, k in zip(blocks, sizes, strict=True)]
+        blocks = [EpochOf(pf, plan.epoch, len(Layout(size, stop))) for pf in started]
+    groups = [Unblocked(b, size, stop) for b in blocks]
     batches = Assembled(groups, config.pin_memory, config.time_major, share=False)
     failed = workers.stop if config.persistent_workers else None
     return batches, groups, prefetchers, failed, [pf.timing for pf in started]
@@ -626,12 +625,11 @@ class StreamLoader:
         config, plan, latest = self.config, self.plan(), self._latest
         stop, running = plan.length, self._newer_running
         size = self.spec.batch_size * self.spec.tbins  # steps a batch holds, for the stats
-        rows = self._reading.rows(plan)
         workers = trial.now() if trial is not None else config.num_workers
         setup = functools.partial(
-            _read_with, config, self._reading, self._workers, self._epochs, plan, rows
+            _read_with, config, self._reading, self._workers, self._epochs, plan
         )
-        here = self._in_process() if min(workers, len(rows)) == 0 else None
+        here = self._in_process() if workers == 0 else None
         batches, groups, prefetchers, failed, timings = setup(workers, here)
         meter = Meter(plan.epoch, size, timings)
         return Pass(

@@ -166,6 +166,7 @@ class EpochBlocks:
         self.reading, self.w, self.workers, self.size = reading, w, workers, size
         self.epochs = Epochs(epochs.spec, epochs.rest, epochs.per_epoch)  # plans of its own
         self._group: tuple[Any, Blocks] | None = None
+        self._ends: dict[Any, int] = {}  # blocks of the epochs asked for (each a plan)
 
     @staticmethod
     def first_item(epoch: int) -> int:
@@ -194,7 +195,13 @@ class EpochBlocks:
     def segment_end(self, k: int) -> int:
         """The item after the last block of the epoch of item ``k``."""
         epoch = k // _STRIDE
-        return epoch * _STRIDE + len(Layout(self.size, self.epochs.length(epoch)))
+        key = self.epochs.key(epoch)
+        blocks = self._ends.get(key)
+        if blocks is None:
+            if len(self._ends) > 8:
+                self._ends.clear()
+            blocks = self._ends[key] = len(Layout(self.size, self.epochs.length(epoch)))
+        return epoch * _STRIDE + blocks
 
     def name_item(self, k: int) -> str:
         """What item ``k`` reads: its epoch, batches, streams and steps."""
@@ -238,6 +245,7 @@ class Workers:
         self.config, self.refs = config, refs
         self.persistent: list[Prefetched] | None = None
         self.slots: Slots | None = None  # kept from one pass to the next
+        self.block_size = 1  # micro-batches a hand-over of the workers started last holds
 
     def shared_slots(self, groups: list[ZipBatch], tbins: int, size: int) -> Slots:
         """The slots the workers of every group write their rows of each block in.
@@ -260,7 +268,7 @@ class Workers:
         self.stop()
         if config.method == "process" and multiprocessing.get_start_method() != "fork":
             check_picklable(groups, config.transform, self.refs)
-        size = common_block_size(groups, tbins)
+        size = self.block_size = common_block_size(groups, tbins)
         slots = None
         if config.method == "process":
             slots = self.shared_slots(groups, tbins, size)
