@@ -25,6 +25,7 @@ inherits the mapping, and unmaps its copy when it exits.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -51,25 +52,31 @@ class Slot:
 
     def take(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray | None:
         """An uninitialised array in the slot, or None when it does not fit."""
-        dtype = np.dtype(dtype)
         rows = self.rows
         if rows is not None and shape and rows[0] + shape[0] <= rows[1]:
-            full = (rows[1], *shape[1:])
-            size = math.prod(full) * dtype.itemsize
+            full, dtype, size = _reserved(shape, dtype, rows[1])
             begin = -(-self.offset // ALIGN) * ALIGN
             if size == 0 or begin + size > self.stop:
                 return None
             self.offset = begin + size
-            whole = np.frombuffer(self.view, dtype, size // dtype.itemsize, begin).reshape(full)
-            out = whole[rows[0] : rows[0] + shape[0]]
+            out = np.ndarray(full, dtype, self.view, begin)[rows[0] : rows[0] + shape[0]]
             self.taken[id(out)] = (out, begin - self.start, dtype.str, full)
             return out
+        dtype = np.dtype(dtype)
         size = math.prod(shape) * dtype.itemsize
         begin = -(-self.offset // ALIGN) * ALIGN
         if size == 0 or begin + size > self.stop:
             return None
         self.offset = begin + size
         return np.frombuffer(self.view, dtype, size // dtype.itemsize, begin).reshape(shape)
+
+
+@functools.lru_cache(maxsize=256)
+def _reserved(shape: tuple[int, ...], dtype: Any, total: int) -> tuple[tuple, np.dtype, int]:
+    """The shape, dtype and bytes of the array of ``total`` rows that rows of ``shape`` are of."""
+    dtype = np.dtype(dtype)
+    full = (total, *shape[1:])
+    return full, dtype, math.prod(full) * dtype.itemsize
 
 
 _current: Slot | None = None
