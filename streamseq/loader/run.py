@@ -30,9 +30,10 @@ class Trial:
     is what a training loop waits. First ``here`` (this process), then with
     ``workers`` workers, started at a batch boundary with the position carried over. The
     first batch of each way is left out of its figures (files opened, workers started);
-    the start of the workers counts, spread over the batches of an epoch, when they are
-    started for every pass. Once both ways have at least :attr:`MIN_BATCHES` batches and
-    :attr:`MIN_SECONDS` seconds (or :attr:`MAX_BATCHES` batches), the faster way is kept
+    what the start of the workers adds to their first batch counts, spread over the
+    batches of an epoch, when they are started for every pass. Once both ways have at
+    least :attr:`MIN_BATCHES` batches and :attr:`MIN_SECONDS` seconds (or
+    :attr:`MAX_BATCHES` batches), the faster way is kept
     (:attr:`chosen`), logged at INFO on the logger ``"streamseq"``; with the workers no
     faster, the pass goes on in this process and the workers are stopped.
 
@@ -42,8 +43,8 @@ class Trial:
         stop_workers: stops the loader's persistent workers.
     """
 
-    MIN_BATCHES = 3
-    MIN_SECONDS = 0.05
+    MIN_BATCHES = 4
+    MIN_SECONDS = 0.2
     MAX_BATCHES = 32
 
     def __init__(self, workers: int, persistent: bool, stop_workers: Callable[[], None]):
@@ -89,8 +90,8 @@ class Trial:
             return
         here = sum(self.times[0]) / len(self.times[0])
         there = sum(times) / len(times)
-        if not self.persistent:
-            there += self.start / max(1, length)
+        if not self.persistent:  # what their start adds to a batch, over an epoch
+            there += max(0.0, self.start - there) / max(1, length)
         self.chosen = self.workers if there < here else 0
         logger.info(
             'num_workers="auto" chose %d: %.3g ms a batch in this process, %.3g ms with %d '
