@@ -18,6 +18,7 @@ converted.
 from __future__ import annotations
 
 import math
+import multiprocessing
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ _CHANNELS = {
     "abgr": 4,
     "gray": None,
     "gray8": None,
+    "yuv420p": None,  # planar: the Y plane, then U and V side by side ([H * 3 / 2, W])
 }
 
 #: seconds within which a frame counts as shown at a time (float rounding of timestamps)
@@ -189,6 +191,22 @@ def grid_steps(seconds: float, fps: float) -> int:
     return max(0, math.ceil(seconds * fps - 1e-6))
 
 
+def decode_threads(threads: int | None) -> int:
+    """The number of codec threads a decoder gets (``0``: FFmpeg's choice, one per core).
+
+    ``None`` fits where it runs: one thread in a process started by :mod:`multiprocessing`
+    (a worker: the processes already share the cores, and more threads only
+    oversubscribe them), FFmpeg's choice in the main process.
+
+    Example:
+        >>> decode_threads(None), decode_threads(2)
+        (0, 2)
+    """
+    if threads is not None:
+        return threads
+    return 1 if multiprocessing.parent_process() is not None else 0
+
+
 def shown_frames(times: np.ndarray, times_asked: np.ndarray) -> np.ndarray:
     """The frame a player shows at each time: the last one whose timestamp is not after it.
 
@@ -220,9 +238,16 @@ class _Video(MediaSource):
         stream_index: int,
         storage_options: dict[str, Any] | None = None,
         fps: float | None = None,
+        threads: int | None = None,
     ):
         if format not in _CHANNELS:
             raise ValueError(f"format must be one of {sorted(_CHANNELS)}, got {format!r}")
+        if threads is not None and (isinstance(threads, bool) or int(threads) != threads):
+            raise ValueError(f"threads must be an integer >= 0 or None, got {threads!r}")
+        if threads is not None and threads < 0:
+            raise ValueError(f"threads must be an integer >= 0 or None, got {threads!r}")
+        if format == "yuv420p" and size is not None and (size[0] % 2 or size[1] % 2):
+            raise ValueError(f"yuv420p frames have an even height and width, got size={size}")
         if fps is not None and not fps > 0:
             raise ValueError(f"fps must be positive, got {fps}")
         if fps is not None and length is not None:
@@ -231,6 +256,7 @@ class _Video(MediaSource):
         self.size = None if size is None else (int(size[0]), int(size[1]))
         self.format = format
         self.step_rate = None if fps is None else float(fps)  # steps per second, if constant
+        self.threads = None if threads is None else int(threads)
 
     def __repr__(self) -> str:
         rate = "" if self.step_rate is None else f", fps={self.step_rate:g}"
@@ -314,6 +340,10 @@ class _Video(MediaSource):
 
     def _frame_shape(self) -> tuple[int, ...]:
         h, w = self.size if self.size is not None else (self.probe().height, self.probe().width)
+        if self.format == "yuv420p":
+            if h % 2 or w % 2:
+                raise SourceError(self.path, f"{h}x{w} frames cannot be yuv420p: give size=")
+            return (h + h // 2, w)
         c = _CHANNELS[self.format]
         return (h, w) if c is None else (h, w, c)
 
@@ -365,6 +395,12 @@ class _Video(MediaSource):
         # one scaler for all frames, on one thread: the same pixels in every process (the
         # rows of a frame cut among threads are rounded differently at their edges)
         reader.convert = VideoReformatter()
+        codec = reader.stream.codec_context
+        if not codec.is_open:  # threads are set before the first packet opens the decoder
+            threads = decode_threads(self.threads)
+            codec.thread_count = threads
+            if threads != 1:
+                codec.thread_type = "AUTO"  # frames and slices decoded in parallel
 
     def _units(self, reader: Reader, frame: Any) -> list[Any]:
         return [frame]  # converted when delivered: frames skipped after a seek never are
@@ -410,6 +446,7 @@ def video(
     stream_index: int = 0,
     storage_options: dict[str, Any] | None = None,
     fps: float | None = None,
+    threads: int | None = None,
 ) -> _Video:
     """Stream the frames of a video file, decoded with PyAV, as they are or at a constant rate.
 
@@ -445,8 +482,10 @@ def video(
         size: ``(height, width)`` to resize the frames to (by the PyAV reformatter);
             ``None`` keeps the size of the file.
         format: pixel format of the arrays: ``"rgb24"`` (``[H, W, 3]``), ``"bgr24"``,
-            ``"rgba"``, ``"bgra"``, ``"argb"``, ``"abgr"`` (``[H, W, 4]``) or ``"gray"``
-            (``[H, W]``).
+            ``"rgba"``, ``"bgra"``, ``"argb"``, ``"abgr"`` (``[H, W, 4]``), ``"gray"``
+            (``[H, W]``) or ``"yuv420p"`` (``[H * 3 / 2, W]``: the luma plane, then the
+            two chroma planes of ``H / 2`` by ``W / 2`` side by side; even sizes only).
+            Resizing and conversion are one pass of the reformatter, at decode.
         length: the number of frames, when known: it skips the demuxing pass until a seek
             needs it. A file with fewer frames raises :class:`~streamseq.errors.SourceError`
             when the missing frames are read.
@@ -455,6 +494,11 @@ def video(
             endpoint, ...); see :mod:`streamseq.io.remote`.
         fps: steps per second of a constant-rate stream (see above); ``None`` streams
             every frame of the file once. Not with ``length``.
+        threads: codec threads per decoder (``0``: one per core, FFmpeg's choice).
+            ``None`` fits where the stream is read: one in a worker process (the
+            workers already share the cores; more threads only oversubscribe them), one
+            per core in the main process (``num_workers=0``). The frames are the same
+            whatever the number.
 
     Returns:
         A stream: ``v[a:b]`` is a ``uint8`` array ``[b - a, H, W, 3]`` (for ``rgb24``),
@@ -492,4 +536,6 @@ def video(
         25.0 [0.   0.04 0.08]
         4 [0 2 5 7] (4, 16, 32, 3)
     """
-    return _Video(os.fspath(path), size, format, length, stream_index, storage_options, fps)
+    return _Video(
+        os.fspath(path), size, format, length, stream_index, storage_options, fps, threads
+    )

@@ -1,5 +1,6 @@
 import gc
 import multiprocessing
+import multiprocessing as mp
 import operator
 import pickle
 import tempfile
@@ -23,6 +24,7 @@ from media import (
 
 from streamseq.errors import SourceError
 from streamseq.io import video
+from streamseq.io.video import decode_threads
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +79,41 @@ def test_resize_and_pixel_formats(video_clips):
     np.testing.assert_array_equal(gray[5:8], plain_video(path, format="gray")[5:8])
     assert video(path, format="bgra")[0].shape == (48, 64, 4)
     with pytest.raises(ValueError, match="format"):
-        video(path, format="yuv420p")
+        video(path, format="nv12")
+
+
+def test_yuv420p_planes_at_decode(video_clips):
+    path = video_clips["x264_gop12_b2"]
+    v = video(path, format="yuv420p", size=(24, 40))
+    assert v.step_spec()[1] == (36, 40) and v[2:5].shape == (3, 36, 40)
+    with av.open(path) as c:
+        frames = [f.reformat(40, 24, "yuv420p").to_ndarray() for f in c.decode(video=0)]
+    np.testing.assert_array_equal(v[2:5], np.stack(frames[2:5]))
+    with pytest.raises(ValueError, match="even"):
+        video(path, format="yuv420p", size=(25, 40))
+
+
+@pytest.mark.parametrize("threads", [None, 0, 1, 3])
+def test_codec_threads_give_the_same_frames(video_clips, references, threads):
+    v = video(video_clips["x264_gop12_b2"], threads=threads)
+    ref = references["x264_gop12_b2"]
+    np.testing.assert_array_equal(v[:], ref)
+    np.testing.assert_array_equal(v[30:33], ref[30:33])  # a seek
+    np.testing.assert_array_equal(v[5:9], ref[5:9])  # back
+
+
+def test_codec_threads_fit_the_process(video_clips):
+    for threads, count in ((None, 0), (1, 1), (2, 2)):
+        v = video(video_clips["x264_gop12_b2"], threads=threads)
+        v[0:2]
+        codec = v._handle.peek().stream.codec_context  # the decoder of this process
+        assert codec.thread_count == count if count else codec.thread_count != 1
+    assert decode_threads(None) == 0 and decode_threads(4) == 4
+    with mp.get_context("spawn").Pool(1) as pool:
+        assert pool.apply(decode_threads, (None,)) == 1  # a worker: one thread per decoder
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="threads"):
+            video(video_clips["x264_gop12_b2"], threads=bad)
 
 
 def test_slicing_rules(video_clips, references):
