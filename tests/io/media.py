@@ -160,3 +160,14 @@ def write_vfr_video(path, times_ms, size=(48, 64), codec="libx264", bf=0, last_m
                 packet.duration = end_of[packet.pts] - packet.pts
             out.mux(packet)
     return path
+
+
+def plain_video_times(path, size=None, format="rgb24"):
+    """All frames of a plain decode, and the time of each (its timestamp, in seconds)."""
+    kwargs = {} if size is None else {"height": size[0], "width": size[1]}
+    with av.open(str(path)) as container:
+        decoded = [
+            (f.to_ndarray(format=format, threads=1, **kwargs), float(f.time))
+            for f in container.decode(video=0)
+        ]
+    return np.stack([f for f, _ in decoded]), np.array([t for _, t in decoded])
