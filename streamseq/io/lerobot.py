@@ -36,9 +36,10 @@ import functools
 import glob
 import json
 import os
-from collections.abc import Mapping, Sequence
+import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -47,6 +48,8 @@ from streamseq.io import remote
 from streamseq.io._base import Source
 from streamseq.io.table import _READERS, _Episode, _Key, _Options, _pyarrow, _Reader
 from streamseq.io.video import TIME_TOLERANCE, _Video, shown_frames, video
+
+T = TypeVar("T")
 
 #: the layouts read, by ``codebase_version``
 SUPPORTED_VERSIONS = ("v2.1", "v3.0")
@@ -241,28 +244,61 @@ class _Files:
         return os.path.join(self.root, *relative.split("/"))
 
     def error(self, what: str) -> SourceError:
-        return SourceError(self.name, f"LeRobot dataset {self.name}: {what}")
+        return SourceError(self.name, f"LeRobot dataset {self.name}: {self._scrub(what)}")
+
+    def _scrub(self, text: str) -> str:
+        """``text`` without the user information and query values of the root's URL."""
+        if not self.url:
+            return text
+        parts = urllib.parse.urlsplit(self.root)
+        secrets = [parts.netloc.rpartition("@")[0]]
+        secrets += [v for _, v in urllib.parse.parse_qsl(parts.query)]
+        for secret in sorted(filter(None, secrets), key=len, reverse=True):
+            text = text.replace(secret, "***")
+        return text
+
+    def guard(self, what: str, call: Callable[[], T]) -> T:
+        """``call()``; its failure a :class:`SourceError` naming the dataset and ``what``."""
+        try:
+            return call()
+        except FileNotFoundError:
+            raise self.error(f"no file {what}") from None
+        except ImportError:
+            raise
+        except Exception as e:
+            detail = e.detail if isinstance(e, SourceError) else f"{type(e).__name__}: {e}"
+            error = self.error(f"cannot read {what}: {detail}")
+        if self.name != self.root:  # the root has secrets: chain nothing that shows them
+            raise error from None
+        raise error
 
     def read(self, relative: str) -> bytes:
         path = self.path(relative)
-        try:
-            if not self.url:
-                with open(path, "rb") as f:
-                    return f.read()
-            fs = remote.filesystem(path, self.options)
-            return remote.retry(path, "reading", lambda: fs.cat_file(path))
-        except FileNotFoundError:
-            raise self.error(f"no file {relative}") from None
+        if not self.url:
+            return self.guard(relative, lambda: _read_local(path))
+        fs = remote.filesystem(path, self.options)
+        return self.guard(
+            relative, lambda: remote.retry(path, "reading", lambda: fs.cat_file(path))
+        )
 
     def glob(self, pattern: str) -> list[str]:
         if not self.url:
             return sorted(glob.glob(self.path(pattern)))
         fs = remote.filesystem(self.root, self.options)
         protocol = self.root.split("://", 1)[0]
-        found = remote.retry(self.name, "listing", lambda: fs.glob(self.path(pattern)))
+        found = self.guard(
+            pattern,
+            lambda: remote.retry(self.name, "listing", lambda: fs.glob(self.path(pattern))),
+        )
         return sorted(p if "://" in p else f"{protocol}://{p}" for p in found)
 
     def parquet(self, path: str, columns: Sequence[str]) -> Any:
+        return self.guard(path[len(self.root) + 1 :], lambda: self._parquet(path, columns))
+
+    def parquet_names(self, path: str) -> list[str]:
+        return self.guard(path[len(self.root) + 1 :], lambda: self._parquet_names(path))
+
+    def _parquet(self, path: str, columns: Sequence[str]) -> Any:
         pq = _pyarrow()
         file = None
         if self.url:
@@ -273,12 +309,17 @@ class _Files:
             if file is not None:
                 file.close()
 
-    def parquet_names(self, path: str) -> list[str]:
+    def _parquet_names(self, path: str) -> list[str]:
         pq = _pyarrow()
         if not self.url:
             return pq.read_schema(path).names
         with remote.RemoteFile(path, self.options, None, "blockcache") as file:
             return pq.read_schema(file).names
+
+
+def _read_local(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def _template(info: dict[str, Any], name: str, default: str) -> str:
@@ -290,7 +331,8 @@ def _v21_episodes(files: _Files, info: dict[str, Any]) -> list[dict[str, Any]]:
     """Per episode: index, length, data file and rows, and per camera video and window."""
     lines = files.read("meta/episodes.jsonl").decode().splitlines()
     data_path, video_path = (
-        _template(info, n, d) for n, d in zip(("data_path", "video_path"), _DEFAULT_PATHS["v2.1"])
+        _template(info, n, d)
+        for n, d in zip(("data_path", "video_path"), _DEFAULT_PATHS["v2.1"], strict=True)
     )
     chunks = int(info.get("chunks_size") or 1000)
     episodes = []
@@ -319,7 +361,8 @@ def _v21_episodes(files: _Files, info: dict[str, Any]) -> list[dict[str, Any]]:
 def _v30_episodes(files: _Files, info: dict[str, Any], cameras: list[str]) -> list[dict[str, Any]]:
     """As :func:`_v21_episodes`, from ``meta/episodes/*/*.parquet``."""
     data_path, video_path = (
-        _template(info, n, d) for n, d in zip(("data_path", "video_path"), _DEFAULT_PATHS["v3.0"])
+        _template(info, n, d)
+        for n, d in zip(("data_path", "video_path"), _DEFAULT_PATHS["v3.0"], strict=True)
     )
     found = files.glob("meta/episodes/*/*.parquet")
     if not found:
@@ -344,9 +387,9 @@ def _v30_episodes(files: _Files, info: dict[str, Any], cameras: list[str]) -> li
         part = files.parquet(path, wanted)
         for name in wanted:
             columns.setdefault(name, []).extend(part.column(name).to_pylist())
-    data_files = list(zip(columns["data/chunk_index"], columns["data/file_index"]))
+    data_files = list(zip(columns["data/chunk_index"], columns["data/file_index"], strict=True))
     first_row: dict[tuple[int, int], int] = {}  # global index of each data file's first row
-    for where, start in zip(data_files, columns["dataset_from_index"]):
+    for where, start in zip(data_files, columns["dataset_from_index"], strict=True):
         first_row[where] = min(first_row.get(where, start), start)
     episodes = []
     for k, index in enumerate(columns["episode_index"]):
@@ -355,11 +398,11 @@ def _v30_episodes(files: _Files, info: dict[str, Any], cameras: list[str]) -> li
         length = int(columns["length"][k])
         videos = {}
         for cam in cameras:
-            v = lambda f: columns[f"videos/{cam}/{f}"][k]  # noqa: E731
+            v = {f: columns[f"videos/{cam}/{f}"][k] for f in per_camera}
             path = video_path.format(
-                video_key=cam, chunk_index=v("chunk_index"), file_index=v("file_index")
+                video_key=cam, chunk_index=v["chunk_index"], file_index=v["file_index"]
             )
-            videos[cam] = (path, (float(v("from_timestamp")), float(v("to_timestamp"))))
+            videos[cam] = (path, (float(v["from_timestamp"]), float(v["to_timestamp"])))
         episodes.append(
             {
                 "index": int(index),
