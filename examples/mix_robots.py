@@ -28,7 +28,10 @@ from streamseq.io import lerobot
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from robot_episodes import write_dataset  # noqa: E402
 
-DATASETS = {"reach": [12, 15, 18, 14, 16, 13, 17, 12, 15], "sweep": [70, 90, 80]}
+DATASETS = {
+    "reach": [12 + k % 5 for k in range(40)],  # 40 short episodes
+    "sweep": [50 + (13 * k) % 31 for k in range(8)],  # 8 long ones
+}
 WEIGHTS = {"reach": 0.7, "sweep": 0.3}
 
 
@@ -40,7 +43,7 @@ def shares(mixture: streamseq.Mixture, batch: streamseq.Batch) -> list[float]:
 
 
 def draw(per_batch: np.ndarray, names: list[str], weights: dict[str, float], path: str) -> None:
-    """A stacked area of each group's share per batch, the weights as dashed lines."""
+    """Stacked bars of each group's share per batch, the weights as dashed lines."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -48,17 +51,21 @@ def draw(per_batch: np.ndarray, names: list[str], weights: dict[str, float], pat
 
     fig, ax = plt.subplots(figsize=(8, 3), dpi=100)
     x = np.arange(len(per_batch))
-    ax.stackplot(x, per_batch.T, labels=names, step="post", alpha=0.85)
+    bottom = np.zeros(len(per_batch))
+    for k, name in enumerate(names):
+        ax.bar(x, per_batch[:, k], bottom=bottom, width=0.9, label=name)
+        bottom += per_batch[:, k]
     level = 0.0
     for name in names[:-1]:
         level += weights[name]
         ax.axhline(level, color="black", linestyle="--", linewidth=1)
-    ax.set_xlim(0, max(1, len(per_batch) - 1))
+    ax.set_xlim(-0.6, len(per_batch) - 0.4)
     ax.set_ylim(0, 1)
+    ax.set_xticks(x[:: max(1, len(x) // 10)])
     ax.set_xlabel("batch")
     ax.set_ylabel("share of valid steps")
-    ax.set_title("Steps of each dataset in every batch (dashed: the weights)")
-    ax.legend(loc="upper right", ncol=len(names), framealpha=0.9)
+    ax.set_title("Steps of each dataset in every batch of an epoch (dashed: the weight)")
+    ax.legend(loc="lower right", ncol=len(names), framealpha=0.9)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -79,10 +86,10 @@ def main(argv: list[str] | None = None) -> dict:
             groups[name] = lerobot(os.path.join(root, name))
         mixture = streamseq.mix(groups, WEIGHTS)
         loader = streamseq.StreamLoader(
-            mixture, batch_size=4, tbins=10, num_workers=args.workers, shuffle=True, seed=3
+            mixture, batch_size=8, tbins=10, num_workers=args.workers, shuffle=True, seed=3
         )
         summary = mixture.summary(loader, 0)
-        print(f"{mixture!r}: {len(loader)} batches of 4 rows x 10 steps")
+        print(f"{mixture!r}: {len(loader)} batches of 8 rows x 10 steps")
         print(summary)
         per_batch, steps = [], Counter()
         for batch in loader:
@@ -90,7 +97,7 @@ def main(argv: list[str] | None = None) -> dict:
             for s in batch.stream[batch.valid].tolist():
                 steps[mixture.group_of(s)] += 1
             frames = batch.data["observation.images.front"]
-            assert tuple(frames.shape[:2]) == (4, 10) and frames.dtype.is_floating_point is False
+            assert tuple(frames.shape[:2]) == (8, 10) and frames.dtype.is_floating_point is False
         print("delivered: " + ", ".join(f"{n} {steps[n]} steps" for n in mixture.names))
         table = np.asarray(per_batch)
         out = {"summary": summary, "delivered": steps, "per_batch": table}

@@ -7,15 +7,15 @@ def test_two_robot_datasets_get_their_weights(capsys, tmp_path):
         ["--workers", "2", "--out", str(tmp_path / "out"), "--dir", str(tmp_path / "data")]
     )
     printed = capsys.readouterr().out
-    assert "Mixture({reach: 9, sweep: 3}" in printed
+    assert "Mixture({reach: 40, sweep: 8}" in printed
     summary, delivered = out["summary"], out["delivered"]
     assert {g.group: g.steps for g in summary.groups} == dict(delivered)
     total = sum(delivered.values())
-    longest = 90
+    longest = 80
     for g in summary.groups:  # within 1% of the weight, or the longest stream
         assert abs(g.share - g.weight) <= max(0.01, longest / total)
     reach = summary.groups[0]
-    assert reach.streams > 9  # upsampled: read again, round after round
+    assert reach.streams > 40  # upsampled: read again, round after round
     per_batch = out["per_batch"]
     assert per_batch.shape == (len(per_batch), 2)
     np.testing.assert_allclose(per_batch.sum(axis=1)[per_batch.sum(axis=1) > 0], 1.0)
