@@ -32,6 +32,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 import uuid
 
@@ -42,6 +43,7 @@ import ray.train
 import ray.train.torch
 import torch
 import torch.distributed as dist
+from ray.cluster_utils import Cluster
 from ray.train import Checkpoint, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchConfig, TorchTrainer
 
@@ -218,7 +220,9 @@ def check(out: str, lengths: list[int], epochs: int = 1) -> dict:
                     for s, k in pairs:
                         steps.setdefault((epoch, s), []).append(k)
     once = all(
-        steps.get((e, s), []) == list(range(n)) for e in range(epochs) for s, n in enumerate(lengths)
+        steps.get((e, s), []) == list(range(n))
+        for e in range(epochs)
+        for s, n in enumerate(lengths)
     )
     once = once and sum(map(len, steps.values())) == epochs * sum(lengths)
     order = [
@@ -245,28 +249,33 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--hidden", type=int, default=8)
     parser.add_argument("--lr", type=float, default=0.02)
     parser.add_argument("--cpus", type=int, default=2, help="CPUs of the local Ray cluster")
+    parser.add_argument("--nodes", type=int, default=0, help="simulate N nodes of 1 CPU")
     args = parser.parse_args(argv)
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
-    config = {k: v for k, v in vars(args).items() if k not in ("workers", "cpus")}
+    config = {k: v for k, v in vars(args).items() if k not in ("workers", "cpus", "nodes")}
     config.update(out=out, marker=os.path.join(out, "failed-once.json"))
     if args.fail_after <= 0:
         config["fail_rank"] = -1
-    if not ray.is_initialized():  # a local cluster; connect to yours with ray.init(address=)
+    cluster = None
+    if args.nodes:  # a cluster of nodes on this machine; the failing worker's node is lost
+        cluster = simulated_cluster(args.nodes)
+        config["fail_wait"] = max(args.fail_wait, 120.0)  # killed with its node before
+        # Ray Train counts the lost node's CPU until its resource view refreshes (every 20 s):
+        # a group of the old size waits for it this long (60 s by default), then it retries
+        # with the workers the cluster holds
+        os.environ.setdefault("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "10")
+        watch = threading.Thread(target=take_node_away, args=(cluster, config["marker"]))
+        watch.daemon = True
+        watch.start()
+    elif not ray.is_initialized():  # a local cluster; connect to yours with ray.init(address=)
         ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
-    workers = args.workers[0] if len(args.workers) == 1 else tuple(args.workers)
-    trainer = TorchTrainer(
-        train_loop,
-        train_loop_config=config,
-        torch_config=TorchConfig(backend="gloo"),
-        scaling_config=ScalingConfig(num_workers=workers, use_gpu=False),
-        run_config=RunConfig(
-            name="streamseq-gru",
-            storage_path=os.path.join(out, "storage"),  # shared by all nodes
-            failure_config=FailureConfig(max_failures=args.max_failures),
-        ),
-    )
-    result = trainer.fit()
+    try:
+        result = fit(args, config)
+    finally:
+        if cluster is not None:
+            ray.shutdown()
+            cluster.shutdown()
     lengths = [len(s) for s in ddp_train.make_streams(args.streams, args.min_len, args.max_len)]
     summary = check(out, lengths, args.epochs)
     summary.update(lengths=lengths, total=int(np.sum(lengths)) * args.epochs)
@@ -275,6 +284,46 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"workers per attempt: {worlds}; steps trained again: {summary['retrained']}")
     print(f"every step trained on once, in order: {summary['exactly_once']}")
     return summary
+
+
+def fit(args: argparse.Namespace, config: dict) -> ray.train.Result:
+    """Run the trainer: ``args.workers`` workers (a range: elastic), restarts on failure."""
+    workers = args.workers[0] if len(args.workers) == 1 else tuple(args.workers)
+    trainer = TorchTrainer(
+        train_loop,
+        train_loop_config=config,
+        torch_config=TorchConfig(backend="gloo"),
+        scaling_config=ScalingConfig(num_workers=workers, use_gpu=False),
+        run_config=RunConfig(
+            name="streamseq-gru",
+            storage_path=os.path.join(config["out"], "storage"),  # shared by all nodes
+            failure_config=FailureConfig(max_failures=args.max_failures),
+        ),
+    )
+    return trainer.fit()
+
+
+def simulated_cluster(nodes: int) -> Cluster:
+    """A head node without CPUs (the driver, Ray Train's controller) and ``nodes`` nodes of
+    1 CPU each, all on this machine: a worker per node."""
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    for _ in range(nodes):
+        cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, log_to_driver=False)
+    return cluster
+
+
+def take_node_away(cluster: Cluster, marker: str) -> None:
+    """Once the marker names a node, remove that node from the cluster (a lost node)."""
+    while not os.path.exists(marker):
+        time.sleep(0.2)
+    time.sleep(0.2)  # the marker is written in one go, but let it land
+    with open(marker) as f:
+        node = json.load(f)["node"]
+    for candidate in list(cluster.worker_nodes):
+        if candidate.node_id == node:
+            cluster.remove_node(candidate)
 
 
 if __name__ == "__main__":
