@@ -176,7 +176,7 @@ def lose_worker(config: dict) -> None:
     collected by the controller a moment later: a worker that dies before loses it), so
     that the run restarts from a known checkpoint.
     """
-    ray.train.get_all_reported_checkpoints(timeout_s=60)
+    ray.train.get_all_reported_checkpoints()
     with open(config["marker"], "w") as f:
         json.dump({"node": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}, f)
     time.sleep(config["fail_wait"])  # time for a supervisor to take the node away
