@@ -1,20 +1,23 @@
-"""Robot episodes from a Parquet table and one video per episode, as dict steps.
+"""Robot episodes of a LeRobot dataset (v3.0): camera frames, states and actions as dict steps.
 
-Writes a small dataset laid out as LeRobot's: one Parquet table with a row per frame
-(``episode_index``, ``frame_index``, ``timestamp``, ``observation.state``, ``action``)
-and one video per episode, whose frames are the camera images of its rows. The robot
-moves a white square over the picture; its state is the square's position ``(x, y)`` in
-pixels and its action the move to the next position.
+Writes a small dataset in LeRobot's v3.0 layout: ``meta/info.json``, the episodes'
+metadata in ``meta/episodes/chunk-000/file-000.parquet``, tables of several episodes each
+(``data/chunk-000/file-XXX.parquet``: a row per frame with ``episode_index``,
+``frame_index``, ``index``, ``timestamp``, ``observation.state``, ``action``) and videos
+of several episodes each, one after the other (``videos/observation.images.front/
+chunk-000/file-XXX.mp4``). The robot moves a white square over the picture; its state is
+the square's position ``(x, y)`` in pixels and its action the move to the next position.
 
-:func:`streamseq.io.table` makes one stream per episode from the table, reading only the
-row groups it needs; :class:`Episode` puts each beside its video (:func:`streamseq.io.video`,
-told its length by the table), so a step is ``{"frame", "state", "action"}`` and a batch
-holds the three, aligned, with two worker processes reading them. The example prints,
-for the first step of each row, the state and where the square is in the frame.
+:func:`streamseq.io.lerobot` makes one stream per episode from the metadata alone: a step
+is ``{"observation.images.front", "observation.state", "action"}``, the frame being the
+one shown at the row's timestamp in the episode's window of its video; two worker
+processes read the episodes, each only the row groups and the video window it needs. The
+example prints, for the first step of each row, the state and where the square is in the
+frame.
 
-With ``--url s3://bucket/prefix`` the dataset is uploaded there and read back by URL: the
-table and the videos get the endpoint and credentials as ``storage_options``, and each
-worker process connects with them.
+With ``--url s3://bucket/prefix`` the dataset is uploaded there and read back by URL, the
+endpoint and credentials given as ``storage_options`` (each worker process connects with
+them).
 
 Run: ``python examples/robot_episodes.py [--episodes 6] [--workers 2] [--out out/]
 [--url s3://bucket/robot --endpoint http://127.0.0.1:9000 --key KEY --secret SECRET]``
@@ -24,6 +27,7 @@ Run: ``python examples/robot_episodes.py [--episodes 6] [--workers 2] [--out out
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import tempfile
 from typing import Any
@@ -34,11 +38,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import streamseq
-from streamseq.io import table, video
+from streamseq.io import lerobot
 
 FPS = 10
 HEIGHT, WIDTH = 48, 64
 SQUARE = 8  # pixels
+CAMERA = "observation.images.front"
+EPISODES_PER_FILE = 3  # in a table and in a video
 
 
 def trajectory(episode: int, frames: int) -> np.ndarray:
@@ -78,101 +84,107 @@ def square_position(frame: np.ndarray) -> tuple[float, float]:
     return float(xs.mean() + 0.5), float(ys.mean() + 0.5)
 
 
-def write_dataset(folder: str, lengths: list[int]) -> tuple[str, list[str]]:
-    """The table ``data.parquet`` and ``videos/episode_XXXXXX.mp4``; their paths."""
+def _write_video(path: str, images: list[np.ndarray]) -> None:
+    """Encode images at :data:`FPS` (H.264 when available), one thread: the same file each time."""
     codec = "libx264" if "libx264" in av.codecs_available else "mpeg4"
-    os.makedirs(os.path.join(folder, "videos"), exist_ok=True)
-    columns: dict[str, list[np.ndarray]] = {"episode_index": [], "frame_index": []}
-    columns.update({"timestamp": [], "observation.state": [], "action": []})
-    videos = []
-    for episode, n in enumerate(lengths):
-        states = trajectory(episode, n + 1)  # one more: the action of the last frame
-        path = os.path.join(folder, "videos", f"episode_{episode:06d}.mp4")
-        with av.open(path, "w") as out:
-            stream = out.add_stream(codec, rate=FPS)
-            stream.height, stream.width, stream.pix_fmt = HEIGHT, WIDTH, "yuv420p"
-            stream.codec_context.thread_count = 1  # one thread: the same file every time
-            for state in states[:n]:
-                out.mux(stream.encode(av.VideoFrame.from_ndarray(draw(state), "rgb24")))
-            out.mux(stream.encode())
-        videos.append(path)
-        columns["episode_index"].append(np.full(n, episode))
-        columns["frame_index"].append(np.arange(n))
-        columns["timestamp"].append((np.arange(n) / FPS).astype(np.float32))
-        columns["observation.state"].append(states[:n])
-        columns["action"].append(np.diff(states, axis=0))
-    data = {name: np.concatenate(parts) for name, parts in columns.items()}
-    vectors = {
-        name: pa.FixedSizeListArray.from_arrays(data[name].ravel(), 2)
-        for name in ("observation.state", "action")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with av.open(path, "w") as out:
+        stream = out.add_stream(codec, rate=FPS)
+        stream.height, stream.width, stream.pix_fmt = HEIGHT, WIDTH, "yuv420p"
+        stream.codec_context.thread_count = 1
+        stream.codec_context.gop_size = 10
+        for image in images:
+            out.mux(stream.encode(av.VideoFrame.from_ndarray(image, "rgb24")))
+        out.mux(stream.encode())
+
+
+def _vectors(x: np.ndarray) -> pa.Array:
+    return pa.FixedSizeListArray.from_arrays(x.astype(np.float32).ravel(), 2)
+
+
+def write_dataset(folder: str, lengths: list[int]) -> list[str]:
+    """A LeRobot v3.0 dataset of episodes of ``lengths`` frames in ``folder``; its files."""
+    vector = {"dtype": "float32", "shape": [2], "names": ["x", "y"]}
+    scalar = {"shape": [1], "names": None}
+    info = {
+        "codebase_version": "v3.0",
+        "fps": FPS,
+        "total_episodes": len(lengths),
+        "total_frames": sum(lengths),
+        "chunks_size": 1000,
+        "data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
+        "video_path": "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4",
+        "features": {
+            CAMERA: {"dtype": "video", "shape": [HEIGHT, WIDTH, 3], "names": None},
+            "observation.state": vector,
+            "action": vector,
+            "timestamp": {"dtype": "float32", **scalar},
+            **{n: {"dtype": "int64", **scalar} for n in ("frame_index", "episode_index", "index")},
+        },
     }
-    path = os.path.join(folder, "data.parquet")
-    pq.write_table(pa.table({**data, **vectors}), path, row_group_size=64)
-    return path, videos
+    os.makedirs(os.path.join(folder, "meta", "episodes", "chunk-000"), exist_ok=True)
+    paths = [os.path.join(folder, "meta", "info.json")]
+    with open(paths[0], "w") as f:
+        json.dump(info, f, indent=2)
+    meta: dict[str, list[Any]] = {}
+    first = 0  # global index of an episode's first row
+    for file in range(0, len(lengths), EPISODES_PER_FILE):
+        rows: list[pa.Table] = []
+        images: list[np.ndarray] = []
+        for episode in range(file, min(file + EPISODES_PER_FILE, len(lengths))):
+            n = lengths[episode]
+            states = trajectory(episode, n + 1)  # one more: the action of the last frame
+            rows.append(
+                pa.table(
+                    {
+                        "episode_index": np.full(n, episode),
+                        "frame_index": np.arange(n),
+                        "index": first + np.arange(n),
+                        "timestamp": (np.arange(n) / FPS).astype(np.float32),
+                        "observation.state": _vectors(states[:n]),
+                        "action": _vectors(np.diff(states, axis=0)),
+                    }
+                )
+            )
+            start = len(images) / FPS  # the episode's window of the video file
+            images += [draw(state) for state in states[:n]]
+            entry = {
+                "episode_index": episode,
+                "length": n,
+                "data/chunk_index": 0,
+                "data/file_index": file // EPISODES_PER_FILE,
+                "dataset_from_index": first,
+                "dataset_to_index": first + n,
+                f"videos/{CAMERA}/chunk_index": 0,
+                f"videos/{CAMERA}/file_index": file // EPISODES_PER_FILE,
+                f"videos/{CAMERA}/from_timestamp": start,
+                f"videos/{CAMERA}/to_timestamp": len(images) / FPS,
+            }
+            for name, value in entry.items():
+                meta.setdefault(name, []).append(value)
+            first += n
+        name = f"chunk-000/file-{file // EPISODES_PER_FILE:03d}"
+        paths.append(os.path.join(folder, "data", f"{name}.parquet"))
+        os.makedirs(os.path.dirname(paths[-1]), exist_ok=True)
+        pq.write_table(pa.concat_tables(rows), paths[-1], row_group_size=32)
+        paths.append(os.path.join(folder, "videos", CAMERA, f"{name}.mp4"))
+        _write_video(paths[-1], images)
+    paths.append(os.path.join(folder, "meta", "episodes", "chunk-000", "file-000.parquet"))
+    pq.write_table(pa.table(meta), paths[-1])
+    return paths
 
 
-def upload(folder: str, paths: list[str], url: str, options: dict[str, Any]) -> list[str]:
-    """Copy files of ``folder`` under ``url`` (``s3://bucket/prefix``); their URLs."""
+def upload(folder: str, paths: list[str], url: str, options: dict[str, Any]) -> None:
+    """Copy files of ``folder`` under ``url`` (``s3://bucket/prefix``), at the same places."""
     import fsspec
 
     fs = fsspec.filesystem("s3", skip_instance_cache=True, **options)
     bucket = url[len("s3://") :].split("/")[0]
     if not fs.exists(bucket):
         fs.mkdir(bucket)
-    urls = []
     for path in paths:
         name = os.path.relpath(path, folder).replace(os.sep, "/")
-        urls.append(f"{url.rstrip('/')}/{name}")
-        fs.put_file(path, urls[-1])
-    return urls
-
-
-class Episode:
-    """One episode as a stream of dict steps ``{"frame", "state", "action"}``.
-
-    Args:
-        rows: the episode's stream of the table (dict steps of its columns).
-        frames: the episode's video, one frame per row.
-    """
-
-    def __init__(self, rows: Any, frames: Any):
-        self.rows, self.frames = rows, frames
-
-    def __repr__(self) -> str:
-        return f"Episode({self.rows!r}, {self.frames!r})"
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __getitem__(self, key: int | slice) -> dict[str, np.ndarray]:
-        columns = self.rows[key]
-        return {
-            "frame": self.frames[key],
-            "state": columns["observation.state"],
-            "action": columns["action"],
-        }
-
-
-def episodes(
-    table_path: str, video_paths: list[str], storage_options: dict[str, Any] | None = None
-) -> list[Episode]:
-    """The episodes of a dataset: each table stream beside the video of its episode.
-
-    Args:
-        table_path: the table, a path or a URL.
-        video_paths: the video of every episode, paths or URLs.
-        storage_options: for URLs, the options of their fsspec filesystem.
-    """
-    rows = table(
-        table_path,
-        group_by="episode_index",
-        columns=["observation.state", "action"],
-        storage_options=storage_options,
-    )
-    return [
-        Episode(r, video(video_paths[r.group], length=len(r), storage_options=storage_options))
-        for r in rows
-    ]
+        fs.put_file(path, f"{url.rstrip('/')}/{name}")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -190,13 +202,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     folder = args.out or tempfile.mkdtemp(prefix="robot_episodes_")
     lengths = [30 + 13 * (k % 4) for k in range(args.episodes)]
-    table_path, video_paths = write_dataset(folder, lengths)
+    paths = write_dataset(folder, lengths)
     options, where = None, folder
     if args.url:
         options = s3_options(args.endpoint, args.key, args.secret)
-        table_path, *video_paths = upload(folder, [table_path, *video_paths], args.url, options)
+        upload(folder, paths, args.url, options)
         where = args.url
-    streams = episodes(table_path, video_paths, options)
+    streams = lerobot(where, columns=["observation.state", "action"], storage_options=options)
     print(f"{len(streams)} episodes of {[len(e) for e in streams]} frames in {where}")
 
     loader = streamseq.StreamLoader(
@@ -206,7 +218,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     batches = []
     for i, batch in enumerate(loader):
         batches.append(batch)
-        frame, state = batch.data["frame"], batch.data["state"]
+        frame, state = batch.data[CAMERA], batch.data["observation.state"]
         print(f"batch {i}: frame {tuple(frame.shape)}, state {tuple(state.shape)}")
         for r in range(args.batch_size):
             if not batch.valid[r, 0]:

@@ -16,6 +16,7 @@ from .read.transform import StepInfo
 from .split import split_by_worker
 from .tbin import tbin
 from .zip_batch import zip_batch
+from .zip_streams import zip_streams
 
 __version__ = "0.1.0"
 
@@ -54,4 +55,5 @@ __all__ = [
     "split_by_worker",
     "tbin",
     "zip_batch",
+    "zip_streams",
 ]

@@ -169,8 +169,11 @@ def redact_urls(text: str) -> str:
     """
     if not isinstance(text, str):
         return text  # a path given as bytes: no URL
-    text = _USERINFO.sub(rf"\1{HIDDEN}@", text)
-    return _QUERY.sub(_hide_query, text)
+    if "@" in text:  # (the patterns need these characters: most paths skip them)
+        text = _USERINFO.sub(rf"\1{HIDDEN}@", text)
+    if "?" in text or "&" in text or ";" in text:
+        text = _QUERY.sub(_hide_query, text)
+    return text
 
 
 def _hide_query(match: re.Match) -> str:

@@ -68,6 +68,7 @@ class RangeHandler(http.server.BaseHTTPRequestHandler):
 
     def do_HEAD(self):
         path = self._file()
+        self.server.heads += 1
         if path is not None:
             size = os.path.getsize(path)
             self._headers(path, 200, 0, size, size)
@@ -131,6 +132,7 @@ class RangeServer:
     def start(self):
         self.server = _Server(("127.0.0.1", free_port()), RangeHandler)
         self.server.folder, self.server.requests, self.server.connections = self.folder, 0, []
+        self.server.heads = 0
         _LIVE.add(self.server.socket)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
@@ -140,7 +142,13 @@ class RangeServer:
 
     @property
     def requests(self):
+        """GET requests served."""
         return self.server.requests
+
+    @property
+    def heads(self):
+        """HEAD requests served."""
+        return self.server.heads
 
     def stop(self):
         if self.server is not None:

@@ -576,3 +576,24 @@ def test_a_tampered_state_is_refused_by_the_loader_and_changes_nothing(batch_siz
         loader.row_map(next_state)
     assert loader.state_dict()["next_batch"] == 0
     assert len(list(loader)) == len(loader)
+
+
+def test_row_map_and_load_read_one_state_once(monkeypatch):
+    import streamseq.loader.stream_loader as facade
+
+    calls = []
+    real = facade.read_state
+    monkeypatch.setattr(facade, "read_state", lambda *a: calls.append(1) or real(*a))
+    streams = [np.arange(n) for n in (9, 7, 5, 3, 8)]
+    run = StreamLoader(streams, batch_size=4, tbins=2, pin_memory=False)
+    it = iter(run)
+    next(it)
+    state = run.state_dict()
+    other = StreamLoader(streams, batch_size=2, tbins=2, pin_memory=False)
+    rows = other.row_map(state)
+    other.load_state_dict(state)
+    assert other.row_map(state) == rows and len(calls) == 1
+    state["next_batch"] = 2  # a state changed since is read (and checked) again
+    with pytest.raises(ValueError):
+        other.row_map(state)
+    assert len(calls) == 2

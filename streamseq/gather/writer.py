@@ -17,6 +17,7 @@ from ..workers import shm as _shm
 from . import meta
 from .check import put, spec_mismatch
 from .positions import Positions, packed_pieces
+from .warm import first_reads
 
 if TYPE_CHECKING:
     from ..interleave import Row
@@ -126,8 +127,12 @@ class Table:
         if spec is None:
             self.step_tables.write(m, blk, k)
             return Batch(None, *m)
+        ahead = None
+        if not st.started:  # the first batch here: rows open (and read) concurrently
+            st.started = True
+            ahead = first_reads(self.rows, self.first_list, blk, k)
         if self.transformed or not self._open_arrays(st, blk, k, i, spec):
-            self._read_checked(st, data, blk, k, spec)  # read and check row by row
+            self._read_checked(st, data, blk, k, spec, ahead)  # read and check row by row
         elif type(spec) is np.ndarray:
             if self._copy(data, st.open, blk, k, m):
                 return Batch(data, *m)
@@ -295,11 +300,20 @@ class Table:
                 except (TypeError, ValueError, KeyError) as e:
                     raise self._ref(r, p).error(f"steps {source}:{source + n}: {e}") from e
 
-    def _read_checked(self, st: _ReadState, data: Any, blk: Positions, k: int, spec: Any) -> None:
+    def _read_checked(
+        self,
+        st: _ReadState,
+        data: Any,
+        blk: Positions,
+        k: int,
+        spec: Any,
+        ahead: dict[int, Any] | None = None,
+    ) -> None:
         """Read row by row through :meth:`Row.read`, which checks (and transforms) every read.
 
         The first read of each stream is checked against ``spec``, and every read is
-        copied with safe casting, never broadcast.
+        copied with safe casting, never broadcast. ``ahead`` holds rows already read
+        (by :func:`~.warm.first_reads`).
         """
         st.at[:] = -1
         st.next = -1
@@ -308,7 +322,10 @@ class Table:
             n = int(blk.count[k, r])
             if n:
                 a, p = int(blk.start[k, r]), int(blk.pos[k, r])
-                d = row.read(p - self.first_list[r], a, a + n)
+                if ahead and r in ahead:
+                    d = ahead.pop(r)
+                else:
+                    d = row.read(p - self.first_list[r], a, a + n)
                 if checked[r] != p:
                     problem = spec_mismatch(spec, d)
                     if problem is not None:
@@ -344,4 +361,5 @@ class _ReadState:
         self.other: set[int] = set()  # rows whose stream is not an array: read checked
         self.checked = [-1] * rows  # position whose dtype and shape were checked
         self.next = -1  # the batch after the last one read here
+        self.started = False  # a batch was written here (the first opens concurrently)
         self.block: Positions | None = None

@@ -10,6 +10,7 @@ processes, forked or spawned.
 from streamseq.io.audio import audio
 from streamseq.io.corpus import token_corpus
 from streamseq.io.events import EVENT_DTYPE, events, synthetic_events
+from streamseq.io.lerobot import lerobot
 from streamseq.io.probe import probe_lengths
 from streamseq.io.procedural import texture, virtual_camera
 from streamseq.io.recording import recording
@@ -21,6 +22,7 @@ __all__ = [
     "EVENT_DTYPE",
     "audio",
     "events",
+    "lerobot",
     "probe_lengths",
     "recording",
     "synthetic_events",

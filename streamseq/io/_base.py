@@ -24,13 +24,14 @@ import datetime
 import errno
 import operator
 import os
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import numpy as np
 
 from streamseq.errors import SourceError
-from streamseq.read.handle import ProcessLocal
+from streamseq.read.handle import ProcessLocal, current_pid
 
 _S = TypeVar("_S", bound="Source")
 
@@ -125,6 +126,10 @@ def slice_bounds(key: slice, n: int) -> tuple[int, int]:
     return a, max(a, b)
 
 
+#: seconds within which a source made to be read need not measure its file at a URL again
+FRESH = 1.0
+
+
 class Source:
     """Base of the sources: dispatches indexing and holds the per-process handle.
 
@@ -139,6 +144,10 @@ class Source:
 
     #: what identified the file when the source was made (``None``: nothing to check)
     _file_state: dict[str, Any] | None = None
+    #: the process and the time (monotonic) of that measure
+    _measured: tuple[int, float] = (-1, 0.0)
+    #: made by an opener to be read at once (see :meth:`made_to_read`)
+    _to_read = False
 
     def __init__(self, close: Callable[[Any], Any] | None = None) -> None:
         self._handle: ProcessLocal[Any] = ProcessLocal(close=close)
@@ -187,16 +196,43 @@ class Source:
                 raise changed from e
             raise
         try:
-            self._check_unchanged()
+            if not self._just_measured():
+                self._check_unchanged()
         except BaseException:
             self._handle.set(handle)  # released with the source's close function
             self._handle.close()
             raise
         return handle
 
+    def made_to_read(self) -> None:
+        """Say that this source was made to be read at once, in this process.
+
+        The loader says it of the sources its openers make in the process that reads
+        them. The first handle opened then spares a second measure of a file at a URL
+        (a request) when the source measured it in this process less than
+        :data:`FRESH` seconds before.
+        """
+        self._to_read = True
+
+    def _just_measured(self) -> bool:
+        """Whether the file at a URL was measured here just now, for a source made to read.
+
+        True at most once: the next handle measures the file again.
+        """
+        pid, when = self._measured
+        fresh = (
+            self._to_read
+            and getattr(self, "_remote", None) is not None
+            and pid == current_pid()
+            and time.monotonic() - when < FRESH
+        )
+        self._to_read = False
+        return fresh
+
     def _record_state(self, state: dict[str, Any] | None = None) -> None:
         """Record what identifies the file now (``state`` when measured already)."""
         self._file_state = self._current_state() if state is None else state
+        self._measured = (current_pid(), time.monotonic())
 
     def _current_state(self) -> dict[str, Any]:
         """What identifies the file of the source now: a ``stat``, or a request for a URL.

@@ -12,6 +12,7 @@ from streamseq.errors import SourceError
 from streamseq.io._base import Source, check_file, file_state, state_changes
 from streamseq.io._npy import RemoteArray, read_npy_header
 from streamseq.io.remote import locate
+from streamseq.read.handle import ProcessLocal
 
 _NPY_MAGIC = b"\x93NUMPY"
 
@@ -34,7 +35,7 @@ class _Tokens(Source):
             self.path, size = path, self._remote.size
             state = dict(self._remote.stat)
             file = self._remote.open()
-        with file:
+        try:
             is_npy = file.read(len(_NPY_MAGIC)) == _NPY_MAGIC
             file.seek(0)
             header = read_npy_header(self.path, file) if is_npy else None
@@ -42,6 +43,14 @@ class _Tokens(Source):
             if header is not None:
                 file.seek(0)
                 self._header = file.read(header[3])
+        finally:
+            if self._remote is None:
+                file.close()
+        # a file at a URL stays open for this process's first read: its cache holds the
+        # start of the file (the first block read for the header)
+        self._spare: ProcessLocal[Any] = ProcessLocal()
+        if self._remote is not None:
+            self._spare.set(file)
         self._npy = header is not None
         if header is not None:
             state.update(_header_state(*header))
@@ -84,7 +93,10 @@ class _Tokens(Source):
         if min(self.shape) == 0:  # nothing to map (mmap refuses empty files)
             return np.zeros(self.shape, self.dtype, order=self.order)
         if self._remote is not None:
-            array = RemoteArray(self._remote.open(), self.shape, self.dtype, self.offset)
+            file = self._spare.take()  # what was read of it here stays in its cache
+            if file is None or file.closed:
+                file = self._remote.open()
+            array = RemoteArray(file, self.shape, self.dtype, self.offset)
             if self.order == "F" and len(self.shape) > 1:  # rows are not contiguous
                 with array.file:
                     flat = array.file.read_range(self.offset, self._remote.size)

@@ -13,12 +13,21 @@ time ``i / F`` from the first frame: the frames that step ``a:b`` shows are deco
 forward, each converted once however many steps show it (the last one is kept for the
 next read, which may show it again); the frames no step shows are decoded, never
 converted.
+
+A window (``video(path, start=a, stop=b)``) is the frames of the file whose timestamps lie
+in ``[a, b)`` seconds, as a stream of its own: its first read seeks to the keyframe before
+its first frame, and the demuxing pass of the file is made once per process and shared
+by all its windows (:data:`CACHED_PROBES` files are kept), so that many windows of one
+long file cost one pass, and each decodes little outside itself.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import multiprocessing
 import os
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,10 +50,14 @@ _CHANNELS = {
     "abgr": 4,
     "gray": None,
     "gray8": None,
+    "yuv420p": None,  # planar: the Y plane, then U and V side by side ([H * 3 / 2, W])
 }
 
 #: seconds within which a frame counts as shown at a time (float rounding of timestamps)
 TIME_TOLERANCE = 1e-6
+
+#: files whose demuxing pass a process keeps for the windows of the file (the most recent)
+CACHED_PROBES = 16
 
 
 @dataclass(frozen=True)
@@ -115,6 +128,28 @@ def _probe(path: str, stream_index: int, remote: Remote | None = None) -> _Probe
         key_idx = np.zeros(0, np.int64)
         key_seek = np.zeros(0, np.int64)
     return _Probe(sorted_pts, key_idx, key_seek, times, fps, height, width, exact, end_time)
+
+
+#: (path, stream, file state) -> probe, in this process: shared by the windows of a file
+_PROBES: OrderedDict[tuple[str, int, str], _Probe] = OrderedDict()
+
+
+def _shared_probe(path: str, stream_index: int, state: Any, remote: Remote | None) -> _Probe:
+    """The probe of a file, made once per process for every window of it.
+
+    The key holds what identified the file when its sources were made: a file that
+    changed since is probed anew (and its sources find the change).
+    """
+    key = (path, stream_index, json.dumps(state, sort_keys=True, default=str))
+    probe = _PROBES.get(key)
+    if probe is None:
+        probe = _probe(path, stream_index, remote)
+        _PROBES[key] = probe
+        while len(_PROBES) > CACHED_PROBES:
+            _PROBES.popitem(last=False)
+    else:
+        _PROBES.move_to_end(key)
+    return probe
 
 
 def _times(
@@ -189,6 +224,27 @@ def grid_steps(seconds: float, fps: float) -> int:
     return max(0, math.ceil(seconds * fps - 1e-6))
 
 
+def decode_threads(threads: int | None) -> int:
+    """The number of codec threads a decoder gets (``0``: FFmpeg's choice, one per core).
+
+    ``None`` fits where it runs: one thread in a process started by :mod:`multiprocessing`
+    (a worker: the processes already share the cores, and more threads only
+    oversubscribe them), FFmpeg's choice in the main process.
+
+    Example:
+        >>> decode_threads(None), decode_threads(2)
+        (0, 2)
+    """
+    if threads is not None:
+        return threads
+    return 1 if multiprocessing.parent_process() is not None else 0
+
+
+def _first_at(times: np.ndarray, seconds: float) -> int:
+    """The first frame whose time is not before ``seconds`` (within :data:`TIME_TOLERANCE`)."""
+    return int(np.searchsorted(times, seconds - TIME_TOLERANCE, side="left"))
+
+
 def shown_frames(times: np.ndarray, times_asked: np.ndarray) -> np.ndarray:
     """The frame a player shows at each time: the last one whose timestamp is not after it.
 
@@ -220,28 +276,70 @@ class _Video(MediaSource):
         stream_index: int,
         storage_options: dict[str, Any] | None = None,
         fps: float | None = None,
+        threads: int | None = None,
+        start: float | None = None,
+        stop: float | None = None,
     ):
         if format not in _CHANNELS:
             raise ValueError(f"format must be one of {sorted(_CHANNELS)}, got {format!r}")
+        if threads is not None and (isinstance(threads, bool) or int(threads) != threads):
+            raise ValueError(f"threads must be an integer >= 0 or None, got {threads!r}")
+        if threads is not None and threads < 0:
+            raise ValueError(f"threads must be an integer >= 0 or None, got {threads!r}")
+        if format == "yuv420p" and size is not None and (size[0] % 2 or size[1] % 2):
+            raise ValueError(f"yuv420p frames have an even height and width, got size={size}")
         if fps is not None and not fps > 0:
             raise ValueError(f"fps must be positive, got {fps}")
         if fps is not None and length is not None:
             raise ValueError("length counts the frames of the file: give it without fps")
+        for name, bound in (("start", start), ("stop", stop)):
+            if bound is not None and not math.isfinite(bound):
+                raise ValueError(f"{name} must be a finite number of seconds, got {bound}")
+        if start is not None and stop is not None and not start < stop:
+            raise ValueError(f"the window is empty: start={start} is not before stop={stop}")
         super().__init__(path, stream_index, length, storage_options)
+        self.start = None if start is None else float(start)
+        self.stop = None if stop is None else float(stop)
         self.size = None if size is None else (int(size[0]), int(size[1]))
         self.format = format
         self.step_rate = None if fps is None else float(fps)  # steps per second, if constant
+        self.threads = None if threads is None else int(threads)
 
     def __repr__(self) -> str:
         rate = "" if self.step_rate is None else f", fps={self.step_rate:g}"
-        return f"video({self.path!r}{rate})"
+        window = "" if self.start is None else f", start={self.start:g}"
+        window += "" if self.stop is None else f", stop={self.stop:g}"
+        return f"video({self.path!r}{window}{rate})"
 
     def __len__(self) -> int:
         if self.step_rate is not None:
             return grid_steps(self.duration, self.step_rate)
         if self.length is not None:
             return self.length
-        return len(self.probe())
+        first, end = self.window_frames
+        return end - first
+
+    @property
+    def windowed(self) -> bool:
+        """Whether the stream is a window of the file (``start`` or ``stop`` given)."""
+        return self.start is not None or self.stop is not None
+
+    @property
+    def window_frames(self) -> tuple[int, int]:
+        """The frames of the file in the window: ``(first, end)`` (all of them without one).
+
+        The frames of a plain decode whose timestamps lie in ``[start, stop)`` (within
+        :data:`TIME_TOLERANCE`, the same for both bounds: windows that share a bound
+        share no frame). The first use demuxes the file.
+        """
+        times = self.probe().times
+        first = 0 if self.start is None else _first_at(times, self.start)
+        end = len(times) if self.stop is None else _first_at(times, self.stop)
+        return first, max(first, end)
+
+    def _window_times(self) -> np.ndarray:
+        first, end = self.window_frames
+        return self.probe().times[first:end]
 
     def at_fps(self, fps: float) -> _Video:
         """The same video at a constant rate: what :func:`video` with ``fps`` gives.
@@ -268,7 +366,18 @@ class _Video(MediaSource):
         ``fps``, the steps are the times ``i / fps`` (from the first frame) before it.
         """
         info = self.probe()
-        return duration(info.times, info.end, info.fps)
+        if not self.windowed:
+            return duration(info.times, info.end, info.fps)
+        first, end = self.window_frames
+        if first == end:
+            return 0.0
+        if end < len(info.times):  # the last frame lasts until the next one of the file
+            last = float(info.times[end])
+        else:
+            last = float(info.times[0]) + duration(info.times, info.end, info.fps)
+        if self.stop is not None:
+            last = min(last, self.stop)
+        return last - float(info.times[first])
 
     @property
     def frame_index(self) -> np.ndarray:
@@ -282,8 +391,8 @@ class _Video(MediaSource):
         return self._shown(0, len(self))
 
     def _shown(self, a: int, b: int) -> np.ndarray:
-        """The frames that steps ``a`` to ``b`` show, at the constant rate."""
-        times = self.probe().times
+        """The frames (of the window) that steps ``a`` to ``b`` show, at the constant rate."""
+        times = self._window_times()
         return np.maximum(shown_frames(times, times[0] + np.arange(a, b) / self.step_rate), 0)
 
     @property
@@ -296,8 +405,10 @@ class _Video(MediaSource):
         With ``fps``, the time of step ``i``: the first frame's plus ``i / fps``.
         The first use demuxes the file, unless :func:`len` already did.
         """
-        times = self.probe().times
+        times = self._window_times() if self.windowed else self.probe().times
         if self.step_rate is None:
+            return times
+        if not len(times):
             return times
         grid = times[0] + np.arange(len(self)) / self.step_rate
         grid.flags.writeable = False
@@ -314,6 +425,10 @@ class _Video(MediaSource):
 
     def _frame_shape(self) -> tuple[int, ...]:
         h, w = self.size if self.size is not None else (self.probe().height, self.probe().width)
+        if self.format == "yuv420p":
+            if h % 2 or w % 2:
+                raise SourceError(self.path, f"{h}x{w} frames cannot be yuv420p: give size=")
+            return (h + h // 2, w)
         c = _CHANNELS[self.format]
         return (h, w) if c is None else (h, w, c)
 
@@ -331,9 +446,18 @@ class _Video(MediaSource):
         return np.dtype(np.uint8), self._frame_shape()
 
     def _read(self, reader: Reader, a: int, b: int) -> np.ndarray:
+        offset = 0
+        if self.windowed:
+            offset, end = self.window_frames
+            if self.step_rate is None and b > end - offset:
+                raise SourceError(
+                    self.path,
+                    f"the window [{self.start}, {self.stop}) s holds {end - offset} frames, "
+                    f"fewer than its length {len(self)}",
+                )
         if self.step_rate is None:
-            return super()._read(reader, a, b)
-        shown = self._shown(a, b)
+            return super()._read(reader, a + offset, b + offset)
+        shown = self._shown(a, b) + offset
         first, last = int(shown[0]), int(shown[-1])
         arrays: dict[int, np.ndarray] = {}
         held = getattr(reader, "shown", None)  # the last frame the previous read showed
@@ -359,12 +483,20 @@ class _Video(MediaSource):
     # -- hooks of the decoding skeleton ----------------------------------------------------
 
     def _demux(self) -> _Probe:
+        if self.windowed:
+            return _shared_probe(self.path, self.stream_index, self._file_state, self._remote)
         return _probe(self.path, self.stream_index, self._remote)
 
     def _begin(self, reader: Reader) -> None:
         # one scaler for all frames, on one thread: the same pixels in every process (the
         # rows of a frame cut among threads are rounded differently at their edges)
         reader.convert = VideoReformatter()
+        codec = reader.stream.codec_context
+        if not codec.is_open:  # threads are set before the first packet opens the decoder
+            threads = decode_threads(self.threads)
+            codec.thread_count = threads
+            if threads != 1:
+                codec.thread_type = "AUTO"  # frames and slices decoded in parallel
 
     def _units(self, reader: Reader, frame: Any) -> list[Any]:
         return [frame]  # converted when delivered: frames skipped after a seek never are
@@ -410,6 +542,9 @@ def video(
     stream_index: int = 0,
     storage_options: dict[str, Any] | None = None,
     fps: float | None = None,
+    threads: int | None = None,
+    start: float | None = None,
+    stop: float | None = None,
 ) -> _Video:
     """Stream the frames of a video file, decoded with PyAV, as they are or at a constant rate.
 
@@ -439,14 +574,31 @@ def video(
     frame shown once, however many steps show it; ``v.frame_index`` tells which frame
     every step shows.
 
+    **A window.** With ``start`` and/or ``stop``, the stream is the frames of a plain
+    decode whose timestamps lie in ``[start, stop)`` seconds (the times of
+    ``video(path).timestamps``; within :data:`TIME_TOLERANCE`, the same at both ends, so
+    that windows sharing a bound share no frame): step ``i`` is the ``i``-th of them, and
+    ``v.timestamps`` their times. Reading it seeks to the keyframe before its first frame
+    and decodes forward; the demuxing pass of the file is made once per process and
+    shared by every window of the file, so a long file cut into many windows (one per
+    episode) is demuxed once, and reading a window decodes at most about a keyframe
+    interval of frames outside it. ``fps`` and ``size`` apply to the window as to a whole
+    file: with ``fps=F``, step ``i`` is the frame shown at the window's first frame's time
+    plus ``i / F``, until the window's last frame ends (at the next frame of the file, or
+    at ``stop`` if that is sooner), and ``v.frame_index`` counts the window's frames.
+    With ``length``, the length is not measured (no demuxing to plan); a window holding
+    fewer frames is a :class:`~streamseq.errors.SourceError` when it is read.
+
     Args:
         path: a video file that FFmpeg can read: a local path, or a URL (``s3://``,
             ``gs://``, ``https://``, any fsspec protocol) read in ranges, ahead.
         size: ``(height, width)`` to resize the frames to (by the PyAV reformatter);
             ``None`` keeps the size of the file.
         format: pixel format of the arrays: ``"rgb24"`` (``[H, W, 3]``), ``"bgr24"``,
-            ``"rgba"``, ``"bgra"``, ``"argb"``, ``"abgr"`` (``[H, W, 4]``) or ``"gray"``
-            (``[H, W]``).
+            ``"rgba"``, ``"bgra"``, ``"argb"``, ``"abgr"`` (``[H, W, 4]``), ``"gray"``
+            (``[H, W]``) or ``"yuv420p"`` (``[H * 3 / 2, W]``: the luma plane, then the
+            two chroma planes of ``H / 2`` by ``W / 2`` side by side; even sizes only).
+            Resizing and conversion are one pass of the reformatter, at decode.
         length: the number of frames, when known: it skips the demuxing pass until a seek
             needs it. A file with fewer frames raises :class:`~streamseq.errors.SourceError`
             when the missing frames are read.
@@ -455,6 +607,14 @@ def video(
             endpoint, ...); see :mod:`streamseq.io.remote`.
         fps: steps per second of a constant-rate stream (see above); ``None`` streams
             every frame of the file once. Not with ``length``.
+        threads: codec threads per decoder (``0``: one per core, FFmpeg's choice).
+            ``None`` fits where the stream is read: one in a worker process (the
+            workers already share the cores; more threads only oversubscribe them), one
+            per core in the main process (``num_workers=0``). The frames are the same
+            whatever the number.
+        start: seconds (file time) where the window starts; ``None``: at the first frame.
+        stop: seconds (file time) where the window ends, excluded; ``None``: after the
+            last frame.
 
     Returns:
         A stream: ``v[a:b]`` is a ``uint8`` array ``[b - a, H, W, 3]`` (for ``rgb24``),
@@ -488,8 +648,22 @@ def video(
         ...     print(v.fps, v.timestamps[:3])
         ...     slow = video(path, fps=10)  # 0.4 s: 4 steps, showing frames 0, 2, 5, 7
         ...     print(len(slow), slow.frame_index, slow[:].shape)
+        ...     window = video(path, start=0.12, stop=0.3)  # frames 3 to 7
+        ...     print(len(window), window.timestamps, bool((window[:] == v[3:8]).all()))
         10 (3, 16, 32, 3) (16, 32, 3)
         25.0 [0.   0.04 0.08]
         4 [0 2 5 7] (4, 16, 32, 3)
+        5 [0.12 0.16 0.2  0.24 0.28] True
     """
-    return _Video(os.fspath(path), size, format, length, stream_index, storage_options, fps)
+    return _Video(
+        os.fspath(path),
+        size,
+        format,
+        length,
+        stream_index,
+        storage_options,
+        fps,
+        start=start,
+        stop=stop,
+        threads=threads,
+    )

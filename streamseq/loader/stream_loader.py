@@ -17,7 +17,7 @@ from ..deliver.assemble import Assembled
 from ..mix import Mixture
 from ..plan.planner import EpochPlan, Epochs
 from ..plan.spec import PlanSpec
-from ..plan.state import make_state, read_state, row_map
+from ..plan.state import Resumed, make_state, read_state, row_map
 from ..read.handle import ProcessLocal
 from ..read.ref import as_refs, identity
 from ..read.transform import StepInfo
@@ -243,6 +243,7 @@ class StreamLoader:
         self._epoch, self._chosen = 0, False  # chosen: by set_epoch, kept for every pass
         self._deferred: int | None = None  # set during a pass: the epoch of the next one
         self._position = Position(0)  # that of the last pass, or the one loaded
+        self._last_read: tuple[Any, Resumed] | None = None  # (see _read_state)
         self._active: weakref.ref | None = None
         self._latest = Latest()  # the figures of the latest pass
         self._whole: tuple[Any, ZipBatch] | None = None
@@ -523,13 +524,12 @@ class StreamLoader:
             ...
             ValueError: this state was made by another plan, differing in tbins (the state ...
         """
-        per_epoch = self.transform is not None
-        resumed = read_state(self.spec, state, per_epoch, weights_changed)
+        resumed = self._read_state(state, weights_changed)
         epochs, epoch, nxt = resumed.epochs, resumed.epoch, resumed.next_batch
         rest = epochs.rest
         if nxt >= epochs.plan(epoch).length:  # saved at the end of its epoch: the next one
             epoch, nxt, rest = epoch + 1, 0, None
-            epochs = Epochs(self.spec, None, per_epoch)
+            epochs = Epochs(self.spec, None, self.transform is not None)
         self._end_pass()  # an invalid state changes nothing: checked first
         if rest is not None or self._epochs.rest is not None:
             self._workers.stop()  # they plan epochs from the rest they were given
@@ -558,8 +558,20 @@ class StreamLoader:
             >>> StreamLoader(streams, batch_size=2, tbins=2).row_map(run.state_dict())
             [0, 1]
         """
-        per_epoch = self.transform is not None
-        return row_map(self.spec, read_state(self.spec, state, per_epoch, weights_changed))
+        return row_map(self.spec, self._read_state(state, weights_changed))
+
+    def _read_state(self, state: dict[str, Any], weights_changed: bool) -> Resumed:
+        """``state`` checked and its epoch planned (the last one kept: its plans are pure).
+
+        ``row_map`` and ``load_state_dict`` of one state plan its epoch once.
+        """
+        key = (weights_changed, repr(state))  # a state changed in between is read again
+        last = self._last_read
+        if last is not None and last[0] == key:
+            return last[1]
+        resumed = read_state(self.spec, state, self.transform is not None, weights_changed)
+        self._last_read = (key, resumed)
+        return resumed
 
     def __getitem__(self, i: int | slice) -> Batch | list[Batch]:
         """Batch ``i`` of the current epoch (a list of batches for a slice), read here.

@@ -117,6 +117,18 @@ class ProcessLocal(Generic[T]):
         if old is not None and old is not value and self._close is not None:
             self._close(old)
 
+    def take(self) -> T | None:
+        """Remove the value of this process and return it, unreleased (None: none here).
+
+        Example:
+            >>> h = ProcessLocal(list)
+            >>> h.get().append(1); h.take(), h.peek()
+            ([1], None)
+        """
+        value = self.peek()
+        self._value = None
+        return value
+
     def close(self) -> None:
         """Release the value of this process; the next :meth:`get` makes a new one."""
         self.set(None)

@@ -258,6 +258,9 @@ class StreamRef:
                 raise self.error(f"opening failed: {type(e).__name__}: {e}") from e
             if not is_stream(stream):
                 raise self.error(f"the opener returned {type(stream).__name__}, not a stream")
+            made_to_read = getattr(stream, "made_to_read", None)
+            if made_to_read is not None:  # a source made here to be read now
+                made_to_read()
             stream = as_stream(stream)
         free = hasattr(stream, "shape") or known_length(stream) is not None  # 0-d: fails
         if self.length is None or free:

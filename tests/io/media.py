@@ -160,3 +160,159 @@ def write_vfr_video(path, times_ms, size=(48, 64), codec="libx264", bf=0, last_m
                 packet.duration = end_of[packet.pts] - packet.pts
             out.mux(packet)
     return path
+
+
+def plain_video_times(path, size=None, format="rgb24"):
+    """All frames of a plain decode, and the time of each (its timestamp, in seconds)."""
+    kwargs = {} if size is None else {"height": size[0], "width": size[1]}
+    with av.open(str(path)) as container:
+        decoded = [
+            (f.to_ndarray(format=format, threads=1, **kwargs), float(f.time))
+            for f in container.decode(video=0)
+        ]
+    return np.stack([f for f, _ in decoded]), np.array([t for _, t in decoded])
+
+
+#: the cameras of the LeRobot datasets of the tests, and the codec of each
+LEROBOT_CAMERAS = {"observation.images.top": "libsvtav1", "observation.images.wrist": "libx264"}
+
+
+def lerobot_frame(camera, episode, step, size=(24, 32)):
+    """The image of a camera at a step of an episode: a square placed by the three."""
+    height, width = size
+    img = np.full((height, width, 3), 20 + 40 * camera, np.uint8)
+    y, x = (2 * step + episode) % (height - 6), (3 * step + 5 * episode) % (width - 6)
+    img[y : y + 6, x : x + 6] = (255, 200 - 50 * camera, 40 * episode % 256)
+    return img
+
+
+def _lerobot_video(path, codec, images, fps):
+    """Encode images at ``fps`` (one thread: the same file every time)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream(codec, rate=fps)
+        stream.height, stream.width = images[0].shape[:2]
+        stream.pix_fmt = "yuv420p"
+        stream.codec_context.thread_count = 1
+        stream.codec_context.gop_size = 8
+        for image in images:
+            out.mux(stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")))
+        out.mux(stream.encode())
+
+
+def write_lerobot(
+    folder, version, lengths, fps=10, size=(24, 32), episodes_per_file=2, videos_per_file=3
+):
+    """Write a small LeRobot dataset (``"v2.1"`` or ``"v3.0"``) in ``folder``; returns it.
+
+    Two cameras (AV1 and H.264, :data:`LEROBOT_CAMERAS`) and a table of ``episode_index``,
+    ``frame_index``, ``index``, ``task_index``, ``timestamp``, ``observation.state`` and
+    ``action`` (float32 vectors of 2); with v3.0, ``episodes_per_file`` episodes per data
+    file and ``videos_per_file`` per video file (row groups of 8 rows).
+    """
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "meta").mkdir(exist_ok=True)
+    cameras = list(LEROBOT_CAMERAS)
+    features = {
+        name: {
+            "dtype": "video",
+            "shape": [size[0], size[1], 3],
+            "names": ["height", "width", "channels"],
+        }
+        for name in cameras
+    }
+    vector = {"dtype": "float32", "shape": [2], "names": ["x", "y"]}
+    features.update({"observation.state": vector, "action": vector})
+    for name in ("timestamp",):
+        features[name] = {"dtype": "float32", "shape": [1], "names": None}
+    for name in ("frame_index", "episode_index", "index", "task_index"):
+        features[name] = {"dtype": "int64", "shape": [1], "names": None}
+    v3 = version == "v3.0"
+    info = {
+        "codebase_version": version,
+        "robot_type": "test",
+        "total_episodes": len(lengths),
+        "total_frames": int(sum(lengths)),
+        "fps": fps,
+        "chunks_size": 1000,
+        "features": features,
+    }
+    if v3:
+        info["data_path"] = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+        info["video_path"] = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+    else:
+        info["data_path"] = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
+        info["video_path"] = (
+            "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
+        )
+    (folder / "meta" / "info.json").write_text(json.dumps(info, indent=2))
+
+    def rows(episode, n, first):
+        t = np.arange(n)
+        state = np.stack([np.sin(t / 5 + episode), np.cos(t / 7) + episode], 1).astype(np.float32)
+        return {
+            "observation.state": pa.FixedSizeListArray.from_arrays(state.ravel(), 2),
+            "action": pa.FixedSizeListArray.from_arrays(
+                np.diff(state, axis=0, append=state[-1:]).ravel(), 2
+            ),
+            "timestamp": (t / fps).astype(np.float32),
+            "frame_index": t,
+            "episode_index": np.full(n, episode),
+            "index": first + t,
+            "task_index": np.zeros(n, np.int64),
+        }
+
+    firsts = np.concatenate([[0], np.cumsum(lengths)]).astype(int)
+    if not v3:
+        lines = []
+        for e, n in enumerate(lengths):
+            path = folder / "data" / "chunk-000" / f"episode_{e:06d}.parquet"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(pa.table(rows(e, n, firsts[e])), path, row_group_size=8)
+            for c, cam in enumerate(cameras):
+                images = [lerobot_frame(c, e, k, size) for k in range(n)]
+                video = folder / "videos" / "chunk-000" / cam / f"episode_{e:06d}.mp4"
+                _lerobot_video(video, LEROBOT_CAMERAS[cam], images, fps)
+            lines.append(json.dumps({"episode_index": e, "tasks": ["move"], "length": n}))
+        (folder / "meta" / "episodes.jsonl").write_text("\n".join(lines) + "\n")
+        return folder
+
+    meta = {k: [] for k in ("episode_index", "length", "data/chunk_index", "data/file_index")}
+    meta.update({"dataset_from_index": [], "dataset_to_index": []})
+    for f, group in enumerate(range(0, len(lengths), episodes_per_file)):
+        episodes = range(group, min(group + episodes_per_file, len(lengths)))
+        parts = [pa.table(rows(e, lengths[e], firsts[e])) for e in episodes]
+        path = folder / "data" / "chunk-000" / f"file-{f:03d}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.concat_tables(parts), path, row_group_size=8)
+        for e in episodes:
+            meta["episode_index"].append(e)
+            meta["length"].append(lengths[e])
+            meta["data/chunk_index"].append(0)
+            meta["data/file_index"].append(f)
+            meta["dataset_from_index"].append(int(firsts[e]))
+            meta["dataset_to_index"].append(int(firsts[e + 1]))
+    for c, cam in enumerate(cameras):
+        for name in ("chunk_index", "file_index", "from_timestamp", "to_timestamp"):
+            meta[f"videos/{cam}/{name}"] = []
+        for f, group in enumerate(range(0, len(lengths), videos_per_file)):
+            episodes = range(group, min(group + videos_per_file, len(lengths)))
+            images, start = [], 0
+            for e in episodes:
+                images += [lerobot_frame(c, e, k, size) for k in range(lengths[e])]
+                meta[f"videos/{cam}/chunk_index"].append(0)
+                meta[f"videos/{cam}/file_index"].append(f)
+                meta[f"videos/{cam}/from_timestamp"].append(start / fps)
+                start += lengths[e]
+                meta[f"videos/{cam}/to_timestamp"].append(start / fps)
+            video = folder / "videos" / cam / "chunk-000" / f"file-{f:03d}.mp4"
+            _lerobot_video(video, LEROBOT_CAMERAS[cam], images, fps)
+    path = folder / "meta" / "episodes" / "chunk-000" / "file-000.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(meta), path)
+    return folder

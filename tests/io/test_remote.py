@@ -276,3 +276,30 @@ def test_probe_cache_of_a_partial_opener(served, tmp_path):
     entry = json.loads(cache.read_text())["files"][url]
     assert entry["etag"] and list(entry["lengths"].values()) == [45]
     assert "secret" not in cache.read_text()  # the options are not the description
+
+
+def _first_batch_requests(http_server, name, steps):  # noqa: F811
+    opener = functools.partial(tokens, f"{http_server.url}/{name}")
+    loader = StreamLoader([opener], 1, steps, lengths=[steps], pin_memory=False)
+    before = http_server.requests, http_server.heads
+    batch = next(iter(loader))
+    return batch, (http_server.requests - before[0], http_server.heads - before[1])
+
+
+def test_a_source_made_to_read_asks_once(files, http_server):  # noqa: F811
+    """An opener's token file: one request for its size, one for its header and steps.
+
+    The loader opens the first stream twice: to read the layout of the steps, then for
+    the batch.
+    """
+    batch, (gets, heads) = _first_batch_requests(http_server, "t1.npy", 170)
+    np.testing.assert_array_equal(batch.data[0, :, 0], np.arange(0, 340, 2) + 1000)
+    assert (heads, gets) == (2, 2)
+
+
+def test_a_source_measured_long_ago_is_measured_again(files, http_server, monkeypatch):  # noqa: F811
+    from streamseq.io import _base
+
+    monkeypatch.setattr(_base, "FRESH", 0.0)
+    _, (gets, heads) = _first_batch_requests(http_server, "t1.npy", 170)
+    assert (heads, gets) == (4, 2)  # the size once more, whenever the process opens it

@@ -1,7 +1,9 @@
 import gc
 import multiprocessing
+import multiprocessing as mp
 import operator
 import pickle
+import sys
 import tempfile
 import threading
 from fractions import Fraction
@@ -23,6 +25,7 @@ from media import (
 
 from streamseq.errors import SourceError
 from streamseq.io import video
+from streamseq.io.video import decode_threads
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +80,41 @@ def test_resize_and_pixel_formats(video_clips):
     np.testing.assert_array_equal(gray[5:8], plain_video(path, format="gray")[5:8])
     assert video(path, format="bgra")[0].shape == (48, 64, 4)
     with pytest.raises(ValueError, match="format"):
-        video(path, format="yuv420p")
+        video(path, format="nv12")
+
+
+def test_yuv420p_planes_at_decode(video_clips):
+    path = video_clips["x264_gop12_b2"]
+    v = video(path, format="yuv420p", size=(24, 40))
+    assert v.step_spec()[1] == (36, 40) and v[2:5].shape == (3, 36, 40)
+    with av.open(path) as c:
+        frames = [f.reformat(40, 24, "yuv420p").to_ndarray() for f in c.decode(video=0)]
+    np.testing.assert_array_equal(v[2:5], np.stack(frames[2:5]))
+    with pytest.raises(ValueError, match="even"):
+        video(path, format="yuv420p", size=(25, 40))
+
+
+@pytest.mark.parametrize("threads", [None, 0, 1, 3])
+def test_codec_threads_give_the_same_frames(video_clips, references, threads):
+    v = video(video_clips["x264_gop12_b2"], threads=threads)
+    ref = references["x264_gop12_b2"]
+    np.testing.assert_array_equal(v[:], ref)
+    np.testing.assert_array_equal(v[30:33], ref[30:33])  # a seek
+    np.testing.assert_array_equal(v[5:9], ref[5:9])  # back
+
+
+def test_codec_threads_fit_the_process(video_clips):
+    for threads, count in ((None, 0), (1, 1), (2, 2)):
+        v = video(video_clips["x264_gop12_b2"], threads=threads)
+        v[0:2]
+        codec = v._handle.peek().stream.codec_context  # the decoder of this process
+        assert codec.thread_count == count if count else codec.thread_count != 1
+    assert decode_threads(None) == 0 and decode_threads(4) == 4
+    with mp.get_context("spawn").Pool(1) as pool:
+        assert pool.apply(decode_threads, (None,)) == 1  # a worker: one thread per decoder
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="threads"):
+            video(video_clips["x264_gop12_b2"], threads=bad)
 
 
 def test_slicing_rules(video_clips, references):
@@ -427,3 +464,151 @@ def test_step_spec_is_known_from_size_or_probe_only(video_clips):
     len(v)  # the probe: the frame size with it
     assert v.step_spec() == (np.dtype(np.uint8), (48, 64, 3))
     assert v[0].shape == v.step_spec()[1]
+
+
+# -- windows -------------------------------------------------------------------------------
+
+WINDOW_CLIPS = ["x264_gop12_b2", "x264_gop5_b2", "mpeg4_gop5_b2", "x264_mkv_b2"]
+
+
+def _in_window(times, start, stop):
+    """What a window keeps of a plain decode: the times in ``[start, stop)``."""
+    return (times >= start - 1e-6) & (times < stop - 1e-6)
+
+
+@pytest.mark.parametrize("name", WINDOW_CLIPS)
+@pytest.mark.parametrize("bounds", [(0.0, 0.3), (0.3, 0.9), (0.9, 5.0), (0.41, 0.43)])
+def test_window_frames_are_those_of_a_plain_decode_in_it(name, bounds, video_clips):
+    from media import plain_video_times
+
+    frames, times = plain_video_times(video_clips[name])
+    start, stop = bounds
+    want = frames[_in_window(times, start, stop)]
+    w = video(video_clips[name], start=start, stop=stop)
+    assert len(w) == len(want)
+    np.testing.assert_allclose(w.timestamps, times[_in_window(times, start, stop)])
+    got = np.concatenate([w[a : a + 4] for a in range(0, len(w), 4)] or [w[:0]])
+    np.testing.assert_array_equal(got, want)
+
+
+def test_adjacent_windows_share_no_frame_and_cover_the_file(video_clips, references):
+    path = video_clips["x264_gop12_b2"]
+    bounds = [0.0, 0.12, 0.44, 0.8, 1.6]  # frame times are multiples of 0.04
+    windows = [video(path, start=a, stop=b) for a, b in zip(bounds, bounds[1:], strict=False)]
+    assert [len(w) for w in windows] == [3, 8, 9, 20]
+    got = np.concatenate([w[:] for w in reversed(windows)][::-1])
+    np.testing.assert_array_equal(got, references["x264_gop12_b2"])
+    only_start, only_stop = video(path, start=0.8), video(path, stop=0.12)
+    np.testing.assert_array_equal(only_start[:], windows[-1][:])
+    np.testing.assert_array_equal(only_stop[:], windows[0][:])
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_window_read_anywhere_seeks_inside_it(data, video_clips, references):
+    path = video_clips["x264_gop5_b2"]
+    w = video(path, start=0.4, stop=1.4)  # frames 10 to 34
+    want = references["x264_gop5_b2"][10:35]
+    assert len(w) == 25
+    for _ in range(4):
+        a = data.draw(st.integers(0, 24))
+        b = data.draw(st.integers(a + 1, 25))
+        np.testing.assert_array_equal(w[a:b], want[a:b])
+
+
+def test_window_seeks_to_the_keyframe_before_it(video_clips, references, seeks):
+    path = video_clips["x264_gop5_b2"]
+    w = video(path, start=0.6, stop=1.2)
+    np.testing.assert_array_equal(w[10:], references["x264_gop5_b2"][25:30])
+    np.testing.assert_array_equal(w[:3], references["x264_gop5_b2"][15:18])
+    assert seeks["seek"] == 2 and seeks["restart"] == 0
+
+
+@pytest.mark.parametrize("fps", [10.0, 25.0, 60.0])
+def test_window_composes_with_fps_and_size(fps, video_clips):
+    from media import plain_video_times
+
+    path = video_clips["x264_gop12_b2"]
+    frames, times = plain_video_times(path, size=(24, 32))
+    start, stop = 0.3, 1.1  # frames 8 (0.32 s) to 27 (1.08 s)
+    inside = _in_window(times, start, stop)
+    wframes, wtimes = frames[inside], times[inside]
+    w = video(path, start=start, stop=stop, fps=fps, size=(24, 32))
+    seconds = 1.1 - wtimes[0]  # the last frame lasts until the next (1.12 s), cut at stop
+    assert w.duration == pytest.approx(seconds)
+    assert len(w) == int(np.ceil(seconds * fps - 1e-6))
+    shown = np.searchsorted(wtimes, wtimes[0] + np.arange(len(w)) / fps + 1e-6, "right") - 1
+    np.testing.assert_array_equal(w.frame_index, shown)
+    got = np.concatenate([w[a : a + 3] for a in range(0, len(w), 3)])
+    assert got.shape[1:] == (24, 32, 3)
+    np.testing.assert_array_equal(got, wframes[shown])
+    np.testing.assert_array_equal(w.at_fps(fps)[:], got)
+
+
+def _count_decoded(monkeypatch):
+    """Record the time of every frame a media reader decodes."""
+    from streamseq.io._media import Reader
+
+    decoded = []
+    real = Reader.next_frame
+
+    def next_frame(self):
+        frame = real(self)
+        if frame is not None:
+            decoded.append(float(frame.time))
+        return frame
+
+    monkeypatch.setattr(Reader, "next_frame", next_frame)
+    return decoded
+
+
+@pytest.mark.parametrize(("name", "gop"), [("x264_gop12_b0", 12), ("x264_gop5_b2", 5)])
+def test_a_window_decodes_at_most_a_keyframe_interval_outside_it(name, gop, video_clips,
+                                                                 monkeypatch):  # fmt: skip
+    decoded = _count_decoded(monkeypatch)
+    path = video_clips[name]
+    halves = [video(path, start=0.0, stop=0.8), video(path, start=0.8, stop=1.6)]
+    for w in reversed(halves):  # the second one first: a seek into the middle
+        decoded.clear()
+        w[:]
+        outside = ~_in_window(np.array(decoded), w.start, w.stop)
+        assert len(decoded) - outside.sum() == 20
+        # a seek lands on a keyframe at or before the one before the window (x264 puts
+        # keyframes of a small gop irregularly): about one keyframe interval, never half
+        # the file
+        assert outside.sum() <= 2 * gop
+
+
+def test_windows_of_a_file_share_one_demuxing_pass(video_clips, monkeypatch, tmp_path):
+    video_module = sys.modules["streamseq.io.video"]
+    path = write_video(tmp_path / "shared.mp4", 40)
+    calls = []
+    real = video_module._probe
+
+    def probe(*args):
+        calls.append(args[0])
+        return real(*args)
+
+    monkeypatch.setattr(video_module, "_probe", probe)
+    windows = [video(path, start=k * 0.4, stop=(k + 1) * 0.4, length=10) for k in range(4)]
+    assert [len(w) for w in windows] == [10] * 4 and calls == []  # planning reads nothing
+    windows = [pickle.loads(pickle.dumps(w)) for w in windows]  # as a worker gets them
+    assert [w[0].shape for w in windows] == [(48, 64, 3)] * 4
+    assert calls == [str(path)]
+
+
+def test_a_window_shorter_than_its_length_fails_when_read(video_clips):
+    w = video(video_clips["x264_gop12_b2"], start=1.2, stop=2.0, length=12)  # 10 frames
+    assert len(w) == 12
+    w[:10]
+    with pytest.raises(SourceError, match="holds 10 frames, fewer than its length 12"):
+        w[8:12]
+
+
+def test_window_arguments_are_checked(video_clips):
+    path = video_clips["x264_gop12_b2"]
+    with pytest.raises(ValueError, match="empty"):
+        video(path, start=1.0, stop=1.0)
+    with pytest.raises(ValueError, match="finite"):
+        video(path, start=float("nan"))
+    assert repr(video(path, start=0.5, stop=1)).endswith("start=0.5, stop=1)")

@@ -1,0 +1,88 @@
+"""The first batch a process writes: its rows' streams opened and read concurrently.
+
+A pass starts with every row opening a stream. Each open and each first read may wait on
+a network (a file at an ``s3://`` URL: a request to stat it, one for its header, one for
+its first steps) or on a decoder, and one row after the other those waits add up. For
+the first batch that a process writes in a pass, the streams of its rows are opened from
+a few threads at once, then the first chunk of every row whose stream is not an array
+is read the same way, and the batch writer takes those reads instead of making them.
+
+Nothing else changes: the data is what the writer's own reads give (each row reads its
+own stream, once), and a failure here is dropped, so that the writer's own read, row by
+row and in order, raises it as it always does. Rows whose streams share a source are left
+to the writer (a source is read by one thread at a time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..read.ref import ArrayTree
+
+if TYPE_CHECKING:
+    from ..interleave import Row
+    from .positions import Positions
+
+#: the threads that open and read the first streams of one batch
+THREADS = 8
+
+
+def _each(calls: list[Callable[[], Any]]) -> list[Any]:
+    """Run ``calls`` from up to :data:`THREADS` threads; a call that raises gives None."""
+
+    def attempt(call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except Exception:
+            return None
+
+    with ThreadPoolExecutor(min(THREADS, len(calls)), "streamseq-first-reads") as pool:
+        return list(pool.map(attempt, calls))
+
+
+def first_reads(rows: Sequence[Row], first: Sequence[int], blk: Positions, k: int) -> dict:
+    """Open the streams of batch ``k`` of ``blk`` concurrently; read the non-arrays.
+
+    Args:
+        rows: the rows of the table.
+        first: the table's first position of each row (``Table.first_list``).
+        blk: where the rows read.
+        k: the batch within ``blk``.
+
+    Returns:
+        ``{row: steps}``: what :meth:`Row.read` gave for the rows whose stream is not an
+        array (or a tree of arrays), each row's steps of batch ``k``. Empty when fewer
+        than two rows would wait.
+
+    Example:
+        >>> from streamseq import interleave_streams, tbin
+        >>> from streamseq.gather.writer import Table
+        >>> rows = interleave_streams([np.arange(5), np.arange(4)], 2)
+        >>> table = Table([tbin(r, 2) for r in rows], "zeros", 2)
+        >>> first_reads(table.rows, table.first_list, table.positions(0, 1), 0)
+        {}
+    """
+    work, sources = [], set()
+    for r in np.flatnonzero(blk.active[k] & (blk.count[k] > 0)).tolist():
+        j = int(blk.pos[k, r]) - first[r]
+        ref = rows[r].refs[j]
+        if id(ref.source) not in sources:  # one thread per source
+            sources.add(id(ref.source))
+            work.append((r, j, int(blk.start[k, r]), int(blk.count[k, r])))
+    if len(work) < 2:
+        return {}
+    opened = _each([lambda r=r, j=j: rows[r].switch(j).open() for r, j, _, _ in work])
+    reads = [w for w, s in zip(work, opened, strict=True) if _waits(s)]
+    if len(reads) < 2:
+        return {}
+    data = _each([lambda r=r, j=j, a=a, n=n: rows[r].read(j, a, a + n) for r, j, a, n in reads])
+    return {w[0]: d for w, d in zip(reads, data, strict=True) if d is not None}
+
+
+def _waits(stream: Any) -> bool:
+    """Whether reading ``stream`` may wait (not an array in memory, nor a failed open)."""
+    return stream is not None and not isinstance(stream, (np.ndarray, ArrayTree))

@@ -1,0 +1,288 @@
+import json
+import pickle
+import shutil
+import sys
+
+import numpy as np
+import pytest
+from helpers import as_numpy, assert_same
+from media import LEROBOT_CAMERAS, plain_video_times, write_lerobot
+from servers import s3_server  # noqa: F401
+
+from streamseq import StreamLoader
+from streamseq.errors import SourceError
+from streamseq.io import lerobot
+from streamseq.testing import check_continuity
+
+pq = pytest.importorskip("pyarrow.parquet")
+pa = pytest.importorskip("pyarrow")
+
+LENGTHS = [12, 20, 15, 9]
+CAMERAS = list(LEROBOT_CAMERAS)
+VERSIONS = ["v3.0", "v2.1"]
+_PLAIN: dict = {}  # plain decodes of the video files, by path
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory):
+    """One dataset of each layout, written once."""
+    root = tmp_path_factory.mktemp("lerobot")
+    return {v: write_lerobot(root / v, v, LENGTHS) for v in VERSIONS}
+
+
+def plain(path):
+    if str(path) not in _PLAIN:
+        _PLAIN[str(path)] = plain_video_times(path)
+    return _PLAIN[str(path)]
+
+
+def expected(root, version, episode):
+    """An episode read by hand: the table's rows, and the frames of a plain decode."""
+    if version == "v3.0":
+        meta = pq.read_table(root / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+        row = meta[episode]
+        data = root / f"data/chunk-000/file-{row['data/file_index']:03d}.parquet"
+    else:
+        data = root / f"data/chunk-000/episode_{episode:06d}.parquet"
+    rows = pq.read_table(data).to_pandas()
+    rows = rows[rows["episode_index"] == episode]
+    out = {name: np.stack(rows[name].to_numpy()) for name in ("observation.state", "action")}
+    out["timestamp"] = rows["timestamp"].to_numpy()
+    for cam in CAMERAS:
+        if version == "v3.0":
+            path = root / f"videos/{cam}/chunk-000/file-{row[f'videos/{cam}/file_index']:03d}.mp4"
+            start, stop = row[f"videos/{cam}/from_timestamp"], row[f"videos/{cam}/to_timestamp"]
+        else:
+            path = root / f"videos/chunk-000/{cam}/episode_{episode:06d}.mp4"
+            start, stop = 0.0, np.inf
+        frames, times = plain(path)
+        inside = (times >= start - 1e-6) & (times < stop - 1e-6)
+        out[cam] = frames[inside]
+    return out
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_episodes_frame_by_frame(datasets, version):
+    root = datasets[version]
+    episodes = lerobot(root, columns=["observation.state", "action", "timestamp"])
+    assert [len(e) for e in episodes] == LENGTHS
+    assert [e.index for e in episodes] == [0, 1, 2, 3]
+    for e in episodes:
+        want = expected(root, version, e.index)
+        got = {k: np.concatenate(v) for k, v in _chunks(e, 4).items()}
+        assert set(got) == {*CAMERAS, "observation.state", "action", "timestamp"}
+        for key, value in want.items():
+            np.testing.assert_array_equal(got[key], value, err_msg=f"{e!r} {key}")
+        assert got[CAMERAS[0]].shape == (len(e), 24, 32, 3) and got[CAMERAS[0]].dtype == np.uint8
+        step = e[len(e) - 1]
+        np.testing.assert_array_equal(step[CAMERAS[1]], want[CAMERAS[1]][-1])
+
+
+def _chunks(e, k):
+    out = {}
+    for a in range(0, len(e), k):
+        for key, value in e[a : a + k].items():
+            out.setdefault(key, []).append(value)
+    return out
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_read_anywhere_and_choose(datasets, version):
+    root = datasets[version]
+    episodes = lerobot(root, cameras=[CAMERAS[1]], columns=["action"], episodes=[3, 1])
+    assert [e.index for e in episodes] == [3, 1]
+    want = expected(root, version, 1)
+    e = episodes[1]
+    for a, b in [(15, 20), (2, 9), (0, 1), (9, 16)]:
+        got = e[a:b]
+        assert set(got) == {CAMERAS[1], "action"}
+        np.testing.assert_array_equal(got[CAMERAS[1]], want[CAMERAS[1]][a:b])
+        np.testing.assert_array_equal(got["action"], want["action"][a:b])
+    assert e[5:5][CAMERAS[1]].shape == (0, 24, 32, 3)
+    assert lerobot(root, cameras=[], columns=["timestamp"])[0][:3].keys() == {"timestamp"}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_planning_opens_no_video_and_no_table(datasets, version, monkeypatch):
+    video_module = sys.modules["streamseq.io.video"]
+    table_module = sys.modules["streamseq.io.table"]
+    opened = []
+    monkeypatch.setattr(video_module, "_probe", lambda *a: opened.append(a) or None)
+    monkeypatch.setattr(table_module, "_Reader", lambda *a: opened.append(a) or None)
+    monkeypatch.setattr(video_module.av, "open", lambda *a, **k: opened.append(a))
+    episodes = lerobot(datasets[version])
+    assert [len(e) for e in episodes] == LENGTHS
+    episodes = pickle.loads(pickle.dumps(episodes))
+    assert [len(e) for e in episodes] == LENGTHS and opened == []
+
+
+def test_v3_windows_of_a_file_share_its_demuxing_pass(datasets, monkeypatch):
+    video_module = sys.modules["streamseq.io.video"]
+    calls = []
+    real = video_module._probe
+    monkeypatch.setattr(video_module, "_probe", lambda *a: calls.append(a[0]) or real(*a))
+    video_module._PROBES.clear()
+    for e in pickle.loads(pickle.dumps(lerobot(datasets["v3.0"]))):
+        e[:2]
+    # two cameras, two files each (episodes 0-2 and 3)
+    assert len(calls) == len(set(calls)) == 4
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_loader_same_batches_any_workers_and_resume(datasets, version, workers):
+    episodes = lerobot(datasets[version], columns=["observation.state", "timestamp"])
+    reference = as_numpy(StreamLoader(episodes, 2, 5))
+    loader = StreamLoader(episodes, 2, 5, num_workers=workers)
+    batches = list(loader)
+    check_continuity(batches, LENGTHS, sources=episodes)
+    assert_same(as_numpy(batches), reference)
+    assert tuple(batches[0].data[CAMERAS[0]].shape) == (2, 5, 24, 32, 3)
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    state = loader.state_dict()
+    resumed = StreamLoader(episodes, 2, 5, num_workers=workers)
+    resumed.load_state_dict(state)
+    assert_same(as_numpy(resumed), reference[3:])
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_through_s3(datasets, version, request):
+    pytest.importorskip("s3fs")
+    pytest.importorskip("moto")
+    server = request.getfixturevalue("s3_server")
+    root = datasets[version]
+    prefix = f"lerobot-{version}"
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        server.upload(path, f"{prefix}/{path.relative_to(root).as_posix()}")
+    url = f"s3://{server.bucket}/{prefix}"
+    remote = lerobot(url, storage_options=server.options, episodes=[2, 0, 3])
+    local = lerobot(root, episodes=[2, 0, 3])
+    assert [len(e) for e in remote] == [15, 12, 9]
+    assert "testing" not in repr(remote) and remote[0].path.startswith(url)
+    for r, loc in zip(remote, local, strict=True):
+        got, want = r[:], loc[:]
+        for key in want:
+            np.testing.assert_array_equal(got[key], want[key])
+    batches = list(StreamLoader(remote, 2, 4, num_workers=2))
+    check_continuity(batches, [15, 12, 9], sources=local)
+    with pytest.raises(SourceError) as error:
+        lerobot(url, cameras=["observation.images.side"], storage_options=server.options)
+    assert "testing" not in str(error.value) and url in str(error.value)
+
+
+# -- bad input -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def copy(datasets, tmp_path):
+    def make(version):
+        root = tmp_path / version
+        shutil.copytree(datasets[version], root)
+        return root
+
+    return make
+
+
+def _edit_info(root, **changes):
+    info = json.loads((root / "meta/info.json").read_text())
+    info.update(changes)
+    (root / "meta/info.json").write_text(json.dumps(info))
+
+
+def _edit_episodes(root, column, episode, value):
+    path = root / "meta/episodes/chunk-000/file-000.parquet"
+    meta = pq.read_table(path).to_pydict()
+    meta[column][episode] = value
+    pq.write_table(pa.table(meta), path)
+
+
+def test_unknown_version_lists_the_supported_ones(copy):
+    root = copy("v3.0")
+    _edit_info(root, codebase_version="v1.6")
+    with pytest.raises(SourceError, match=r"codebase_version 'v1.6' .* v2.1, v3.0") as e:
+        lerobot(root)
+    assert str(root) in str(e.value)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_missing_camera_or_column(datasets, version):
+    root = datasets[version]
+    with pytest.raises(SourceError, match=r"no camera 'observation.images.side'") as e:
+        lerobot(root, cameras=["observation.images.side"])
+    assert str(root) in str(e.value) and CAMERAS[0] in str(e.value)
+    with pytest.raises(SourceError, match=r"no column 'effort'") as e:
+        lerobot(root, columns=["action", "effort"])
+    assert str(root) in str(e.value)
+    with pytest.raises(SourceError, match="a camera"):
+        lerobot(root, columns=[CAMERAS[0]])
+    with pytest.raises(SourceError, match="no episode 7"):
+        lerobot(root, episodes=[7])
+
+
+def test_missing_camera_in_the_episodes_metadata(copy):
+    root = copy("v3.0")
+    path = root / "meta/episodes/chunk-000/file-000.parquet"
+    meta = pq.read_table(path)
+    pq.write_table(meta.drop_columns([f"videos/{CAMERAS[1]}/from_timestamp"]), path)
+    with pytest.raises(SourceError, match=rf"camera '{CAMERAS[1]}'.* no column"):
+        lerobot(root)
+
+
+def test_a_window_shorter_than_its_rows(copy):
+    root = copy("v3.0")
+    _edit_episodes(root, f"videos/{CAMERAS[0]}/to_timestamp", 1, 1.2 + 18 / 10)
+    episodes = lerobot(root)
+    episodes[0][:]  # others are fine
+    with pytest.raises(SourceError) as e:
+        episodes[1][:4]
+    message = str(e.value)
+    assert str(root) in message and "episode 1" in message and CAMERAS[0] in message
+    assert "holds 18 frames for 20 rows" in message
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_timestamps_that_disagree_with_the_video(copy, version):
+    root = copy(version)
+    if version == "v3.0":
+        path = root / "data/chunk-000/file-001.parquet"  # episodes 2 and 3
+    else:
+        path = root / "data/chunk-000/episode_000002.parquet"
+    rows = pq.read_table(path).to_pydict()
+    for k, e in enumerate(rows["episode_index"]):
+        if e == 2 and rows["frame_index"][k] == 6:
+            rows["timestamp"][k] += 1.0  # after the episode's last frame
+        elif e == 2 and rows["frame_index"][k] == 4:
+            rows["timestamp"][k] += 0.04  # less: the same frame
+    pq.write_table(pa.Table.from_pydict(rows, schema=pq.read_schema(path)), path, row_group_size=8)
+    episode = lerobot(root, episodes=[2])[0]
+    np.testing.assert_array_equal(
+        episode[:6][CAMERAS[0]], expected(root, version, 2)[CAMERAS[0]][:6]
+    )
+    with pytest.raises(SourceError) as e:
+        episode[4:8]
+    message = str(e.value)
+    assert str(root) in message and "episode 2" in message and CAMERAS[0] in message
+    assert "step 6" in message and "more than half a frame" in message
+
+
+def test_rows_of_another_episode(copy):
+    root = copy("v3.0")
+    _edit_episodes(root, "dataset_from_index", 1, 10)  # two rows early
+    with pytest.raises(SourceError, match="episode 1.*step 0 is a row of episode 0"):
+        lerobot(root, episodes=[1])[0][:]
+    _edit_episodes(root, "dataset_from_index", 1, 14)  # two rows late: past the file's end
+    with pytest.raises(SourceError, match="episode 1: .* rows at 14:34 .* holds 32"):
+        lerobot(root, episodes=[1])[0][:]
+
+
+def test_no_secret_in_errors(copy):
+    root = copy("v3.0")
+    options = {"key": "AKIASECRET", "secret": "hunter2"}
+    with pytest.raises(ValueError, match="storage_options are for URLs") as e:
+        lerobot(root, storage_options=options)
+    assert "hunter2" not in str(e.value) and "AKIASECRET" not in str(e.value)
+    with pytest.raises(SourceError) as e:
+        lerobot("s3://me:hunter2@bucket/none?X-Amz-Signature=abc", storage_options=None)
+    assert "hunter2" not in str(e.value) and "abc" not in str(e.value)
