@@ -565,9 +565,12 @@ class StreamLoader:
 
         ``row_map`` and ``load_state_dict`` of one state plan its epoch once.
         """
-        key = (weights_changed, repr(state))  # a state changed in between is read again
+        try:
+            key = (weights_changed, repr(state))  # a state changed in between is read again
+        except ValueError:  # an integer too long to print: checked as any state, not kept
+            key = None
         last = self._last_read
-        if last is not None and last[0] == key:
+        if key is not None and last is not None and last[0] == key:
             return last[1]
         resumed = read_state(self.spec, state, self.transform is not None, weights_changed)
         self._last_read = (key, resumed)
