@@ -48,8 +48,10 @@ up to the usable cores) for each workload, with the limit rows, and prints one t
 a row per workload, a column per number of workers, the rate and its ratios to 0
 workers and to the limit.
 
-``--auto`` adds a row of streamseq with ``num_workers="auto"`` to each workload; the row
-names the number of workers it chose (one per repeat).
+``--warm`` reads one pass of every configuration untimed before timing it: the steady
+state (persistent workers started, files open, shared memory mapped), for the cost of the
+hand-over alone. ``--auto`` adds a row of streamseq with ``num_workers="auto"`` to each
+workload; the row names the number of workers it chose (one per repeat).
 
 Each measurement runs in a fresh process (so peak memory is its own), repeated
 ``--repeats`` times, interleaved; the table shows medians. Throughput counts the steps of
@@ -510,6 +512,9 @@ def measure(job: dict) -> dict:
         loader = psd_loader(sources, workers, video)
     else:
         loader = multistream_loader(sources, workers, video)
+    if job.get("warm"):  # one pass untimed: workers started, files opened, pages mapped
+        for _ in loader:
+            pass
     steps = seconds = 0.0
     firsts = []
     epochs = batches = 0
@@ -713,10 +718,18 @@ def targets(results: dict) -> list[str]:
                 return statistics.median(r["steps_per_s"] for r in rs)
         return None
 
-    def mixed(workload: str, workers: int) -> float | None:
+    def mixed(workload: str, workers: int, persistent: bool = False) -> float | None:
         for job, rs in results.get(workload, []):
             if job["loader"] == "streamseq" and job["workers"] == workers:
-                if job.get("transform") == "mix" and not job.get("baseline"):
+                if bool(job.get("persistent")) == persistent and not job.get("baseline"):
+                    if job.get("transform") == "mix":
+                        return statistics.median(r["steps_per_s"] for r in rs)
+        return None
+
+    def persistent(workload: str, workers: int) -> float | None:
+        for job, rs in results.get(workload, []):
+            if job["loader"] == "streamseq" and job["workers"] == workers:
+                if job.get("persistent") and not (job.get("transform") or job.get("baseline")):
                     return statistics.median(r["steps_per_s"] for r in rs)
         return None
 
@@ -737,6 +750,9 @@ def targets(results: dict) -> list[str]:
         check(f"tokens: streamseq {w} workers / psd {w} workers", s2, p2, 20)
         m0, m2 = mixed("tokens", 0), mixed("tokens", w)
         check(f"tokens + mix transform: streamseq {w} workers / in-process", m2, m0, 1.6)
+        check(f"tokens: {w} persistent workers / in-process", persistent("tokens", w), s0, 0.5)
+        mp = mixed("tokens", w, persistent=True)
+        check(f"tokens + mix transform: {w} persistent workers / in-process", mp, m0, 1.6)
     if "video" in results:
         s2, p2 = rate("video", "streamseq", w), rate("video", "psd", w)
         n = cores()
@@ -841,6 +857,12 @@ def main() -> None:
         help="workers of the loader comparison (default 2)",
     )
     parser.add_argument(
+        "--warm",
+        action="store_true",
+        help="read one pass untimed before timing each configuration (the steady state: "
+        "persistent workers started, files open)",
+    )
+    parser.add_argument(
         "--auto",
         action="store_true",
         help='also time streamseq with num_workers="auto" (the row names the choice)',
@@ -902,6 +924,7 @@ def main() -> None:
             "root": REPO,
             "min_seconds": 0.5 if args.quick else 2.0,
             "min_epochs": 1,
+            "warm": args.warm,
         }
         if video:
             make_clips(common["data"], common["count"])  # outside the timings
@@ -929,6 +952,8 @@ def main() -> None:
             configs += [("streamseq", w, base)] if args.baseline else []
             configs += [("streamseq", "auto", {})] if args.auto else []
             configs += [("streamseq", k, {"transform": "mix"}) for k in (0, w)]
+            if args.persistent_workers:
+                configs += [("streamseq", w, {"transform": "mix", "persistent": True})]
             configs += [("psd", w, {}), ("multistream", w, {})]
         if args.loaders:
             keep = {"limit", *loaders}
