@@ -254,7 +254,9 @@ class Workers:
         started for a new pass do not pay for fresh memory (in the kernel, a page fault
         and zeroing per page). New ones when the batches grew, or in a forked child.
         """
-        need, count = slot_bytes(groups, tbins, size), self.config.max_buffered
+        # max_buffered hand-overs in flight and being read, and two more for the blocks of
+        # batches the training loop still holds (its loop variable, one kept aside)
+        need, count = slot_bytes(groups, tbins, size), self.config.max_buffered + 2
         kept = self.slots
         if kept is None or kept.size < need or kept.count != count or kept.owner != os.getpid():
             kept = self.slots = Slots(count, need)
