@@ -97,7 +97,17 @@ class StreamLoader:
         batch_size: rows per batch on this rank.
         tbins: steps per row and batch.
         num_workers: worker processes (or threads), one per group of rows; 0 reads in
-            the calling process.
+            the calling process. ``"auto"``: the first pass reads its first batches in
+            the calling process, then with one worker per usable core (at a batch
+            boundary, the position carried over: the batches are the same), times what
+            ``next()`` waits each way and keeps the faster; it logs the choice at INFO on
+            the ``"streamseq"`` logger, and ``loader.num_workers`` is then the number
+            chosen (``"auto"`` until then). Worker processes write their rows of each
+            batch in place in shared memory, and the batches are tensors over it: a
+            batch held after the pass, or after :meth:`close`, stays valid; the memory
+            goes back to the workers once no tensor of its block is left, and with more
+            batches held than the workers have slots (``max_buffered + 2``) the next ones
+            are copied, more slowly (logged once), never blocked.
         shuffle: draw a new stream order every epoch (see :meth:`set_epoch`).
         seed: seed of the shuffle.
         pad: ``"zeros"`` (run until the longest row ends), ``"drop"`` (stop before any
@@ -111,10 +121,11 @@ class StreamLoader:
         world_size: number of ranks sharing one global plan.
         time_major: deliver ``data`` as ``[T, B, ...]`` instead of ``[B, T, ...]``.
         method: ``"process"`` or ``"thread"`` workers.
-        max_buffered: hand-overs in flight per worker (shared-memory slots; at least 4
-            with processes). A hand-over carries a block of micro-batches of about 2 MB
-            (at most 32 of them; the first ones fewer), so small batches cost the main
-            process one message per block rather than per batch.
+        max_buffered: hand-overs in flight per worker (at least 4 with processes; the
+            workers share ``max_buffered + 2`` shared-memory slots). A hand-over carries
+            a block of batches of about 2 MB a worker (at most 32 of them; the first ones
+            fewer), so small batches cost the main process one message per worker and
+            block rather than per batch.
         timeout: seconds the workers may go without delivering a micro-batch before
             :class:`WorkerTimeout` (a :class:`WorkerError`) is raised and they are
             stopped (a stuck decoder, a hung network file); ``None`` (or 0, or inf)
@@ -149,9 +160,10 @@ class StreamLoader:
     one thread iterates it, gives correct batches; a loader runs one pass at a time.
 
     Raises:
-        ValueError: no streams, ``batch_size`` or ``tbins`` < 1, ``num_workers`` < 0, an
-            unknown pad mode or method, ``max_buffered`` too small for the method, a
-            ``timeout`` that is not positive, or a bad rank.
+        ValueError: no streams, ``batch_size`` or ``tbins`` < 1, ``num_workers`` < 0 (or
+            a string other than ``"auto"``), an unknown pad mode or method,
+            ``max_buffered`` too small for the method, a ``timeout`` that is not
+            positive, or a bad rank.
         TypeError: an integer argument that is not an integer, or a ``transform`` that
             is not callable.
         StreamError: an opener failed while its length was measured.
