@@ -11,7 +11,7 @@ from streamseq.workers import shm
 from streamseq.workers.blocks import Failed
 from streamseq.workers.placed import Placed, place, same_slot
 from streamseq.workers.slots import Filling, Slots
-from tests.helpers import as_numpy, assert_same, no_children
+from tests.helpers import as_numpy, assert_same, live_children, no_children
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -88,13 +88,14 @@ def test_batches_are_views_of_the_slots_and_free_them_when_released():
 
 def test_a_batch_held_after_close_stays_valid():
     expected = as_numpy(StreamLoader(tokens(), 8, 16))
+    before = {c.pid for c in live_children()}  # (a resource tracker of other tests)
     loader = StreamLoader(tokens(), 8, 16, num_workers=2)
     it = iter(loader)
     kept = [next(it) for _ in range(3)]
     loader.close()
     del it, loader
     gc.collect()
-    assert no_children()
+    assert no_children(before)
     assert_same(kept, expected[:3])  # the memory lives while a batch uses it
     kept[0].data[:] = -1  # and is the batch's own: nobody writes it any more
     assert (kept[0].data == -1).all()
