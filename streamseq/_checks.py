@@ -101,3 +101,24 @@ def check_timeout(timeout: Any) -> float | None:
     if not seconds > 0:  # (NaN too)
         raise ValueError(f"timeout must be > 0 seconds (None or inf: no timeout), got {timeout}")
     return None if math.isinf(seconds) else seconds
+
+
+def check_cap(cap: Any, pad: str) -> int | None:
+    """``max_streams_per_chunk`` checked: None, or an integer >= 1 with ``pad="pack"``.
+
+    Example:
+        >>> check_cap(2, "pack"), check_cap(None, "zeros")
+        (2, None)
+        >>> check_cap(2, "zeros")
+        Traceback (most recent call last):
+        ...
+        ValueError: max_streams_per_chunk=2 caps packed chunks: it needs pad="pack", not 'zeros'
+    """
+    if cap is None:
+        return None
+    cap = int(check_int(cap, "max_streams_per_chunk", 1))
+    if pad != "pack":
+        raise ValueError(
+            f'max_streams_per_chunk={cap} caps packed chunks: it needs pad="pack", not {pad!r}'
+        )
+    return cap

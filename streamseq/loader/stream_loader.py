@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import check_int, check_pad
+from .._checks import check_cap, check_int, check_pad
 from ..batch import Batch
 from ..deliver.assemble import Assembled
 from ..mix import Mixture
@@ -24,7 +24,6 @@ from ..read.transform import StepInfo
 from ..workers.blocks import Layout, Unblocked
 from ..workers.inline import bounded
 from ..zip_batch import ZipBatch
-from .capped import CappedReading, check_cap
 from .checks import check_rows, check_step_specs
 from .config import LoaderConfig, check_keywords, resolve_rank
 from .run import EpochProgress, Pass, Position, Setup, Trial
@@ -247,8 +246,7 @@ class StreamLoader:
             check_step_specs(self.refs, lengths_)
         config = self.config
         data = DataSpec(self.refs, lengths_, config.transform, self.spec.seed, config.timeout)
-        reading = Reading if cap is None else CappedReading
-        self._reading = reading(self.spec, self.refs, config.transform, data)
+        self._reading = Reading(self.spec, self.refs, config.transform, data)
         self._epochs = Epochs(self.spec, per_epoch=config.transform is not None)
         self._workers = Workers(config, self.refs)
         self._trial = self._new_trial(self._workers)

@@ -72,7 +72,8 @@ class Reading:
     def group(self, plan: EpochPlan, rows: Sequence[Row]) -> ZipBatch:
         """The sequence of micro-batches of a group of rows of ``plan``'s epoch."""
         spec = self.spec
-        parts = [tbin(r, spec.tbins, pack=spec.pad == "pack") for r in rows]
+        pack, cap = spec.pad == "pack", spec.max_streams_per_chunk  # (a cap needs pack)
+        parts = [tbin(r, spec.tbins, pack=pack, max_streams_per_chunk=cap) for r in rows]
         return ZipBatch(parts, pad=spec.pad, length=plan.length, spec=self.data.of(plan.epoch))
 
     def groups(self, plan: EpochPlan, rows: Sequence[Row], workers: int) -> list[ZipBatch]:
