@@ -21,61 +21,21 @@ from ..plan.state import Resumed, make_state, read_state, row_map
 from ..read.handle import ProcessLocal
 from ..read.ref import as_refs, identity
 from ..read.transform import StepInfo
-from ..workers.blocks import Layout, Unblocked
 from ..workers.inline import bounded
 from ..zip_batch import ZipBatch
 from .checks import check_rows, check_step_specs
 from .config import LoaderConfig, check_keywords, resolve_rank
-from .run import EpochProgress, Pass, Position, Setup, Trial
+from .run import EpochProgress, Pass, Position, Trial
 from .sampler import EpochSampler
 from .spec import DataSpec
 from .stats import Latest, Meter, PassStats
-from .topology import EpochOf, Reading, Workers
+from .topology import Reading, Workers, read_with
 
 #: attributes read from the plan's spec and from the configuration
 _SPEC_FIELDS = ("batch_size", "tbins", "pad", "shuffle", "seed", "segment_length", "rank")
 _SPEC_FIELDS += ("world_size", "lengths", "units")
 _CONFIG_FIELDS = ("method", "max_buffered", "timeout", "pin_memory")
 _CONFIG_FIELDS += ("time_major", "persistent_workers", "transform")
-
-
-def _read_with(
-    config: LoaderConfig,
-    reading: Reading,
-    workers: Workers,
-    epochs: Epochs,
-    plan: EpochPlan,
-    count: int,
-    here: Sequence[Any] | None = None,
-) -> Setup:
-    """What a pass reads ``plan``'s batches from: this process (``count`` 0), or workers.
-
-    ``here``: the rows read in this process, if the loader has them already. Persistent
-    workers that run already are asked for the epoch (its rows are theirs to plan). It
-    holds no reference to the loader (a pass switches with it, :class:`Trial`).
-    """
-    count = min(count, reading.spec.batch_size)
-    if count == 0:
-        if here is None:
-            here = bounded(reading.group(plan, reading.rows(plan)), config.timeout)
-        groups: list[Any] = [here]
-        batches = Assembled(groups, config.pin_memory, config.time_major, share=True)
-        return batches, groups, [], None, []
-    stop, kept = plan.length, workers.persistent
-    if config.persistent_workers and kept is not None and len(kept) == count:
-        started = kept
-    else:
-        started = workers.start(reading.groups(plan, reading.rows(plan), count), reading, epochs)
-    size = workers.block_size
-    prefetchers = started
-    blocks: list[Any] = started
-    if config.persistent_workers:  # the loader's: this pass reads its epoch from them
-        prefetchers = []
-        blocks = [EpochOf(pf, plan.epoch, len(Layout(size, stop))) for pf in started]
-    groups = [Unblocked(b, size, stop) for b in blocks]
-    batches = Assembled(groups, config.pin_memory, config.time_major, share=False)
-    failed = workers.stop if config.persistent_workers else None
-    return batches, groups, prefetchers, failed, [pf.timing for pf in started]
 
 
 class StreamLoader:
@@ -652,7 +612,7 @@ class StreamLoader:
         size = self.spec.batch_size * self.spec.tbins  # steps a batch holds, for the stats
         workers = trial.now() if trial is not None else config.num_workers
         setup = functools.partial(
-            _read_with, config, self._reading, self._workers, self._epochs, plan
+            read_with, config, self._reading, self._workers, self._epochs, plan
         )
         here = self._in_process() if workers == 0 else None
         batches, groups, prefetchers, failed, timings = setup(workers, here)

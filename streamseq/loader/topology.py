@@ -20,6 +20,7 @@ import numpy as np
 
 from .._tree import leaves, nbytes, tree_map
 from ..batch import Batch
+from ..deliver.assemble import Assembled
 from ..interleave import Row, make_rows
 from ..plan.planner import EpochPlan, Epochs
 from ..plan.spec import PlanSpec
@@ -28,11 +29,13 @@ from ..read.ref import StreamRef
 from ..split import split_by_worker
 from ..tbin import tbin
 from ..workers import shm
-from ..workers.blocks import Blocks, Layout, block_size
+from ..workers.blocks import Blocks, Layout, Unblocked, block_size
+from ..workers.inline import bounded
 from ..workers.processes import Shared
 from ..workers.slots import Slots
 from ..zip_batch import ZipBatch
 from .config import LoaderConfig
+from .run import Setup
 from .spec import DataSpec
 
 
@@ -304,3 +307,42 @@ class Workers:
         kept, self.persistent = self.persistent, None
         for pf in kept or ():
             pf.close(wait=False)
+
+
+def read_with(
+    config: LoaderConfig,
+    reading: Reading,
+    workers: Workers,
+    epochs: Epochs,
+    plan: EpochPlan,
+    count: int,
+    here: Sequence[Any] | None = None,
+) -> Setup:
+    """What a pass reads ``plan``'s batches from: this process (``count`` 0), or workers.
+
+    ``here``: the rows read in this process, if the loader has them already. Persistent
+    workers that run already are asked for the epoch (its rows are theirs to plan). It
+    holds no reference to the loader (a pass switches with it, :class:`Trial`).
+    """
+    count = min(count, reading.spec.batch_size)
+    if count == 0:
+        if here is None:
+            here = bounded(reading.group(plan, reading.rows(plan)), config.timeout)
+        groups: list[Any] = [here]
+        batches = Assembled(groups, config.pin_memory, config.time_major, share=True)
+        return batches, groups, [], None, []
+    stop, kept = plan.length, workers.persistent
+    if config.persistent_workers and kept is not None and len(kept) == count:
+        started = kept
+    else:
+        started = workers.start(reading.groups(plan, reading.rows(plan), count), reading, epochs)
+    size = workers.block_size
+    prefetchers = started
+    blocks: list[Any] = started
+    if config.persistent_workers:  # the loader's: this pass reads its epoch from them
+        prefetchers = []
+        blocks = [EpochOf(pf, plan.epoch, len(Layout(size, stop))) for pf in started]
+    groups = [Unblocked(b, size, stop) for b in blocks]
+    batches = Assembled(groups, config.pin_memory, config.time_major, share=False)
+    failed = workers.stop if config.persistent_workers else None
+    return batches, groups, prefetchers, failed, [pf.timing for pf in started]
