@@ -28,14 +28,12 @@ of each valid step) to ``delivered-<phase>-<rank>.json`` in ``--out``.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import socket
 import sys
 
 import torch
-import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 import streamseq
@@ -43,7 +41,7 @@ import streamseq
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ddp_train import make_streams, masked_mse  # noqa: E402
 from elastic_resume import gather_rows, moved  # noqa: E402
-from models import Predictor  # noqa: E402
+from models import Predictor, process_group  # noqa: E402
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -130,19 +128,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     torch.set_num_threads(1)
-    distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
-    if distributed and not dist.is_initialized():
-        dist.init_process_group("gloo")
-    try:
+    with process_group():
         record = run(args)
-        if distributed:
-            # free the DistributedDataParallel model (held in a reference cycle) while its
-            # process group lives, and leave together: gloo aborts the process otherwise
-            gc.collect()
-            dist.barrier()
-    finally:
-        if distributed:
-            dist.destroy_process_group()
     return record
 
 

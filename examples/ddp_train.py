@@ -18,14 +18,12 @@ Without torchrun it trains in one process. With ``--out``, each rank writes what
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import sys
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -33,7 +31,7 @@ import streamseq
 
 # models.py lies beside this file: found when run as a script and when loaded by path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from models import Predictor  # noqa: E402
+from models import Predictor, process_group  # noqa: E402
 
 
 def make_streams(count: int, min_len: int, max_len: int, seed: int = 0) -> list[np.ndarray]:
@@ -69,20 +67,9 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
 
     torch.set_num_threads(1)
-    distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
-    if distributed and not dist.is_initialized():
-        dist.init_process_group("gloo")
-    try:
+    with process_group():
         record = train(args)
-        if distributed:
-            # free the DistributedDataParallel model (held in a reference cycle) while its
-            # process group lives, and leave together: gloo aborts the process otherwise
-            gc.collect()
-            dist.barrier()
-        return record
-    finally:
-        if distributed:
-            dist.destroy_process_group()
+    return record
 
 
 def train(args: argparse.Namespace) -> dict:

@@ -18,7 +18,6 @@ Each run writes what it saw (stream and step of every valid step) to
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import sys
@@ -32,7 +31,7 @@ import streamseq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ddp_train import make_streams, masked_mse  # noqa: E402
-from models import Predictor  # noqa: E402
+from models import Predictor, process_group  # noqa: E402
 
 
 def gather_rows(h: torch.Tensor) -> torch.Tensor:
@@ -133,19 +132,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     torch.set_num_threads(1)
-    distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
-    if distributed and not dist.is_initialized():
-        dist.init_process_group("gloo")
-    try:
+    with process_group():
         result = run(args)
-        if distributed:
-            # free the DistributedDataParallel model (held in a reference cycle) while its
-            # process group lives, and leave together: gloo aborts the process otherwise
-            gc.collect()
-            dist.barrier()
-    finally:
-        if distributed:
-            dist.destroy_process_group()
     if args.resume:
         result["exactly_once"] = check(args.out, result["lengths"])
         print(f"every step trained on once, in order: {result['exactly_once']}")

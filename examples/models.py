@@ -1,9 +1,36 @@
-"""The model of ``ddp_train.py`` and ``resume_run.py``: a GRU predicting the next value."""
+"""What the training examples share: a GRU predicting the next value, a process group."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import os
+from collections.abc import Iterator
+
 import torch
+import torch.distributed as dist
 from torch import nn
+
+
+@contextlib.contextmanager
+def process_group() -> Iterator[bool]:
+    """The ``torch.distributed`` group of a ``torchrun`` process (gloo); nothing otherwise.
+
+    Yields whether the process is one of a group. On success the ranks leave together:
+    the DistributedDataParallel model (held in a reference cycle) is freed while its
+    group lives, then all meet at a barrier (gloo aborts the process otherwise).
+    """
+    distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    if distributed and not dist.is_initialized():
+        dist.init_process_group("gloo")
+    try:
+        yield distributed
+        if distributed:
+            gc.collect()
+            dist.barrier()
+    finally:
+        if distributed:
+            dist.destroy_process_group()
 
 
 class Predictor(nn.Module):
