@@ -70,6 +70,8 @@ def first_reads(rows: Sequence[Row], first: Sequence[int], blk: Positions, k: in
     for r in np.flatnonzero(blk.active[k] & (blk.count[k] > 0)).tolist():
         j = int(blk.pos[k, r]) - first[r]
         ref = rows[r].refs[j]
+        if not _waits(ref.source):  # an array given as it is: nothing to wait for
+            continue
         if id(ref.source) not in sources:  # one thread per source
             sources.add(id(ref.source))
             work.append((r, j, int(blk.start[k, r]), int(blk.count[k, r])))

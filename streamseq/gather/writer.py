@@ -130,7 +130,8 @@ class Table:
         ahead = None
         if not st.started:  # the first batch here: rows open (and read) concurrently
             st.started = True
-            ahead = first_reads(self.rows, self.first_list, blk, k)
+            if self.arrays is None:  # (arrays given as they are: nothing to wait for)
+                ahead = first_reads(self.rows, self.first_list, blk, k)
         if self.transformed or not self._open_arrays(st, blk, k, i, spec):
             self._read_checked(st, data, blk, k, spec, ahead)  # read and check row by row
         elif type(spec) is np.ndarray:
