@@ -204,13 +204,19 @@ class Source:
             raise
         return handle
 
-    def made_to_read(self) -> None:
+    def made_to_read(self, length: int | None = None) -> None:
         """Say that this source was made to be read at once, in this process.
 
         The loader says it of the sources its openers make in the process that reads
         them. The first handle opened then spares a second measure of a file at a URL
         (a request) when the source measured it in this process less than
         :data:`FRESH` seconds before.
+
+        Args:
+            length: the steps the loader was told the stream has (``lengths=``, or
+                measured by :func:`~streamseq.io.probe_lengths`); a source that would
+                otherwise measure its length to read may take it instead (a video its
+                ``length=``).
         """
         self._to_read = True
 

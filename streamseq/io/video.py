@@ -319,6 +319,20 @@ class _Video(MediaSource):
         first, end = self.window_frames
         return end - first
 
+    def made_to_read(self, length: int | None = None) -> None:
+        """As :meth:`Source.made_to_read`; a video read from its first frame takes ``length``.
+
+        The length the loader knows becomes the ``length=`` of a video made by an opener
+        without one (not a window, nor at a constant rate, nor demuxed yet): its first
+        read decodes from the start of the file without a demuxing pass over it first
+        (a pass that reads a whole file at a URL). A seek still demuxes it; fewer frames
+        than that length are an error when the missing frames are read.
+        """
+        super().made_to_read(length)
+        plain = self.step_rate is None and not self.windowed and self._index is None
+        if length is not None and self.length is None and plain:
+            self.length = int(length)
+
     @property
     def windowed(self) -> bool:
         """Whether the stream is a window of the file (``start`` or ``stop`` given)."""

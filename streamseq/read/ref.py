@@ -260,7 +260,7 @@ class StreamRef:
                 raise self.error(f"the opener returned {type(stream).__name__}, not a stream")
             made_to_read = getattr(stream, "made_to_read", None)
             if made_to_read is not None:  # a source made here to be read now
-                made_to_read()
+                made_to_read(self.length)
             stream = as_stream(stream)
         free = hasattr(stream, "shape") or known_length(stream) is not None  # 0-d: fails
         if self.length is None or free:

@@ -612,3 +612,28 @@ def test_window_arguments_are_checked(video_clips):
     with pytest.raises(ValueError, match="finite"):
         video(path, start=float("nan"))
     assert repr(video(path, start=0.5, stop=1)).endswith("start=0.5, stop=1)")
+
+
+def test_an_opener_video_with_a_known_length_reads_without_demuxing(video_clips, monkeypatch):
+    import functools
+
+    from streamseq import StreamLoader
+    from streamseq.io.video import _Video
+
+    demuxed = []
+    real = _Video._demux
+    monkeypatch.setattr(_Video, "_demux", lambda self: demuxed.append(1) or real(self))
+    path = video_clips["x264_gop12_b2"]
+    n = len(video(path))
+    demuxed.clear()
+    opener = functools.partial(video, path)
+    loader = StreamLoader([opener], 1, 8, lengths=[n], pin_memory=False)
+    frames = np.concatenate([b.data[0][b.valid[0]].numpy() for b in loader])
+    np.testing.assert_array_equal(frames, plain_video(path))
+    assert demuxed == []  # read from the start, never demuxed
+    loader = StreamLoader([opener], 1, 8, lengths=[n + 3], pin_memory=False)
+    with pytest.raises(SourceError, match="truncated"):
+        list(loader)  # a length the file does not have: an error, not padding
+    given = video(path)
+    StreamLoader([given], 1, 8, lengths=[n], pin_memory=False)[0]
+    assert given.length is None  # a stream the user made is never changed
