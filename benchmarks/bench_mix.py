@@ -21,13 +21,17 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
+import os
+import sys
 import time
-import tracemalloc
 
 import numpy as np
 
 from streamseq import StreamLoader, mix
 from streamseq.plan.planner import plan_epoch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_plan import kept  # noqa: E402
 
 ROWS, TBINS = 64, 256
 SHARES = (0.6, 0.3, 0.1)  # of the streams: groups web, code, books
@@ -43,17 +47,6 @@ def timed(fn):
         out = fn()
         best = min(best, time.perf_counter() - start)
     return out, best
-
-
-def kept(fn) -> int:
-    """Bytes that what ``fn()`` returns keeps allocated (tracemalloc: slow, not timed)."""
-    gc.collect()
-    tracemalloc.start()
-    out = fn()
-    size, _ = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    del out
-    return size
 
 
 def loaders(count: int) -> tuple[StreamLoader, StreamLoader]:

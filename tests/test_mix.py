@@ -52,6 +52,14 @@ def runs(batches, pack: bool = False, resumed: bool = False):
     return out
 
 
+def steps_per_stream(found) -> Counter:
+    """Steps delivered of each stream, over the ``(stream, steps)`` runs of :func:`runs`."""
+    total = Counter()
+    for s, steps in found:
+        total[s] += len(steps)
+    return total
+
+
 def occurrences(batches, lengths, pack=False) -> Counter:
     """How many times each stream was delivered whole (every run must be whole)."""
     got = Counter()
@@ -295,13 +303,7 @@ def test_a_resumed_run_delivers_the_rest_of_the_uninterrupted_one(case, epoch, d
     pack = kw["pad"] == "pack"
     before = runs(whole[:k], pack)
     after = runs(rest, pack, resumed=True)
-    pieces = Counter()
-    for s, steps in before + after:
-        pieces[s] += len(steps)
-    expected = Counter()
-    for s, steps in runs(whole, pack):
-        expected[s] += len(steps)
-    assert pieces == expected
+    assert steps_per_stream(before + after) == steps_per_stream(runs(whole, pack))
 
 
 def test_a_state_of_another_mixture_is_refused_naming_the_group():
@@ -437,13 +439,8 @@ def test_a_capped_run_resumes():
     assert_same(list(again), whole[3:])
     wider = StreamLoader(m, **{**kw, "batch_size": 3})
     wider.load_state_dict(run.state_dict())
-    got = Counter()
-    for s, steps in runs(whole[:3], True) + runs(list(wider), True, resumed=True):
-        got[s] += len(steps)
-    expected = Counter()
-    for s, steps in runs(whole, True):
-        expected[s] += len(steps)
-    assert got == expected
+    got = runs(whole[:3], True) + runs(list(wider), True, resumed=True)
+    assert steps_per_stream(got) == steps_per_stream(runs(whole, True))
 
 
 # --- the list it is, and bad input -----------------------------------------------------
