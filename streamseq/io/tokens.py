@@ -12,7 +12,7 @@ from streamseq.errors import SourceError
 from streamseq.io._base import Source, check_file, file_state, state_changes
 from streamseq.io._npy import RemoteArray, read_npy_header
 from streamseq.io.remote import locate
-from streamseq.read.handle import ProcessLocal
+from streamseq.read.handle import ProcessLocal, is_opening
 
 _NPY_MAGIC = b"\x93NUMPY"
 
@@ -35,6 +35,9 @@ class _Tokens(Source):
             self.path, size = path, self._remote.size
             state = dict(self._remote.stat)
             file = self._remote.open()
+        # a file at a URL that an opener makes to read stays open for this process's first
+        # read: its cache holds the start of the file (the first block read for the header)
+        keep = self._remote is not None and is_opening()
         try:
             is_npy = file.read(len(_NPY_MAGIC)) == _NPY_MAGIC
             file.seek(0)
@@ -43,14 +46,14 @@ class _Tokens(Source):
             if header is not None:
                 file.seek(0)
                 self._header = file.read(header[3])
-        finally:
-            if self._remote is None:
-                file.close()
-        # a file at a URL stays open for this process's first read: its cache holds the
-        # start of the file (the first block read for the header)
+        except BaseException:
+            file.close()
+            raise
         self._spare: ProcessLocal[Any] = ProcessLocal()
-        if self._remote is not None:
+        if keep:
             self._spare.set(file)
+        else:
+            file.close()
         self._npy = header is not None
         if header is not None:
             state.update(_header_state(*header))

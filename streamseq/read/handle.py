@@ -12,9 +12,11 @@ threads forever. An inherited value is therefore kept, unused, for the child's w
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 K = TypeVar("K")
@@ -32,6 +34,35 @@ def current_pid() -> int:
         True
     """
     return _PID[0]
+
+
+_OPENING = contextvars.ContextVar("streamseq_opening", default=False)
+
+
+@contextlib.contextmanager
+def opening() -> Iterator[None]:
+    """While an opener makes a stream that this process reads at once.
+
+    Example:
+        >>> with opening():
+        ...     print(is_opening())
+        True
+        >>> is_opening()
+        False
+    """
+    token = _OPENING.set(True)
+    try:
+        yield
+    finally:
+        _OPENING.reset(token)
+
+
+def is_opening() -> bool:
+    """Whether the calling code runs inside :func:`opening`.
+
+    A source made there may keep what it read to be made, for the read that follows.
+    """
+    return _OPENING.get()
 
 
 _KEPT: list[Any] = []  # what this process inherited and must never free

@@ -24,7 +24,7 @@ from .._redact import describe as _describe
 from .._redact import redact_urls
 from .._tree import leaves, num_steps, tree_map
 from ..errors import StreamError
-from .handle import ProcessLocal
+from .handle import ProcessLocal, opening
 from .step_spec import step_spec
 
 
@@ -250,7 +250,8 @@ class StreamRef:
             stream = self.source
         else:
             try:
-                stream = self.source()
+                with opening():  # a stream made here, to be read at once
+                    stream = self.source()
             except StreamError as e:  # the opener's own error (a SourceError): name where
                 self.locate(e)
                 raise

@@ -303,3 +303,15 @@ def test_a_source_measured_long_ago_is_measured_again(files, http_server, monkey
     monkeypatch.setattr(_base, "FRESH", 0.0)
     _, (gets, heads) = _first_batch_requests(http_server, "t1.npy", 170)
     assert (heads, gets) == (4, 2)  # the size once more, whenever the process opens it
+
+
+def test_only_a_token_file_made_to_read_keeps_its_first_block(files, http_server):  # noqa: F811
+    from streamseq.read.handle import opening
+
+    url = f"{http_server.url}/t1.npy"
+    assert tokens(url)._spare.peek() is None  # made ahead (a list of sources): nothing held
+    with opening():
+        made = tokens(url)
+    assert made._spare.peek() is not None  # its header's block, for the read that follows
+    made[0:4]
+    assert made._spare.peek() is None  # taken by the read
