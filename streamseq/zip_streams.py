@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from ._index import slice_bounds, step_index
 
 
 class _Zip:
@@ -30,21 +31,8 @@ class _Zip:
 
     def __getitem__(self, key: int | slice) -> dict[Any, Any] | tuple[Any, ...]:
         if isinstance(key, slice):
-            if key.step not in (None, 1):
-                raise ValueError(f"only contiguous slices are supported, got step {key.step}")
-            a, b, _ = key.indices(self.length)  # clamped like numpy's
-            return self._each(slice(a, max(a, b)))
-        try:
-            i = operator.index(key)
-        except TypeError:
-            raise TypeError(
-                f"indices must be integers or slices, not {type(key).__name__}"
-            ) from None
-        if i < 0:
-            i += self.length
-        if not 0 <= i < self.length:
-            raise IndexError(f"index {key} out of range for a stream of length {self.length}")
-        return self._each(i)
+            return self._each(slice(*slice_bounds(key, self.length)))  # clamped like numpy's
+        return self._each(step_index(key, self.length))
 
     def close(self) -> None:
         """Close every stream that can be closed (each reopens on its next read)."""

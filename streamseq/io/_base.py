@@ -22,7 +22,6 @@ from __future__ import annotations
 import copy
 import datetime
 import errno
-import operator
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -30,6 +29,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from streamseq._index import slice_bounds, step_index
 from streamseq.errors import SourceError
 from streamseq.read.handle import ProcessLocal, current_pid
 
@@ -113,19 +113,6 @@ def _change(field: str, old: Any, new: Any) -> str:
     return tell(old, new) if tell is not None else f"{field} {old} -> {new}"
 
 
-def slice_bounds(key: slice, n: int) -> tuple[int, int]:
-    """Clamp ``key`` to ``[0, n]`` like numpy; steps other than 1 raise :class:`ValueError`.
-
-    Example:
-        >>> slice_bounds(slice(-3, None), 10), slice_bounds(slice(7, 2), 10)
-        ((7, 10), (7, 7))
-    """
-    if key.step not in (None, 1):
-        raise ValueError(f"only contiguous slices are supported, got step {key.step}")
-    a, b, _ = key.indices(n)
-    return a, max(a, b)
-
-
 #: seconds within which a source made to be read need not measure its file at a URL again
 FRESH = 1.0
 
@@ -159,16 +146,7 @@ class Source:
             if a == b:
                 return self._empty()
             return self._locked_read(a, b)
-        try:
-            i = operator.index(key)  # ints and numpy integers, not floats or strings
-        except TypeError:
-            raise TypeError(
-                f"indices must be integers or slices, not {type(key).__name__}"
-            ) from None
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(f"index {key} out of range for a stream of length {n}")
+        i = step_index(key, n)
         return _first(self._locked_read(i, i + 1))
 
     def _locked_read(self, a: int, b: int) -> Any:

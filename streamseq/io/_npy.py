@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import operator
 import tokenize
 from typing import IO, Any
 
 import numpy as np
 
+from streamseq._index import slice_bounds, step_index
 from streamseq.errors import SourceError
 
 #: what numpy raises on a damaged header: the header is a Python literal that numpy
@@ -93,15 +93,8 @@ class RemoteArray:
         if isinstance(key, str):
             return _Column(self, key)
         if isinstance(key, slice):
-            if key.step not in (None, 1):
-                raise ValueError(f"only contiguous slices are supported, got step {key.step}")
-            a, b, _ = key.indices(len(self))
-            return self.rows(a, max(a, b))
-        i = operator.index(key)
-        if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self):
-            raise IndexError(f"index {key} out of range for {len(self)} rows")
+            return self.rows(*slice_bounds(key, len(self)))
+        i = step_index(key, len(self), "{n} rows")
         return self.rows(i, i + 1)[0]
 
     def close(self) -> None:
