@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import signal
 import sys
@@ -41,10 +42,24 @@ def death_signal() -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        return libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
+        return _libc().prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    """The C library: the symbols this process has loaded already.
+
+    Not ``ctypes.util.find_library``, which runs ``ldconfig`` (milliseconds at the start
+    of every worker).
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl  # noqa: B018 (raises AttributeError where the C library is not loaded)
+        return libc
+    except (OSError, AttributeError):
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 
 def _watch(parent: int, every: float) -> None:
