@@ -103,6 +103,18 @@ class Row:
             return data
         return self.transform(ref, int(self.stream_ids[j]), data, start, stop)
 
+    def read_into(self, j: int, start: int, stop: int, out: Any) -> bool:
+        """Write steps ``start:stop`` of the row's ``j``-th stream into ``out``, if it can.
+
+        Never with a transform (it returns the steps it makes); False when the stream
+        writes nothing for it (see :meth:`StreamRef.read_into`): read with :meth:`read`.
+        """
+        if self.transform is not None:
+            return False
+        ref = self.switch(j)
+        shift = int(self.starts[j])
+        return ref.read_into(start + shift, stop + shift, out)
+
     def release(self) -> None:
         """Close the stream currently open, if any."""
         cursor = self._cursor.peek()

@@ -319,12 +319,17 @@ class Table:
         st.at[:] = -1
         st.next = -1
         checked = st.checked
+        into = not self.transformed and type(data) is np.ndarray
         for r, row in enumerate(self.rows):
             n = int(blk.count[k, r])
             if n:
                 a, p = int(blk.start[k, r]), int(blk.pos[k, r])
                 if ahead and r in ahead:
                     d = ahead.pop(r)
+                elif into and row.read_into(p - self.first_list[r], a, a + n, data[r, :n]):
+                    checked[r] = p  # (written in place: its dtype and step shape are the batch's)
+                    data[r, n:] = 0
+                    continue
                 else:
                     d = row.read(p - self.first_list[r], a, a + n)
                 if checked[r] != p:

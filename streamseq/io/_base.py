@@ -153,6 +153,25 @@ class Source:
         with self._lock():
             return self._read(self._handle.get(self._open_checked), a, b)
 
+    def read_into(self, start: int, stop: int, out: np.ndarray) -> int | None:
+        """Write steps ``start:stop`` straight into ``out``, when this source can.
+
+        The loader gives the rows of a batch (in shared memory with workers) to a source
+        read without a transform, so that its steps are made where they are delivered,
+        without an array of their own and a copy of it. ``out`` is of ``stop - start``
+        steps of the batch's dtype and step shape.
+
+        Returns:
+            The steps written (fewer: the stream ended early), or ``None`` when the
+            source writes nothing for this (another dtype or step shape, a kind of read
+            it does not write in place): the caller then reads with ``source[start:stop]``.
+
+        Example:
+            >>> Source().read_into(0, 2, np.empty((2,), np.int64)) is None  # (the default)
+            True
+        """
+        return None
+
     def _open_checked(self) -> Any:
         """A new handle (:meth:`_open`), once the file is found unchanged since it was made.
 

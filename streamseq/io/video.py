@@ -490,6 +490,35 @@ class _Video(MediaSource):
         reader.shown = (last, arrays[last])
         return np.stack([arrays[k] for k in shown.tolist()])
 
+    def read_into(self, start: int, stop: int, out: np.ndarray) -> int | None:
+        """Convert frames ``start:stop`` straight into ``out`` (the rows of a batch).
+
+        Each frame is converted by the reused reformatter and copied once, into ``out``:
+        no array of the chunk, no second copy. Only for frames read one by one (not at
+        ``fps=``, nor a window) of the dtype and shape of ``out``; ``None`` otherwise.
+        """
+        if self.step_rate is not None or self.windowed or out.dtype != np.uint8:
+            return None
+        spec = self.step_spec()
+        if spec is None or out.shape != (stop - start, *spec[1]):
+            return None
+        n = len(self)
+        if not 0 <= start < stop <= n:
+            return None
+        with self._lock():
+            reader = self._handle.get(self._open_checked)
+            reader, chunks = self._decode(reader, *self._span(start, stop))
+            h, w = self.size if self.size is not None else (None, None)
+            k = 0
+            for chunk in chunks:
+                for frame in chunk:
+                    if k == len(out):
+                        return k + 1  # (more than asked: the caller says so)
+                    converted = reader.convert.reformat(frame, w, h, self.format, threads=1)
+                    out[k] = converted.to_ndarray()
+                    k += 1
+            return k
+
     def _convert(self, reader: Reader, frame: Any) -> np.ndarray:
         h, w = self.size if self.size is not None else (None, None)
         return reader.convert.reformat(frame, w, h, self.format, threads=1).to_ndarray()

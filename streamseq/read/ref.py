@@ -319,6 +319,39 @@ class StreamRef:
             return step_spec(self.source)
         return self._measured_spec
 
+    def read_into(self, start: int, stop: int, out: np.ndarray) -> bool:
+        """Write steps ``start:stop`` into ``out`` when the stream can (its ``read_into``).
+
+        Returns:
+            False when the stream writes nothing for it (the caller reads with
+            :meth:`read`); True once exactly ``stop - start`` steps are in ``out``.
+
+        Raises:
+            StreamError: as :meth:`read`, and when another number of steps came.
+        """
+        stream = self.open()
+        into = getattr(stream, "read_into", None)
+        if into is None:
+            return False
+        try:
+            got = into(start, stop, out)
+        except StreamError as e:
+            self.locate(e, (start, stop))
+            raise
+        except Exception as e:
+            raise self.error(
+                f"reading steps {start}:{stop} failed: {type(e).__name__}: {e}"
+            ) from e
+        if got is None:
+            return False
+        if got != stop - start:
+            raise self.error(
+                f"declared length {self.length} but the stream has "
+                f"{'more' if got > stop - start else 'fewer'} steps: steps {start}:{stop} "
+                f"returned {got} steps"
+            )
+        return True
+
     def read(self, start: int, stop: int) -> Any:
         """Read steps ``start:stop`` and check that exactly that many came back."""
         stream = self.open()

@@ -637,3 +637,39 @@ def test_an_opener_video_with_a_known_length_reads_without_demuxing(video_clips,
     given = video(path)
     StreamLoader([given], 1, 8, lengths=[n], pin_memory=False)[0]
     assert given.length is None  # a stream the user made is never changed
+
+
+@pytest.mark.parametrize("name", VIDEO_CLIPS)
+@settings(max_examples=8)
+@given(reads=st.lists(st.tuples(st.integers(0, 39), st.integers(1, 6)), min_size=1, max_size=6))
+def test_read_into_writes_the_frames_of_a_read(name, video_clips, references, reads):
+    v = video(video_clips[name])
+    ref = references[name]
+    for a, n in reads:
+        b = min(a + n, len(v))
+        out = np.full((b - a, *ref.shape[1:]), 7, np.uint8)
+        assert v.read_into(a, b, out) == b - a
+        np.testing.assert_array_equal(out, ref[a:b])
+
+
+def test_read_into_declines_what_it_does_not_write(video_clips):
+    path = video_clips["x264_gop12_b2"]
+    frames = np.empty((3, 48, 64, 3), np.uint8)
+    assert video(path).read_into(0, 3, np.empty((3, 48, 64, 3), np.float32)) is None
+    assert video(path).read_into(0, 3, np.empty((3, 24, 64, 3), np.uint8)) is None
+    assert video(path, fps=10).read_into(0, 3, frames) is None  # frames picked by time
+    assert video(path, start=0.2).read_into(0, 3, frames) is None  # a window
+    assert video(path, format="gray").read_into(0, 3, frames) is None  # its own step shape
+    small = video(path, size=(24, 40))  # frames resized at decode, written in place
+    out = np.empty((2, 24, 40, 3), np.uint8)
+    assert small.read_into(4, 6, out) == 2
+    np.testing.assert_array_equal(out, plain_video(path, size=(24, 40))[4:6])
+
+
+def test_read_into_of_a_short_file_names_the_stream(tmp_path):
+    import streamseq
+
+    path = write_video(tmp_path / "short.mp4", 12)
+    loader = streamseq.StreamLoader([video(str(path), length=20, size=(16, 16))], 1, 8)
+    with pytest.raises(SourceError, match="short.mp4"):
+        list(loader)
