@@ -540,6 +540,7 @@ def measure(job: dict) -> dict:
         del it
     main_cpu = time.process_time() - main_start
     chosen = getattr(loader, "num_workers", None) if job["workers"] == "auto" else None
+    forking = fork_seconds() if kind == "streamseq" and job["workers"] not in (0,) else None
     if hasattr(loader, "close"):
         loader.close()
     del loader
@@ -552,9 +553,30 @@ def measure(job: dict) -> dict:
         "main_cpu_per_batch": main_cpu / max(1, batches),
         "chosen": chosen,
         "first_s": min(firsts),
+        "pass_s": (seconds + sum(firsts)) / epochs,
+        "fork_s": forking,
         "epochs": epochs,
         "streamseq": imported,
     }
+
+
+def fork_seconds(times: int = 5) -> tuple[float, float]:
+    """Seconds to fork this process, and to fork it and see the child end (medians).
+
+    The floor of a pass whose workers start with it: each worker is such a fork of the
+    main process (its page tables copied, its pages shared copy-on-write), and its exit
+    unmaps all of that again.
+    """
+    forks, lives = [], []
+    for _ in range(times):
+        start = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        forks.append(time.perf_counter() - start)
+        os.waitpid(pid, 0)
+        lives.append(time.perf_counter() - start)
+    return statistics.median(forks), statistics.median(lives)
 
 
 def cpu_seconds() -> float:
@@ -733,6 +755,24 @@ def targets(results: dict) -> list[str]:
                     return statistics.median(r["steps_per_s"] for r in rs)
         return None
 
+    def started_every_pass(workload: str, workers: int) -> str | None:
+        """What a pass costs and what forking its workers costs, of the plain rows."""
+        runs = {}
+        for job, rs in results.get(workload, []):
+            if job["loader"] == "streamseq" and job["workers"] in (0, workers) and plain(job):
+                runs[job["workers"]] = rs
+        if len(runs) < 2 or not all(r.get("fork_s") for r in runs[workers]):
+            return None
+        here = statistics.median(r["pass_s"] for r in runs[0])
+        there = statistics.median(r["pass_s"] for r in runs[workers])
+        fork = statistics.median(r["fork_s"][0] for r in runs[workers])
+        life = statistics.median(r["fork_s"][1] for r in runs[workers])
+        return (
+            f"  (a pass: {1e3 * here:.1f} ms in-process, {1e3 * there:.1f} ms with {workers} "
+            f"workers started for it; a fork of the loader's process: {1e3 * fork:.1f} ms in "
+            f"it, {1e3 * life:.1f} ms until the child has exited, per worker)"
+        )
+
     def check(name: str, num: float | None, den: float | None, goal: float) -> None:
         if num is not None and den:
             value = num / den
@@ -750,6 +790,9 @@ def targets(results: dict) -> list[str]:
         check(f"tokens: streamseq {w} workers / psd {w} workers", s2, p2, 20)
         m0, m2 = mixed("tokens", 0), mixed("tokens", w)
         check(f"tokens + mix transform: streamseq {w} workers / in-process", m2, m0, 1.6)
+        floor = started_every_pass("tokens", w)
+        if floor:
+            out.append(floor)
         check(f"tokens: {w} persistent workers / in-process", persistent("tokens", w), s0, 0.5)
         mp = mixed("tokens", w, persistent=True)
         check(f"tokens + mix transform: {w} persistent workers / in-process", mp, m0, 1.6)
