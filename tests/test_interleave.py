@@ -122,3 +122,36 @@ def test_index_errors_show_the_index_given():
     (row,) = interleave_streams([np.arange(5)], 1)
     with pytest.raises(IndexError, match=r"^step -6 out of range for a row of 5 steps$"):
         row[-6]
+
+
+class _Writes:
+    """A stream that writes its steps into the batch (``read_into``), and counts it."""
+
+    def __init__(self, n, short=False):
+        self.steps, self.short, self.writes = np.arange(n) * 10, short, 0
+
+    def __len__(self):
+        return len(self.steps)
+
+    def __getitem__(self, key):
+        return self.steps[key]
+
+    def read_into(self, start, stop, out):
+        self.writes += 1
+        got = stop - start - (1 if self.short else 0)
+        out[:got] = self.steps[start : start + got]
+        return got
+
+
+def test_row_writes_into_the_batch_only_without_a_transform():
+    from streamseq.errors import StreamError
+
+    stream = _Writes(6)
+    out = np.zeros(3, np.int64)
+    assert Row(as_refs([stream])).read_into(0, 2, 5, out) and out.tolist() == [20, 30, 40]
+    assert stream.writes == 1
+    transformed = Row(as_refs([stream]), transform=lambda ref, i, d, a, b: d + 1)
+    assert not transformed.read_into(0, 2, 5, out)  # a transform makes its own steps
+    assert stream.writes == 1
+    with pytest.raises(StreamError, match="steps 0:3 returned 2"):
+        Row(as_refs([_Writes(6, short=True)])).read_into(0, 0, 3, out)
