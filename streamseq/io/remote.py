@@ -163,7 +163,8 @@ def _make_filesystem(url: str, protocol: str, options: dict[str, Any]) -> Any:
     fs = cls(skip_instance_cache=True, **options)
     if protocol in _S3:
         fs.retries = 1  # retried here, with the other protocols
-        fs.session = _s3_session(fs.kwargs)
+        if fs.session is None:  # (not one given in the options)
+            fs.session = _s3_session(fs.kwargs)
     return fs
 
 

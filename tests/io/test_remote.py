@@ -379,6 +379,17 @@ def test_forked_child_inherits_parsed_models_not_connections(s3_server, files): 
     assert remote_files.RemoteFile(url, options).read_range(8, 16) == child["data"][8:16]
 
 
+def test_a_session_given_is_used(s3_server, files):  # noqa: F811
+    from aiobotocore.session import AioSession
+
+    session = AioSession()
+    options = {**s3_server.options, "session": session}
+    url = f"s3://{s3_server.bucket}/t0.npy"
+    assert remote_files.filesystem(url, options).session is session
+    data = remote_files.RemoteFile(url, options).read_range(0, 16)
+    assert data == (files / "t0.npy").read_bytes()[:16]
+
+
 def test_threads_share_one_filesystem(s3_server):  # noqa: F811
     import concurrent.futures
 
