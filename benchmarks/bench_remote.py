@@ -7,7 +7,8 @@ uploads the files to a bucket, and times, for videos and tokens, from disk and f
 
 - ``probe``: :func:`streamseq.io.probe_lengths` of the openers, 2 workers, no cache
   (a video's length is a demuxing pass over the whole file; a token file's, its header);
-- ``first``: from ``iter(loader)`` to the first batch (worker start-up included);
+- ``first``: from ``iter(loader)`` to the first batch (worker start-up included; each
+  run's is printed too: the first run from S3 also imports s3fs in the main process);
 - ``epoch steps/s``: frames or tokens delivered per second over the whole epoch by
   ``StreamLoader(openers, B, T, num_workers=2, lengths=...)``, start-up included;
 - ``steps/s after``: the same after the first batch (the steady state), and its
@@ -207,6 +208,10 @@ def main(argv: list[str] | None = None) -> dict:
                 f"| {median(kind, where, 'probe'):.2f} | {median(kind, where, 'first'):.2f} "
                 f"| {median(kind, where, 'rate'):,.0f} | {after:,.0f} | {after / disk:.2f} |"
             )
+    print()
+    print("First batch of each run (s; the first S3 run of the process also imports s3fs):")
+    for (kind, where), runs in results.items():
+        print(f"  {kind} {where}: " + " ".join(f"{r['first']:.3f}" for r in runs))
     plan = corpus["split_s"] + corpus["loader_s"]
     print()
     print(

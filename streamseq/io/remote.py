@@ -14,6 +14,17 @@ for HTTP; ``pip install 'streamseq[remote]'``). Local paths never come here.
   made once per process and never shared across a fork: a forked child makes its own
   (and keeps the parent's, unused: closing it would close the parent's connections).
   fsspec's own cache of filesystems is skipped.
+- **What a forked child may inherit.** Making an S3 client parses botocore's JSON
+  descriptions of the service and its endpoints (about 70 ms of Python in each process).
+  They are parsed once: the S3 sessions of every process share a botocore loader (its
+  cache of parsed files: plain data, no connection, no lock, no loop), which a forked
+  child inherits from its parent with whatever the parent parsed; the child still makes
+  its own session, client, HTTP connections and event loop.
+- **One request to start reading.** A source that an opener makes to be read at once
+  (:func:`~streamseq.read.handle.is_opening`) reads the file's first block with the
+  request that tells its size and ETag (an S3 ranged GET answers both), rather than
+  asking for them first; the first file it opens starts from that block. Files are
+  opened with the size and ETag known, so s3fs asks for neither again.
 - **Bounded failures.** Clients get connect and read timeouts, and a failed request is
   tried :data:`ATTEMPTS` times in all, with a short backoff, before it is a
   :class:`~streamseq.errors.SourceError` naming the URL. A missing file is a
@@ -27,6 +38,7 @@ for HTTP; ``pip install 'streamseq[remote]'``). Local paths never come here.
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import re
@@ -37,7 +49,7 @@ from typing import Any, TypeVar
 
 from streamseq._redact import describe
 from streamseq.errors import SourceError
-from streamseq.read.handle import ProcessLocal
+from streamseq.read.handle import ProcessLocal, is_opening
 
 T = TypeVar("T")
 
@@ -52,6 +64,10 @@ READ_TIMEOUT = 20.0
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 _FILESYSTEMS: ProcessLocal[dict[str, Any]] = ProcessLocal(dict)
+_S3 = ("s3", "s3a")
+#: botocore loaders by data path: parsed JSON files only, so a forked child inherits them
+#: (unlike the filesystems above, which hold connections and are made again there)
+_LOADERS: dict[Any, Any] = {}
 
 
 def is_url(path: Any) -> bool:
@@ -93,7 +109,7 @@ def _import_fsspec(url: str) -> Any:
 def _defaults(protocol: str, options: dict[str, Any]) -> dict[str, Any]:
     """``options`` with timeouts set for the clients that take them."""
     options = dict(options)
-    if protocol in ("s3", "s3a"):
+    if protocol in _S3:
         config = dict(options.get("config_kwargs") or {})
         config.setdefault("connect_timeout", CONNECT_TIMEOUT)
         config.setdefault("read_timeout", READ_TIMEOUT)
@@ -126,20 +142,50 @@ def filesystem(url: str, storage_options: Mapping[str, Any] | None = None) -> An
     cache = _FILESYSTEMS.get()
     fs = cache.get(key)
     if fs is None:
-        fsspec = _import_fsspec(url)
-        try:
-            cls = fsspec.get_filesystem_class(protocol)
-            options = _defaults(protocol, options)
-        except ImportError as e:
-            raise ImportError(
-                f"reading {url} needs the fsspec package of {protocol}:// ({e}); "
-                "pip install 'streamseq[remote]'"
-            ) from e
-        fs = cls(skip_instance_cache=True, **options)
-        if protocol in ("s3", "s3a"):
-            fs.retries = 1  # retried here, with the other protocols
-        cache[key] = fs
+        with _FILESYSTEMS.lock:  # threads opening files at once: one filesystem, one client
+            fs = cache.get(key)
+            if fs is None:
+                fs = cache[key] = _make_filesystem(url, protocol, options)
     return fs
+
+
+def _make_filesystem(url: str, protocol: str, options: dict[str, Any]) -> Any:
+    """A new filesystem of ``protocol`` (see :func:`filesystem`)."""
+    fsspec = _import_fsspec(url)
+    try:
+        cls = fsspec.get_filesystem_class(protocol)
+        options = _defaults(protocol, options)
+    except ImportError as e:
+        raise ImportError(
+            f"reading {url} needs the fsspec package of {protocol}:// ({e}); "
+            "pip install 'streamseq[remote]'"
+        ) from e
+    fs = cls(skip_instance_cache=True, **options)
+    if protocol in _S3:
+        fs.retries = 1  # retried here, with the other protocols
+        if fs.session is None:  # (not one given in the options)
+            fs.session = _s3_session(fs.kwargs)
+    return fs
+
+
+def _s3_session(kwargs: Mapping[str, Any]) -> Any:
+    """A new aiobotocore session for an S3 filesystem, with the shared botocore loader.
+
+    The session is what s3fs would make (``AioSession(**kwargs)``, with the keyword
+    arguments it does not take itself), and new in each process: only its loader, the
+    cache of parsed JSON files (service model, endpoints, rules), is shared, by every
+    session of this process and with the children forked after it parsed them.
+    """
+    from aiobotocore.session import AioSession
+    from botocore.loaders import create_loader
+
+    session = AioSession(**kwargs)
+    path = session.get_config_variable("data_path")
+    loader = _LOADERS.get(path)
+    if loader is None:
+        loader = _LOADERS.setdefault(path, create_loader(path))
+    session.register_component("data_loader", loader)
+    return session
 
 
 def _retryable(error: BaseException) -> bool:
@@ -193,18 +239,81 @@ def stat(url: str, storage_options: Mapping[str, Any] | None = None) -> dict[str
     info = retry(url, "getting its size", lambda: fs.info(url))
     if info.get("type") == "directory":
         raise IsADirectoryError(url)
-    out: dict[str, Any] = {"size": int(info["size"])}
     etag = next((info[k] for k in ("ETag", "etag", "Etag") if info.get(k)), None)
-    if etag is not None:
+    mtime = next(
+        (info[k] for k in ("LastModified", "Last-Modified", "mtime", "updated") if k in info),
+        None,
+    )
+    return _state(info["size"], etag, mtime)
+
+
+def _state(size: int, etag: Any, mtime: Any) -> dict[str, Any]:
+    """What :func:`stat` returns, from a size, an ETag and a modification time."""
+    out: dict[str, Any] = {"size": int(size)}
+    if etag:
         out["etag"] = str(etag)
-    else:
-        mtime = next(
-            (info[k] for k in ("LastModified", "Last-Modified", "mtime", "updated") if k in info),
-            None,
-        )
-        if mtime is not None:
-            out["mtime"] = str(mtime)
+    elif mtime is not None:
+        out["mtime"] = str(mtime)
     return out
+
+
+def _s3_start(fs: Any, url: str) -> tuple[dict[str, Any], bytes] | None:
+    """One ranged GET of the first :data:`BLOCK_SIZE` bytes: the state and the bytes.
+
+    ``None`` where the GET cannot tell (no such key: a missing file or a folder, which
+    :func:`stat` tells apart; a range refused: an empty file).
+    """
+    from fsspec.asyn import sync
+
+    bucket, key, version = fs.split_path(url)
+    extra = {"VersionId": version} if version else {}
+
+    async def get() -> tuple[dict[str, Any], bytes] | None:
+        try:
+            response = await fs._call_s3(
+                "get_object", Bucket=bucket, Key=key, Range=f"bytes=0-{BLOCK_SIZE - 1}", **extra
+            )
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            if e.errno == errno.EINVAL:  # InvalidRange: nothing at byte 0
+                return None
+            raise
+        body = response["Body"]
+        try:
+            data = await body.read()
+        finally:
+            body.close()
+        length = int(response.get("ContentLength", len(data)))
+        if len(data) != length:
+            raise OSError(f"short read: {len(data)} of {length} bytes at 0")
+        whole = response.get("ContentRange")  # "bytes 0-4194303/123456789"
+        size = int(whole.rpartition("/")[2]) if whole else length
+        state = _state(size, response.get("ETag", ""), response.get("LastModified", ""))
+        return state, data
+
+    return sync(fs.loop, get)
+
+
+def stat_and_start(
+    url: str, storage_options: Mapping[str, Any] | None = None
+) -> tuple[dict[str, Any], bytes]:
+    """:func:`stat` of ``url`` and the first bytes of its file, in one request if possible.
+
+    On S3, one ranged GET answers both (the first :data:`BLOCK_SIZE` bytes, or the whole
+    of a smaller file); elsewhere, and for an empty or missing file, it is :func:`stat`
+    and no bytes (``b""``).
+
+    Raises:
+        FileNotFoundError: no file there.
+        SourceError: the server could not be reached (after the retries).
+    """
+    if _protocol(url) in _S3:
+        fs = filesystem(url, storage_options)
+        got = retry(url, "reading its first bytes", lambda: _s3_start(fs, url))
+        if got is not None:
+            return got
+    return stat(url, storage_options), b""
 
 
 class RemoteFile(io.RawIOBase):
@@ -220,6 +329,10 @@ class RemoteFile(io.RawIOBase):
         size: its size in bytes (asked to the server when ``None``).
         cache_type: ``"readahead"`` for forward reading, ``"blockcache"`` for random
             reading.
+        start: the first bytes of the file, read already (:func:`stat_and_start`): reads
+            within them are answered from memory until a read starts past them.
+        etag: the file's ETag, if known (then s3fs does not ask for it when it opens the
+            file).
     """
 
     def __init__(
@@ -228,14 +341,21 @@ class RemoteFile(io.RawIOBase):
         storage_options: Mapping[str, Any] | None = None,
         size: int | None = None,
         cache_type: str = "readahead",
+        start: bytes = b"",
+        etag: str | None = None,
     ):
         super().__init__()
         self.url = url
         self.storage_options = dict(storage_options or {})
-        self.size = stat(url, storage_options)["size"] if size is None else int(size)
+        if size is None:
+            state = stat(url, storage_options)
+            size, etag = state["size"], state.get("etag")
+        self.size = int(size)
         self.cache_type = cache_type
+        self.etag = etag
         self.pos = 0
         self._file: Any = None
+        self._start = start
 
     def __repr__(self) -> str:
         return f"RemoteFile({describe(self.url)})"
@@ -243,7 +363,7 @@ class RemoteFile(io.RawIOBase):
     def _open(self) -> Any:
         fs = filesystem(self.url, self.storage_options)
         options = {"maxblocks": 8} if self.cache_type == "blockcache" else {}
-        return fs.open(
+        file = fs.open(
             self.url,
             "rb",
             block_size=BLOCK_SIZE,
@@ -251,6 +371,15 @@ class RemoteFile(io.RawIOBase):
             cache_options=options,
             size=self.size,
         )
+        if _protocol(self.url) in _S3 and getattr(file, "_details", None) is None:
+            # s3fs's file asks for them (a HEAD) on its first read unless told; it compares
+            # the ETag only with ``local_expiry_check``, which then needs it
+            details = {"name": file.path, "size": self.size, "type": "file"}
+            if self.etag is not None:
+                file.details = {**details, "ETag": self.etag}
+            elif not getattr(fs, "local_expiry_check", False):
+                file.details = details
+        return file
 
     def readable(self) -> bool:
         """Always true."""
@@ -303,6 +432,14 @@ class RemoteFile(io.RawIOBase):
         end = min(end, self.size)
         if end <= start:
             return b""
+        held = len(self._start)
+        if held:
+            if start >= held:  # read on past the first block: let it go
+                self._start = b""
+            elif end <= held:
+                return self._start[start:end]
+            else:
+                return self._start[start:] + self.read_range(held, end)
 
         def attempt() -> bytes:
             if self._file is None:
@@ -331,6 +468,7 @@ class RemoteFile(io.RawIOBase):
     def close(self) -> None:
         """Drop the open file and its cache."""
         self._drop()
+        self._start = b""
         super().close()
 
 
@@ -344,12 +482,23 @@ class Remote:
     The file is asked for its size (and ETag) once, here: a missing file is a
     :class:`FileNotFoundError` when the source is made, as for a local path. A source
     compares :attr:`stat` with :meth:`current_state` whenever a process opens the file.
+
+    Made while an opener makes a source to be read at once (:func:`is_opening`), it
+    reads the first block of the file with the same request (:func:`stat_and_start`) and
+    hands it to the first file that :meth:`open` gives in this process (never pickled,
+    never to another process).
     """
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None):
         self.url = url
         self.storage_options = dict(storage_options or {})
-        self.stat = stat(url, self.storage_options)
+        self._start: ProcessLocal[bytes] = ProcessLocal()
+        if is_opening():
+            self.stat, start = stat_and_start(url, self.storage_options)
+            if start:
+                self._start.set(start)
+        else:
+            self.stat = stat(url, self.storage_options)
         self.size: int = self.stat["size"]
 
     def __repr__(self) -> str:
@@ -369,7 +518,9 @@ class Remote:
 
     def open(self, cache_type: str = "readahead") -> RemoteFile:
         """A file object reading it, for this process (see :class:`RemoteFile`)."""
-        return RemoteFile(self.url, self.storage_options, self.size, cache_type)
+        start = self._start.take() or b""
+        etag = self.stat.get("etag")
+        return RemoteFile(self.url, self.storage_options, self.size, cache_type, start, etag)
 
 
 def locate(path: str, storage_options: Mapping[str, Any] | None) -> Remote | None:

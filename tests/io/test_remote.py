@@ -315,3 +315,182 @@ def test_only_a_token_file_made_to_read_keeps_its_first_block(files, http_server
     assert made._spare.peek() is not None  # its header's block, for the read that follows
     made[0:4]
     assert made._spare.peek() is None  # taken by the read
+
+
+# -- what a forked child inherits, and the requests of a source made to read -----------------
+
+
+def _child_reads(url, options, parent):
+    """In a forked child: what it parsed, made and read (see the test below)."""
+    import gc
+    import socket
+    import threading
+
+    import aiohttp
+    import botocore.loaders
+
+    parsed = []
+    real = botocore.loaders.JSONFileLoader.load_file
+    botocore.loaders.JSONFileLoader.load_file = lambda self, *a, **k: (
+        parsed.append(a) or real(self, *a, **k)
+    )
+    try:
+        fs = remote_files.filesystem(url, options)
+        data = remote_files.RemoteFile(url, options).read_range(0, 64)
+    finally:
+        botocore.loaders.JSONFileLoader.load_file = real
+    loader = fs.session.get_component("data_loader")
+    # nothing that holds a connection, a thread or a loop is reachable from the loader
+    live = (socket.socket, threading.Thread, aiohttp.ClientSession, type(fs.loop))
+    seen, todo, found = set(), [loader], []
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen or isinstance(obj, type):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, live):
+            found.append(type(obj).__name__)
+        todo.extend(gc.get_referents(obj))
+    return {
+        "parsed": len(parsed),
+        "loader": id(loader) == parent["loader"],
+        "own": all(
+            id(x) != parent[k]
+            for k, x in [("fs", fs), ("session", fs.session), ("client", fs.s3), ("loop", fs.loop)]
+        ),
+        "live": found,
+        "data": data,
+    }
+
+
+def test_forked_child_inherits_parsed_models_not_connections(s3_server, files):  # noqa: F811
+    url, options = f"s3://{s3_server.bucket}/t0.npy", s3_server.options
+    fs = remote_files.filesystem(url, options)
+    remote_files.RemoteFile(url, options).read_range(0, 8)  # the parent's client, connected
+    parent = {"fs": id(fs), "session": id(fs.session), "client": id(fs.s3), "loop": id(fs.loop)}
+    parent["loader"] = id(fs.session.get_component("data_loader"))
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        child = pool.apply(_child_reads, (url, options, parent))
+    assert child["loader"] and child["parsed"] == 0  # the parent's parsed files, no JSON
+    assert child["own"]  # its own filesystem, session, client and event loop
+    assert child["live"] == []
+    assert child["data"] == (files / "t0.npy").read_bytes()[:64]
+    # the parent's goes on
+    assert remote_files.RemoteFile(url, options).read_range(8, 16) == child["data"][8:16]
+
+
+def test_a_session_given_is_used(s3_server, files):  # noqa: F811
+    from aiobotocore.session import AioSession
+
+    session = AioSession()
+    options = {**s3_server.options, "session": session}
+    url = f"s3://{s3_server.bucket}/t0.npy"
+    assert remote_files.filesystem(url, options).session is session
+    data = remote_files.RemoteFile(url, options).read_range(0, 16)
+    assert data == (files / "t0.npy").read_bytes()[:16]
+
+
+def test_threads_share_one_filesystem(s3_server):  # noqa: F811
+    import concurrent.futures
+
+    options = {**s3_server.options, "anon": False}  # a key of its own: made here, now
+    url = f"s3://{s3_server.bucket}/t0.npy"
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        made = list(pool.map(lambda _: remote_files.filesystem(url, options), range(8)))
+    assert all(fs is made[0] for fs in made)
+
+
+@pytest.fixture
+def s3_calls(monkeypatch):
+    """The S3 operations of this process, by name."""
+    import s3fs
+
+    calls = []
+    real = s3fs.S3FileSystem._call_s3
+
+    async def call(self, method, *args, **kwargs):
+        calls.append(getattr(method, "__name__", method))
+        return await real(self, method, *args, **kwargs)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", call)
+    return calls
+
+
+def test_a_source_made_to_read_asks_once_on_s3(s3_server, files, s3_calls, monkeypatch):  # noqa: F811
+    """One GET tells the size and ETag of a file and reads its first block: no HEAD."""
+    from streamseq.io import _base
+
+    opener = functools.partial(
+        tokens, f"s3://{s3_server.bucket}/t1.npy", storage_options=s3_server.options
+    )
+    batch = next(iter(StreamLoader([opener], 1, 170, lengths=[170], pin_memory=False)))
+    np.testing.assert_array_equal(batch.data[0, :, 0], np.arange(0, 340, 2) + 1000)
+    assert s3_calls == ["get_object"] * 2  # opened twice (the layout, then the batch)
+
+    s3_calls.clear()
+    monkeypatch.setattr(_base, "FRESH", 0.0)  # measured long ago: asked once more
+    next(iter(StreamLoader([opener], 1, 170, lengths=[170], pin_memory=False)))
+    assert sorted(s3_calls) == ["get_object"] * 2 + ["head_object"] * 2
+
+    s3_calls.clear()  # made ahead: its size and ETag asked once, not again to read it
+    made = remote_files.Remote(opener.args[0], s3_server.options)
+    assert made.open().read_range(0, 10) == (files / "t1.npy").read_bytes()[:10]
+    assert s3_calls == ["head_object", "get_object"]
+
+
+def test_first_block_and_the_rest(s3_server, files, monkeypatch):  # noqa: F811
+    from streamseq.read.handle import opening
+
+    monkeypatch.setattr(remote_files, "BLOCK_SIZE", 1000)
+    url = f"s3://{s3_server.bucket}/t0.npy"
+    data = (files / "t0.npy").read_bytes()
+    assert len(data) > 2000
+    plain = remote_files.Remote(url, s3_server.options)
+    with opening():
+        made = remote_files.Remote(url, s3_server.options)
+    assert made.stat == plain.stat and "etag" in made.stat  # the GET's ETag is the HEAD's
+    file = made.open()
+    assert file.read_range(10, 20) == data[10:20] and file.read_range(0, 1000) == data[:1000]
+    assert file.read_range(900, 1500) == data[900:1500]  # across the end of the block
+    assert file.read_range(1500, 2400) == data[1500:2400]  # past it: the block is let go
+    assert file.read_range(0, 30) == data[:30]
+    assert made.open().read_range(0, 10) == data[:10]  # the next file reads it again
+    assert pickle_size(made) < 2000  # the block never travels
+
+
+def pickle_size(obj):
+    import pickle
+
+    return len(pickle.dumps(obj))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_openers_read_across_the_first_block(s3_server, files, monkeypatch, workers):  # noqa: F811
+    monkeypatch.setattr(remote_files, "BLOCK_SIZE", 512)  # (a forked worker inherits it)
+    names = list(TOKEN_LENGTHS)
+    base, options = f"s3://{s3_server.bucket}", s3_server.options
+    openers = [functools.partial(tokens, f"{base}/{n}", storage_options=options) for n in names]
+    local = [tokens(files / n) for n in names]
+    lengths = [len(s) for s in local]
+    batches = list(StreamLoader(openers, 3, 16, num_workers=workers, lengths=lengths))
+    check_continuity(batches, lengths, sources=local)
+    assert_same(batches, list(StreamLoader(local, 3, 16)))
+    names = list(VIDEO_LENGTHS)
+    openers = [functools.partial(video, f"{base}/{n}", storage_options=options) for n in names]
+    local = [video(files / n) for n in names]
+    lengths = [len(s) for s in local]
+    batches = list(StreamLoader(openers, 2, 8, num_workers=workers, lengths=lengths))
+    assert_same(batches, list(StreamLoader(local, 2, 8)))
+
+
+def test_empty_and_missing_files_made_to_read(s3_server, tmp_path):  # noqa: F811
+    from streamseq.read.handle import opening
+
+    (tmp_path / "empty.bin").write_bytes(b"")
+    url = s3_server.upload(tmp_path / "empty.bin")
+    with opening():
+        assert len(tokens(url, np.uint16, storage_options=s3_server.options)) == 0
+        start = time.monotonic()
+        with pytest.raises(FileNotFoundError):
+            tokens(f"s3://{s3_server.bucket}/nowhere.npy", storage_options=s3_server.options)
+        assert time.monotonic() - start < 5  # not retried
