@@ -12,7 +12,10 @@ uploads the files to a bucket, and times, for videos and tokens, from disk and f
 - ``epoch steps/s``: frames or tokens delivered per second over the whole epoch by
   ``StreamLoader(openers, B, T, num_workers=2, lengths=...)``, start-up included;
 - ``steps/s after``: the same after the first batch (the steady state), and its
-  S3 / disk ratio.
+  S3 / disk ratio;
+- ``request floor``: the first block of each file the first batch starts (one a row),
+  fetched from 2 processes of 8 threads whose S3 clients exist already: what the
+  requests alone cost on this server, with no loader.
 
 The medians are printed as a table. The
 planning of a 100k-document token corpus (local only: ``io.token_corpus`` takes paths) is
@@ -129,6 +132,51 @@ def upload(endpoint: str, paths: list[str]) -> list[str]:
     return urls
 
 
+_FLOOR: dict[str, Any] = {}
+
+
+def _floor_start(options: dict[str, Any], url: str) -> None:
+    """Make this process's filesystem (its S3 client) before the clock, in a pool process."""
+    from streamseq.io.remote import filesystem
+
+    _FLOOR["fs"] = filesystem(url, options)
+
+
+def _floor_get(files: list[tuple[str, int]]) -> int:
+    """The first block of each ``(url, size)``, from 8 threads of this process: bytes read."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from streamseq.io.remote import BLOCK_SIZE
+
+    fs = _FLOOR["fs"]
+    with ThreadPoolExecutor(8) as pool:
+        return sum(
+            pool.map(lambda f: len(fs.cat_file(f[0], start=0, end=min(f[1], BLOCK_SIZE))), files)
+        )
+
+
+def request_floor(
+    urls: list[str], sizes: list[int], options: dict[str, Any], repeat: int
+) -> float:
+    """Seconds to GET the first block of ``urls`` from 2 processes of 8 threads (median).
+
+    The floor of a first batch whose rows start these files: one request a file, the
+    requests of each worker overlapping, the clients made before the clock (a worker of
+    the loader makes its own in the pass). What is left between it and the first batch
+    from disk is the request path's: the client's Python and the server's.
+    """
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(WORKERS, _floor_start, (options, urls[0])) as pool:
+        pool.map(time.sleep, [0.0] * WORKERS)  # (started)
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            files = list(zip(urls, sizes, strict=True))
+            pool.map(_floor_get, [files[k::WORKERS] for k in range(WORKERS)])
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def run_once(kind: str, openers: list[Any], shape: tuple[int, int]) -> dict[str, float]:
     """Probe the lengths, then read one epoch with two workers."""
     start = time.perf_counter()
@@ -169,9 +217,13 @@ def main(argv: list[str] | None = None) -> dict:
             "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
         }
         sources = {"video": video, "tokens": tokens}
-        openers = {}
+        openers, floors = {}, {}
         for kind, paths in files.items():
             urls = upload(endpoint, paths)
+            # the files of a first batch: one per row (as many rows as files, or fewer)
+            rows = shapes[kind][0]
+            sizes = [os.path.getsize(p) for p in paths[:rows]]
+            floors[kind] = request_floor(urls[:rows], sizes, options, args.repeat)
             openers[kind, "disk"] = [functools.partial(sources[kind], p) for p in paths]
             openers[kind, "s3"] = [
                 functools.partial(sources[kind], u, storage_options=options) for u in urls
@@ -192,10 +244,10 @@ def main(argv: list[str] | None = None) -> dict:
     )
     print()
     print(
-        "| source | read from | steps | probe (s) | first batch (s) | epoch steps/s "
-        "| steps/s after | S3 / disk |"
+        "| source | read from | steps | probe (s) | first batch (s) | request floor (s) "
+        "| epoch steps/s | steps/s after | S3 / disk |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     table = {}
     for kind, unit in (("video", "frames"), ("tokens", "tokens")):
         disk = median(kind, "disk", "after")
@@ -206,6 +258,7 @@ def main(argv: list[str] | None = None) -> dict:
             print(
                 f"| {kind} | {'local S3' if where == 's3' else 'disk'} | {steps:,} {unit} "
                 f"| {median(kind, where, 'probe'):.2f} | {median(kind, where, 'first'):.2f} "
+                f"| {floors[kind] if where == 's3' else 0:.2f} "
                 f"| {median(kind, where, 'rate'):,.0f} | {after:,.0f} | {after / disk:.2f} |"
             )
     print()
@@ -219,7 +272,11 @@ def main(argv: list[str] | None = None) -> dict:
         f"{plan * 1e3:.0f} ms (token_corpus {corpus['split_s'] * 1e3:.0f} ms + "
         f"StreamLoader and len {corpus['loader_s'] * 1e3:.0f} ms)"
     )
-    return {"rates": table, "results": results, "corpus_plan_s": plan}
+    print(
+        "Request floor: the first block of each file of the first batch (one per row), "
+        f"GET from {WORKERS} processes of 8 threads whose clients were made before the clock."
+    )
+    return {"rates": table, "results": results, "corpus_plan_s": plan, "floors": floors}
 
 
 if __name__ == "__main__":
