@@ -437,8 +437,12 @@ class _Video(MediaSource):
         """
         return self.probe().fps if self.step_rate is None else self.step_rate
 
-    def _frame_shape(self) -> tuple[int, ...]:
-        h, w = self.size if self.size is not None else (self.probe().height, self.probe().width)
+    def _frame_shape(self, decoded: tuple[int, int] | None = None) -> tuple[int, ...]:
+        """The shape of a frame; ``decoded``: the decoder's (height, width), if known."""
+        if self.size is not None:
+            h, w = self.size
+        else:
+            h, w = decoded if decoded is not None else (self.probe().height, self.probe().width)
         if self.format == "yuv420p":
             if h % 2 or w % 2:
                 raise SourceError(self.path, f"{h}x{w} frames cannot be yuv420p: give size=")
@@ -499,14 +503,20 @@ class _Video(MediaSource):
         """
         if self.step_rate is not None or self.windowed or out.dtype != np.uint8:
             return None
-        spec = self.step_spec()
-        if spec is None or out.shape != (stop - start, *spec[1]):
-            return None
-        n = len(self)
-        if not 0 <= start < stop <= n:
+        if not 0 <= start < stop <= len(self) or out.shape[:1] != (stop - start,):
             return None
         with self._lock():
             reader = self._handle.get(self._open_checked)
+            decoded = None
+            if self.size is None and self._index is None:  # (not demuxed: the decoder's)
+                codec = reader.stream.codec_context
+                decoded = (codec.height, codec.width)
+            try:
+                shape = self._frame_shape(decoded)
+            except SourceError:  # (odd sizes in yuv420p: the plain read says so)
+                return None
+            if out.shape[1:] != shape:
+                return None
             reader, chunks = self._decode(reader, *self._span(start, stop))
             h, w = self.size if self.size is not None else (None, None)
             k = 0

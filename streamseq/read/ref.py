@@ -319,6 +319,19 @@ class StreamRef:
             return step_spec(self.source)
         return self._measured_spec
 
+    @contextlib.contextmanager
+    def _reading(self, start: int, stop: int) -> Any:
+        """Errors of a read of steps ``start:stop``, told as this stream's."""
+        try:
+            yield
+        except StreamError as e:  # the source's own error: it says what; name where
+            self.locate(e, (start, stop))
+            raise
+        except Exception as e:
+            raise self.error(
+                f"reading steps {start}:{stop} failed: {type(e).__name__}: {e}"
+            ) from e
+
     def read_into(self, start: int, stop: int, out: np.ndarray) -> bool:
         """Write steps ``start:stop`` into ``out`` when the stream can (its ``read_into``).
 
@@ -333,15 +346,8 @@ class StreamRef:
         into = getattr(stream, "read_into", None)
         if into is None:
             return False
-        try:
+        with self._reading(start, stop):
             got = into(start, stop, out)
-        except StreamError as e:
-            self.locate(e, (start, stop))
-            raise
-        except Exception as e:
-            raise self.error(
-                f"reading steps {start}:{stop} failed: {type(e).__name__}: {e}"
-            ) from e
         if got is None:
             return False
         if got != stop - start:
@@ -355,17 +361,10 @@ class StreamRef:
     def read(self, start: int, stop: int) -> Any:
         """Read steps ``start:stop`` and check that exactly that many came back."""
         stream = self.open()
-        try:
+        with self._reading(start, stop):
             data = stream[start:stop]
             if isinstance(data, list):
                 data = np.asarray(data)
-        except StreamError as e:  # the source's own error: it says what; name where
-            self.locate(e, (start, stop))
-            raise
-        except Exception as e:
-            raise self.error(
-                f"reading steps {start}:{stop} failed: {type(e).__name__}: {e}"
-            ) from e
         try:
             got = num_steps(data) if leaves(data) else 0
         except (TypeError, ValueError) as e:
