@@ -289,7 +289,7 @@ def _s3_start(fs: Any, url: str) -> tuple[dict[str, Any], bytes] | None:
             raise OSError(f"short read: {len(data)} of {length} bytes at 0")
         whole = response.get("ContentRange")  # "bytes 0-4194303/123456789"
         size = int(whole.rpartition("/")[2]) if whole else length
-        state = _state(size, response.get("ETag", ""), response.get("LastModified", ""))
+        state = _state(size, response.get("ETag"), response.get("LastModified"))
         return state, data
 
     return sync(fs.loop, get)
