@@ -540,7 +540,7 @@ def measure(job: dict) -> dict:
         del it
     main_cpu = time.process_time() - main_start
     chosen = getattr(loader, "num_workers", None) if job["workers"] == "auto" else None
-    forking = fork_seconds() if kind == "streamseq" and job["workers"] not in (0,) else None
+    forking = fork_seconds() if kind == "streamseq" and job["workers"] != 0 else None
     if hasattr(loader, "close"):
         loader.close()
     del loader

@@ -518,14 +518,12 @@ class _Video(MediaSource):
             if out.shape[1:] != shape:
                 return None
             reader, chunks = self._decode(reader, *self._span(start, stop))
-            h, w = self.size if self.size is not None else (None, None)
             k = 0
             for chunk in chunks:
                 for frame in chunk:
                     if k == len(out):
                         return k + 1  # (more than asked: the caller says so)
-                    converted = reader.convert.reformat(frame, w, h, self.format, threads=1)
-                    out[k] = converted.to_ndarray()
+                    out[k] = self._convert(reader, frame)
                     k += 1
             return k
 
@@ -555,14 +553,7 @@ class _Video(MediaSource):
         return [frame]  # converted when delivered: frames skipped after a seek never are
 
     def _assemble(self, reader: Reader, chunks: list[Sequence[Any]], a: int, b: int) -> Any:
-        h, w = self.size if self.size is not None else (None, None)
-        return np.stack(  # ``frame.to_ndarray(format=..., width=..., height=...)``
-            [
-                reader.convert.reformat(f, w, h, self.format, threads=1).to_ndarray()
-                for c in chunks
-                for f in c
-            ]
-        )
+        return np.stack([self._convert(reader, f) for c in chunks for f in c])
 
     def _seek_target(self, start: int) -> int | None:
         return start if self._trusted and self.probe().exact else None
