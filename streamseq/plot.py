@@ -129,18 +129,20 @@ def _run_steps(
 
 
 def plan_of(loader: StreamLoader, epoch: int | None = None) -> EpochPlan:
-    """The plan of ``epoch``: the loader's own for its current epoch, else a fresh one.
+    """The plan of ``epoch``; None: ``loader.epoch``, the epoch its next pass reads.
 
-    The current epoch (``epoch`` None or ``loader.epoch``) may be the rest of an epoch
-    resumed on other rows; any other epoch is planned from its start.
+    After training, that is the epoch after the last one trained (give ``epoch`` to see
+    another); during a pass, the epoch of that pass. The loader's own plan where it
+    stands (:meth:`StreamLoader.plan`) is used when it is of that epoch: it may be the
+    rest of an epoch resumed on other rows; any other epoch is planned from its start.
 
     Raises:
         ValueError: a negative ``epoch``.
         TypeError: an ``epoch`` that is not an integer.
     """
-    if epoch is None or check_int(epoch, "epoch", 0) == loader.epoch:
-        return loader.plan()
-    return plan_epoch(loader.spec, int(epoch))
+    wanted = loader.epoch if epoch is None else int(check_int(epoch, "epoch", 0))
+    own = loader.plan()
+    return own if own.epoch == wanted else plan_epoch(loader.spec, wanted)
 
 
 def global_rows(loader: StreamLoader, plan: EpochPlan) -> list[Row]:
@@ -163,7 +165,8 @@ def plan_cells(loader: StreamLoader, epoch: int | None = None) -> PlanCells:
 
     Args:
         loader: the loader; no data is read.
-        epoch: the epoch; None for the loader's current one (see :func:`plan_of`).
+        epoch: the epoch; None for ``loader.epoch``, the epoch its next pass reads (see
+            :func:`plan_of`).
 
     Returns:
         The cells of every global row (all ranks) and every batch of the epoch.
@@ -399,7 +402,9 @@ def plot_plan(
 
     Args:
         loader: the loader.
-        epoch: the epoch; None for the loader's current one.
+        epoch: the epoch; None for ``loader.epoch``: the epoch the loader's next pass
+            reads (after training, the one after the last epoch trained), or that of
+            the pass in progress.
         ax: the axes to draw in; None for a new figure (``matplotlib.pyplot``).
         max_columns: the most columns of the image; None for the width of the axes in
             pixels (a column per pixel at most: nothing is lost to resampling).

@@ -217,3 +217,23 @@ def test_a_bad_epoch_is_named():
         plan_cells(loader, -1)
     with pytest.raises(TypeError, match="epoch"):
         plan_cells(loader, 1.5)
+
+
+def test_the_default_epoch_is_the_one_the_next_pass_reads():
+    loader = StreamLoader(STREAMS, batch_size=3, tbins=T, shuffle=True, seed=2)
+    next(iter(loader))  # a peek: the next pass reads epoch 1
+    assert plan_cells(loader).epoch == loader.epoch == 1
+    cells = plan_cells(loader)
+    got = list(loader)
+    check_cells(
+        cells,
+        np.concatenate([b.stream for b in got], axis=1),
+        np.stack([b.reset for b in got], axis=1),
+        np.stack([b.step[:, 0] for b in got], axis=1),
+    )
+    assert plan_cells(loader).epoch == loader.epoch == 2  # after training: the next epoch
+    fig = plot_plan(loader)
+    try:
+        assert fig.axes[0].get_title().startswith("epoch 2,")
+    finally:
+        plt.close(fig)
