@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{len(streams)} files, {len(loader)} batches an epoch, chance loss {chance:.3f}")
         losses, batch_losses, starts = [], [], []
         for epoch in range(args.epochs):
-            starts.append(len(batch_losses))  # the epochs' lengths differ with the shuffle
+            starts.append(len(batch_losses))  # where each epoch starts (every one is as long)
             loader.set_epoch(epoch)  # a new order of the files
             h = torch.zeros(1, args.batch_size, args.hidden)
             total, count = 0.0, 0

@@ -31,8 +31,9 @@ if TYPE_CHECKING:
 
     from .loader import StreamLoader
 
-#: matplotlib's ``tab20`` without its greys, dark shades first: stream ``s`` is
-#: ``PALETTE[s % len(PALETTE)]``
+#: matplotlib's ``tab20`` without its greys, its 9 dark shades first, then the light shade
+#: of each: stream ``s`` is ``PALETTE[s % len(PALETTE)]``; in a mixture, group ``g`` is
+#: ``PALETTE[g % 9]`` and ``PALETTE[g % 9 + 9]`` (its streams alternate the two shades)
 PALETTE = np.array(
     [
         *[(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189)],
@@ -68,6 +69,10 @@ class PlanCells:
             ``segment_length``, or a stream resumed on other rows).
         runs: with ``pad="pack"``, ``(row, first step, steps, stream)`` of every stream of
             every row, steps counted along the row; None otherwise.
+        groups: the names of the groups of a :func:`~streamseq.mix`, or None.
+        stream_group: the group of every stream (an index into ``groups``), or None.
+        repeated: for every stream, whether the epoch reads some of its steps more than
+            once (a mixture's group read again for its weight), or None.
     """
 
     epoch: int
@@ -81,6 +86,9 @@ class PlanCells:
     reset: np.ndarray
     cut: np.ndarray
     runs: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+    groups: tuple[str, ...] | None = None
+    stream_group: np.ndarray | None = None
+    repeated: np.ndarray | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -129,18 +137,20 @@ def _run_steps(
 
 
 def plan_of(loader: StreamLoader, epoch: int | None = None) -> EpochPlan:
-    """The plan of ``epoch``: the loader's own for its current epoch, else a fresh one.
+    """The plan of ``epoch``; None: ``loader.epoch``, the epoch its next pass reads.
 
-    The current epoch (``epoch`` None or ``loader.epoch``) may be the rest of an epoch
-    resumed on other rows; any other epoch is planned from its start.
+    After training, that is the epoch after the last one trained (give ``epoch`` to see
+    another); during a pass, the epoch of that pass. The loader's own plan where it
+    stands (:meth:`StreamLoader.plan`) is used when it is of that epoch: it may be the
+    rest of an epoch resumed on other rows; any other epoch is planned from its start.
 
     Raises:
         ValueError: a negative ``epoch``.
         TypeError: an ``epoch`` that is not an integer.
     """
-    if epoch is None or check_int(epoch, "epoch", 0) == loader.epoch:
-        return loader.plan()
-    return plan_epoch(loader.spec, int(epoch))
+    wanted = loader.epoch if epoch is None else int(check_int(epoch, "epoch", 0))
+    own = loader.plan()
+    return own if own.epoch == wanted else plan_epoch(loader.spec, wanted)
 
 
 def global_rows(loader: StreamLoader, plan: EpochPlan) -> list[Row]:
@@ -163,7 +173,8 @@ def plan_cells(loader: StreamLoader, epoch: int | None = None) -> PlanCells:
 
     Args:
         loader: the loader; no data is read.
-        epoch: the epoch; None for the loader's current one (see :func:`plan_of`).
+        epoch: the epoch; None for ``loader.epoch``, the epoch its next pass reads (see
+            :func:`plan_of`).
 
     Returns:
         The cells of every global row (all ranks) and every batch of the epoch.
@@ -186,7 +197,9 @@ def plan_cells(loader: StreamLoader, epoch: int | None = None) -> PlanCells:
     if spec.pad == "pack":
         arrays = _packed_cells(rows, plan.length, spec.tbins)
     else:
-        arrays = _chunk_cells(rows, plan.length, spec.tbins, spec.pad)
+        arrays = (*_chunk_cells(rows, plan.length, spec.tbins, spec.pad), None)
+    mixture = spec.mixture
+    streams = np.arange(len(spec.lengths), dtype=np.int64)
     return PlanCells(
         plan.epoch,
         spec.pad,
@@ -195,7 +208,18 @@ def plan_cells(loader: StreamLoader, epoch: int | None = None) -> PlanCells:
         spec.world_size,
         spec.segment_length,
         *arrays,
+        groups=None if mixture is None else tuple(mixture.names),
+        stream_group=None if mixture is None else mixture.group_of(streams),
+        repeated=_repeated(rows, np.asarray(spec.lengths, dtype=np.int64)),
     )
+
+
+def _repeated(rows: list[Row], lengths: np.ndarray) -> np.ndarray:
+    """Whether the rows read more steps of each stream than it has: some read twice."""
+    ids = _cat([r.stream_ids for r in rows])
+    steps = _cat([r.lengths for r in rows])
+    read = np.bincount(ids, weights=steps, minlength=len(lengths))
+    return read > lengths
 
 
 def _chunk_cells(rows: list[Row], batches: int, t: int, pad: str) -> tuple[np.ndarray, ...]:
@@ -300,13 +324,16 @@ class PlanImage:
 
     Attributes:
         rgb: ``[rows, columns, 3]`` ``uint8``: the colour of each stream
-            (:data:`PALETTE`), shaded towards :data:`PADDING` by the share of padding.
+            (:data:`PALETTE`; of its group in a mixture), shaded towards
+            :data:`PADDING` by the share of padding.
         per_column: batches per column: ``1 / tbins`` at the resolution of steps, else a
             whole number.
+        stream: ``[rows, columns]``: the stream each pixel shows (-1: padding).
     """
 
     rgb: np.ndarray
     per_column: float
+    stream: np.ndarray | None = None
 
     @property
     def extent(self) -> tuple[float, float, float, float]:
@@ -327,7 +354,10 @@ def plan_image(
     Args:
         cells: from :func:`plan_cells`.
         max_columns: the most columns of the image.
-        palette: ``[n, 3]`` ``uint8`` colours; stream ``s`` gets ``palette[s % n]``.
+        palette: ``[n, 3]`` ``uint8`` colours; stream ``s`` gets ``palette[s % n]``; in
+            a mixture (``cells.groups``) group ``g`` gets ``palette[g % (n // 2)]`` and
+            the light shade ``palette[g % (n // 2) + n // 2]``, alternately along the
+            streams of the group.
 
     Returns:
         The image.
@@ -336,10 +366,31 @@ def plan_image(
     t = cells.tbins
     if batches * t <= max_columns:
         stream = cells.steps()
-        return PlanImage(_colour(stream, (stream < 0).astype(float), palette), 1 / t)
+        rgb = _colour(_shades(cells, stream, palette), (stream < 0).astype(float), palette)
+        return PlanImage(rgb, 1 / t, stream)
     group = -(-batches // max(1, max_columns))
     stream, padding = _grouped(cells.stream, cells.valid, t, group)
-    return PlanImage(_colour(stream, padding, palette), float(group))
+    return PlanImage(_colour(_shades(cells, stream, palette), padding, palette), group, stream)
+
+
+def _shades(cells: PlanCells, stream: np.ndarray, palette: np.ndarray) -> np.ndarray:
+    """The palette index of every stream (-1 kept): its own, or its group's in a mixture.
+
+    Example:
+        >>> z = np.zeros((1, 1), np.int64)
+        >>> cells = PlanCells(0, "zeros", 1, 1, 1, None, z, z, z > 0, z > 0,
+        ...                   groups=("a", "b"), stream_group=np.array([0, 0, 1]))
+        >>> _shades(cells, np.array([[0, 1, 2, -1]]), PALETTE).tolist()  # b: after a's 2
+        [[0, 9, 1, -1]]
+    """
+    if cells.stream_group is None:
+        return stream
+    half = len(palette) // 2
+    group = cells.stream_group
+    first = np.searchsorted(group, group, side="left")  # each group's first stream
+    s = np.maximum(stream, 0)
+    index = group[s] % half + half * ((s - first[s]) % 2)
+    return np.where(stream < 0, -1, index)
 
 
 def _grouped(
@@ -399,7 +450,9 @@ def plot_plan(
 
     Args:
         loader: the loader.
-        epoch: the epoch; None for the loader's current one.
+        epoch: the epoch; None for ``loader.epoch``: the epoch the loader's next pass
+            reads (after training, the one after the last epoch trained), or that of
+            the pass in progress.
         ax: the axes to draw in; None for a new figure (``matplotlib.pyplot``).
         max_columns: the most columns of the image; None for the width of the axes in
             pixels (a column per pixel at most: nothing is lost to resampling).
@@ -430,6 +483,7 @@ def plot_plan(
     image = plan_image(cells, max_columns)
     ax.imshow(image.rgb, extent=image.extent, aspect="auto", interpolation="nearest")
     _mark_batches(ax, cells, image)
+    _mark_repeated(ax, cells, image)
     _mark_resets(ax, cells)
     _mark_packed_starts(ax, cells, image)
     _mark_ranks(ax, cells)
@@ -454,6 +508,28 @@ def _mark_batches(ax: Axes, cells: PlanCells, image: PlanImage) -> None:
     if image.per_column < 1 and 1 < batches <= 80:
         x = np.arange(1, batches) - 0.5
         ax.vlines(x, -0.5, rows - 0.5, colors="white", linewidth=0.6)
+
+
+def _mark_repeated(ax: Axes, cells: PlanCells, image: PlanImage) -> None:
+    """Hatch the stretches of every row that show a stream read more than once."""
+    from matplotlib.collections import PatchCollection
+    from matplotlib.patches import Rectangle
+
+    if cells.repeated is None or not cells.repeated.any() or image.stream is None:
+        return
+    stream = image.stream
+    marked = (stream >= 0) & cells.repeated[np.maximum(stream, 0)]
+    edges = np.diff(np.pad(marked, ((0, 0), (1, 1))).astype(np.int8), axis=1)
+    row, start = np.nonzero(edges == 1)
+    _, stop = np.nonzero(edges == -1)  # (in the same order: row by row, left to right)
+    w = image.per_column
+    boxes = [
+        Rectangle((a * w - 0.5, r - 0.5), (b - a) * w, 1.0)
+        for r, a, b in zip(row.tolist(), start.tolist(), stop.tolist(), strict=True)
+    ]
+    marks = PatchCollection(boxes, facecolor="none", edgecolor="white", linewidth=0, hatch="///")
+    marks.set_gid("repeated")
+    ax.add_collection(marks, autolim=False)
 
 
 def _mark_resets(ax: Axes, cells: PlanCells) -> None:
@@ -526,8 +602,7 @@ def _label(ax: Axes, cells: PlanCells, image: PlanImage) -> None:
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.tick_params(labelsize=9)
     ax.set_title(_title(cells), fontsize=10)
-    handles = [
-        Patch(color=PALETTE[0] / 255, label="a stream (a colour each)"),
+    handles = _stream_handles(cells) + [
         Patch(color=PADDING / 255, label="padding"),
         Line2D([], [], color="black", linewidth=1.5, label="reset"),
     ]
@@ -544,10 +619,33 @@ def _label(ax: Axes, cells: PlanCells, image: PlanImage) -> None:
         loc="upper center",
         bbox_to_anchor=(0.5, 0),
         bbox_transform=below,  # half an inch under the axes: under the x label
-        ncols=len(handles),
+        ncols=min(len(handles), 6),
         frameon=False,
         fontsize=9,
     )
+
+
+def _stream_handles(cells: PlanCells) -> list[Any]:
+    """What the colours mean: a stream each (said when they repeat), or a group each."""
+    from matplotlib.patches import Patch
+
+    if cells.groups is None:
+        n = len(cells.repeated) if cells.repeated is not None else int(cells.stream.max()) + 1
+        each = (
+            "a colour each"
+            if n <= len(PALETTE)
+            else f"colours repeat every {len(PALETTE)} streams"
+        )
+        handles = [Patch(color=PALETTE[0] / 255, label=f"a stream ({each})")]
+    else:
+        half = len(PALETTE) // 2
+        handles = [
+            Patch(color=PALETTE[g % half] / 255, label=name) for g, name in enumerate(cells.groups)
+        ]
+    if cells.repeated is not None and cells.repeated.any():
+        kw = dict(facecolor=PALETTE[0] / 255, edgecolor="white", hatch="///", linewidth=0)
+        handles.append(Patch(**kw, label="read more than once"))
+    return handles
 
 
 def _title(cells: PlanCells) -> str:

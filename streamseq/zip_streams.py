@@ -2,10 +2,70 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ._index import slice_bounds, step_index
+from ._tree import leaves, num_steps
+from .read.handle import ProcessLocal
+from .read.ref import _is_array_tree, describe, is_stream, known_length
+
+
+class _Opened:
+    """A part given as an opener: opened lazily, once per process, never pickled open."""
+
+    def __init__(self, opener: Callable[[], Any], length: int | None, name: str):
+        self.opener, self.name = opener, name
+        self._opened: ProcessLocal | None = None
+        self.length = len(self._stream()) if length is None else length
+        if length is None:
+            self.close()  # measured: not kept open for it
+
+    def __repr__(self) -> str:
+        return describe(self.opener)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_opened": None}
+
+    def _open(self) -> Any:
+        stream = self.opener()
+        if _is_array_tree(stream) and not isinstance(stream, list):
+            stream = zip_streams(stream)
+        if not is_stream(stream):
+            raise TypeError(
+                f"zip_streams: the opener of {self.name} returned {type(stream).__name__}, "
+                "not a stream"
+            )
+        actual = known_length(stream)
+        length = getattr(self, "length", None)  # (None while it is measured)
+        if length is not None and actual is not None and actual != length:
+            raise ValueError(
+                f"zip_streams: {self.name} ({describe(self.opener)}): declared length "
+                f"{length} but it has {actual} steps"
+            )
+        return stream
+
+    def _stream(self) -> Any:
+        if self._opened is None:
+            self._opened = ProcessLocal(close=_close)
+        return self._opened.get(self._open)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, key: int | slice) -> Any:
+        return self._stream()[key]
+
+    def close(self) -> None:
+        """Close the opened stream (the next read opens it again)."""
+        if self._opened is not None:
+            self._opened.close()
+
+
+def _close(stream: Any) -> None:
+    close = getattr(stream, "close", None)
+    if callable(close):
+        close()
 
 
 class _Zip:
@@ -24,10 +84,50 @@ class _Zip:
     def __len__(self) -> int:
         return self.length
 
-    def _each(self, key: Any) -> dict[Any, Any] | tuple[Any, ...]:
+    def known_length(self) -> int:
+        """Its number of steps, known without reading (a declared length is checked)."""
+        return self.length
+
+    def _items(self) -> list[tuple[Any, Any]]:
         if isinstance(self.streams, dict):
-            return {k: s[key] for k, s in self.streams.items()}
-        return tuple(s[key] for s in self.streams)
+            return list(self.streams.items())
+        return list(enumerate(self.streams))
+
+    def _name(self, key: Any) -> str:
+        return repr(key) if isinstance(self.streams, dict) else f"stream {key}"
+
+    def _read(self, key: Any, stream: Any, at: int | slice) -> Any:
+        try:
+            return stream[at]
+        except Exception as e:
+            where = f"step {at}" if isinstance(at, int) else f"steps {at.start}:{at.stop}"
+            e.add_note(f"zip_streams: reading {self._name(key)}, {where} of {self.length}")
+            raise
+
+    def _each(self, at: int | slice) -> dict[Any, Any] | tuple[Any, ...]:
+        got = [(key, self._read(key, s, at)) for key, s in self._items()]
+        if isinstance(at, slice):
+            for (key, stream), (_, data) in zip(self._items(), got, strict=True):
+                self._check(key, stream, data, at.start, at.stop)
+        if isinstance(self.streams, dict):
+            return dict(got)
+        return tuple(data for _, data in got)
+
+    def _check(self, key: Any, stream: Any, data: Any, start: int, stop: int) -> None:
+        """A part's slice has ``stop - start`` steps, else an error naming it and the steps."""
+        try:
+            steps = num_steps(data) if leaves(data) else 0
+        except (TypeError, ValueError) as e:
+            raise ValueError(
+                f"zip_streams: {self._name(key)} ({describe(stream)}): steps {start}:{stop} "
+                f"are not arrays with a step axis: {e}"
+            ) from e
+        if steps != stop - start:
+            raise ValueError(
+                f"zip_streams: {self._name(key)} ({describe(stream)}) gave {steps} steps for "
+                f"steps {start}:{stop} of {self.length}: its len() says {len(stream)} steps "
+                "but it has fewer"
+            )
 
     def __getitem__(self, key: int | slice) -> dict[Any, Any] | tuple[Any, ...]:
         if isinstance(key, slice):
@@ -43,8 +143,29 @@ class _Zip:
                 close()
 
 
+def _part(stream: Any, name: str, length: int | None) -> Any:
+    """A part as a stream: a dict (or tuple) of arrays zipped, an opener wrapped."""
+    if isinstance(stream, Mapping) or (isinstance(stream, tuple) and _is_array_tree(stream)):
+        try:
+            return zip_streams(stream, length=length)
+        except ValueError as e:
+            raise ValueError(
+                f"zip_streams: {name}: {str(e).removeprefix('zip_streams: ')}"
+            ) from None
+    if is_stream(stream):
+        return stream
+    if callable(stream):
+        return _Opened(stream, length, name)
+    raise TypeError(
+        f"zip_streams: {name} ({describe(stream)}) is neither a stream (len and slicing), "
+        "a dict of streams nor an opener"
+    )
+
+
 def zip_streams(
-    streams: Mapping[Any, Sequence[Any]] | Sequence[Sequence[Any]],
+    streams: Mapping[Any, Any] | Sequence[Any],
+    *,
+    length: int | None = None,
 ) -> _Zip:
     """Put streams of one length side by side: one stream whose steps hold a step of each.
 
@@ -52,20 +173,29 @@ def zip_streams(
     stream, which the loader reads as any other: step ``i`` is a dict ``{key: step i of
     that stream}`` (a tuple for a tuple of streams), and ``s[a:b]`` a dict (or tuple) of
     each stream's slice ``a:b``, so that a batch's ``data`` is a dict of arrays
-    ``[B, T, ...]``. The lengths are compared here, once; nothing is read until a step
-    is. The zipped stream is picklable when its streams are (the sources of
-    :mod:`streamseq.io` are, and open their files in the process that reads), and its
-    ``close`` closes them.
+    ``[B, T, ...]``. A part may be a stream, a dict (or tuple) of arrays or streams (its
+    length: theirs, which must agree; its steps: dicts), or a picklable zero-argument
+    opener, called in the process that reads (measured here once, unless ``length`` is
+    given). The lengths are compared here, once; nothing is read until a step is, and
+    every slice read is checked to have its number of steps. The zipped stream is
+    picklable when its parts are (the sources of :mod:`streamseq.io` are, and open their
+    files in the process that reads), and its ``close`` closes them.
 
     Args:
-        streams: a dict of streams (any key), or a tuple (or list) of streams, of one length.
+        streams: a dict of parts (any key), or a tuple (or list) of parts, of one length.
+        length: the declared number of steps: spares opening the opener parts to measure
+            them; checked against the parts whose length costs nothing to know.
 
     Returns:
-        A stream of ``len`` the streams' length, of dict (or tuple) steps.
+        A stream of ``len`` the parts' length, of dict (or tuple) steps. A loader's
+        declared length (``lengths=``) is checked against it.
 
     Raises:
-        ValueError: no stream given, or a stream of another length than the first, naming
-            both keys (positions for a tuple) and their lengths.
+        ValueError: no part given, a part of another length than the first (or than
+            ``length``), naming both keys (positions for a tuple) and their lengths; a
+            slice read from a part that has fewer steps than its length says, naming the
+            part and the steps.
+        TypeError: a part that is neither a stream, a dict nor an opener.
 
     Example:
         >>> import numpy as np
@@ -78,20 +208,32 @@ def zip_streams(
         ValueError: zip_streams: stream 1 has 3 steps, stream 0 has 4
     """
     if isinstance(streams, Mapping):
-        zipped: dict[Any, Any] | tuple[Any, ...] = dict(streams)
-        items = list(zipped.items())
+        given: list[tuple[Any, Any]] = list(dict(streams).items())
         name = repr
     else:
-        zipped = tuple(streams)
-        items = list(enumerate(zipped))
+        given = list(enumerate(streams))
         name = "stream {}".format  # noqa: UP032 - applied to each key
-    if not items:
+    if not given:
         raise ValueError("zip_streams: no stream given")
+    if length is not None:
+        from ._checks import check_int
+
+        length = int(check_int(length, "length", 0))
+    items = [(key, _part(stream, name(key), length)) for key, stream in given]
     first_key, first = items[0]
-    length = len(first)
+    if length is not None:
+        for key, stream in items:
+            if len(stream) != length:
+                raise ValueError(
+                    f"zip_streams: {name(key)} has {len(stream)} steps, the declared length "
+                    f"is {length}"
+                )
+    size = len(first)
     for key, stream in items[1:]:
-        if len(stream) != length:
+        if len(stream) != size:
             raise ValueError(
-                f"zip_streams: {name(key)} has {len(stream)} steps, {name(first_key)} has {length}"
+                f"zip_streams: {name(key)} has {len(stream)} steps, {name(first_key)} has {size}"
             )
-    return _Zip(zipped, length)
+    if isinstance(streams, Mapping):
+        return _Zip(dict(items), size)
+    return _Zip(tuple(stream for _, stream in items), size)

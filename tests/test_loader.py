@@ -632,6 +632,45 @@ def test_a_new_pass_reshuffles_without_set_epoch_and_stays_resumable():
     assert order(resumed) == passes[1]  # the pass ended: the next one is epoch 1
 
 
+def test_epoch_is_the_epoch_the_next_pass_reads_after_a_peek():
+    streams = coded_streams([5, 3, 6, 2, 7, 4, 8, 1])
+    passes = []
+    explicit = StreamLoader(streams, 2, 2, shuffle=True)
+    for epoch in range(3):
+        explicit.set_epoch(epoch)
+        passes.append(order(explicit))
+    loader = StreamLoader(streams, 2, 2, shuffle=True)
+    next(iter(loader))  # a peek at the first batch, the pass let go
+    assert loader.epoch == 1
+    assert order(loader) == passes[1]  # what loader.epoch said
+    assert loader.epoch == 2
+    it = iter(loader)
+    next(it)
+    assert loader.epoch == 2  # the pass in progress
+    del it
+    assert loader.epoch == 3
+    loader.set_epoch(1)
+    next(iter(loader))
+    assert loader.epoch == 1  # a chosen epoch is read by every pass
+    assert order(loader) == passes[1]
+
+
+def test_epoch_during_a_pass_is_that_of_the_pass_and_state_stays_resumable():
+    streams = coded_streams([5, 3, 6, 2, 7, 4, 8, 1])
+    loader = StreamLoader(streams, 2, 2, shuffle=True)
+    seen = [loader.epoch for _ in loader]
+    assert set(seen) == {0} and loader.epoch == 1
+    for i, _ in enumerate(loader):
+        if i == 2:
+            break
+    assert loader.epoch == 2  # the pass was left: the next one reads epoch 2
+    state = loader.state_dict()  # where the run stands: epoch 1, batch 3
+    assert (state["epoch"], state["next_batch"]) == (1, 3)
+    resumed = StreamLoader(streams, 2, 2, shuffle=True)
+    resumed.load_state_dict(state)
+    assert resumed.epoch == 1
+
+
 def test_epoch_length_is_the_length_of_any_epoch_without_reading():
     reads = RecordedReads(40)
     streams = [*coded_streams([9, 3, 17, 5, 2, 11, 6]), reads]

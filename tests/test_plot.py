@@ -181,7 +181,12 @@ def test_the_figure_says_epoch_pad_rows_batches_and_padding():
         f"epoch 1, pad='pack': 4 rows (2 ranks x 2), {batches} batches of {T} steps, "
         f"{padding:.1f}% padding"
     )
-    assert legend == ["a stream (a colour each)", "padding", "reset", "stream start in a chunk"]
+    assert legend == [
+        f"a stream (colours repeat every {len(PALETTE)} streams)",
+        "padding",
+        "reset",
+        "stream start in a chunk",
+    ]
     assert ax.get_ylabel() == "global row" and ax.get_xlabel() == "batch (a column per step)"
 
 
@@ -217,3 +222,102 @@ def test_a_bad_epoch_is_named():
         plan_cells(loader, -1)
     with pytest.raises(TypeError, match="epoch"):
         plan_cells(loader, 1.5)
+
+
+def test_the_default_epoch_is_the_one_the_next_pass_reads():
+    loader = StreamLoader(STREAMS, batch_size=3, tbins=T, shuffle=True, seed=2)
+    next(iter(loader))  # a peek: the next pass reads epoch 1
+    assert plan_cells(loader).epoch == loader.epoch == 1
+    cells = plan_cells(loader)
+    got = list(loader)
+    check_cells(
+        cells,
+        np.concatenate([b.stream for b in got], axis=1),
+        np.stack([b.reset for b in got], axis=1),
+        np.stack([b.step[:, 0] for b in got], axis=1),
+    )
+    assert plan_cells(loader).epoch == loader.epoch == 2  # after training: the next epoch
+    fig = plot_plan(loader)
+    try:
+        assert fig.axes[0].get_title().startswith("epoch 2,")
+    finally:
+        plt.close(fig)
+
+
+def mixture_loader(**settings):
+    from streamseq import mix
+
+    rng = np.random.default_rng(3)
+    groups = {
+        "web": [np.zeros(n) for n in rng.integers(5, 30, 6)],
+        "books": [np.zeros(n) for n in rng.integers(5, 30, 3)],
+        "code": [np.zeros(n) for n in rng.integers(5, 30, 4)],
+    }
+    weights = {"web": 1.0, "books": 3.0, "code": 1.0}  # books read about twice
+    return StreamLoader(mix(groups, weights), batch_size=3, tbins=T, **settings)
+
+
+def delivered_steps(loader, n):
+    """Valid steps of every stream over a pass (the batches say it)."""
+    got = np.concatenate([b.stream.reshape(-1) for b in loader])
+    return np.bincount(got[got >= 0], minlength=n)
+
+
+def repeated_mask(ax, shape):
+    """The steps ``[rows, batches * T]`` that the hatched rectangles cover."""
+    (marks,) = [c for c in ax.collections if c.get_gid() == "repeated"]
+    assert "/" in marks.get_hatch()
+    covered = np.zeros(shape, bool)
+    for path in marks.get_paths():
+        (x0, y0), (x1, y1) = path.vertices.min(0), path.vertices.max(0)
+        row = int(round((y0 + y1) / 2))
+        covered[row, int(round((x0 + 0.5) * T)) : int(round((x1 + 0.5) * T))] = True
+    return covered
+
+
+@pytest.mark.parametrize("pad", ["zeros", "pack"])
+def test_a_mixture_is_coloured_by_group_with_its_repeated_streams_marked(pad):
+    loader = mixture_loader(pad=pad)
+    streams = loader.refs
+    cells = plan_cells(loader)
+    assert cells.groups == ("web", "books", "code")
+    group = np.array([loader.spec.mixture.group_of(np.array([s]))[0] for s in range(13)])
+    assert (cells.stream_group == group).all()
+    lengths = np.array([len(s) for s in streams])
+    repeated = delivered_steps(mixture_loader(pad=pad), len(streams)) > lengths
+    assert repeated.any() and (cells.repeated == repeated).all()
+    image = plan_image(cells)
+    steps = cells.steps()
+    held = steps >= 0
+    dark = PALETTE[group[steps[held]] % 9]
+    light = PALETTE[group[steps[held]] % 9 + 9]
+    pixel = image.rgb[held]
+    assert ((pixel == dark).all(-1) | (pixel == light).all(-1)).all()
+    assert (image.rgb[~held] == PADDING).all()
+    fig = plot_plan(loader, max_columns=steps.shape[1])  # a column per step
+    try:
+        ax = fig.axes[0]
+        legend = [t.get_text() for t in ax.get_legend().get_texts()]
+        patches = ax.get_legend().get_patches()
+        covered = repeated_mask(ax, steps.shape)
+    finally:
+        plt.close(fig)
+    assert legend[:4] == ["web", "books", "code", "read more than once"]
+    for g in range(3):
+        assert np.allclose(patches[g].get_facecolor()[:3], PALETTE[g] / 255)
+    assert (covered == (held & repeated[np.maximum(steps, 0)])).all()
+
+
+def test_a_plan_of_more_streams_than_colours_says_they_repeat():
+    fig = plot_plan(StreamLoader(STREAMS, batch_size=3, tbins=T))
+    few = plot_plan(StreamLoader(STREAMS[:5], batch_size=3, tbins=T))
+    try:
+        legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+        short = [t.get_text() for t in few.axes[0].get_legend().get_texts()]
+        assert not [c for c in fig.axes[0].collections if c.get_gid() == "repeated"]
+    finally:
+        plt.close(fig)
+        plt.close(few)
+    assert len(STREAMS) > len(PALETTE)
+    assert legend[0] == f"a stream (colours repeat every {len(PALETTE)} streams)"
+    assert short[0] == "a stream (a colour each)"

@@ -92,3 +92,77 @@ def test_the_loader_reads_dict_steps(workers):
     batches = list(loader)
     check_continuity(batches, lengths, sources=streams)
     assert set(batches[0].data) == {"frame", "state"}
+
+
+class Short:
+    """A stream whose len() says more steps than its reads give."""
+
+    def __init__(self, n, has):
+        self.n, self.has = n, has
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, key):
+        return np.arange(self.has)[key]
+
+
+class Opener:
+    """A picklable opener that counts its calls (in this process)."""
+
+    calls = 0
+
+    def __init__(self, n):
+        self.n = n
+
+    def __call__(self):
+        Opener.calls += 1
+        return np.arange(self.n) * 10
+
+
+def test_a_dict_of_arrays_is_a_part_of_its_arrays_length():
+    parts = {"obs": {"x": np.zeros(9), "y": np.ones((9, 2))}, "act": np.arange(9)}
+    s = zip_streams(parts)
+    assert len(s) == 9
+    assert s[2:5]["obs"]["y"].shape == (3, 2) and s[4]["obs"]["x"] == 0
+    with pytest.raises(ValueError, match=r"'obs': 'y' has 2 steps, 'x' has 9"):
+        zip_streams({"obs": {"x": np.zeros(9), "y": np.ones(2)}, "act": np.arange(9)})
+    with pytest.raises(ValueError, match=r"'act' has 9 steps, 'obs' has 4"):
+        zip_streams({"obs": {"x": np.zeros(4)}, "act": np.arange(9)})
+
+
+def test_an_opener_part_is_probed_or_declared_and_opened_where_it_is_read():
+    Opener.calls = 0
+    s = zip_streams({"v": Opener(9), "label": np.arange(9)})
+    assert len(s) == 9 and Opener.calls == 1  # probed once
+    back = pickle.loads(pickle.dumps(s))
+    assert back[3:5]["v"].tolist() == [30, 40] and back[2]["v"] == 20
+    Opener.calls = 0
+    declared = zip_streams({"v": Opener(9), "label": np.arange(9)}, length=9)
+    assert len(declared) == 9 and Opener.calls == 0  # not probed
+    assert declared[7:9]["v"].tolist() == [70, 80] and Opener.calls == 1
+    with pytest.raises(ValueError, match=r"'v' has 6 steps, 'label' has 9"):
+        zip_streams({"label": np.arange(9), "v": Opener(6)})
+    with pytest.raises(ValueError, match=r"'label' has 9 steps, the declared length is 6"):
+        zip_streams({"v": Opener(6), "label": np.arange(9)}, length=6)
+
+
+def test_a_part_that_reads_short_is_named_with_the_steps():
+    s = zip_streams({"a": np.arange(9), "b": Short(9, 6)})
+    assert s[0:6]["b"].tolist() == list(range(6))
+    with pytest.raises(ValueError, match=r"zip_streams: 'b' \(.*\) gave 2 steps for steps 4:9"):
+        s[4:9]
+    short = zip_streams({"a": np.arange(9), "v": Opener(6)}, length=9)  # declared wrong
+    with pytest.raises(ValueError, match=r"'v' .*declared length 9 but it has 6 steps"):
+        short[0:2]
+    loader = streamseq.StreamLoader([s], batch_size=1, tbins=3)
+    with pytest.raises(streamseq.StreamError, match=r"stream 0.*'b'.*steps 6:9"):
+        list(loader)
+
+
+def test_declared_lengths_are_checked_against_the_parts():
+    s = zip_streams({"a": np.arange(9), "b": np.arange(9)})
+    with pytest.raises(streamseq.StreamError, match="declared length 6 but the stream has 9"):
+        streamseq.StreamLoader([s], batch_size=1, tbins=3, lengths=[6])
+    loader = streamseq.StreamLoader([s], batch_size=1, tbins=3, lengths=[9])
+    assert sum(int(b.valid.sum()) for b in loader) == 9

@@ -237,15 +237,33 @@ class StreamLoader:
 
     @property
     def epoch(self) -> int:
-        """The epoch of the next pass.
+        """The epoch of the pass in progress, else the epoch the next pass reads.
 
-        It advances by one when a pass ends, and when a new pass starts after one that
-        was left before its end (so every new pass reshuffles, as with a DataLoader),
-        unless :meth:`set_epoch` chose it: then every pass reads that epoch until
-        ``set_epoch`` is called again, as with a ``DistributedSampler``. A position loaded
-        by :meth:`load_state_dict` is resumed first.
+        A pass is in progress from ``iter(loader)`` until it ends, is closed, or its
+        iterator is let go. The epoch advances by one when a pass ends, and when a pass
+        is let go before its end (a peek, ``next(iter(loader))``, or a loop left with
+        ``break``): the next pass reshuffles, as with a DataLoader. Unless
+        :meth:`set_epoch` chose it: then every pass reads that epoch until ``set_epoch``
+        is called again, as with a ``DistributedSampler``. A position loaded by
+        :meth:`load_state_dict` is resumed first. :meth:`state_dict` and
+        :attr:`progress` tell where the run stands, which after a pass left before its
+        end is still that pass' epoch (a checkpoint taken there resumes it).
+
+        Example:
+            >>> import numpy as np
+            >>> loader = StreamLoader([np.arange(6)], batch_size=1, tbins=2, shuffle=True)
+            >>> _ = next(iter(loader))  # a peek: the pass is let go
+            >>> loader.epoch, loader.state_dict()["epoch"]
+            (1, 0)
         """
         self._sync()
+        live = self._active() if self._active is not None else None
+        if live is not None and not live.closed:
+            return self._epoch
+        if self._deferred is not None:  # as __iter__ decides
+            return self._deferred
+        if self._position.started and not self._chosen:
+            return self._epoch + 1
         return self._epoch
 
     def _sync(self) -> None:
@@ -384,9 +402,14 @@ class StreamLoader:
         return self._latest.stats(self._epoch)
 
     def plan(self) -> EpochPlan:
-        """The plan of the current epoch (computed once per epoch, or once for all)."""
+        """The plan of the epoch where the run stands (computed once per epoch, or once for all).
+
+        That of the pass in progress, or of the last one (:meth:`state_dict` saves a
+        position in it); past the end of a pass, the next epoch's.
+        """
         with self._lock.get():
-            epoch = self.epoch
+            self._sync()
+            epoch = self._epoch
             if self._epochs.cached(epoch) is None:
                 self._whole = None
             return self._epochs.plan(epoch)
@@ -651,13 +674,33 @@ class StreamLoader:
 
     @property
     def num_workers(self) -> int | str:
-        """The workers reading the batches: ``"auto"`` until the first batches chose.
+        """The setting: the number of workers given, or ``"auto"`` until the trial chose.
 
         With ``num_workers="auto"``, the number chosen (an int) once the first batches
-        have been timed both ways (:class:`~streamseq.loader.run.Trial`).
+        have been timed both ways (:class:`~streamseq.loader.run.Trial`; with short
+        epochs that may take more than one pass). Until then the batches are read in
+        this process, then by the workers tried: :attr:`workers_in_use` tells which.
         """
         self._trial_now()
         return "auto" if self.config.auto else self.config.num_workers
+
+    @property
+    def workers_in_use(self) -> int:
+        """The workers reading the batches of the pass in progress, or of the next one.
+
+        Always an int (0: the calling process reads). With a number of workers given,
+        that number (at most one a row: ``batch_size``); with ``num_workers="auto"``,
+        0 then the number tried while the trial runs, then the number chosen (equal to
+        :attr:`num_workers` from then on).
+
+        Example:
+            >>> import numpy as np
+            >>> StreamLoader([np.arange(6)] * 2, 2, 2, num_workers=4).workers_in_use
+            2
+        """
+        trial = self._trial_now()
+        count = trial.now() if trial is not None else self.config.num_workers
+        return min(count, self.spec.batch_size)
 
     def _newer_running(self, it: Pass) -> bool:
         newer = self._active() if self._active is not None else None

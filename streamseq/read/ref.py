@@ -117,6 +117,9 @@ def known_length(stream: Any) -> int | None:
     """
     if isinstance(stream, (ArrayTree, list)):
         return len(stream)
+    own = getattr(type(stream), "known_length", None)  # (a zip_streams of parts measured)
+    if callable(own):
+        return own(stream)
     shape = getattr(stream, "shape", None)
     return len(stream) if isinstance(shape, tuple) and shape else None
 

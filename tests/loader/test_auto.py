@@ -122,3 +122,27 @@ def test_auto_copies_start_their_own_trial(quick_trial):
     assert isinstance(loader.num_workers, int)
     assert copy.copy(loader).num_workers == loader.num_workers
     loader.close()
+
+
+def test_auto_tells_the_workers_in_use_during_the_first_pass(quick_trial):
+    loader = StreamLoader(STREAMS, 4, 5, transform=slow, num_workers="auto")
+    tried = min(auto_workers(), 4)
+    assert loader.workers_in_use == 0  # the trial starts in this process
+    seen, settings = [], []
+    for _ in loader:
+        seen.append(loader.workers_in_use)
+        settings.append(loader.num_workers)
+    assert all(type(n) is int for n in seen)
+    assert seen[0] == 0 and tried in seen  # this process, then the workers tried
+    assert type(loader.num_workers) is int  # chosen within the pass (a quick trial)
+    first = next(i for i, n in enumerate(settings) if n != "auto")
+    assert all(n == loader.num_workers for n in settings[first:])
+    assert seen[first:] == [loader.num_workers] * (len(seen) - first)
+    assert loader.workers_in_use == loader.num_workers
+    loader.close()
+
+
+def test_workers_in_use_is_the_number_given():
+    assert StreamLoader(STREAMS, 4, 5).workers_in_use == 0
+    assert StreamLoader(STREAMS, 4, 5, num_workers=3, method="thread").workers_in_use == 3
+    assert StreamLoader(STREAMS, 2, 5, num_workers=3, method="thread").workers_in_use == 2
