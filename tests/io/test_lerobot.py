@@ -270,9 +270,11 @@ def test_timestamps_that_disagree_with_the_video(copy, version):
 def test_rows_of_another_episode(copy):
     root = copy("v3.0")
     _edit_episodes(root, "dataset_from_index", 1, 10)  # two rows early
-    with pytest.raises(SourceError, match="episode 1.*step 0 is a row of episode 0"):
+    _edit_episodes(root, "dataset_to_index", 1, 30)
+    with pytest.raises(SourceError, match="episode 1: .* row 30 of the file is of this episode"):
         lerobot(root, episodes=[1])[0][:]
     _edit_episodes(root, "dataset_from_index", 1, 14)  # two rows late: past the file's end
+    _edit_episodes(root, "dataset_to_index", 1, 34)
     with pytest.raises(SourceError, match="episode 1: .* rows at 14:34 .* holds 32"):
         lerobot(root, episodes=[1])[0][:]
 
@@ -412,7 +414,7 @@ def test_a_path_template_leaving_the_root_is_refused(copy, tmp_path, version, ke
         episodes = lerobot(root)
         episodes[0][:]
     assert str(root) in str(e.value) and "outside" in str(e.value)
-    info[key] = f"{root.name}/../{info[key][3:].split('/', 1)[1]}"  # back inside: allowed
+    info[key] = f"data/../{info[key][3:].split('/', 1)[1]}"  # out of data/, in the root
     (root / "meta/info.json").write_text(json.dumps(info))
     assert len(lerobot(root)[0][:]["action"]) == LENGTHS[0]
 
@@ -548,7 +550,8 @@ def test_a_length_0_episode_is_an_empty_stream(copy):
     root = copy("v2.1")
     (root / "meta/episodes.jsonl").write_text(
         (root / "meta/episodes.jsonl").read_text()
-        + json.dumps({"episode_index": 4, "length": 0}) + "\n"
+        + json.dumps({"episode_index": 4, "length": 0})
+        + "\n"
     )
     src = root / "data/chunk-000/episode_000003.parquet"
     pq.write_table(pq.read_table(src).slice(0, 0), root / "data/chunk-000/episode_000004.parquet")
