@@ -24,10 +24,12 @@ table row or video is read before an episode is. An episode reads, in the proces
 reads it, only the row groups that hold its rows (:mod:`streamseq.io.table`'s reader of
 the file, shared by its episodes) and only its window of each video
 (:func:`streamseq.io.video` with ``start`` and ``stop``, whose demuxing pass is made once
-per file and process). The frame of a row is the one a player shows at the row's time
-(the episode's ``from_timestamp`` plus the row's ``timestamp``), within half a frame, as
-LeRobot checks it: the frame whose time is nearest, which must be less than half a frame
-away.
+per file and process). The frame of a row is the frame of the video nearest the row's
+time (the episode's ``from_timestamp`` plus the row's ``timestamp``), by the video's own
+timestamps, as LeRobot's reader takes it, and it must be at most half a frame of the video
+away; the video's rate must be a whole multiple of ``info.json``'s ``fps`` (the rate of
+the rows). Every path made from the metadata stays inside the dataset's root, and
+malformed metadata is a :class:`~streamseq.errors.SourceError` naming the dataset.
 """
 
 from __future__ import annotations
@@ -246,7 +248,7 @@ class _LeRobotEpisode(Source):
                 )
             seconds = self._seconds_per_frame(camera, where, a, b)
             wanted = camera.offset + times
-            index = nearest_frames(frame_times, wanted)
+            index = _nearest_frames(frame_times, wanted)
             off = np.abs(frame_times[index] - wanted)
             half = 0.5 * seconds
             bad = ~(off <= half + TIME_TOLERANCE)  # NaN times too
@@ -301,7 +303,7 @@ class _LeRobotEpisode(Source):
         return seconds
 
 
-def nearest_frames(times: np.ndarray, times_asked: np.ndarray) -> np.ndarray:
+def _nearest_frames(times: np.ndarray, times_asked: np.ndarray) -> np.ndarray:
     """The frame nearest each time (the earlier of two at the same distance).
 
     Args:
@@ -312,7 +314,7 @@ def nearest_frames(times: np.ndarray, times_asked: np.ndarray) -> np.ndarray:
         The frame index at each time (int64).
 
     Example:
-        >>> nearest_frames(np.array([0.0, 0.1, 0.2]), np.array([0.04, 0.05, 0.06, 0.5, -1]))
+        >>> _nearest_frames(np.array([0.0, 0.1, 0.2]), np.array([0.04, 0.05, 0.06, 0.5, -1]))
         array([0, 0, 1, 2, 0])
     """
     asked = np.asarray(times_asked, np.float64)
@@ -557,8 +559,15 @@ def _v21_episodes(files: _Files, info: dict[str, Any]) -> list[dict[str, Any]]:
     return episodes
 
 
-def _v30_episodes(files: _Files, info: dict[str, Any], cameras: list[str]) -> list[dict[str, Any]]:
-    """As :func:`_v21_episodes`, from ``meta/episodes/*/*.parquet``."""
+def _v30_episodes(
+    files: _Files, info: dict[str, Any], cameras: list[str], fps: float
+) -> list[dict[str, Any]]:
+    """As :func:`_v21_episodes`, from ``meta/episodes/*/*.parquet``.
+
+    A camera's window must last the episode's rows (``length / fps`` seconds) within a
+    frame, and the windows of one video file must not overlap: a window elsewhere in
+    the video would give frames of other episodes.
+    """
     data_path, video_path = (
         _template(files, info, n, d)
         for n, d in zip(("data_path", "video_path"), _DEFAULT_PATHS["v3.0"], strict=True)
@@ -621,6 +630,13 @@ def _v30_episodes(files: _Files, info: dict[str, Any], cameras: list[str]) -> li
                     f"{what}: the window from_timestamp {v['from_timestamp']!r} to "
                     f"to_timestamp {v['to_timestamp']!r} is not one of the video (seconds)"
                 )
+            lasts = window[1] - window[0]
+            if length and abs(lasts - length / fps) > 1 / fps + TIME_TOLERANCE:
+                raise files.error(
+                    f"{what}: the window from_timestamp {window[0]:g} to to_timestamp "
+                    f"{window[1]:g} lasts {lasts:g} s, not the {length / fps:g} s of its "
+                    f"{length} rows at {fps:g} fps"
+                )
             path = _fill(
                 files,
                 video_path,
@@ -648,7 +664,24 @@ def _v30_episodes(files: _Files, info: dict[str, Any], cameras: list[str]) -> li
                 "videos": videos,
             }
         )
+    for cam in cameras:
+        _no_overlap(files, cam, [(e["videos"][cam], e["index"]) for e in episodes if e["length"]])
     return episodes
+
+
+def _no_overlap(
+    files: _Files, camera: str, windows: list[tuple[tuple[str, tuple[float, float]], int]]
+) -> None:
+    """A SourceError when two episodes' windows of one video file overlap."""
+    ordered = sorted(windows, key=lambda w: (w[0][0], w[0][1]))
+    for ((path, (_, stop)), one), ((other, (start, _)), two) in zip(
+        ordered, ordered[1:], strict=False
+    ):
+        if path == other and start < stop - TIME_TOLERANCE:
+            raise files.error(
+                f"episodes {one} and {two}, camera {camera!r}: their windows of {path} "
+                f"overlap (one ends at {stop:g} s, the other starts at {start:g} s)"
+            )
 
 
 def _features(files: _Files, info: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -686,8 +719,11 @@ def lerobot(
     ``timestamp``, ...; a vector column is ``[k]``), so a batch's ``data`` is a dict of
     ``[B, T, ...]`` arrays. The row's time is its ``timestamp`` (seconds from the
     episode's start) plus the episode's start in the video (v3.0's ``from_timestamp``;
-    0 for v2.1's videos of one episode); its frame is the one nearest that time, which
-    must be less than half a frame away (LeRobot's own check).
+    0 for v2.1's videos of one episode); its frame is the one of the video nearest that
+    time (the earlier of two at the same distance, as LeRobot's reader), which must be at
+    most half a frame of the video away. ``info.json``'s ``fps`` is the rows' rate: the
+    video's must be a whole multiple of it (a dataset downsampled by keeping every k-th
+    row reads the frames of its rows).
 
     The metadata is read here (``meta/info.json`` and the episodes' lengths and files),
     nothing else: ``len`` of an episode is its length in the metadata, and opens no file.
@@ -702,9 +738,10 @@ def lerobot(
             protocol; see :mod:`streamseq.io.remote`).
         cameras: the video features to read (all of them by default; ``[]`` for none).
         columns: the table's columns to give (by default, every feature that is not an
-            image or a video).
-        episodes: the ``episode_index`` of the episodes to read, in this order (all, by
-            index, by default).
+            image or a video; ``[]`` for none, with at least one camera).
+        episodes: the ``episode_index`` of the episodes to read (integers, at least one),
+            in this order (all, by index, by default). An episode of length 0 is an
+            empty stream.
         storage_options: for a URL, the options of its fsspec filesystem (endpoint,
             credentials); kept by the episodes, so that every worker connects with
             them, and never shown.
@@ -717,14 +754,20 @@ def lerobot(
     Raises:
         ImportError: pyarrow is missing (the ``table`` extra), or fsspec for a URL (the
             ``remote`` extra).
-        ValueError: ``storage_options`` given with a local path.
+        ValueError: ``storage_options`` given with a local path; nothing to read (no
+            camera and no column); no episode asked for, or an index that is not an
+            integer (a bool, a float).
         streamseq.errors.SourceError: naming the dataset (and the episode, the camera
             or the column concerned): ``codebase_version`` is not one of
-            :data:`SUPPORTED_VERSIONS`, a file of the metadata is missing, a camera or a
-            column is not in the dataset, an episode asked for is not; when an episode is
-            read, its video window holds fewer frames than it has rows, a row's time is
-            more than half a frame from every frame, its rows are not in the data file
-            where the metadata puts them.
+            :data:`SUPPORTED_VERSIONS`, a file of the metadata is missing or malformed
+            (``fps`` not a positive number, a length or an index not an integer >= 0,
+            an episode listed twice, a path template that cannot be filled), a path made
+            from the metadata leaves the dataset's root, a camera or a column is not in
+            the dataset, an episode asked for is not; when an episode is read, the
+            video's rate is not a whole multiple of ``fps``, its video window holds
+            fewer frames than it has rows, a row's time is more than half a frame from
+            every frame, its rows are not in the data file where the metadata puts them
+            or the file holds more of them.
 
     Example:
         >>> import streamseq
@@ -774,7 +817,7 @@ def lerobot(
         for e in found:
             e["videos"] = {cam: e["videos"][cam] for cam in chosen}
     else:
-        found = _v30_episodes(files, info, chosen)
+        found = _v30_episodes(files, info, chosen, fps)
     by_index = {}
     for e in found:
         if by_index.setdefault(e["index"], e) is not e:

@@ -6,6 +6,8 @@ import sys
 import numpy as np
 import pytest
 from helpers import as_numpy, assert_same
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from media import LEROBOT_CAMERAS, plain_video_times, write_lerobot
 from servers import s3_server  # noqa: F401
 
@@ -233,13 +235,24 @@ def test_missing_camera_in_the_episodes_metadata(copy):
 def test_a_window_shorter_than_its_rows(copy):
     root = copy("v3.0")
     _edit_episodes(root, f"videos/{CAMERAS[0]}/to_timestamp", 1, 1.2 + 18 / 10)
+    with pytest.raises(SourceError) as e:
+        lerobot(root)
+    message = str(e.value)
+    assert str(root) in message and "episode 1" in message and CAMERAS[0] in message
+    assert "lasts 1.8 s, not the 2 s of its 20 rows at 10 fps" in message
+
+
+def test_a_video_shorter_than_its_rows(copy):
+    root = copy("v2.1")
+    short = root / f"videos/chunk-000/{CAMERAS[0]}/episode_000003.mp4"  # 9 frames
+    shutil.copy(short, root / f"videos/chunk-000/{CAMERAS[0]}/episode_000001.mp4")
     episodes = lerobot(root)
     episodes[0][:]  # others are fine
     with pytest.raises(SourceError) as e:
         episodes[1][:4]
     message = str(e.value)
     assert str(root) in message and "episode 1" in message and CAMERAS[0] in message
-    assert "holds 18 frames for 20 rows" in message
+    assert "holds 9 frames for 20 rows" in message
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -346,12 +359,13 @@ def test_an_fps_that_disagrees_with_the_video(copy, version, fps):
     # cannot all fall on frames of the video
     root = copy(version)
     _edit_info(root, fps=fps)
-    episode = lerobot(root, episodes=[1])[0]
     with pytest.raises(SourceError) as e:
-        episode[:]
+        lerobot(root, episodes=[1])[0][:]  # v3.0: its windows last other times than its rows
     message = str(e.value)
-    assert str(root) in message and "episode 1" in message and "fps" in message
-    assert CAMERAS[0] in message and "steps 0 to 20" in message
+    assert str(root) in message and "episode" in message and "fps" in message
+    assert CAMERAS[0] in message
+    if version == "v2.1":
+        assert "episode 1" in message and "steps 0 to 20" in message
 
 
 @pytest.mark.parametrize("fps", [float("nan"), 0, -10, "10", None, True, float("inf"), "drop"])
@@ -469,9 +483,9 @@ def test_a_length_that_is_not_the_rows_is_an_error(copy, version, change):
     lengths = list(LENGTHS)
     lengths[1] += change
     _set_lengths(root, version, lengths)  # the rows stay where they are
-    episodes = lerobot(root)
-    episodes[0][:]
     with pytest.raises(SourceError) as e:
+        episodes = lerobot(root)  # v3.0: the windows of the videos last other times
+        episodes[0][:]
         episodes[1][:]
     message = str(e.value)
     assert str(root) in message and "episode 1" in message
@@ -595,3 +609,93 @@ def test_open_files_stay_flat_over_datasets_read_and_dropped(datasets, tmp_path)
         read(k)
     gc.collect()
     assert _open_files() <= before
+
+
+# -- any mutation of valid metadata: the right frames, or an error naming the dataset ------
+
+_REFERENCE: dict = {}  # per layout: every episode of the valid dataset, read whole
+_ODD_VALUES = [None, "x", [], {}, True, float("nan"), 0, -1, 1.5, 10**9, "../../../etc"]
+_INFO_KEYS = ["fps", "codebase_version", "features", "data_path", "video_path", "chunks_size"]
+
+
+def _mutation():
+    value = st.sampled_from(_ODD_VALUES) | st.sampled_from(["drop", "+1", "-1", "../"])
+    info = st.tuples(st.just("info"), st.sampled_from(_INFO_KEYS), value)
+    columns = ["episode_index", "length", "dataset_from_index", "dataset_to_index"]
+    columns += [f"videos/{c}/{f}" for c in CAMERAS for f in ("from_timestamp", "file_index")]
+    episode = st.tuples(st.integers(0, len(LENGTHS) - 1), st.sampled_from(columns), value)
+    return info | st.tuples(st.just("episodes"), episode, st.none())
+
+
+def _changed(old, how):
+    if how == "+1" or how == "-1":
+        number = _seconds_or_none(old)
+        return old if number is None else type(old)(number + int(how))
+    if how == "../":
+        return f"../{old}" if isinstance(old, str) else "../"
+    return how
+
+
+def _seconds_or_none(value):
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _mutate(root, version, mutation):
+    kind, what, how = mutation
+    if kind == "info":
+        key = what
+        info = json.loads((root / "meta/info.json").read_text())
+        if how == "drop":
+            info.pop(key, None)
+        else:
+            info[key] = _changed(info.get(key), how)
+        (root / "meta/info.json").write_text(json.dumps(info))
+        return
+    episode, column, how = what
+    if version == "v2.1":
+        if column not in ("episode_index", "length"):
+            return
+        lines = (root / "meta/episodes.jsonl").read_text().splitlines()
+        entry = json.loads(lines[episode])
+        if how == "drop":
+            entry.pop(column)
+        else:
+            entry[column] = _changed(entry[column], how)
+        lines[episode] = json.dumps(entry)
+        (root / "meta/episodes.jsonl").write_text("\n".join(lines) + "\n")
+        return
+    path = root / "meta/episodes/chunk-000/file-000.parquet"
+    meta = pq.read_table(path).to_pydict()
+    if how == "drop":
+        del meta[column]
+    else:
+        meta[column][episode] = _changed(meta[column][episode], how)
+    try:
+        table = pa.table(meta)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        table = pa.table({k: pa.array([repr(v) for v in vs]) for k, vs in meta.items()})
+    pq.write_table(table, path)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(version=st.sampled_from(VERSIONS), mutation=_mutation())
+def test_mutated_metadata_reads_right_or_names_the_dataset(
+    datasets, tmp_path_factory, version, mutation
+):
+    if version not in _REFERENCE:
+        _REFERENCE[version] = {e.index: e[:] for e in lerobot(datasets[version])}
+    root = tmp_path_factory.mktemp("mutant") / version
+    shutil.copytree(datasets[version], root)
+    _mutate(root, version, mutation)
+    try:
+        episodes = lerobot(root)
+        for e in episodes:
+            got = e[:] if len(e) else e[0:0]
+            want = _REFERENCE[version][e.index]
+            assert got.keys() == want.keys()
+            for key in want:
+                np.testing.assert_array_equal(got[key], want[key], err_msg=f"{mutation} {key}")
+    except (SourceError, ValueError) as error:
+        assert str(root) in str(error), mutation
+    finally:
+        shutil.rmtree(root)
