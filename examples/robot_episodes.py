@@ -10,7 +10,7 @@ the square's position ``(x, y)`` in pixels and its action the move to the next p
 
 :func:`streamseq.io.lerobot` makes one stream per episode from the metadata alone: a step
 is ``{"observation.images.front", "observation.state", "action"}``, the frame being the
-one shown at the row's timestamp in the episode's window of its video; two worker
+one nearest the row's timestamp in the episode's window of its video; two worker
 processes read the episodes, each only the row groups and the video window it needs. The
 example prints, for the first step of each row, the state and where the square is in the
 frame.

@@ -24,10 +24,12 @@ table row or video is read before an episode is. An episode reads, in the proces
 reads it, only the row groups that hold its rows (:mod:`streamseq.io.table`'s reader of
 the file, shared by its episodes) and only its window of each video
 (:func:`streamseq.io.video` with ``start`` and ``stop``, whose demuxing pass is made once
-per file and process). The frame of a row is the one a player shows at the row's time
-(the episode's ``from_timestamp`` plus the row's ``timestamp``), within half a frame, as
-LeRobot checks it: the frame whose time is nearest, which must be less than half a frame
-away.
+per file and process). The frame of a row is the frame of the video nearest the row's
+time (the episode's ``from_timestamp`` plus the row's ``timestamp``), by the video's own
+timestamps, as LeRobot's reader takes it, and it must be at most half a frame of the video
+away; the video's rate must be a whole multiple of ``info.json``'s ``fps`` (the rate of
+the rows). Every path made from the metadata stays inside the dataset's root, and
+malformed metadata is a :class:`~streamseq.errors.SourceError` naming the dataset.
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ from __future__ import annotations
 import functools
 import glob
 import json
+import math
 import os
+import posixpath
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,8 +50,9 @@ import numpy as np
 from streamseq.errors import SourceError, StreamError
 from streamseq.io import remote
 from streamseq.io._base import Source
-from streamseq.io.table import _READERS, _Episode, _Key, _Options, _pyarrow, _Reader
-from streamseq.io.video import TIME_TOLERANCE, _Video, shown_frames, video
+from streamseq.io.table import _READERS, _Episode, _Key, _Options, _pyarrow, _Reader, _to_numpy
+from streamseq.io.video import TIME_TOLERANCE, _Video, video
+from streamseq.read.handle import ProcessLocal
 
 T = TypeVar("T")
 
@@ -67,6 +72,9 @@ _DEFAULT_PATHS = {
 
 #: feature dtypes that are not table columns of numbers (cameras; images in the table)
 _NOT_COLUMNS = ("video", "image")
+
+#: how far the video's frame rate may be from a whole multiple of ``fps`` (relative)
+RATE_TOLERANCE = 0.02
 
 
 @dataclass(frozen=True)
@@ -100,10 +108,14 @@ class _LeRobotEpisode(Source):
         self.columns = columns
         self.fps = float(fps)
         self._rows: _Episode | None = None  # made in the process that reads
+        self._frame_seconds: dict[str, float] = {}  # per camera, found where it is read
+        self._file: ProcessLocal[_Reader] | None = None  # the data file's reader handle
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_rows"] = None  # found again from the file's footer where it is read
+        state["_frame_seconds"] = {}
+        state["_file"] = None  # taken again by key where it is read
         return state
 
     def __repr__(self) -> str:
@@ -135,14 +147,28 @@ class _LeRobotEpisode(Source):
             camera.video.close()
 
     def _empty(self) -> dict[str, np.ndarray]:
-        return {k: v[:0] for k, v in self._locked_read(0, 1).items()}
+        if self.length:
+            return {k: v[:0] for k, v in self._locked_read(0, 1).items()}
+        try:  # no row to read: the shapes of the table's schema and of the videos
+            reader = self._reader()
+            empty = reader.file.schema_arrow.empty_table()
+            out = {c.name: c.video[0:0] for c in self.cameras}
+            out.update((n, _to_numpy(empty.column(n), self.path, n)) for n in self.columns)
+        except StreamError as e:
+            raise _named(e, self._where()) from e
+        return out
+
+    def _reader(self) -> _Reader:
+        """The reader of the data file in this process (held while this episode is)."""
+        if self._file is None:
+            self._file = _READERS.of(self.key)
+        with self._file.lock:
+            return self._file.get(functools.partial(_Reader, self.key))
 
     def _table_rows(self) -> _Episode:
         """The episode's rows as a stream of :mod:`streamseq.io.table` (from the footer)."""
         if self._rows is None:
-            handle = _READERS.of(self.key)
-            with handle.lock:
-                reader = handle.get(functools.partial(_Reader, self.key))
+            reader = self._reader()
             meta = reader.file.metadata
             sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
             bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
@@ -153,6 +179,14 @@ class _LeRobotEpisode(Source):
                     f"{self._where()}: the metadata puts its rows at {first}:{end} of the "
                     f"data file, which holds {bounds[-1]}",
                 )
+            for row in (first - 1, end):  # the rows around the episode's: of others
+                if 0 <= row < bounds[-1] and self._episode_at(reader, bounds, row) == self.index:
+                    raise SourceError(
+                        self.path,
+                        f"{self._where()}: the metadata gives it {self.length} rows, at "
+                        f"{first}:{end} of the data file, but row {row} of the file is of "
+                        "this episode too: its length in the metadata is not its rows'",
+                    )
             runs = []
             for g in range(int(np.searchsorted(bounds, first, side="right")) - 1, len(sizes)):
                 lo, hi = max(first, bounds[g]), min(end, bounds[g + 1])
@@ -160,8 +194,20 @@ class _LeRobotEpisode(Source):
                     break
                 if lo < hi:
                     runs.append((g, lo - bounds[g], hi - bounds[g]))
-            self._rows = _Episode(self.key, self.index, np.array(runs, np.int64))
+            runs_array = np.array(runs, np.int64).reshape(len(runs), 3)
+            self._rows = _Episode(self.key, self.index, runs_array)
         return self._rows
+
+    def _episode_at(self, reader: _Reader, bounds: np.ndarray, row: int) -> Any:
+        """The ``episode_index`` of row ``row`` of the data file (one column read)."""
+        group = int(np.searchsorted(bounds, row, side="right")) - 1
+        try:
+            column = reader.file.read_row_group(group, columns=["episode_index"]).column(0)
+        except Exception as e:  # pyarrow's errors
+            raise SourceError(
+                self.path, f"{self._where()}: cannot read row {row}: {type(e).__name__}: {e}"
+            ) from None
+        return column[row - int(bounds[group])].as_py()
 
     def _read(self, handle: None, a: int, b: int) -> dict[str, np.ndarray]:
         try:
@@ -182,9 +228,15 @@ class _LeRobotEpisode(Source):
         return out
 
     def _frames(self, camera: _Camera, times: np.ndarray, a: int) -> np.ndarray:
-        """The frames of ``camera`` shown at the times of steps ``a`` on."""
+        """The frames of ``camera`` nearest the times of steps ``a`` on.
+
+        The nearest frame of the episode's window, by the video's own timestamps (the
+        earlier of two at the same distance, as LeRobot's reader), which must be at most
+        half a frame of the video away.
+        """
         where = self._where(camera.name)
         v = camera.video
+        b = a + len(times)
         try:
             frame_times = v.timestamps  # the window's frames (demuxed once per file)
             if len(frame_times) < self.length:
@@ -194,18 +246,19 @@ class _LeRobotEpisode(Source):
                     f"{where}: the video window {window} holds {len(frame_times)} frames "
                     f"for {self.length} rows",
                 )
+            seconds = self._seconds_per_frame(camera, where, a, b)
             wanted = camera.offset + times
-            half = 0.5 / self.fps
-            index = shown_frames(frame_times, wanted + half)
-            off = np.abs(frame_times[np.maximum(index, 0)] - wanted)
-            bad = (index < 0) | (off > half + TIME_TOLERANCE)
+            index = _nearest_frames(frame_times, wanted)
+            off = np.abs(frame_times[index] - wanted)
+            half = 0.5 * seconds
+            bad = ~(off <= half + TIME_TOLERANCE)  # NaN times too
             if bad.any():
                 k = int(np.flatnonzero(bad)[0])
                 raise SourceError(
                     _public(v.path),
                     f"{where}: step {a + k} (timestamp {times[k]:.6g} s, video time "
                     f"{wanted[k]:.6g} s) is {off[k]:.6g} s from the nearest frame, more than "
-                    f"half a frame ({half:.6g} s at {self.fps:g} fps)",
+                    f"half a frame ({half:.6g} s at {1 / seconds:.6g} frames per second)",
                 )
             lo, hi = int(index.min()), int(index.max()) + 1
             block = v[lo:hi]
@@ -214,6 +267,63 @@ class _LeRobotEpisode(Source):
         return (
             block if hi - lo == len(index) and (np.diff(index) == 1).all() else block[index - lo]
         )
+
+    def _seconds_per_frame(self, camera: _Camera, where: str, a: int, b: int) -> float:
+        """The duration of a frame of the camera's video, checked against ``fps``.
+
+        The median interval of the file's frames (its average rate for a file of one
+        frame; ``1 / fps`` when it tells none). The video's rate must be a whole multiple
+        of the rows' (``info.json``'s ``fps``): every row of a dataset, downsampled or
+        not, falls on a frame.
+
+        Raises:
+            SourceError: naming the dataset, the episode, the camera and the steps read,
+                when the rates disagree.
+        """
+        seconds = self._frame_seconds.get(camera.name)
+        if seconds is not None:
+            return seconds
+        v = camera.video
+        times = v.probe().times
+        if len(times) > 1:
+            seconds = float(np.median(np.diff(times)))
+        else:
+            rate = float(v.fps)
+            seconds = 1 / rate if math.isfinite(rate) and rate > 0 else 1 / self.fps
+        ratio = 1 / (seconds * self.fps) if seconds > 0 else math.inf
+        whole = round(ratio) if math.isfinite(ratio) else 0
+        if whole < 1 or abs(ratio - whole) > RATE_TOLERANCE * whole:
+            raise SourceError(
+                _public(v.path),
+                f"{where}: steps {a} to {b}: info.json's fps {self.fps:g} disagrees with the "
+                f"video, at {1 / seconds if seconds > 0 else math.inf:.6g} frames per second "
+                "(rows at that rate do not fall on its frames)",
+            )
+        self._frame_seconds[camera.name] = seconds
+        return seconds
+
+
+def _nearest_frames(times: np.ndarray, times_asked: np.ndarray) -> np.ndarray:
+    """The frame nearest each time (the earlier of two at the same distance).
+
+    Args:
+        times: seconds of the frames, sorted (at least one).
+        times_asked: seconds to look up.
+
+    Returns:
+        The frame index at each time (int64).
+
+    Example:
+        >>> _nearest_frames(np.array([0.0, 0.1, 0.2]), np.array([0.04, 0.05, 0.06, 0.5, -1]))
+        array([0, 0, 1, 2, 0])
+    """
+    asked = np.asarray(times_asked, np.float64)
+    if len(times) == 1:
+        return np.zeros(len(asked), np.int64)
+    after = np.clip(np.searchsorted(times, asked, side="left"), 1, len(times) - 1)
+    before = after - 1
+    earlier = asked - times[before] <= times[after] - asked
+    return np.where(earlier, before, after).astype(np.int64)
 
 
 def _named(error: StreamError, where: str) -> StreamError:
@@ -242,6 +352,29 @@ class _Files:
         if self.url:
             return f"{self.root}/{relative}"
         return os.path.join(self.root, *relative.split("/"))
+
+    def inside(self, relative: str, key: str, what: str) -> str:
+        """The path of ``relative``, a path made from the metadata's ``key``.
+
+        It must stay inside the dataset's root: for a folder, once ``..`` and symbolic
+        links are resolved; for a URL, once its path is percent-decoded and normalised.
+
+        Raises:
+            SourceError: naming the dataset, ``what`` (the episode, the camera) and
+                ``key``, for a path that leaves the root.
+        """
+        if self.url:
+            plain = urllib.parse.unquote(relative).replace("\\", "/")
+            normal = posixpath.normpath(plain)
+            escapes = normal == ".." or normal.startswith(("../", "/")) or "://" in plain
+            escapes = escapes or any(c in plain for c in "?#")
+        else:
+            base = os.path.realpath(self.root)
+            real = os.path.realpath(self.path(relative))
+            escapes = os.path.commonpath([base, real]) != base
+        if escapes:
+            raise self.error(f"{what}: {key} gives {relative!r}, outside the dataset: refused")
+        return self.path(relative)
 
     def error(self, what: str) -> SourceError:
         return SourceError(self.name, f"LeRobot dataset {self.name}: {self._scrub(what)}")
@@ -322,46 +455,121 @@ def _read_local(path: str) -> bytes:
         return f.read()
 
 
-def _template(info: dict[str, Any], name: str, default: str) -> str:
+def _template(files: _Files, info: dict[str, Any], name: str, default: str) -> str:
     value = info.get(name)
-    return value if isinstance(value, str) and value else default
+    if value is None:
+        return default
+    if not isinstance(value, str) or not value:
+        raise files.error(f"info.json's {name} is {value!r}, not a path template")
+    return value
+
+
+def _fill(files: _Files, template: str, name: str, what: str, **fields: Any) -> str:
+    """``template`` (info.json's ``name``) with ``fields``; a SourceError if it cannot be."""
+    try:
+        return template.format(**fields)
+    except (KeyError, IndexError, ValueError, AttributeError, TypeError) as e:
+        raise files.error(
+            f"{what}: info.json's {name} {template!r} cannot be filled with "
+            f"{sorted(fields)}: {type(e).__name__}: {e}"
+        ) from None
+
+
+def _integer(value: Any) -> int | None:
+    """``value`` as an int when it is one (a bool is not), else None."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        return None
+    return int(value)
+
+
+def _seconds(value: Any) -> float | None:
+    """``value`` as a finite float when it is a number (a bool is not), else None."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _fps(files: _Files, info: dict[str, Any]) -> float:
+    """info.json's ``fps``: a finite positive number, or a SourceError saying what it is."""
+    fps = _seconds(info.get("fps"))
+    if fps is None or fps <= 0:
+        raise files.error(
+            f"info.json's fps is {info.get('fps', 'missing')!r}, not a positive number of "
+            "frames per second"
+        )
+    return fps
+
+
+def _counts(files: _Files, what: str, fields: Mapping[str, Any]) -> dict[str, int]:
+    """The ``fields`` (names to values) as ints >= 0, or a SourceError naming ``what``."""
+    out = {}
+    for name, value in fields.items():
+        number = _integer(value)
+        if number is None or number < 0:
+            raise files.error(f"{what}: {name} is {value!r}, not an integer >= 0")
+        out[name] = number
+    return out
 
 
 def _v21_episodes(files: _Files, info: dict[str, Any]) -> list[dict[str, Any]]:
     """Per episode: index, length, data file and rows, and per camera video and window."""
-    lines = files.read("meta/episodes.jsonl").decode().splitlines()
+    lines = files.read("meta/episodes.jsonl").decode(errors="replace").splitlines()
     data_path, video_path = (
-        _template(info, n, d)
+        _template(files, info, n, d)
         for n, d in zip(("data_path", "video_path"), _DEFAULT_PATHS["v2.1"], strict=True)
     )
-    chunks = int(info.get("chunks_size") or 1000)
+    chunks = info.get("chunks_size", 1000)
+    if _integer(chunks) is None or chunks <= 0:
+        raise files.error(f"info.json's chunks_size is {chunks!r}, not an integer > 0")
     episodes = []
-    for line in lines:
+    for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        entry = json.loads(line)
-        index, length = int(entry["episode_index"]), int(entry["length"])
+        where = f"meta/episodes.jsonl line {number}"
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise files.error(f"{where} is not JSON: {e}") from None
+        if not isinstance(entry, dict):
+            raise files.error(f"{where} is not an object")
+        for name in ("episode_index", "length"):
+            if name not in entry:
+                raise files.error(f"{where}: no {name!r}")
+        fields = _counts(files, where, {n: entry[n] for n in ("episode_index", "length")})
+        index, length = fields["episode_index"], fields["length"]
+        what = f"episode {index}"
         chunk = index // chunks
-        videos = {
-            cam: (video_path.format(episode_chunk=chunk, video_key=cam, episode_index=index), None)
-            for cam in _video_features(info)
-        }
+        videos = {}
+        for cam in _video_features(files, info):
+            relative = _fill(
+                files,
+                video_path,
+                "video_path",
+                f"{what}, camera {cam!r}",
+                episode_chunk=chunk,
+                video_key=cam,
+                episode_index=index,
+            )
+            videos[cam] = (relative, None)
+        data = _fill(files, data_path, "data_path", what, episode_chunk=chunk, episode_index=index)
         episodes.append(
-            {
-                "index": index,
-                "length": length,
-                "data": data_path.format(episode_chunk=chunk, episode_index=index),
-                "rows": (0, length),
-                "videos": videos,
-            }
+            {"index": index, "length": length, "data": data, "rows": (0, length), "videos": videos}
         )
     return episodes
 
 
-def _v30_episodes(files: _Files, info: dict[str, Any], cameras: list[str]) -> list[dict[str, Any]]:
-    """As :func:`_v21_episodes`, from ``meta/episodes/*/*.parquet``."""
+def _v30_episodes(
+    files: _Files, info: dict[str, Any], cameras: list[str], fps: float
+) -> list[dict[str, Any]]:
+    """As :func:`_v21_episodes`, from ``meta/episodes/*/*.parquet``.
+
+    A camera's window must last the episode's rows (``length / fps`` seconds) within a
+    frame, and the windows of one video file must not overlap: a window elsewhere in
+    the video would give frames of other episodes.
+    """
     data_path, video_path = (
-        _template(info, n, d)
+        _template(files, info, n, d)
         for n, d in zip(("data_path", "video_path"), _DEFAULT_PATHS["v3.0"], strict=True)
     )
     found = files.glob("meta/episodes/*/*.parquet")
@@ -387,40 +595,113 @@ def _v30_episodes(files: _Files, info: dict[str, Any], cameras: list[str]) -> li
         part = files.parquet(path, wanted)
         for name in wanted:
             columns.setdefault(name, []).extend(part.column(name).to_pylist())
-    data_files = list(zip(columns["data/chunk_index"], columns["data/file_index"], strict=True))
+    rows = []  # per episode: its checked integers
+    for k in range(len(columns["episode_index"])):
+        fields = {name: columns[name][k] for name in base}
+        where = f"the episodes' metadata, row {k}"
+        if _integer(fields["episode_index"]) is not None:
+            where = f"episode {fields['episode_index']}"
+        row = _counts(files, where, fields)
+        if row["dataset_to_index"] - row["dataset_from_index"] != row["length"]:
+            raise files.error(
+                f"{where}: length {row['length']} is not dataset_to_index - "
+                f"dataset_from_index ({row['dataset_to_index']} - {row['dataset_from_index']})"
+            )
+        rows.append(row)
     first_row: dict[tuple[int, int], int] = {}  # global index of each data file's first row
-    for where, start in zip(data_files, columns["dataset_from_index"], strict=True):
-        first_row[where] = min(first_row.get(where, start), start)
+    for row in rows:
+        where = (row["data/chunk_index"], row["data/file_index"])
+        first_row[where] = min(
+            first_row.get(where, row["dataset_from_index"]), row["dataset_from_index"]
+        )
     episodes = []
-    for k, index in enumerate(columns["episode_index"]):
-        chunk, file = data_files[k]
-        start = columns["dataset_from_index"][k] - first_row[(chunk, file)]
-        length = int(columns["length"][k])
+    for k, row in enumerate(rows):
+        index, length = row["episode_index"], row["length"]
+        chunk, file = row["data/chunk_index"], row["data/file_index"]
+        start = row["dataset_from_index"] - first_row[(chunk, file)]
         videos = {}
         for cam in cameras:
+            what = f"episode {index}, camera {cam!r}"
             v = {f: columns[f"videos/{cam}/{f}"][k] for f in per_camera}
-            path = video_path.format(
-                video_key=cam, chunk_index=v["chunk_index"], file_index=v["file_index"]
+            where = _counts(files, what, {f: v[f] for f in ("chunk_index", "file_index")})
+            window = tuple(_seconds(v[f]) for f in ("from_timestamp", "to_timestamp"))
+            if None in window or not (window[0] < window[1] or (length == 0 <= window[0])):
+                raise files.error(
+                    f"{what}: the window from_timestamp {v['from_timestamp']!r} to "
+                    f"to_timestamp {v['to_timestamp']!r} is not one of the video (seconds)"
+                )
+            lasts = window[1] - window[0]
+            if length and abs(lasts - length / fps) > 1 / fps + TIME_TOLERANCE:
+                raise files.error(
+                    f"{what}: the window from_timestamp {window[0]:g} to to_timestamp "
+                    f"{window[1]:g} lasts {lasts:g} s, not the {length / fps:g} s of its "
+                    f"{length} rows at {fps:g} fps"
+                )
+            path = _fill(
+                files,
+                video_path,
+                "video_path",
+                what,
+                video_key=cam,
+                chunk_index=where["chunk_index"],
+                file_index=where["file_index"],
             )
-            videos[cam] = (path, (float(v["from_timestamp"]), float(v["to_timestamp"])))
+            videos[cam] = (path, window)
+        data = _fill(
+            files,
+            data_path,
+            "data_path",
+            f"episode {index}",
+            chunk_index=chunk,
+            file_index=file,
+        )
         episodes.append(
             {
-                "index": int(index),
+                "index": index,
                 "length": length,
-                "data": data_path.format(chunk_index=chunk, file_index=file),
-                "rows": (int(start), int(start) + length),
+                "data": data,
+                "rows": (start, start + length),
                 "videos": videos,
             }
         )
+    for cam in cameras:
+        _no_overlap(files, cam, [(e["videos"][cam], e["index"]) for e in episodes if e["length"]])
     return episodes
 
 
-def _video_features(info: dict[str, Any]) -> list[str]:
-    return [k for k, f in info.get("features", {}).items() if f.get("dtype") == "video"]
+def _no_overlap(
+    files: _Files, camera: str, windows: list[tuple[tuple[str, tuple[float, float]], int]]
+) -> None:
+    """A SourceError when two episodes' windows of one video file overlap."""
+    ordered = sorted(windows, key=lambda w: (w[0][0], w[0][1]))
+    for ((path, (_, stop)), one), ((other, (start, _)), two) in zip(
+        ordered, ordered[1:], strict=False
+    ):
+        if path == other and start < stop - TIME_TOLERANCE:
+            raise files.error(
+                f"episodes {one} and {two}, camera {camera!r}: their windows of {path} "
+                f"overlap (one ends at {stop:g} s, the other starts at {start:g} s)"
+            )
 
 
-def _column_features(info: dict[str, Any]) -> list[str]:
-    return [k for k, f in info.get("features", {}).items() if f.get("dtype") not in _NOT_COLUMNS]
+def _features(files: _Files, info: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """info.json's ``features``: names to objects, or a SourceError saying what is wrong."""
+    features = info.get("features", {})
+    if not isinstance(features, dict):
+        raise files.error(f"info.json's features is {type(features).__name__}, not an object")
+    for name, feature in features.items():
+        if not isinstance(feature, dict):
+            raise files.error(f"info.json's feature {name!r} is {feature!r}, not an object")
+    return features
+
+
+def _video_features(files: _Files, info: dict[str, Any]) -> list[str]:
+    return [k for k, f in _features(files, info).items() if f.get("dtype") == "video"]
+
+
+def _column_features(files: _Files, info: dict[str, Any]) -> list[str]:
+    features = _features(files, info)
+    return [k for k, f in features.items() if f.get("dtype") not in _NOT_COLUMNS]
 
 
 def lerobot(
@@ -438,8 +719,11 @@ def lerobot(
     ``timestamp``, ...; a vector column is ``[k]``), so a batch's ``data`` is a dict of
     ``[B, T, ...]`` arrays. The row's time is its ``timestamp`` (seconds from the
     episode's start) plus the episode's start in the video (v3.0's ``from_timestamp``;
-    0 for v2.1's videos of one episode); its frame is the one nearest that time, which
-    must be less than half a frame away (LeRobot's own check).
+    0 for v2.1's videos of one episode); its frame is the one of the video nearest that
+    time (the earlier of two at the same distance, as LeRobot's reader), which must be at
+    most half a frame of the video away. ``info.json``'s ``fps`` is the rows' rate: the
+    video's must be a whole multiple of it (a dataset downsampled by keeping every k-th
+    row reads the frames of its rows).
 
     The metadata is read here (``meta/info.json`` and the episodes' lengths and files),
     nothing else: ``len`` of an episode is its length in the metadata, and opens no file.
@@ -454,9 +738,10 @@ def lerobot(
             protocol; see :mod:`streamseq.io.remote`).
         cameras: the video features to read (all of them by default; ``[]`` for none).
         columns: the table's columns to give (by default, every feature that is not an
-            image or a video).
-        episodes: the ``episode_index`` of the episodes to read, in this order (all, by
-            index, by default).
+            image or a video; ``[]`` for none, with at least one camera).
+        episodes: the ``episode_index`` of the episodes to read (integers, at least one),
+            in this order (all, by index, by default). An episode of length 0 is an
+            empty stream.
         storage_options: for a URL, the options of its fsspec filesystem (endpoint,
             credentials); kept by the episodes, so that every worker connects with
             them, and never shown.
@@ -469,14 +754,20 @@ def lerobot(
     Raises:
         ImportError: pyarrow is missing (the ``table`` extra), or fsspec for a URL (the
             ``remote`` extra).
-        ValueError: ``storage_options`` given with a local path.
+        ValueError: ``storage_options`` given with a local path; nothing to read (no
+            camera and no column); no episode asked for, or an index that is not an
+            integer (a bool, a float).
         streamseq.errors.SourceError: naming the dataset (and the episode, the camera
             or the column concerned): ``codebase_version`` is not one of
-            :data:`SUPPORTED_VERSIONS`, a file of the metadata is missing, a camera or a
-            column is not in the dataset, an episode asked for is not; when an episode is
-            read, its video window holds fewer frames than it has rows, a row's time is
-            more than half a frame from every frame, its rows are not in the data file
-            where the metadata puts them.
+            :data:`SUPPORTED_VERSIONS`, a file of the metadata is missing or malformed
+            (``fps`` not a positive number, a length or an index not an integer >= 0,
+            an episode listed twice, a path template that cannot be filled), a path made
+            from the metadata leaves the dataset's root, a camera or a column is not in
+            the dataset, an episode asked for is not; when an episode is read, the
+            video's rate is not a whole multiple of ``fps``, its video window holds
+            fewer frames than it has rows, a row's time is more than half a frame from
+            every frame, its rows are not in the data file where the metadata puts them
+            or the file holds more of them.
 
     Example:
         >>> import streamseq
@@ -493,18 +784,20 @@ def lerobot(
         info = json.loads(files.read("meta/info.json"))
     except json.JSONDecodeError as e:
         raise files.error(f"meta/info.json is not JSON: {e}") from None
+    if not isinstance(info, dict):
+        raise files.error(f"meta/info.json holds {type(info).__name__}, not an object")
     version = info.get("codebase_version")
     if version not in SUPPORTED_VERSIONS:
         raise files.error(
             f"codebase_version {version!r} is not supported; the supported ones are "
             f"{', '.join(SUPPORTED_VERSIONS)}"
         )
-    videos = _video_features(info)
+    videos = _video_features(files, info)
     chosen = list(videos if cameras is None else cameras)
     for cam in chosen:
         if cam not in videos:
             raise files.error(f"no camera {cam!r}; the cameras are {videos}")
-    known = _column_features(info)
+    known = _column_features(files, info)
     wanted = tuple(known if columns is None else columns)
     for name in wanted:
         if name not in known:
@@ -513,23 +806,33 @@ def lerobot(
     for needed in ("timestamp", "episode_index"):
         if needed not in known:
             raise files.error(f"no column {needed!r} in info.json's features")
-    fps = float(info["fps"])
+    if not chosen and not wanted:
+        raise ValueError(
+            f"LeRobot dataset {files.name}: nothing to read: give a camera or a column"
+        )
+    asked = None if episodes is None else _asked(files, episodes)
+    fps = _fps(files, info)
     if version == "v2.1":
         found = _v21_episodes(files, info)
         for e in found:
             e["videos"] = {cam: e["videos"][cam] for cam in chosen}
     else:
-        found = _v30_episodes(files, info, chosen)
-    by_index = {e["index"]: e for e in found}
-    if episodes is None:
+        found = _v30_episodes(files, info, chosen, fps)
+    by_index = {}
+    for e in found:
+        if by_index.setdefault(e["index"], e) is not e:
+            raise files.error(f"episode {e['index']} is twice in the episodes' metadata")
+    if asked is None:
         picked = [by_index[i] for i in sorted(by_index)]
     else:
         picked = []
-        for i in episodes:
+        for i in asked:
             if i not in by_index:
+                known_indices = (
+                    f"indices {min(by_index)} to {max(by_index)}" if by_index else "none"
+                )
                 raise files.error(
-                    f"no episode {i}; it has {len(by_index)} episodes, indices "
-                    f"{min(by_index)} to {max(by_index)}"
+                    f"no episode {i}; it has {len(by_index)} episodes, {known_indices}"
                 )
             picked.append(by_index[i])
     read = tuple(dict.fromkeys((*wanted, "timestamp", "episode_index")))
@@ -538,13 +841,16 @@ def lerobot(
 
     def camera(episode: dict[str, Any], cam: str) -> _Camera:
         relative, window = episode["videos"][cam]
-        path = files.path(relative)
+        what = f"episode {episode['index']}, camera {cam!r}"
+        path = files.inside(relative, "video_path", what)
         try:
             if path not in whole:
                 whole[path] = video(path, storage_options=storage_options)
             if window is None:
                 return _Camera(cam, whole.pop(path), 0.0)
             start, stop = window
+            if not start < stop:  # an episode of no row: a window of no frame
+                stop = start + TIME_TOLERANCE / 2
             return _Camera(cam, whole[path].replace(start=start, stop=stop), start)
         except FileNotFoundError:
             raise files.error(
@@ -556,7 +862,9 @@ def lerobot(
             files.name,
             e["index"],
             e["length"],
-            _Key(files.path(e["data"]), read, options, None),
+            _Key(
+                files.inside(e["data"], "data_path", f"episode {e['index']}"), read, options, None
+            ),
             e["rows"],
             tuple(camera(e, cam) for cam in chosen),
             wanted,
@@ -564,3 +872,16 @@ def lerobot(
         )
         for e in picked
     ]
+
+
+def _asked(files: _Files, episodes: Sequence[int]) -> list[int]:
+    """The episode indices asked for, checked: integers (not bools), at least one."""
+    asked = list(episodes)
+    if not asked:
+        raise ValueError(f"LeRobot dataset {files.name}: no episode asked for (episodes=[])")
+    for i in asked:
+        if _integer(i) is None:
+            raise ValueError(
+                f"LeRobot dataset {files.name}: episode indices are integers, got {i!r}"
+            )
+    return [int(i) for i in asked]

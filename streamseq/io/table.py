@@ -6,8 +6,9 @@ column once, with the file's row groups, and records for every episode where its
 are: runs of consecutive rows, each inside one row group. An episode is a small picklable
 stream of those runs; reading steps ``a:b`` reads only the row groups that hold them
 (``ParquetFile.read_row_group``), in the process that reads, through one reader of the
-file per process (a :class:`~streamseq.read.handle.SharedHandles` of this module)
-that keeps the last row groups it decoded, so consecutive reads decode each once.
+file per process, shared by the episodes of the file and closed with the last of them
+(no module-level cache keeps it open), that keeps the last row groups it decoded, so
+consecutive reads decode each once.
 
 A URL is read through :mod:`streamseq.io.remote`, as by the other sources: one fsspec
 filesystem per process, made with the ``storage_options`` (which an episode carries, so
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import weakref
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
@@ -36,7 +38,7 @@ import numpy as np
 from streamseq.errors import SourceError
 from streamseq.io import remote
 from streamseq.io._base import Source
-from streamseq.read.handle import ProcessLocal, SharedHandles
+from streamseq.read.handle import ProcessLocal
 
 #: decoded row groups a reader keeps (the rows of one worker read different episodes)
 CACHED_ROW_GROUPS = 8
@@ -79,8 +81,47 @@ class _Key(NamedTuple):
     size: int | None  # of a URL, in bytes (not asked again in every worker)
 
 
-#: key -> the reader of this process
-_READERS: SharedHandles[_Key, _Reader] = SharedHandles()
+class _Readers:
+    """The handle of the reader of each file, shared by the sources that read the file.
+
+    A source holds the handle of its file (taken here by key, in every process); the
+    handle is gone, and its reader closed, when the last source holding it is: nothing
+    here keeps a file open (the handles are held weakly).
+
+    Example:
+        >>> readers = _Readers()
+        >>> key = _Key("a.parquet", (), _Options(None), None)
+        >>> h = readers.of(key)
+        >>> h is readers.of(key), len(readers)
+        (True, 1)
+        >>> del h; len(readers)
+        0
+    """
+
+    __slots__ = ("_handles",)
+
+    def __init__(self) -> None:
+        self._handles: weakref.WeakValueDictionary[_Key, ProcessLocal[_Reader]] = (
+            weakref.WeakValueDictionary()
+        )
+
+    def __len__(self) -> int:
+        return len(self._handles)
+
+    def of(self, key: _Key) -> ProcessLocal[_Reader]:
+        """The handle of ``key``, the same for every caller while one holds it."""
+        handle = self._handles.get(key)
+        if handle is None:
+            handle = self._handles.setdefault(key, ProcessLocal(close=_close_reader))
+        return handle
+
+
+def _close_reader(reader: _Reader) -> None:
+    reader.close()
+
+
+#: key -> the reader of this process (held by the sources that read the file)
+_READERS = _Readers()
 
 
 def _pyarrow() -> Any:
@@ -240,6 +281,15 @@ class _Reader:
         self.path, self.columns = key.path, key.columns
         self.file, self.remote = _open_file(key)
         self.groups: OrderedDict[int, dict[str, np.ndarray | _Flawed]] = OrderedDict()
+
+    def close(self) -> None:
+        """Close the file (and its connection, for a URL); drop the decoded row groups."""
+        self.groups.clear()
+        try:
+            self.file.close()
+        finally:
+            if self.remote is not None:
+                self.remote.close()
 
     def row_group(self, i: int) -> dict[str, np.ndarray | _Flawed]:
         """Row group ``i``: one numpy array per column (or a :class:`_Flawed` column)."""

@@ -6,6 +6,8 @@ import sys
 import numpy as np
 import pytest
 from helpers import as_numpy, assert_same
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from media import LEROBOT_CAMERAS, plain_video_times, write_lerobot
 from servers import s3_server  # noqa: F401
 
@@ -233,13 +235,24 @@ def test_missing_camera_in_the_episodes_metadata(copy):
 def test_a_window_shorter_than_its_rows(copy):
     root = copy("v3.0")
     _edit_episodes(root, f"videos/{CAMERAS[0]}/to_timestamp", 1, 1.2 + 18 / 10)
+    with pytest.raises(SourceError) as e:
+        lerobot(root)
+    message = str(e.value)
+    assert str(root) in message and "episode 1" in message and CAMERAS[0] in message
+    assert "lasts 1.8 s, not the 2 s of its 20 rows at 10 fps" in message
+
+
+def test_a_video_shorter_than_its_rows(copy):
+    root = copy("v2.1")
+    short = root / f"videos/chunk-000/{CAMERAS[0]}/episode_000003.mp4"  # 9 frames
+    shutil.copy(short, root / f"videos/chunk-000/{CAMERAS[0]}/episode_000001.mp4")
     episodes = lerobot(root)
     episodes[0][:]  # others are fine
     with pytest.raises(SourceError) as e:
         episodes[1][:4]
     message = str(e.value)
     assert str(root) in message and "episode 1" in message and CAMERAS[0] in message
-    assert "holds 18 frames for 20 rows" in message
+    assert "holds 9 frames for 20 rows" in message
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -270,9 +283,11 @@ def test_timestamps_that_disagree_with_the_video(copy, version):
 def test_rows_of_another_episode(copy):
     root = copy("v3.0")
     _edit_episodes(root, "dataset_from_index", 1, 10)  # two rows early
-    with pytest.raises(SourceError, match="episode 1.*step 0 is a row of episode 0"):
+    _edit_episodes(root, "dataset_to_index", 1, 30)
+    with pytest.raises(SourceError, match="episode 1: .* row 30 of the file is of this episode"):
         lerobot(root, episodes=[1])[0][:]
     _edit_episodes(root, "dataset_from_index", 1, 14)  # two rows late: past the file's end
+    _edit_episodes(root, "dataset_to_index", 1, 34)
     with pytest.raises(SourceError, match="episode 1: .* rows at 14:34 .* holds 32"):
         lerobot(root, episodes=[1])[0][:]
 
@@ -286,3 +301,401 @@ def test_no_secret_in_errors(copy):
     with pytest.raises(SourceError) as e:
         lerobot("s3://me:hunter2@bucket/none?X-Amz-Signature=abc", storage_options=None)
     assert "hunter2" not in str(e.value) and "abc" not in str(e.value)
+
+
+# -- frames: the nearest one, within half a frame of the video ------------------------------
+
+
+def _rewrite_rows(path, keep):
+    """Keep the rows of a data file for which ``keep(frame_index)`` is true."""
+    rows = pq.read_table(path)
+    mask = [bool(keep(k)) for k in rows.column("frame_index").to_pylist()]
+    pq.write_table(rows.filter(pa.array(mask)), path, row_group_size=8)
+
+
+def _set_lengths(root, version, lengths):
+    """Write ``lengths`` (per episode) into the episodes' metadata (rows kept in order)."""
+    if version == "v2.1":
+        lines = (root / "meta/episodes.jsonl").read_text().splitlines()
+        out = []
+        for line, n in zip(lines, lengths, strict=True):
+            entry = json.loads(line)
+            entry["length"] = int(n)
+            out.append(json.dumps(entry))
+        (root / "meta/episodes.jsonl").write_text("\n".join(out) + "\n")
+        return
+    path = root / "meta/episodes/chunk-000/file-000.parquet"
+    meta = pq.read_table(path).to_pydict()
+    firsts = np.concatenate([[0], np.cumsum(lengths)]).astype(int)
+    meta["length"] = [int(n) for n in lengths]
+    meta["dataset_from_index"] = firsts[:-1].tolist()
+    meta["dataset_to_index"] = firsts[1:].tolist()
+    pq.write_table(pa.table(meta), path)
+
+
+def _data_files(root):
+    return sorted((root / "data").rglob("*.parquet"))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_downsampled_dataset_reads_the_nearest_frames(copy, version):
+    # every other row kept (timestamps i / 5), fps 5, the videos still at 10 fps
+    root = copy(version)
+    for path in _data_files(root):
+        _rewrite_rows(path, lambda k: k % 2 == 0)
+    _set_lengths(root, version, [(n + 1) // 2 for n in LENGTHS])
+    _edit_info(root, fps=5)
+    for e in lerobot(root):
+        want = expected(root, version, e.index)
+        got = {k: np.concatenate(v) for k, v in _chunks(e, 3).items()}
+        for cam in CAMERAS:
+            np.testing.assert_array_equal(got[cam], want[cam][::2], err_msg=f"{e!r} {cam}")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("fps", [4, 30, 7.5])
+def test_an_fps_that_disagrees_with_the_video(copy, version, fps):
+    # the rows and the videos at 10 fps, info.json saying otherwise: rows at its rate
+    # cannot all fall on frames of the video
+    root = copy(version)
+    _edit_info(root, fps=fps)
+    with pytest.raises(SourceError) as e:
+        lerobot(root, episodes=[1])[0][:]  # v3.0: its windows last other times than its rows
+    message = str(e.value)
+    assert str(root) in message and "episode" in message and "fps" in message
+    assert CAMERAS[0] in message
+    if version == "v2.1":
+        assert "episode 1" in message and "steps 0 to 20" in message
+
+
+@pytest.mark.parametrize("fps", [float("nan"), 0, -10, "10", None, True, float("inf"), "drop"])
+def test_an_fps_that_is_not_a_positive_number(copy, fps):
+    root = copy("v3.0")
+    info = json.loads((root / "meta/info.json").read_text())
+    if fps == "drop":
+        del info["fps"]
+    else:
+        info["fps"] = fps
+    (root / "meta/info.json").write_text(json.dumps(info))
+    with pytest.raises(SourceError, match="fps") as e:
+        lerobot(root)
+    assert str(root) in str(e.value)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_rows_between_frames_take_the_nearest_or_fail(copy, version):
+    # a row 0.045 s late shows the next frame's neighbour; 0.06 s late, the next frame
+    root = copy(version)
+    for path in _data_files(root):
+        rows = pq.read_table(path).to_pydict()
+        for k, (e, f) in enumerate(zip(rows["episode_index"], rows["frame_index"], strict=True)):
+            if e == 0 and f == 3:
+                rows["timestamp"][k] -= 0.045  # nearest: frame 3
+            elif e == 0 and f == 5:
+                rows["timestamp"][k] += 0.06  # nearest: frame 6
+        pq.write_table(pa.Table.from_pydict(rows, schema=pq.read_schema(path)), path)
+    episode = lerobot(root, episodes=[0])[0]
+    want = expected(root, version, 0)[CAMERAS[1]]
+    got = episode[:][CAMERAS[1]]
+    np.testing.assert_array_equal(got[3], want[3])
+    np.testing.assert_array_equal(got[5], want[6])
+    keep = [k for k in range(len(want)) if k != 5]
+    np.testing.assert_array_equal(got[keep], want[keep])
+
+
+# -- paths from the metadata stay inside the dataset --------------------------------------
+
+
+def _outside(copy, version, tmp_path):
+    """A dataset whose files are all outside its root but its metadata; returns both."""
+    inner = copy(version)
+    root = tmp_path / "only-meta"
+    root.mkdir()
+    shutil.copytree(inner / "meta", root / "meta")
+    return root, inner
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("key", ["data_path", "video_path"])
+def test_a_path_template_leaving_the_root_is_refused(copy, tmp_path, version, key):
+    root, inner = _outside(copy, version, tmp_path)
+    shutil.copytree(inner / "data", root / "data")
+    shutil.copytree(inner / "videos", root / "videos")
+    info = json.loads((root / "meta/info.json").read_text())
+    info[key] = f"../{version}/{info[key]}"  # the same files, in the other dataset
+    (root / "meta/info.json").write_text(json.dumps(info))
+    with pytest.raises(SourceError, match=key) as e:
+        episodes = lerobot(root)
+        episodes[0][:]
+    assert str(root) in str(e.value) and "outside" in str(e.value)
+    info[key] = f"data/../{info[key][3:].split('/', 1)[1]}"  # out of data/, in the root
+    (root / "meta/info.json").write_text(json.dumps(info))
+    assert len(lerobot(root)[0][:]["action"]) == LENGTHS[0]
+
+
+def test_a_camera_name_leaving_the_root_is_refused(copy):
+    root = copy("v2.1")
+    info = json.loads((root / "meta/info.json").read_text())
+    info["features"]["../../../../../../tmp"] = info["features"].pop(CAMERAS[0])
+    (root / "meta/info.json").write_text(json.dumps(info))
+    with pytest.raises(SourceError, match="video_path") as e:
+        lerobot(root)
+    assert str(root) in str(e.value) and "outside" in str(e.value)
+
+
+def test_a_symlink_leaving_the_root_is_refused(copy, tmp_path):
+    root, inner = _outside(copy, "v2.1", tmp_path)
+    (root / "data").symlink_to(inner / "data")
+    shutil.copytree(inner / "videos", root / "videos")
+    with pytest.raises(SourceError, match="data_path") as e:
+        lerobot(root)
+    assert str(root) in str(e.value) and "outside" in str(e.value)
+
+
+@pytest.mark.parametrize("up", ["..", "%2e%2e", "%2E."])
+def test_a_url_path_leaving_the_root_is_refused(copy, tmp_path, up):
+    from servers import RangeServer
+
+    http_folder = tmp_path / "served"
+    inner = copy("v2.1")
+    shutil.copytree(inner, http_folder / "outside", dirs_exist_ok=True)
+    shutil.copytree(inner / "meta", http_folder / "ds" / "meta", dirs_exist_ok=True)
+    info = json.loads((inner / "meta/info.json").read_text())
+    info["data_path"] = f"{up}/outside/{info['data_path']}"
+    (http_folder / "ds/meta/info.json").write_text(json.dumps(info))
+    server = RangeServer(http_folder).start()
+    try:
+        url = f"{server.url}/ds"
+        with pytest.raises(SourceError, match="data_path") as e:
+            lerobot(url, cameras=[])[0][:]
+        assert url in str(e.value) and "outside" in str(e.value)
+    finally:
+        server.stop()
+
+
+# -- malformed metadata ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("change", [-2, 3])
+def test_a_length_that_is_not_the_rows_is_an_error(copy, version, change):
+    root = copy(version)
+    lengths = list(LENGTHS)
+    lengths[1] += change
+    _set_lengths(root, version, lengths)  # the rows stay where they are
+    with pytest.raises(SourceError) as e:
+        episodes = lerobot(root)  # v3.0: the windows of the videos last other times
+        episodes[0][:]
+        episodes[1][:]
+    message = str(e.value)
+    assert str(root) in message and "episode 1" in message
+
+
+def test_a_v3_length_that_disagrees_with_the_indices(copy):
+    root = copy("v3.0")
+    _edit_episodes(root, "length", 1, 18)
+    with pytest.raises(SourceError, match="episode 1.*length 18") as e:
+        lerobot(root)
+    assert str(root) in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "info",
+    [
+        {"chunks_size": 0},
+        {"chunks_size": -3},
+        {"chunks_size": "many"},
+        {"features": []},
+        {"features": {"x": 3}},
+        {"data_path": "data/{nope}.parquet"},
+        {"video_path": "{video_key.__class__}"},
+        {"data_path": 7},
+    ],
+)
+def test_malformed_info_names_the_dataset(copy, info):
+    root = copy("v2.1")
+    _edit_info(root, **info)
+    with pytest.raises(SourceError) as e:
+        lerobot(root)[0][:]
+    assert str(root) in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "{}",
+        '{"episode_index": 0}',
+        '{"episode_index": "zero", "length": 12}',
+        '{"episode_index": 0, "length": -1}',
+        '{"episode_index": 0, "length": 12.5}',
+        '{"episode_index": true, "length": 12}',
+        "[0, 12]",
+        "not json",
+        '{"episode_index": 1, "length": 20}',  # twice the same episode
+    ],
+)
+def test_malformed_episode_lines_name_the_dataset(copy, line):
+    root = copy("v2.1")
+    lines = (root / "meta/episodes.jsonl").read_text().splitlines()
+    lines[0] = line
+    (root / "meta/episodes.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(SourceError) as e:
+        lerobot(root)
+    assert str(root) in str(e.value)
+
+
+# -- selections ----------------------------------------------------------------------------
+
+
+def test_empty_and_odd_selections(datasets):
+    root = datasets["v3.0"]
+    with pytest.raises(ValueError, match="nothing to read") as e:
+        lerobot(root, cameras=[], columns=[])
+    assert str(root) in str(e.value)
+    with pytest.raises(ValueError, match="no episode asked for"):
+        lerobot(root, episodes=[])
+    for bad in (True, 1.0, "1", np.float64(1)):
+        with pytest.raises(ValueError, match="episode indices are integers"):
+            lerobot(root, episodes=[bad])
+    assert [e.index for e in lerobot(root, episodes=[np.int64(2)])] == [2]
+
+
+def test_a_length_0_episode_is_an_empty_stream(copy):
+    root = copy("v2.1")
+    (root / "meta/episodes.jsonl").write_text(
+        (root / "meta/episodes.jsonl").read_text()
+        + json.dumps({"episode_index": 4, "length": 0})
+        + "\n"
+    )
+    src = root / "data/chunk-000/episode_000003.parquet"
+    pq.write_table(pq.read_table(src).slice(0, 0), root / "data/chunk-000/episode_000004.parquet")
+    for cam in CAMERAS:
+        shutil.copy(
+            root / f"videos/chunk-000/{cam}/episode_000003.mp4",
+            root / f"videos/chunk-000/{cam}/episode_000004.mp4",
+        )
+    episodes = lerobot(root, columns=["action"])
+    assert [len(e) for e in episodes] == [*LENGTHS, 0]
+    empty = episodes[4][0:0]
+    assert empty["action"].shape == (0, 2) and empty[CAMERAS[0]].shape == (0, 24, 32, 3)
+    batches = list(StreamLoader(episodes, 2, 5))
+    check_continuity(batches, [*LENGTHS, 0], sources=episodes)
+
+
+# -- open files ------------------------------------------------------------------------------
+
+
+def _open_files():
+    import os
+
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/fd")
+def test_open_files_stay_flat_over_datasets_read_and_dropped(datasets, tmp_path):
+    import gc
+
+    def read(k):
+        root = tmp_path / f"copy-{k}"
+        shutil.copytree(datasets["v3.0"], root)
+        for e in lerobot(root, cameras=[] if k % 10 else None):
+            e[:3]
+        shutil.rmtree(root)
+
+    read(-1)
+    gc.collect()
+    before = _open_files()
+    for k in range(100):
+        read(k)
+    gc.collect()
+    assert _open_files() <= before
+
+
+# -- any mutation of valid metadata: the right frames, or an error naming the dataset ------
+
+_REFERENCE: dict = {}  # per layout: every episode of the valid dataset, read whole
+_ODD_VALUES = [None, "x", [], {}, True, float("nan"), 0, -1, 1.5, 10**9, "../../../etc"]
+_INFO_KEYS = ["fps", "codebase_version", "features", "data_path", "video_path", "chunks_size"]
+
+
+def _mutation():
+    value = st.sampled_from(_ODD_VALUES) | st.sampled_from(["drop", "+1", "-1", "../"])
+    info = st.tuples(st.just("info"), st.sampled_from(_INFO_KEYS), value)
+    columns = ["episode_index", "length", "dataset_from_index", "dataset_to_index"]
+    columns += [f"videos/{c}/{f}" for c in CAMERAS for f in ("from_timestamp", "file_index")]
+    episode = st.tuples(st.integers(0, len(LENGTHS) - 1), st.sampled_from(columns), value)
+    return info | st.tuples(st.just("episodes"), episode, st.none())
+
+
+def _changed(old, how):
+    if how == "+1" or how == "-1":
+        number = _seconds_or_none(old)
+        return old if number is None else type(old)(number + int(how))
+    if how == "../":
+        return f"../{old}" if isinstance(old, str) else "../"
+    return how
+
+
+def _seconds_or_none(value):
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _mutate(root, version, mutation):
+    kind, what, how = mutation
+    if kind == "info":
+        key = what
+        info = json.loads((root / "meta/info.json").read_text())
+        if how == "drop":
+            info.pop(key, None)
+        else:
+            info[key] = _changed(info.get(key), how)
+        (root / "meta/info.json").write_text(json.dumps(info))
+        return
+    episode, column, how = what
+    if version == "v2.1":
+        if column not in ("episode_index", "length"):
+            return
+        lines = (root / "meta/episodes.jsonl").read_text().splitlines()
+        entry = json.loads(lines[episode])
+        if how == "drop":
+            entry.pop(column)
+        else:
+            entry[column] = _changed(entry[column], how)
+        lines[episode] = json.dumps(entry)
+        (root / "meta/episodes.jsonl").write_text("\n".join(lines) + "\n")
+        return
+    path = root / "meta/episodes/chunk-000/file-000.parquet"
+    meta = pq.read_table(path).to_pydict()
+    if how == "drop":
+        del meta[column]
+    else:
+        meta[column][episode] = _changed(meta[column][episode], how)
+    try:
+        table = pa.table(meta)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        table = pa.table({k: pa.array([repr(v) for v in vs]) for k, vs in meta.items()})
+    pq.write_table(table, path)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(version=st.sampled_from(VERSIONS), mutation=_mutation())
+def test_mutated_metadata_reads_right_or_names_the_dataset(
+    datasets, tmp_path_factory, version, mutation
+):
+    if version not in _REFERENCE:
+        _REFERENCE[version] = {e.index: e[:] for e in lerobot(datasets[version])}
+    root = tmp_path_factory.mktemp("mutant") / version
+    shutil.copytree(datasets[version], root)
+    _mutate(root, version, mutation)
+    try:
+        episodes = lerobot(root)
+        for e in episodes:
+            got = e[:] if len(e) else e[0:0]
+            want = _REFERENCE[version][e.index]
+            assert got.keys() == want.keys()
+            for key in want:
+                np.testing.assert_array_equal(got[key], want[key], err_msg=f"{mutation} {key}")
+    except (SourceError, ValueError) as error:
+        assert str(root) in str(error), mutation
+    finally:
+        shutil.rmtree(root)

@@ -2,6 +2,7 @@ import builtins
 import multiprocessing
 import operator
 import pickle
+import sys
 import time
 
 import numpy as np
@@ -452,3 +453,27 @@ def test_server_stops_in_the_middle_of_an_epoch(http_folder, workers, monkeypatc
     finally:
         server.stop()
     assert no_children(before)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/fd")
+def test_open_files_stay_flat_over_tables_read_and_dropped(tmp_path):
+    import gc
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def read(k):
+        path = tmp_path / f"t{k}.parquet"
+        pq.write_table(pa.table({"episode_index": [0, 0, 1], "x": [k, 1, 2]}), path)
+        episodes = table(path)
+        assert episodes[0][:]["x"].tolist() == [k, 1] and episodes[1][0]["x"] == 2
+        return len(os.listdir("/proc/self/fd"))
+
+    read(-1)
+    gc.collect()
+    before = len(os.listdir("/proc/self/fd"))
+    for k in range(100):
+        read(k)
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) <= before
