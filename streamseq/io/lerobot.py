@@ -356,22 +356,22 @@ class _Files:
     def inside(self, relative: str, key: str, what: str) -> str:
         """The path of ``relative``, a path made from the metadata's ``key``.
 
-        It must stay inside the dataset's root: for a folder, once ``..`` and symbolic
-        links are resolved; for a URL, once its path is percent-decoded and normalised.
+        It must stay inside the dataset's root once its ``..`` are resolved (for a URL,
+        once its path is percent-decoded too). Symbolic links inside the root are the
+        user's layout and are followed: a hub cache's snapshot links every file to a blob
+        outside the snapshot's folder.
 
         Raises:
             SourceError: naming the dataset, ``what`` (the episode, the camera) and
                 ``key``, for a path that leaves the root.
         """
+        plain = relative.replace("\\", "/")
         if self.url:
-            plain = urllib.parse.unquote(relative).replace("\\", "/")
-            normal = posixpath.normpath(plain)
-            escapes = normal == ".." or normal.startswith(("../", "/")) or "://" in plain
-            escapes = escapes or any(c in plain for c in "?#")
-        else:
-            base = os.path.realpath(self.root)
-            real = os.path.realpath(self.path(relative))
-            escapes = os.path.commonpath([base, real]) != base
+            plain = urllib.parse.unquote(plain)
+        normal = posixpath.normpath(plain)
+        escapes = normal == ".." or normal.startswith(("../", "/")) or "://" in plain
+        escapes = escapes or (self.url and any(c in plain for c in "?#"))
+        escapes = escapes or (not self.url and os.path.isabs(relative))
         if escapes:
             raise self.error(f"{what}: {key} gives {relative!r}, outside the dataset: refused")
         return self.path(relative)
