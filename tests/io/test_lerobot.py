@@ -456,7 +456,7 @@ def test_a_hub_cache_snapshot_of_links_reads_its_frames(datasets, tmp_path):
         link.symlink_to(blob)
     linked, plain = lerobot(snapshot), lerobot(source)
     assert [len(e) for e in linked] == LENGTHS
-    for a, b in zip(linked, plain):
+    for a, b in zip(linked, plain, strict=True):
         for key in CAMERAS:
             np.testing.assert_array_equal(a[:][key], b[:][key])
 
