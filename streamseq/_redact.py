@@ -386,7 +386,7 @@ def secrets_of(url: Any = None, storage_options: Mapping[str, Any] | None = None
         >>> sorted(secrets_of("https://me:pa55word@host/a?X-Amz-Signature=ff00aa11&n=3"))
         ['ff00aa11', 'me%3Apa55word', 'me:pa55word', 'pa55word']
         >>> sorted(secrets_of("s3://b/a", {"secret": "s3cr3t!", "endpoint_url": "http://h:9"}))
-        ['s3cr3t!']
+        ['s3cr3t!', 's3cr3t%21']
     """
     found: set[str] = set()
     if isinstance(url, str) and "://" in url:
