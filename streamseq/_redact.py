@@ -46,7 +46,8 @@ import builtins
 import functools
 import re
 import reprlib
-from collections.abc import Mapping
+import urllib.parse
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 #: what replaces a hidden value
@@ -117,6 +118,12 @@ HARMLESS_OPTIONS = frozenset(
 #: longest description :func:`describe` returns (before that, each part is shortened)
 LIMIT = 240
 
+#: shortest value hidden wherever it shows (:func:`secrets_of`): shorter ones are words
+MIN_SECRET = 6
+
+#: characters left as they are when a URL is shown encoded (none; a path's; yarl's query)
+_SHOWN_SAFE = ("", "/", "?/:@!$'()*,;")
+
 #: endings of names that are classes, not fields (``KeyError: 'a.mp4'``)
 _NOT_NAMES = ("Error", "Exception", "Warning")
 _PARTS = tuple(re.compile(part) for part in SENSITIVE_PARTS)
@@ -124,8 +131,9 @@ _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 _NAME_VALUE = re.compile(r"([A-Za-z_][\w.-]*)(['\"]?)(\s*[:=]\s*)")
 # user information: without "/" (a host may follow), or "user:" and a password up to "@"
 _USERINFO = re.compile(r"(?i)([a-z][a-z0-9+.-]*://)(?:[^/?#@\s'\"]*|[^/?#@\s'\":]*:[^@\s'\"]*)@")
-# a query value ends at "&", ";", "#", a space, a quote or a ":" that ends a phrase
-_QUERY = re.compile(r"([?&;])([^=&;#?\s'\"]+)=((?:[^&;#\s'\":]|:(?!\s|$))*)")
+# a query value ends at "&", ";", "#", a space, a quote that closes (one that a space, a
+# comma, a bracket or the end follows) or a ":" that ends a phrase
+_QUERY = re.compile(r"([?&;])([^=&;#?\s'\"]+)=((?:[^&;#\s'\":]|:(?!\s|$)|['\"](?![\s,)\]}>]|$))*)")
 _QUOTES = "'\""
 _OPEN = {"(": ")", "[": "]", "{": "}"}
 _BARE_END = re.compile(r"[\s,;&)\]}'\"]")
@@ -169,10 +177,12 @@ def redact_urls(text: str) -> str:
     """
     if not isinstance(text, str):
         return text  # a path given as bytes: no URL
-    if "@" in text:  # (the patterns need these characters: most paths skip them)
-        text = _USERINFO.sub(rf"\1{HIDDEN}@", text)
+    # (the patterns need these characters: most paths skip them); the query first: a
+    # value shown decoded may hold an "@", which would end a user information early
     if "?" in text or "&" in text or ";" in text:
         text = _QUERY.sub(_hide_query, text)
+    if "@" in text:
+        text = _USERINFO.sub(rf"\1{HIDDEN}@", text)
     return text
 
 
@@ -350,3 +360,80 @@ def describe(obj: Any, limit: int = LIMIT) -> str:
         '[0, 1, 2, 3, 4, 5, ...]'
     """
     return shorten(_REDACTOR.repr(obj), limit)
+
+
+def redacted_repr(obj: Any) -> str:
+    """``repr(obj)`` in full (not shortened), credentials hidden: for the ``repr`` of a source.
+
+    Example:
+        >>> print(redacted_repr("https://me:pw@host/a.mp4?sig=abc"))
+        'https://***@host/a.mp4?sig=***'
+    """
+    return redact_text(builtins.repr(obj))
+
+
+def secrets_of(url: Any = None, storage_options: Mapping[str, Any] | None = None) -> frozenset:
+    """The credentials in a URL and in filesystem options, as the literal texts to hide.
+
+    Where another library's message could show them (an error naming the URL, echoing a
+    header), :func:`redact` hides them whatever the text around them: the user
+    information of ``url`` (whole, its password, percent-decoded or not), the values of
+    its sensitive query parameters, and every text in ``storage_options`` but the values
+    of :data:`HARMLESS_OPTIONS` (at any depth: ``client_kwargs={"headers": ...}``).
+    Texts shorter than :data:`MIN_SECRET` are left out (they would hide ordinary words).
+
+    Example:
+        >>> sorted(secrets_of("https://me:pa55word@host/a?X-Amz-Signature=ff00aa11&n=3"))
+        ['ff00aa11', 'me%3Apa55word', 'me:pa55word', 'pa55word']
+        >>> sorted(secrets_of("s3://b/a", {"secret": "s3cr3t!", "endpoint_url": "http://h:9"}))
+        ['s3cr3t!', 's3cr3t%21']
+    """
+    found: set[str] = set()
+    if isinstance(url, str) and "://" in url:
+        netloc = url.split("://", 1)[1].split("/", 1)[0]
+        if "@" in netloc:
+            userinfo = netloc.rpartition("@")[0]
+            found.update((userinfo, userinfo.partition(":")[2]))
+        query = url.partition("?")[2].partition("#")[0]
+        for part in re.split("[&;]", query):
+            name, _, value = part.partition("=")
+            if is_sensitive(urllib.parse.unquote_plus(name)):
+                found.add(value)
+    if storage_options:
+        _option_texts(storage_options, found)
+    plain = {urllib.parse.unquote(s) for s in found} | {
+        urllib.parse.unquote_plus(s) for s in found
+    }
+    found |= plain  # and as other libraries encode them again to show them
+    found |= {urllib.parse.quote(s, safe=safe) for s in plain for safe in _SHOWN_SAFE}
+    return frozenset(s for s in found if len(s) >= MIN_SECRET)
+
+
+def _option_texts(value: Any, found: set[str]) -> None:
+    """Add to ``found`` the texts of ``value`` (options), but those of harmless names."""
+    if isinstance(value, Mapping):
+        for name, item in value.items():
+            if name not in HARMLESS_OPTIONS:
+                _option_texts(item, found)
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for item in value:
+            _option_texts(item, found)
+    elif isinstance(value, (str, bytes)):
+        found.add(value if isinstance(value, str) else value.decode("utf-8", "replace"))
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` with every credential hidden: by the rules above, and each of ``secrets``.
+
+    Args:
+        text: any text (a message, an error of another library, a ``repr``).
+        secrets: literal values to hide wherever they show (:func:`secrets_of`).
+
+    Example:
+        >>> redact("403 at https://u:p@host/a, key AKIAXYZ123 refused", {"AKIAXYZ123"})
+        '403 at https://***@host/a, key *** refused'
+    """
+    for secret in sorted(secrets, key=len, reverse=True):
+        if secret and secret in text:
+            text = text.replace(secret, HIDDEN)
+    return redact_text(text)

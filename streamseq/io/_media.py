@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 
 import av
 
+from streamseq._redact import redacted_repr
 from streamseq.errors import SourceError
 from streamseq.io._base import Source, check_file
 from streamseq.io.remote import Remote, locate
@@ -243,7 +244,7 @@ class MediaSource(Source, ABC):
         self._trusted = True  # timestamps locate frames (until proven otherwise)
 
     def __repr__(self) -> str:
-        return f"{self.kind}({self.path!r})"
+        return f"{self.kind}({redacted_repr(self.path)})"
 
     def probe(self) -> Any:
         """Demux the file once (no decoding); the result travels with the object.

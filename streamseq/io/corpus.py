@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from streamseq._redact import redacted_repr
 from streamseq.errors import SourceError
 from streamseq.io._base import Source
 from streamseq.io._npy import read_npy_header
@@ -83,7 +84,7 @@ class _Document(Source):
         return np.dtype(self.key[1])
 
     def __repr__(self) -> str:
-        return f"document({self.key[0]!r}, {self.start}:{self.stop})"
+        return f"document({redacted_repr(self.key[0])}, {self.start}:{self.stop})"
 
     def __len__(self) -> int:
         return self.stop - self.start

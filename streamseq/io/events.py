@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from streamseq._redact import redacted_repr
 from streamseq.errors import SourceError
 from streamseq.io._base import Source, check_file
 from streamseq.io._noise import value_noise
@@ -73,7 +74,7 @@ class _Events(Source):
             self.length = max(0, math.ceil((int(recording["t"][-1]) - self.t0 + 1) / window_us))
 
     def __repr__(self) -> str:
-        what = repr(self.path) if self.path is not None else f"<{len(self.array)} events>"
+        what = redacted_repr(self.path) if self.path is not None else f"<{len(self.array)} events>"
         return f"events({what}, window_us={self.window_us})"
 
     def _load(self) -> np.ndarray | RemoteArray:

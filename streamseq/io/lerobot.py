@@ -47,6 +47,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from streamseq._redact import redacted_repr
 from streamseq.errors import SourceError, StreamError
 from streamseq.io import remote
 from streamseq.io._base import Source
@@ -119,7 +120,7 @@ class _LeRobotEpisode(Source):
         return state
 
     def __repr__(self) -> str:
-        return f"lerobot({self.dataset!r})[episode {self.index}]"
+        return f"lerobot({redacted_repr(self.dataset)})[episode {self.index}]"
 
     def __len__(self) -> int:
         return self.length

@@ -32,11 +32,13 @@ from typing import Any
 
 import numpy as np
 
+from streamseq._redact import redacted_repr
 from streamseq._tree import tree_map
 from streamseq.errors import SourceError, StreamError
 from streamseq.io._base import Source
 from streamseq.io.audio import _Audio, audio
 from streamseq.io.events import _Events
+from streamseq.io.remote import is_url, public_url
 from streamseq.io.table import _Episode
 from streamseq.io.video import _Video, duration, grid_steps, shown_frames, video
 
@@ -278,11 +280,14 @@ class _Recording(Source):
         for value in modalities.values():
             path = value if isinstance(value, (str, os.PathLike)) else getattr(value, "path", None)
             if path is not None:
-                return os.path.splitext(os.path.basename(os.fspath(path)))[0]
+                path = os.fspath(path)
+                path = public_url(path) if is_url(path) else path  # no query, no credential
+                return os.path.splitext(os.path.basename(path))[0]
         return "recording"
 
     def __repr__(self) -> str:
-        return f"recording({self.name!r}, step={self.step:g}, {', '.join(self.modalities)})"
+        name, modalities = redacted_repr(self.name), ", ".join(self.modalities)
+        return f"recording({name}, step={self.step:g}, {modalities})"
 
     def _guard(
         self, key: str, steps: tuple[int, int] | None, fn: Callable[..., Any], *args: Any

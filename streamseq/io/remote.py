@@ -29,6 +29,10 @@ for HTTP; ``pip install 'streamseq[remote]'``). Local paths never come here.
   tried :data:`ATTEMPTS` times in all, with a short backoff, before it is a
   :class:`~streamseq.errors.SourceError` naming the URL. A missing file is a
   :class:`FileNotFoundError`, at once.
+- **No credential in any error.** Every error a request ends with, and every error
+  chained to it, has the credentials of the URL and the values of ``storage_options``
+  hidden (:func:`~streamseq.errors.redact_error`): a missing file's
+  :class:`FileNotFoundError` names the URL as ``https://***@host/a.mp4?X-Amz-Signature=***``.
 - **Changed files.** A source records the ETag (else the size and last modification) of
   its file when it is made, and each process that opens the file asks again (one
   request): another one is a :class:`~streamseq.errors.SourceError` naming the URL
@@ -47,8 +51,8 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from streamseq._redact import describe
-from streamseq.errors import SourceError
+from streamseq._redact import describe, redact, secrets_of
+from streamseq.errors import SourceError, redact_error
 from streamseq.read.handle import ProcessLocal, is_opening
 
 T = TypeVar("T")
@@ -102,7 +106,9 @@ def _import_fsspec(url: str) -> Any:
     try:
         import fsspec
     except ImportError as e:
-        raise ImportError(f"reading {url} needs fsspec: pip install 'streamseq[remote]'") from e
+        raise ImportError(
+            f"reading {describe(url)} needs fsspec: pip install 'streamseq[remote]'"
+        ) from e
     return fsspec
 
 
@@ -157,7 +163,7 @@ def _make_filesystem(url: str, protocol: str, options: dict[str, Any]) -> Any:
         options = _defaults(protocol, options)
     except ImportError as e:
         raise ImportError(
-            f"reading {url} needs the fsspec package of {protocol}:// ({e}); "
+            f"reading {describe(url)} needs the fsspec package of {protocol}:// ({e}); "
             "pip install 'streamseq[remote]'"
         ) from e
     fs = cls(skip_instance_cache=True, **options)
@@ -199,8 +205,16 @@ def _retryable(error: BaseException) -> bool:
     return not isinstance(error, (PermissionError, IsADirectoryError, ValueError, TypeError))
 
 
-def retry(url: str, what: str, call: Callable[[], T]) -> T:
+def retry(
+    url: str,
+    what: str,
+    call: Callable[[], T],
+    storage_options: Mapping[str, Any] | None = None,
+) -> T:
     """``call()``, tried :data:`ATTEMPTS` times in all when it fails for a network error.
+
+    Whatever it raises has the credentials of ``url`` and ``storage_options`` hidden, in
+    its text and in the errors chained to it (:func:`~streamseq.errors.redact_error`).
 
     Raises:
         FileNotFoundError: at once, for a missing file.
@@ -209,17 +223,16 @@ def retry(url: str, what: str, call: Callable[[], T]) -> T:
     for attempt in range(ATTEMPTS):
         try:
             return call()
-        except SourceError:
-            raise
         except Exception as e:
-            if not _retryable(e):
+            if isinstance(e, SourceError) or not _retryable(e):
+                redact_error(e, secrets_of(url, storage_options))
                 raise
             if attempt == ATTEMPTS - 1:
+                secrets = secrets_of(url, storage_options)
                 shown = e.__cause__ if isinstance(e, FileNotFoundError) and e.__cause__ else e
-                raise SourceError(
-                    url,
-                    f"{what} failed after {ATTEMPTS} attempts: {type(shown).__name__}: {shown}",
-                ) from e
+                text = redact(f"{type(shown).__name__}: {shown}", secrets)
+                redact_error(e, secrets)
+                raise SourceError(url, f"{what} failed after {ATTEMPTS} attempts: {text}") from e
             time.sleep(BACKOFF[min(attempt, len(BACKOFF) - 1)])
     raise AssertionError("unreachable")
 
@@ -236,9 +249,9 @@ def stat(url: str, storage_options: Mapping[str, Any] | None = None) -> dict[str
         SourceError: the server could not be reached (after the retries).
     """
     fs = filesystem(url, storage_options)
-    info = retry(url, "getting its size", lambda: fs.info(url))
+    info = retry(url, "getting its size", lambda: fs.info(url), storage_options)
     if info.get("type") == "directory":
-        raise IsADirectoryError(url)
+        raise IsADirectoryError(errno.EISDIR, "a folder, not a file", describe(url))
     etag = next((info[k] for k in ("ETag", "etag", "Etag") if info.get(k)), None)
     mtime = next(
         (info[k] for k in ("LastModified", "Last-Modified", "mtime", "updated") if k in info),
@@ -310,7 +323,7 @@ def stat_and_start(
     """
     if _protocol(url) in _S3:
         fs = filesystem(url, storage_options)
-        got = retry(url, "reading its first bytes", lambda: _s3_start(fs, url))
+        got = retry(url, "reading its first bytes", lambda: _s3_start(fs, url), storage_options)
         if got is not None:
             return got
     return stat(url, storage_options), b""
@@ -455,7 +468,7 @@ class RemoteFile(io.RawIOBase):
                 raise OSError(f"short read: {len(data)} of {end - start} bytes at {start}")
             return data
 
-        return retry(self.url, f"reading bytes {start}:{end}", attempt)
+        return retry(self.url, f"reading bytes {start}:{end}", attempt, self.storage_options)
 
     def _drop(self) -> None:
         file, self._file = self._file, None
@@ -533,5 +546,5 @@ def locate(path: str, storage_options: Mapping[str, Any] | None) -> Remote | Non
     if is_url(path):
         return Remote(path, storage_options)
     if storage_options:
-        raise ValueError(f"storage_options are for URLs, {path!r} is a local path")
+        raise ValueError(f"storage_options are for URLs, {describe(path)} is a local path")
     return None

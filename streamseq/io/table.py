@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from streamseq._redact import redacted_repr
 from streamseq.errors import SourceError
 from streamseq.io import remote
 from streamseq.io._base import Source
@@ -332,7 +333,7 @@ class _Episode(Source):
         return list(dict.fromkeys(self.runs[:, 0].tolist()))
 
     def __repr__(self) -> str:
-        return f"table({self.key.path!r})[{self.group!r}]"
+        return f"table({redacted_repr(self.key.path)})[{self.group!r}]"
 
     def __len__(self) -> int:
         return int(self.offsets[-1])

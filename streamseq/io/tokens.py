@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from streamseq._redact import redacted_repr
 from streamseq.errors import SourceError
 from streamseq.io._base import Source, check_file, file_state, state_changes
 from streamseq.io._npy import RemoteArray, read_npy_header
@@ -87,7 +88,7 @@ class _Tokens(Source):
         self._record_state(state)
 
     def __repr__(self) -> str:
-        return f"tokens({self.path!r})"
+        return f"tokens({redacted_repr(self.path)})"
 
     def __len__(self) -> int:
         return self.shape[0]

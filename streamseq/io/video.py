@@ -36,6 +36,7 @@ import av
 import numpy as np
 from av.video.reformatter import VideoReformatter
 
+from streamseq._redact import redacted_repr
 from streamseq.errors import SourceError
 from streamseq.io._media import MediaSource, Reader, open_media, packets
 from streamseq.io.remote import Remote
@@ -309,7 +310,7 @@ class _Video(MediaSource):
         rate = "" if self.step_rate is None else f", fps={self.step_rate:g}"
         window = "" if self.start is None else f", start={self.start:g}"
         window += "" if self.stop is None else f", stop={self.stop:g}"
-        return f"video({self.path!r}{window}{rate})"
+        return f"video({redacted_repr(self.path)}{window}{rate})"
 
     def __len__(self) -> int:
         if self.step_rate is not None:
