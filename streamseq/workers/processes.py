@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from . import ownership, reaper, watchdog
+from . import forks, ownership, reaper, watchdog
 from .failures import HookFailed, WorkerGone
 from .loop import HOOK, STOP, run
 from .poll import poll
@@ -184,7 +184,8 @@ class ProcessWorkers:
         args += (parent, deathsig, rows)
         worker = ctx.Process(target=_main, args=args, daemon=True)
         try:
-            worker.start()
+            with forks.starting_worker():
+                worker.start()
         except BaseException:
             jobs_tx.close()
             results_rx.close()
@@ -228,7 +229,7 @@ class ProcessWorkers:
 
     def submit(self, item: int) -> None:
         """Send ``item`` to the next worker, with a free slot if there is one."""
-        slot = self.slots.take(item if self.shared else None)
+        slot = self.slots.take(item, self.rows) if self.shared else self.slots.take()
         if slot is None and self.slots.size > 0:
             if not self.shared:
                 self.pickled += 1
