@@ -1,5 +1,6 @@
 """Fault tolerance: dead workers, early exits, interrupts, slow consumers, spawn."""
 
+import contextlib
 import functools
 import gc
 import multiprocessing
@@ -29,6 +30,20 @@ def block_of(loader, rows):
     plan = loader.plan()
     group = loader._reading.group(plan, loader._reading.rows(plan)[:rows])
     return group_block_size(group, loader.tbins)
+
+
+@contextlib.contextmanager
+def default_sigint():
+    """Ctrl-C raises KeyboardInterrupt here, even in a job started in the background.
+
+    A shell starts a background job (``&``, ``nohup``) with SIGINT ignored, and Python
+    then leaves it ignored: a test that sends SIGINT installs the default handler itself.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def token_streams(count=24, low=2000, high=4000, seed=0):  # (more than workers buffer)
@@ -170,7 +185,7 @@ def stop_early(loader, how):
             next(it)
         del it
     elif how == "interrupt":
-        with pytest.raises(KeyboardInterrupt):
+        with default_sigint(), pytest.raises(KeyboardInterrupt):
             for i, _ in enumerate(loader):
                 if i == 3:
                     interrupt_main_and_workers(loader)

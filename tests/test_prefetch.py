@@ -1,3 +1,4 @@
+import contextlib
 import gc
 import os
 import random
@@ -13,6 +14,20 @@ import torch
 
 from streamseq import WorkerError, prefetch
 from streamseq.errors import WorkerTimeout
+
+
+@contextlib.contextmanager
+def default_sigint():
+    """Ctrl-C raises KeyboardInterrupt here, even in a job started in the background.
+
+    A shell starts a background job (``&``, ``nohup``) with SIGINT ignored, and Python
+    then leaves it ignored: a test that sends SIGINT installs the default handler itself.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class Squares:
@@ -400,8 +415,8 @@ def test_no_zombie_is_left_after_an_interrupt_and_close():
     ahead = prefetch(SlowOne(50, 0.3, at=1), 1, shm_size=1 << 16)
     ahead[0]
     (pid,) = ahead.pids
-    threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT)).start()
-    with pytest.raises(KeyboardInterrupt):
+    with default_sigint(), pytest.raises(KeyboardInterrupt):
+        threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT)).start()
         ahead[1]  # interrupted while waiting
         time.sleep(5)
     ahead.close(wait=False)  # as the loader does: the worker exits meanwhile

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 from ..batch import Batch
 from ..deliver.assemble import Assembled, counted_from
 from ..deliver.background import Background
-from ..prefetch import Prefetched
+from ..prefetch import Prefetched, close_together
 from .stats import Latest, Meter
 
 logger = logging.getLogger("streamseq")
@@ -266,8 +266,7 @@ class Pass:
         if self.background is not None:
             self.background.close()
             self.background = None
-        for pf in self.prefetchers:
-            pf.close(wait=False)  # they exit by themselves meanwhile
+        close_together(self.prefetchers)  # all at once; they exit by themselves meanwhile
         self.prefetchers = []
         for g in self.groups:
             g.release()

@@ -63,10 +63,12 @@ class StreamLoader:
             the ``"streamseq"`` logger, and ``loader.num_workers`` is then the number
             chosen (``"auto"`` until then). Worker processes write their rows of each
             batch in place in shared memory, and the batches are tensors over it: a
-            batch held after the pass, or after :meth:`close`, stays valid; the memory
-            goes back to the workers once no tensor of its block is left, and with more
-            batches held than the workers have slots (``max_buffered + 2``) the next ones
-            are copied, more slowly (logged once), never blocked.
+            batch held stays as it was delivered, through later passes, epochs,
+            :meth:`load_state_dict`, :meth:`close` and forks (a forked child copies the
+            slots it may hold); the memory goes back to the workers once no tensor,
+            array or view of its block is left, and with more batches held than the
+            workers have slots (``max_buffered + 2``) the next ones are copied, more
+            slowly (logged once), never blocked.
         shuffle: draw a new stream order every epoch (see :meth:`set_epoch`).
         seed: seed of the shuffle.
         pad: ``"zeros"`` (run until the longest row ends), ``"drop"`` (stop before any

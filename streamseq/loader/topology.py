@@ -24,7 +24,7 @@ from ..deliver.assemble import Assembled
 from ..interleave import Row, make_rows
 from ..plan.planner import EpochPlan, Epochs
 from ..plan.spec import PlanSpec
-from ..prefetch import Prefetched, prefetch
+from ..prefetch import Prefetched, close_together, prefetch
 from ..read.ref import StreamRef
 from ..split import split_by_worker
 from ..tbin import tbin
@@ -305,8 +305,7 @@ class Workers:
     def stop(self) -> None:
         """Stop the persistent workers, if any."""
         kept, self.persistent = self.persistent, None
-        for pf in kept or ():
-            pf.close(wait=False)
+        close_together(kept or ())  # all at once (bounded)
 
 
 def read_with(

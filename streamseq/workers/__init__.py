@@ -8,6 +8,7 @@
 - :mod:`.poll`: the one wait loop (deadline, liveness of the workers, cancel).
 - :mod:`.failures`: what the backends raise, as types; :mod:`.reaper`: joins exited
   worker processes in the background.
+- :mod:`.forks`: a slot held at a fork is reused once the child has its own copy.
 - :mod:`.ownership`: only the process that started workers stops them (not a forked
   child); :mod:`.watchdog`: a worker process ends when its parent is gone.
 
@@ -32,9 +33,12 @@ another index, and every error that ends the workers go through the backend's ``
    stop marker down each job pipe; a worker answers with a goodbye when it will not
    touch the shared memory again, after the item it is evaluating (its result is
    dropped).
+   The groups of a loader are stopped together (:func:`.processes.stop_together`):
+   every stop marker is sent first, then all share one deadline.
 3. **Bounded joins, then kill.** Threads are joined for up to a second in all, then
    left to finish their item as daemons (logged). A process that sent no goodbye within
-   a second is stuck: it is killed (``SIGKILL``) and joined. The others exit by
+   a second (0.25 s when a pass stops its groups together: what it reads is not
+   wanted) is stuck or busy: it is killed (``SIGKILL``) and joined. The others exit by
    themselves: ``close(wait=True)`` joins them (up to a second); with ``wait=False``
    they go to the reaper, a daemon thread that joins each as soon as it has exited (so
    that none stays a zombie, even after a ``KeyboardInterrupt``), kills one that has
@@ -48,7 +52,8 @@ another index, and every error that ends the workers go through the backend's ``
    process maps (unlinked from ``/dev/shm`` at once, see :mod:`.shm`); after the
    goodbyes no worker writes to it. Delivered items are views of it that stay valid:
    the block is freed when the last view is gone (a slot is handed out again only once
-   every view of it is gone).
+   every view of it is gone, and every child forked while it was held has its own
+   copy: :mod:`.forks`).
 6. **Finalizers.** The backend registers ``end()`` with :func:`weakref.finalize`: a
    backend collected without ``stop()`` still stops its workers; ``stop()`` detaches
    it, so each step runs once. Worker processes are daemons, and end by themselves when

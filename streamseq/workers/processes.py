@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from . import ownership, reaper, watchdog
+from . import forks, ownership, reaper, watchdog
 from .failures import HookFailed, WorkerGone
 from .loop import HOOK, STOP, run
 from .poll import poll
@@ -184,7 +184,8 @@ class ProcessWorkers:
         args += (parent, deathsig, rows)
         worker = ctx.Process(target=_main, args=args, daemon=True)
         try:
-            worker.start()
+            with forks.starting_worker():
+                worker.start()
         except BaseException:
             jobs_tx.close()
             results_rx.close()
@@ -228,7 +229,7 @@ class ProcessWorkers:
 
     def submit(self, item: int) -> None:
         """Send ``item`` to the next worker, with a free slot if there is one."""
-        slot = self.slots.take(item if self.shared else None)
+        slot = self.slots.take(item, self.rows) if self.shared else self.slots.take()
         if slot is None and self.slots.size > 0:
             if not self.shared:
                 self.pickled += 1
@@ -296,17 +297,64 @@ class ProcessWorkers:
         self.slots.give_back(start)
         return item, True, pickle.loads(payload)
 
-    def stop(self, wait: bool = True, timeout: float = 1.0) -> None:
+    def stop(self, wait: bool = True, timeout: float = 1.0, deadline: float | None = None) -> None:
         """Stop the workers (:func:`end`); with ``wait``, join them too (bounded).
 
-        In a process forked from the one that started them, nothing: they are not its.
+        ``deadline`` (of :func:`time.monotonic`): the stop markers were sent already
+        (:func:`stop_together`), goodbyes are awaited until then. In a process forked
+        from the one that started them, nothing: they are not its.
         """
         self._finalizer.detach()
         if self.foreign or os.getpid() != self.owner:
             self.forked()
             return
         held = (self.pending, self.slots) if self.shared else None
-        self.ended = end(self.job_pipes, self.result_pipes, self.workers, timeout, wait, held=held)
+        self.ended = end(
+            self.job_pipes,
+            self.result_pipes,
+            self.workers,
+            timeout,
+            wait,
+            held=held,
+            deadline=deadline,
+        )
+
+    def send_stop(self) -> None:
+        """Send every worker the stop marker now (:meth:`stop` with a ``deadline`` follows)."""
+        if not self.foreign and os.getpid() == self.owner:
+            _send_stop(self.job_pipes)
+
+
+GRACE = 0.25
+"""Seconds workers stopped together have to say goodbye: a worker still reading then is
+killed (what it was reading is not wanted)."""
+
+
+def stop_together(sets: list[ProcessWorkers], wait: bool = False, grace: float = GRACE) -> None:
+    """Stop several sets of workers at once: every stop marker first, then one deadline.
+
+    Stopping them one after another would give each set its own wait for a worker
+    still reading (the time of a read, or the grace, per set); together, stopping any
+    number of workers takes at most ``grace`` (plus the kills).
+
+    Example:
+        >>> import numpy as np
+        >>> sets = [ProcessWorkers([np.arange(3)], 1, slots=4, slot_size=256) for _ in range(2)]
+        >>> stop_together(sets, wait=True)
+        >>> [code for s in sets for _, code in s.ended]
+        [0, 0]
+    """
+    for workers in sets:
+        workers.send_stop()
+    deadline = time.monotonic() + grace
+    for workers in sets:
+        workers.stop(wait=wait, timeout=grace, deadline=deadline)
+
+
+def _send_stop(job_pipes: list[Any]) -> None:
+    for pipe in job_pipes:
+        with contextlib.suppress(OSError):
+            pipe.send_bytes(message((STOP, None)))
 
 
 def end(
@@ -317,6 +365,7 @@ def end(
     wait: bool = False,
     owner: int | None = None,
     held: tuple[list[Any], Slots] | None = None,
+    deadline: float | None = None,
 ) -> list[tuple[int, int | None]]:
     """Send every worker the stop marker, wait (bounded) for its goodbye, kill the rest.
 
@@ -327,23 +376,26 @@ def end(
     in a process other than ``owner`` (a forked child) it does nothing.
     ``held``: the jobs still pending with each worker and the slots they hold (slots
     that outlive the workers): given back once no worker writes them any more.
+    ``deadline``: the stop markers were sent already; goodbyes are awaited until then.
     """
     if owner is not None and os.getpid() != owner:
         return []
-    for pipe in job_pipes:
-        with contextlib.suppress(OSError):
-            pipe.send_bytes(message((STOP, None)))
-    deadline = time.monotonic() + timeout
+    if deadline is None:
+        _send_stop(job_pipes)
+        deadline = time.monotonic() + timeout
+    killed = []
     for results, w in zip(result_pipes, workers, strict=True):
         try:
             while results.poll(max(0.0, deadline - time.monotonic())):
                 if results.recv_bytes() == GOODBYE:
                     break  # (results still in flight are dropped)
             else:
-                w.kill()  # no goodbye in time: stuck
-                w.join(timeout)
+                w.kill()  # no goodbye in time: stuck, or still reading what is not wanted
+                killed.append(w)
         except (EOFError, OSError):
-            w.join(timeout)  # it is gone: its exit code is known at once
+            killed.append(w)  # it is gone: its exit code is known at once
+    for w in killed:  # (killed together, then joined: a SIGKILL ends a process at once)
+        w.join(max(timeout, 1.0))
     for pipe in job_pipes + result_pipes:
         pipe.close()
     if held is not None:  # no worker writes any more: their slots are free again

@@ -5,7 +5,8 @@ a free one with each job. The worker makes it current while it evaluates the ite
 (:mod:`streamseq.workers.shm`: arrays the item allocates there are written once, where the main
 process maps them) and pickles the item with its buffers placed in the slot
 (:func:`pickle_into`). The main process unpickles views of the slot
-(:meth:`Slots.lease`); the slot is free again once every view of it is gone.
+(:meth:`Slots.lease`); the slot is free again once every view of it is gone, and
+once every child forked while it was held has its own copy (:mod:`.forks`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from . import forks as _forks
 from . import shm as _shm
 from .placed import place
 from .wire import pack
@@ -46,11 +48,18 @@ class Slots:
 
     A slot is held by the jobs it was given to until their results arrive, then by the
     views of it that were delivered (:meth:`lease`); it is free again when neither is
-    left. Jobs taken with the same ``key`` share one slot (the workers of a loader
-    writing their rows of the same batches, :mod:`.placed`): it is free again once every
-    one of them is done and every view of it is gone. The slots may outlive the workers
-    that wrote them (a loader keeps them from one pass to the next): what a stopped
-    set of workers still held is given back by its ``stop()``.
+    left. Jobs taken with the same ``key`` by different parties share one slot (the
+    workers of each group of rows of a loader writing their rows of the same batches,
+    :mod:`.placed`): it is free again once every one of them is done and every view of
+    it is gone. A party that took a key already gets a new slot for it (and the key
+    goes with that one): while a slot is held, each party writes its part of it once,
+    so nothing delivered from a slot is ever written again, whatever the keys (blocks
+    numbered from 0 at every pass, an epoch planned again after a resume). The slots
+    may outlive the workers that wrote them (a loader keeps them from one pass to the
+    next): what a stopped set of workers still held is given back by its ``stop()``.
+
+    A slot held when the process forks is given to the workers again only once the
+    child has its own copy of it, or has ended (:mod:`.forks`).
 
     Args:
         count: number of slots (0 or ``size`` 0: no shared memory, items are pickled).
@@ -70,32 +79,41 @@ class Slots:
     def __init__(self, count: int, size: int):
         self.size = max(0, int(size))
         self.count = int(count)
-        self.memory = shared_bytes(max(1, count * self.size))
-        self.free = {k * self.size for k in range(count)} if self.size else set()
+        # whole pages around the slots, so that a child can copy theirs (:mod:`.forks`)
+        self.memory = shared_bytes(max(1, count * self.size) + 2 * _forks.PAGE)
+        self.origin = -ctypes.addressof(self.memory) % _forks.PAGE  # where slot 0 starts
+        self.free = {self.origin + k * self.size for k in range(count)} if self.size else set()
         self.owner = os.getpid()  # a forked child has its own slots, never these
         self._holds: dict[int, int] = {}  # start of a held slot -> its holds
-        self._keys: dict[Any, int] = {}  # key -> the slot its jobs share
+        self._keys: dict[Any, tuple[int, set]] = {}  # key -> its slot, the parties in it
         self._key_of: dict[int, Any] = {}
-        self._lock = threading.RLock()  # (finalizers give slots back from any thread)
+        self._children: dict[int, list[_forks.Inherited]] = {}  # slots a child may see
+        self._waiting: set[int] = set()  # slots given back that a child may still see
+        self.lock = threading.RLock()  # (finalizers give slots back from any thread)
+        _forks.register(self)
 
-    def take(self, key: Any = None) -> int | None:
+    def take(self, key: Any = None, party: Any = None) -> int | None:
         """The start of a free slot, or None when every slot is held.
 
-        With ``key``: the slot already given to that key, if it is still held.
+        With ``key``: the slot already given to that key, if it is still held and
+        ``party`` has not taken it yet.
         """
-        with self._lock:
+        with self.lock:
             if key is not None:
-                start = self._keys.get(key)
-                if start is not None:
-                    self._holds[start] += 1
-                    return start
+                shared = self._keys.get(key)
+                if shared is not None and party not in shared[1]:
+                    shared[1].add(party)
+                    self._holds[shared[0]] += 1
+                    return shared[0]
+            if not self.free and self._waiting:
+                self._unblock()
             try:
                 start = self.free.pop()
             except KeyError:
                 return None
             self._holds[start] = 1
             if key is not None:
-                self._keys[key] = start
+                self._keys[key] = (start, {party})
                 self._key_of[start] = key
             return start
 
@@ -103,20 +121,49 @@ class Slots:
         """Let go of one hold of the slot at ``start``; free once none is left (None: no slot)."""
         if start is None:
             return
-        with self._lock:
+        with self.lock:
             holds = self._holds.get(start, 1) - 1
             if holds > 0:
                 self._holds[start] = holds
                 return
             self._holds.pop(start, None)
             key = self._key_of.pop(start, None)
-            if key is not None:
-                self._keys.pop(key, None)
+            if key is not None and self._keys.get(key, (None,))[0] == start:
+                del self._keys[key]
+            if start in self._children:
+                self._waiting.add(start)  # (free once the children have their copy)
+                self._unblock()
+            else:
+                self.free.add(start)
+
+    def _unblock(self) -> None:
+        """Free the slots given back whose forked children no longer see them."""
+        for start in list(self._waiting):
+            children = [c for c in self._children[start] if not c.done()]
+            if children:
+                self._children[start] = children
+                continue
+            del self._children[start]
+            self._waiting.discard(start)
             self.free.add(start)
 
     def held(self) -> int:
         """The number of slots held (by jobs in flight or by views delivered)."""
         return len(self._holds)
+
+    def held_starts(self) -> list[int]:
+        """The starts of the slots held now."""
+        return list(self._holds)
+
+    def span(self, start: int) -> tuple[int, int]:
+        """The address and length of the slot at ``start``."""
+        return ctypes.addressof(self.memory) + start, self.size
+
+    def inherited(self, starts: list[int], child: _forks.Inherited) -> None:
+        """The slots at ``starts`` may be seen by ``child``: not reused until it is done."""
+        with self.lock:
+            for start in starts:
+                self._children.setdefault(start, []).append(child)
 
     def lease(self, start: int, regions: list[tuple[int, int]]) -> list[memoryview]:
         """Views of ``regions`` of the slot at ``start``; it is free again when all are gone.

@@ -38,8 +38,8 @@ def write_rows(slots, start, first, rows, total, items=3, fail=False):
 
 def test_workers_write_their_rows_of_the_same_batches():
     slots = Slots(2, 1 << 16)
-    start = slots.take(key=7)
-    assert slots.take(key=7) == start  # the second worker's job of block 7: the same slot
+    start = slots.take(key=7, party=0)
+    assert slots.take(key=7, party=2) == start  # the second worker's job of block 7
     mine = write_rows(slots, start, 0, 2, 5)
     theirs = write_rows(slots, start, 2, 3, 5, fail=True)
     assert type(mine) is Placed and type(theirs) is Placed

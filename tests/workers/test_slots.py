@@ -1,6 +1,7 @@
 import ctypes
 import gc
 import pickle
+import time
 
 import numpy as np
 import torch
@@ -18,10 +19,11 @@ def filling(slots, start):
 def test_slots_are_handed_out_once_until_given_back():
     slots = Slots(3, 128)
     taken = {slots.take() for _ in range(3)}
-    assert taken == {0, 128, 256} and slots.take() is None
-    slots.give_back(128)
+    o = slots.origin  # (slot 0 starts on a page boundary)
+    assert taken == {o, o + 128, o + 256} and slots.take() is None
+    slots.give_back(o + 128)
     slots.give_back(None)
-    assert slots.take() == 128
+    assert slots.take() == o + 128
 
 
 def test_no_shared_memory_means_no_slots():
@@ -79,3 +81,71 @@ def test_without_a_slot_the_item_is_pickled_whole():
         assert _shm.current() is None
     payload, regions = fill.pickle({"a": np.arange(3)})
     assert regions == [] and pickle.loads(payload)["a"].tolist() == [0, 1, 2]
+
+
+def test_a_party_that_took_a_key_gets_a_new_slot_for_it_and_the_key_follows():
+    slots = Slots(4, 256)
+    first = slots.take(key=0, party="a")
+    assert slots.take(key=0, party="b") == first
+    again = slots.take(key=0, party="a")  # block 0 of the next pass, the first still held
+    assert again != first
+    assert slots.take(key=0, party="b") == again  # the other party joins the new one
+    for start in (first, first, again, again):
+        slots.give_back(start)
+    assert slots.held() == 0 and len(slots.free) == 4
+
+
+def test_a_slot_held_at_a_fork_is_reused_only_once_the_child_cannot_see_it(monkeypatch):
+    import os
+
+    from streamseq.workers import forks
+
+    # a child that cannot copy its slots: the parent waits until it ends
+    monkeypatch.setattr(forks, "_privatize", lambda address, length: False)
+    slots = Slots(2, 8192)
+    start = slots.take()
+    view = slots.lease(start, [(start, start + 4)])[0]
+    view[:4] = b"abcd"
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(go_w)
+        os.read(go_r, 1)
+        os._exit(0 if bytes(view[:4]) == b"abcd" else 1)
+    os.close(go_r)
+    del view
+    gc.collect()
+    other = slots.take()
+    assert other != start and slots.take() is None  # not reused while the child lives
+    filled = np.frombuffer(slots.memory, np.uint8, 4, other)
+    filled[:] = 1
+    os.write(go_w, b"x")
+    os.close(go_w)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    assert slots.take() == start  # the child ended
+
+
+def test_a_forked_child_copies_the_slots_it_may_hold_and_the_parent_goes_on():
+    import os
+
+    slots = Slots(1, 8192)
+    start = slots.take()
+    view = slots.lease(start, [(start, start + 4)])[0]
+    view[:4] = b"abcd"
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(go_w)
+        os.read(go_r, 1)
+        os._exit(0 if bytes(view[:4]) == b"abcd" else 1)
+    os.close(go_r)
+    del view
+    gc.collect()
+    deadline = time.monotonic() + 30
+    while (again := slots.take()) is None and time.monotonic() < deadline:
+        time.sleep(0.01)  # the child copies its slot at once, then the parent reuses it
+    assert again == start
+    np.frombuffer(slots.memory, np.uint8, 4, start)[:] = 1  # the parent writes it again
+    os.write(go_w, b"x")
+    os.close(go_w)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0

@@ -1,0 +1,237 @@
+"""A hostile user, as a state machine: every batch held stays as it was delivered.
+
+The machine drives a loader (0 or 2 workers, persistent or not, plain or dict data) and,
+in lockstep, the same loader read in this process (``num_workers=0``): the reference.
+It holds batches and views of every kind, starts passes and leaves them early, sets
+epochs, saves and loads states (its own, and those of a loader with another batch
+size), forks children that check their batches after the parent dropped and reused
+them, closes and deletes loaders. After every step, every batch delivered equals the
+reference's, and everything held equals its copy taken at delivery (invariant 8).
+"""
+
+import gc
+import os
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from streamseq import StreamLoader
+
+pytestmark = pytest.mark.timeout(300)
+
+ROWS, TBINS = 4, 4
+
+
+def streams(kind):
+    rng = np.random.default_rng(1)
+    tokens = [rng.integers(0, 1000, n, dtype=np.int64) for n in rng.integers(10, 60, 8)]
+    if kind == "plain":
+        return tokens
+    return [{"x": s, "y": (s * 2).astype(np.float32)[:, None].repeat(2, 1)} for s in tokens]
+
+
+def tensors(batch):
+    """The tensors of a batch (the leaves of dict data too), in a fixed order."""
+    out = []
+    for field in batch:
+        out.extend(field[k] for k in sorted(field)) if isinstance(field, dict) else out.append(
+            field
+        )
+    return out
+
+
+def same_batch(a, b):
+    ta, tb = tensors(a), tensors(b)
+    return len(ta) == len(tb) and all(torch.equal(x, y) for x, y in zip(ta, tb, strict=True))
+
+
+def view_of(batch, kind):
+    """What a user keeps of a batch: the batch, or a view of one of its tensors."""
+    data = batch.data["x"] if isinstance(batch.data, dict) else batch.data
+    if kind == "batch":
+        return batch
+    if kind == "numpy":
+        return data.numpy()
+    if kind == "asarray":
+        return np.asarray(batch.valid)
+    if kind == "slice":
+        return data[1:3]
+    if kind == "from_numpy":
+        return torch.from_numpy(batch.step.numpy())[:, 1:]
+    return batch.reset
+
+
+def copy_of(held):
+    if isinstance(held, np.ndarray):
+        return held.copy()
+    if isinstance(held, torch.Tensor):
+        return held.clone()
+    return [t.clone() for t in tensors(held)]
+
+
+def unchanged(held, copy):
+    if isinstance(held, np.ndarray):
+        return np.array_equal(held, copy)
+    if isinstance(held, torch.Tensor):
+        return torch.equal(held, copy)
+    return all(torch.equal(t, c) for t, c in zip(tensors(held), copy, strict=True))
+
+
+KINDS = ["batch", "numpy", "asarray", "slice", "from_numpy", "reset"]
+
+
+class HostileUser(RuleBasedStateMachine):
+    @initialize(
+        workers=st.sampled_from([2, 0, 2]),  # (workers: where slots are)
+        persistent=st.booleans(),
+        data=st.sampled_from(["plain", "dict"]),
+    )
+    def start(self, workers, persistent, data):
+        self.data, self.workers, self.persistent = data, workers, persistent and workers > 0
+        self.held = []  # (what is held, its copy at delivery)
+        self.states = []
+        self.loader = self.ref = None
+        self.it = self.ref_it = None
+        self.new_loaders()
+
+    def make(self, workers, batch_size=ROWS):
+        return StreamLoader(
+            streams(self.data),
+            batch_size,
+            TBINS,
+            shuffle=True,
+            seed=3,
+            num_workers=workers,
+            max_buffered=4,
+            persistent_workers=self.persistent and workers > 0,
+        )
+
+    def new_loaders(self):
+        self.loader, self.ref = self.make(self.workers), self.make(0)
+        self.it = self.ref_it = None
+
+    def teardown(self):
+        if self.loader is not None:
+            self.loader.close()
+
+    def next_pair(self):
+        """The next batch of the loader and of the reference (None at the end of a pass)."""
+        if self.it is None:
+            self.it, self.ref_it = iter(self.loader), iter(self.ref)
+        got, want = next(self.it, None), next(self.ref_it, None)
+        assert (got is None) == (want is None), "the passes have different lengths"
+        if got is None:
+            self.it = self.ref_it = None
+            return None
+        assert same_batch(got, want), "a batch differs from the reference's"
+        return got
+
+    @rule(
+        new_pass=st.booleans(),
+        count=st.integers(1, 30),
+        kinds=st.lists(st.sampled_from(KINDS), min_size=1, max_size=3),
+    )
+    def take_and_hold(self, new_pass, count, kinds):
+        if new_pass:
+            self.it = self.ref_it = None  # (the pass in progress, if any, is left)
+        for k in range(count):
+            batch = self.next_pair()
+            if batch is None:
+                return
+            if k < len(kinds):
+                held = view_of(batch, kinds[k])
+                self.held.append((held, copy_of(held)))
+
+    @rule(data=st.data())
+    def drop_some(self, data):
+        if self.held:
+            keep = data.draw(st.lists(st.booleans(), min_size=len(self.held)))
+            self.held = [h for h, k in zip(self.held, keep, strict=False) if k]
+            gc.collect()
+
+    @rule(
+        action=st.sampled_from(["set_epoch", "save", "load", "load other", "close", "delete"]),
+        data=st.data(),
+    )
+    def disturb(self, action, data):
+        """What a user does between passes; every one ends the pass in progress."""
+        if action == "set_epoch":
+            epoch = data.draw(st.integers(0, 3))
+            self.loader.set_epoch(epoch)
+            self.ref.set_epoch(epoch)
+            return  # (a pass may go on after set_epoch)
+        if action == "save":
+            state = self.loader.state_dict()
+            assert state == self.ref.state_dict()
+            self.states.append(state)
+            return
+        if action == "load" and self.states:
+            state = data.draw(st.sampled_from(self.states))
+            self.loader.load_state_dict(state)
+            self.ref.load_state_dict(state)
+        elif action in ("load", "load other"):  # a state of a loader of another batch size
+            other = self.make(0, data.draw(st.sampled_from([2, 3])))
+            it = iter(other)
+            for _ in range(data.draw(st.integers(0, 5))):
+                next(it, None)
+            state = other.state_dict()
+            self.loader.load_state_dict(state)
+            self.ref.load_state_dict(state)
+        elif action == "close":
+            self.loader.close()
+            self.ref.close()
+        else:  # delete the loaders, held batches kept; new ones
+            self.loader.close()
+            del self.loader, self.ref
+            gc.collect()
+            self.new_loaders()
+        self.it = self.ref_it = None
+
+    @precondition(lambda self: self.held and hasattr(os, "fork"))
+    @rule(count=st.integers(1, 8))
+    def fork_a_child_that_checks_its_batches(self, count):
+        """The child holds every batch; the parent drops them all and reads on."""
+        go_r, go_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.close(go_w)
+                os.read(go_r, 1)
+                code = 0 if all(unchanged(h, c) for h, c in self.held) else 3
+            finally:
+                os._exit(code)
+        os.close(go_r)
+        self.held = []
+        gc.collect()
+        try:
+            for _ in range(count * 4):  # the parent reuses its memory
+                self.next_pair()
+        finally:
+            os.write(go_w, b"x")
+            os.close(go_w)
+            _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, "a batch held by a forked child changed"
+
+    # Mixtures reweighed on resume (load_state_dict(weights_changed=True)) are left out:
+    # their plans are not settled yet (streamseq/plan/), so a rule for them is disabled.
+    # @rule()
+    # def load_a_state_with_other_weights(self): ...
+
+    @invariant()
+    def held_batches_never_change(self):
+        for k, (held, copy) in enumerate(self.held):
+            assert unchanged(held, copy), f"held item {k} of {len(self.held)} changed"
+
+
+HostileUser.TestCase.settings = settings(
+    max_examples=25,
+    stateful_step_count=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+test_a_hostile_user_never_sees_a_held_batch_change = HostileUser.TestCase
