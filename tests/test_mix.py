@@ -393,6 +393,97 @@ def test_a_group_added_when_resuming():
     assert streams["new"] > 0
 
 
+def row_runs(batches) -> list[list[tuple[int, list[int], int, int, bool]]]:
+    """Per row, its runs in order: ``(stream, steps, first batch, first t, reset there)``.
+
+    Checks on the way that data is the code of (stream, step) and padding is zero.
+    """
+    arrays = as_numpy(batches)
+    if not arrays:
+        return []
+    out = []
+    for r in range(arrays[0][0].shape[0]):
+        found = []
+        for i, (data, reset, valid, stream, step) in enumerate(arrays):
+            for t in np.flatnonzero(valid[r]).tolist():
+                s, k = int(stream[r, t]), int(step[r, t])
+                assert data[r, t] == s * CODE + k + 1
+                last = found[-1] if found else None
+                if last is None or k == 0 or s != last[0] or k != last[1][-1] + 1:
+                    found.append((s, [k], i, t, bool(reset[r])))
+                else:
+                    last[1].append(k)
+        out.append(found)
+    return out
+
+
+@st.composite
+def weight_changes(draw, groups, lengths):
+    """Phases of a run: ``(weights, batch_size, batches)``, the last one to the end."""
+    sizes = [sum(lengths[i] for i in r) for r in mix(groups).ranges.values()]
+    phases = []
+    count = draw(st.integers(2, 4))
+    for p in range(count):
+        w = {
+            n: draw(st.sampled_from([0, 1, 2, 0.5, 5])) if sizes[g] else 0
+            for g, n in enumerate(groups)
+        }
+        assume(any(w.values()))
+        k = 10**6 if p == count - 1 else draw(st.integers(0, 5))
+        phases.append((w, draw(st.integers(1, 4)), k))
+    return phases
+
+
+@settings(max_examples=30, deadline=None)
+@given(groups_and_weights(), st.data())
+def test_resumes_stay_exact_across_weight_changes_and_rows(case, data):
+    """save -> load other weights (and rows) -> run some -> save -> load -> ... :
+    every begun stream goes on at its next step, in one row, without reset where
+    ``row_map`` carries its row; no stream appears mid-way; every occurrence is whole."""
+    groups, _, lengths, kw = case
+    phases = data.draw(weight_changes(groups, lengths))
+    pack = kw["pad"] == "pack"
+    begun: list[tuple[int, int, int | None]] = []  # (stream, next step, global row)
+    count: Counter = Counter()  # deliveries of (stream, step) in the epoch
+    state, weights = None, None
+    for p, (w, b, k) in enumerate(phases):
+        loader = quiet(mix(groups, w), **{**kw, "batch_size": b})
+        carried = [-1] * b
+        if state is not None:
+            changed = w != weights
+            loader.load_state_dict(state, weights_changed=changed)
+            carried = loader.row_map(state, weights_changed=changed)
+            if loader.epoch != state["epoch"]:  # the epoch had ended
+                assert not begun
+                break
+        it = iter(loader)
+        got = [b_ for _, b_ in zip(range(k), it, strict=False)]
+        state, weights = json.loads(json.dumps(loader.state_dict())), w
+        cut = []
+        for r, found in enumerate(row_runs(got)):
+            for j, (s, steps, i, t, reset) in enumerate(found):
+                count.update((s, q) for q in steps)
+                if steps[0] > 0:  # the rest of a begun stream: one of those the state had
+                    match = [e for e in begun if e[:2] == (s, steps[0])]
+                    assert match, f"phase {p} row {r}: stream {s} from step {steps[0]}"
+                    pick = ([e for e in match if e[2] == carried[r]] or match)[0]
+                    begun.remove(pick)
+                    if not pack and i == t == 0:  # carried on: its old row, no reset
+                        assert reset == (carried[r] < 0), (p, r, s, carried)
+                        assert carried[r] < 0 or pick[2] in (None, carried[r]), (p, r)
+                    elif not pack:
+                        assert reset and t == 0, (p, r, s)
+                elif not pack:
+                    assert reset and t == 0, (p, r, s)
+                if steps[-1] + 1 < lengths[s]:  # cut by the phase's end only
+                    assert j == len(found) - 1, (p, r, s, steps)
+                    cut.append((s, steps[-1] + 1, r))
+        begun = [(s, n, None) for s, n, _ in begun] + cut  # (not read: their row moved on)
+    assert not begun
+    for (s, q), n in count.items():  # whole occurrences: every step as often as the first
+        assert n == count[(s, 0)], (s, q, n, count[(s, 0)])
+
+
 # --- packing with a cap ----------------------------------------------------------------
 
 
