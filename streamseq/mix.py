@@ -261,10 +261,12 @@ def mix(
     has is read again, each of its streams ``k`` or ``k + 1`` times; one asking for less
     gives a subset, without repeats. Which streams are read, or read once more, is drawn
     anew every epoch from ``(seed, epoch)``: the same for any number of workers, and
-    after resuming. With weights proportional to the groups' steps, every step is read
-    exactly once; without weights, the loader reads the streams as it would a list.
-    (:func:`~streamseq.interleave_streams` takes a mixture as the list of its streams:
-    the weights are the loader's plan.)
+    after resuming. A group whose share is below one of its streams is read in some
+    epochs only, drawn so that over epochs it gets its share on average (never starved).
+    With weights proportional to the groups' steps, every step is read exactly once;
+    without weights, the loader reads the streams as it would a list.
+    :func:`~streamseq.interleave_streams` reads a mixture with weights as the loader does
+    (the same draw and rows for the same seed and epoch).
 
     Args:
         groups: a name for every list of streams (arrays, sources or openers).

@@ -204,6 +204,76 @@ def test_summary_counts_what_the_loader_delivers():
         assert "(row ends)" in str(summary)
 
 
+def test_a_small_positive_weight_is_read_on_average_over_epochs():
+    web = coded_streams([20] * 50)
+    books = [s + 50 * CODE for s in coded_streams([60] * 4)]  # (codes of streams 50-53)
+    m = mix({"web": web, "books": books}, {"web": 0.98, "books": 0.02})
+    loader = StreamLoader(m, batch_size=4, tbins=10, shuffle=True)
+    read = []
+    for epoch in range(50):
+        loader.set_epoch(epoch)
+        batches = list(loader)
+        assert len(batches) == len(loader)
+        read.append(group_steps(m, batches)["books"])
+    share = 0.02 * (50 * 20 + 4 * 60)  # 24.8 steps: under half a book
+    assert set(read) == {0, 60}  # whole books, in some epochs only
+    assert abs(np.mean(read) - share) < 0.5 * share
+
+
+def row_steps(rows) -> list[list[tuple[int, int]]]:
+    """``(stream, step)`` of every step of each of :func:`interleave_streams`' rows."""
+    out = []
+    for row in rows:
+        steps = []
+        for j, s in enumerate(row.stream_ids.tolist()):
+            first = int(row.starts[j])
+            steps += [(s, first + k) for k in range(int(row.lengths[j]))]
+        out.append(steps)
+    return out
+
+
+@settings(max_examples=30, deadline=None)
+@given(groups_and_weights(), st.integers(0, 3))
+def test_interleave_streams_of_a_mixture_reads_the_loaders_rows(case, epoch):
+    groups, weights, _, kw = case
+    m = mix(groups, weights)
+    loader = quiet(m, **kw)
+    loader.set_epoch(epoch)
+    delivered = [[] for _ in range(loader.batch_size)]
+    for b in as_numpy(loader):
+        _, _, valid, stream, step = b
+        for r in range(len(delivered)):
+            got = zip(stream[r][valid[r]].tolist(), step[r][valid[r]].tolist(), strict=True)
+            delivered[r] += list(got)
+    rows = interleave_streams(
+        m,
+        kw["batch_size"],
+        shuffle=kw["shuffle"],
+        seed=kw["seed"],
+        epoch=epoch,
+        tbins=kw["tbins"],
+        pack=kw["pad"] == "pack",
+    )
+    assert row_steps(rows) == delivered
+    # without tbins: the same draw of streams, dealt out in order
+    plain = interleave_streams(
+        m, kw["batch_size"], shuffle=kw["shuffle"], seed=kw["seed"], epoch=epoch
+    )
+    drawn = Counter(s for r in delivered for s, k in r if k == 0)
+    assert Counter(s for r in row_steps(plain) for s, k in r if k == 0) == drawn
+
+
+def test_interleave_streams_leaves_out_a_group_of_weight_0():
+    m = mix({"a": coded_streams([3, 4]), "b": coded_streams([5])}, {"a": 1, "b": 0})
+    for tbins in (None, 2):
+        ids = [s for r in interleave_streams(m, 2, tbins=tbins) for s in r.stream_ids.tolist()]
+        assert 2 not in ids and set(ids) == {0, 1}  # (a: 12 steps of 7, read again in part)
+    up = mix({"a": coded_streams([2, 2]), "b": coded_streams([2, 2])}, {"a": 3, "b": 1})
+    for tbins in (None, 2):
+        ids = [s for r in interleave_streams(up, 2, tbins=tbins) for s in r.stream_ids.tolist()]
+        assert sum(s < 2 for s in ids) == 3 and sum(s >= 2 for s in ids) == 1  # 6 and 2 steps
+
+
 # --- determinism: workers, resume ------------------------------------------------------
 
 
@@ -542,7 +612,7 @@ def test_a_mixture_is_the_list_of_its_streams():
     m = mix({"a": a, "b": b}, {"a": 1, "b": 2})
     assert len(m) == 3 and m[2] is b[0] and list(m.ranges) == ["a", "b"]
     assert [m.group_of(i) for i in range(3)] == ["a", "a", "b"]
-    rows = interleave_streams(m, 2)
+    rows = interleave_streams(mix({"a": a, "b": b}), 2)  # without weights: every stream once
     assert sorted(s for r in rows for s in r.stream_ids.tolist()) == [0, 1, 2]
     assert "a: 2" in repr(m) and m.weights == {"a": 1.0, "b": 2.0}
     with pytest.raises(IndexError):
