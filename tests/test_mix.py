@@ -6,6 +6,8 @@ import json
 import math
 import warnings
 from collections import Counter
+from decimal import Decimal
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -643,8 +645,80 @@ def test_bad_weights_are_refused_naming_the_group(weights, message):
         mix(groups, weights)
 
 
+@pytest.mark.parametrize(
+    "weight",
+    [
+        2,
+        2.0,
+        Fraction(2, 1),
+        Decimal("2"),
+        np.float32(2),
+        np.int64(2),
+        np.float64(2),
+        np.uint8(2),
+    ],
+)
+def test_a_weight_may_be_any_real_number(weight):
+    m = mix({"a": coded_streams([3]), "b": coded_streams([2, 4])}, {"a": weight, "b": 1})
+    assert m.weights == {"a": 2.0, "b": 1.0}
+    assert all(type(w) is float for w in m.weights.values())
+    loader = StreamLoader(m, 1, 2)
+    assert [g.weight for g in m.summary(loader, 0).groups] == [2 / 3, 1 / 3]
+
+
+def test_a_negative_zero_weight_is_zero():
+    m = mix({"a": coded_streams([3]), "b": coded_streams([2])}, {"a": -0.0, "b": 1})
+    assert math.copysign(1, m.weights["a"]) == 1 and "-0" not in repr(m)
+    loader = StreamLoader(m, 1, 2)
+    assert "-0" not in str(m.summary(loader, 0))
+    same = StreamLoader(mix({"a": m[:1], "b": m[1:]}, {"a": 0, "b": 1}), 1, 2)
+    same.load_state_dict(loader.state_dict())  # the same mixture
+
+
+@pytest.mark.parametrize(
+    "weight",
+    [
+        -1,
+        Fraction(-1, 2),
+        Decimal("-0.5"),
+        np.float32(-1),
+        math.nan,
+        Decimal("NaN"),
+        math.inf,
+        -math.inf,
+        Decimal("Infinity"),
+        np.float64("inf"),
+        Decimal("1e400"),
+    ],
+)
+def test_a_negative_or_non_finite_weight_is_refused_naming_the_group(weight):
+    with pytest.raises(ValueError, match="weight of group 'b'"):
+        mix({"a": coded_streams([3]), "b": coded_streams([2])}, {"a": 1, "b": weight})
+
+
+@pytest.mark.parametrize("weight", ["1", None, True, np.bool_(True), 1j, [1]])
+def test_a_weight_that_is_not_a_real_number_is_refused(weight):
+    with pytest.raises(TypeError, match="weight of group 'a' must be a real number"):
+        mix({"a": coded_streams([3])}, {"a": weight})
+
+
+def test_the_summary_shows_huge_and_tiny_weights_as_shares():
+    streams = coded_streams([4, 4, 4])
+    groups = {"a": streams[:1], "b": streams[1:2], "c": streams[2:]}
+    for weights, tiny in [
+        ({"a": 1e308, "b": 1e308, "c": 1}, 5e-309),
+        ({"a": 1, "b": 1, "c": 1e-10}, 5e-11),
+    ]:
+        m = mix(groups, weights)
+        summary = m.summary(StreamLoader(m, 1, 2), 0)
+        assert [g.weight for g in summary.groups] == pytest.approx([0.5, 0.5, tiny], rel=1e-9)
+        lines = str(summary).splitlines()
+        assert " 0.500 " in lines[2] and " 0.500 " in lines[3]
+        assert f"{tiny:.1e}" in lines[4]  # not 0.000
+
+
 def test_a_weight_that_is_not_a_number_is_refused():
-    with pytest.raises(TypeError, match="weight of group 'a' must be a number"):
+    with pytest.raises(TypeError, match="weight of group 'a' must be a real number"):
         mix({"a": coded_streams([3])}, {"a": "1"})
 
 
