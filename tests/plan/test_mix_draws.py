@@ -189,6 +189,13 @@ def test_a_small_share_is_read_on_average_over_epochs(spec, small):
             assert abs(got[:, g].mean() - want[g]) <= 5 * longest / np.sqrt(epochs) + 1e-9
         else:  # whole rounds, then the nearest prefix: within half a unit
             assert (np.abs(got[:, g] - want[g]) <= longest / 2 + 1e-9).all()
+    n = plan_epoch(spec, 0).length  # every epoch's rows fit in one length
+    cap = spec.max_streams_per_chunk if spec.pad == "pack" else None
+    for e in range(8):
+        plan = plan_epoch(spec, e)
+        chunks = row_chunks(plan.pieces[2], plan.assignment, spec.tbins, spec.pad == "pack", cap)
+        assert plan.length == n
+        assert chunks.min() >= n if spec.pad == "drop" else chunks.max(initial=0) <= n
 
 
 def test_a_group_below_half_its_shortest_stream_is_read_in_some_epochs():
