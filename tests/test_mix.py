@@ -491,7 +491,7 @@ def row_runs(batches) -> list[list[tuple[int, list[int], int, int, bool]]]:
 
 @st.composite
 def weight_changes(draw, groups, lengths):
-    """Phases of a run: ``(weights, batch_size, batches)``, the last one to the end."""
+    """Phases of a run: ``(weights, batch_size, world_size, batches)``, the last to the end."""
     sizes = [sum(lengths[i] for i in r) for r in mix(groups).ranges.values()]
     phases = []
     count = draw(st.integers(2, 4))
@@ -502,7 +502,7 @@ def weight_changes(draw, groups, lengths):
         }
         assume(any(w.values()))
         k = 10**6 if p == count - 1 else draw(st.integers(0, 5))
-        phases.append((w, draw(st.integers(1, 4)), k))
+        phases.append((w, draw(st.integers(1, 3)), draw(st.sampled_from([1, 1, 2])), k))
     return phases
 
 
@@ -518,19 +518,27 @@ def test_resumes_stay_exact_across_weight_changes_and_rows(case, data):
     begun: list[tuple[int, int, int | None]] = []  # (stream, next step, global row)
     count: Counter = Counter()  # deliveries of (stream, step) in the epoch
     state, weights = None, None
-    for p, (w, b, k) in enumerate(phases):
-        loader = quiet(mix(groups, w), **{**kw, "batch_size": b})
-        carried = [-1] * b
+    for p, (w, b, world, k) in enumerate(phases):
+        ranks = [
+            quiet(mix(groups, w), **{**kw, "batch_size": b}, rank=r, world_size=world)
+            for r in range(world)
+        ]
+        carried = [-1] * b * world  # the old global row each global row goes on
         if state is not None:
             changed = w != weights
-            loader.load_state_dict(state, weights_changed=changed)
-            carried = loader.row_map(state, weights_changed=changed)
-            if loader.epoch != state["epoch"]:  # the epoch had ended
+            carried = []
+            for loader in ranks:
+                loader.load_state_dict(state, weights_changed=changed)
+                carried += loader.row_map(state, weights_changed=changed)
+            if ranks[0].epoch != state["epoch"]:  # the epoch had ended
                 assert not begun
                 break
-        it = iter(loader)
-        got = [b_ for _, b_ in zip(range(k), it, strict=False)]
-        state, weights = json.loads(json.dumps(loader.state_dict())), w
+        each = [as_numpy(b_ for _, b_ in zip(range(k), loader, strict=False)) for loader in ranks]
+        got = [
+            tuple(map(np.concatenate, zip(*parts, strict=True)))
+            for parts in zip(*each, strict=True)
+        ]
+        state, weights = json.loads(json.dumps(ranks[-1].state_dict())), w
         cut = []
         for r, found in enumerate(row_runs(got)):
             for j, (s, steps, i, t, reset) in enumerate(found):
