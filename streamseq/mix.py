@@ -111,7 +111,7 @@ class Mixture(Sequence):
 
     @property
     def weights(self) -> dict[str, float] | None:
-        """The weight of every group, as given (None: every stream once)."""
+        """The weight of every group, as a float (None: every stream once)."""
         w = self.spec.weights
         return None if w is None else dict(zip(self.names, w, strict=True))
 
