@@ -11,7 +11,10 @@ import numpy as np
 from ._checks import check_int
 from ._tree import leaves, tree_map
 from .plan.epoch import epoch_plan
+from .plan.mix import MixSpec
+from .plan.planner import plan_epoch
 from .plan.rows import assign_rows
+from .plan.spec import PlanSpec
 from .read.handle import ProcessLocal
 from .read.ref import StreamRef, as_refs
 from .read.transform import StepInfo, Transform
@@ -180,6 +183,12 @@ def interleave_streams(
     ties), so the first ``num_rows`` streams start the rows in order and the longest row
     exceeds the shortest by at most the longest stream. Empty streams are skipped.
 
+    A :func:`~streamseq.mix` with weights is read as :class:`~streamseq.StreamLoader` reads
+    it: the streams of every group drawn for ``epoch`` by its weights from ``(seed,
+    epoch)`` (a stream may be read several times, a group of weight 0 not at all), then
+    dealt out to rows; with ``tbins`` (and ``pack``), the rows are those of a loader of
+    ``num_rows`` rows (``batch_size * world_size``) with these settings, stream for stream.
+
     Args:
         streams: streams or zero-argument openers.
         num_rows: number of rows (the batch size).
@@ -217,6 +226,11 @@ def interleave_streams(
         sizes = np.asarray(lengths, dtype=np.int64)
     else:
         sizes = np.fromiter((len(r) for r in refs), np.int64, len(refs))
+    mixture = getattr(streams, "spec", None)
+    if isinstance(mixture, MixSpec) and mixture.weights is not None:
+        return _mixed_rows(
+            refs, sizes, mixture, num_rows, shuffle, seed, epoch, transform, tbins, pack
+        )
     if tbins is None:
         assignment = assign_rows(sizes, num_rows, shuffle=shuffle, seed=seed, epoch=epoch)
     else:
@@ -224,6 +238,45 @@ def interleave_streams(
         kw = dict(shuffle=shuffle, seed=seed, epoch=epoch, version=2)
         assignment, _ = epoch_plan(sizes, num_rows, check_int(tbins, "tbins", 1), pad, **kw)
     return make_rows(refs, sizes, assignment, transform, seed=seed, epoch=epoch)
+
+
+def _mixed_rows(
+    refs: list[StreamRef],
+    sizes: np.ndarray,
+    mixture: MixSpec,
+    num_rows: int,
+    shuffle: bool,
+    seed: int,
+    epoch: int,
+    transform: Callable[[Any, StepInfo], Any] | None,
+    tbins: int | None,
+    pack: bool,
+) -> list[Row]:
+    """The rows of a weighted mixture's ``epoch``: the loader's plan, or its draw in order."""
+    pad = "pack" if pack and tbins is not None else "zeros"
+    spec = PlanSpec(
+        sizes,
+        num_rows,
+        1 if tbins is None else check_int(tbins, "tbins", 1),
+        pad,
+        shuffle=shuffle,
+        seed=seed,
+        mixture=mixture,
+    )
+    epoch = check_int(epoch, "epoch", 0)
+    if tbins is not None:
+        plan = plan_epoch(spec, epoch)
+        units = plan.units_of(spec)
+        return make_rows(
+            refs, plan.pieces[2], plan.assignment, transform, seed=seed, epoch=epoch, units=units
+        )
+    draw = spec.draws.of(epoch)  # type: ignore[union-attr]
+    drawn = np.arange(len(sizes), dtype=np.int64) if draw is None else draw
+    assignment = assign_rows(sizes[drawn], num_rows, shuffle=shuffle, seed=seed, epoch=epoch)
+    units = (drawn, np.zeros(len(drawn), np.int64))
+    return make_rows(
+        refs, sizes[drawn], assignment, transform, seed=seed, epoch=epoch, units=units
+    )
 
 
 def make_rows(

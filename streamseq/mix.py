@@ -9,7 +9,10 @@ resumably.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 import numpy as np
@@ -60,13 +63,23 @@ class MixSummary(NamedTuple):
             f"{'group':<12} {'steps':>10} {'streams':>8} {'share':>7} {'weight':>7} {'padding':>8}"
         )
         for g in self.groups:
-            weight = "-" if g.weight is None else f"{g.weight:.3f}"
+            weight = "-" if g.weight is None else _share(g.weight)
             lines.append(
                 f"{g.group:<12} {g.steps:>10} {g.streams:>8} {g.share:>7.3f} {weight:>7} "
                 f"{g.padding:>8}"
             )
         lines.append(f"{'(row ends)':<12} {'':>10} {'':>8} {'':>7} {'':>7} {self.end_padding:>8}")
         return "\n".join(lines)
+
+
+def _share(x: float) -> str:
+    """A share in [0, 1] as the summary prints it: 3 decimals, or 2 digits when smaller.
+
+    Example:
+        >>> _share(0.5), _share(0), _share(5e-11)
+        ('0.500', '0.000', '5.0e-11')
+    """
+    return f"{x:.3f}" if x == 0 or x >= 0.0005 else f"{x:.1e}"
 
 
 class Mixture(Sequence):
@@ -98,7 +111,7 @@ class Mixture(Sequence):
 
     @property
     def weights(self) -> dict[str, float] | None:
-        """The weight of every group, as given (None: every stream once)."""
+        """The weight of every group, as a float (None: every stream once)."""
         w = self.spec.weights
         return None if w is None else dict(zip(self.names, w, strict=True))
 
@@ -174,7 +187,7 @@ def _summary(loader: StreamLoader, plan: EpochPlan) -> MixSummary:
     padding = _padding(spec, plan, group, count)
     total = max(int(steps.sum()), 1)
     w = mixture.weights
-    norm = None if w is None else [x / sum(w) for x in w]
+    norm = None if w is None else [float(Fraction(x) / sum(map(Fraction, w))) for x in w]
     rows = len(plan.assignment) * plan.length * spec.tbins
     end = rows - int(steps.sum()) - int(padding.sum())
     groups = tuple(
@@ -229,20 +242,54 @@ def _check_weights(
     for name, streams in groups.items():
         if name not in weights:
             raise ValueError(f"group {name!r} has no weight: give every group one (0 to skip it)")
-        w = weights[name]
-        if isinstance(w, bool) or not isinstance(w, (int, float, np.integer, np.floating)):
-            raise TypeError(f"the weight of group {name!r} must be a number, got {w!r}")
-        w = float(w)
-        if not math.isfinite(w) or w < 0:
-            raise ValueError(
-                f"the weight of group {name!r} must be a finite number >= 0, got {w!r}"
-            )
+        w = _weight(name, weights[name])
         if w > 0 and len(streams) == 0:
             raise ValueError(f"group {name!r} has weight {w:g} but no streams")
         out.append(w)
     if not any(out):
         raise ValueError(f"every weight is 0 ({dict(weights)!r}): nothing to read")
     return tuple(out)
+
+
+def _weight(name: str, w: Any) -> float:
+    """One group's weight as a float >= 0 (``-0.0`` is 0), checked: errors name the group.
+
+    Any real number is taken (int, float, Fraction, Decimal, numpy scalars), not a bool.
+
+    Example:
+        >>> from fractions import Fraction
+        >>> _weight("a", Fraction(1, 4)), _weight("a", -0.0)
+        (0.25, 0.0)
+        >>> _weight("a", float("nan"))
+        Traceback (most recent call last):
+        ...
+        ValueError: the weight of group 'a' must be a finite number >= 0, got nan
+    """
+    real = isinstance(w, (numbers.Real, Decimal)) and not isinstance(w, (bool, np.bool_))
+    if not real:
+        raise TypeError(f"the weight of group {name!r} must be a real number, got {w!r}")
+    bad = ValueError(f"the weight of group {name!r} must be a finite number >= 0, got {w!r}")
+    try:
+        finite = w.is_finite() if isinstance(w, Decimal) else math.isfinite(w)
+    except (TypeError, ValueError):
+        finite = False
+    if not finite or w < 0:
+        raise bad
+    try:
+        out = float(w) + 0.0  # (-0.0 + 0.0 is 0.0)
+    except OverflowError:
+        out = math.inf
+    if not math.isfinite(out):
+        raise ValueError(
+            f"the weight of group {name!r} is too large for a float, got {w!r}: give the "
+            "weights on a smaller scale (only their ratios count)"
+        )
+    if w > 0 and out == 0:
+        raise ValueError(
+            f"the weight of group {name!r} is too small for a float, got {w!r}: give the "
+            "weights on a larger scale (only their ratios count), or 0 to skip the group"
+        )
+    return out
 
 
 def mix(
@@ -261,14 +308,18 @@ def mix(
     has is read again, each of its streams ``k`` or ``k + 1`` times; one asking for less
     gives a subset, without repeats. Which streams are read, or read once more, is drawn
     anew every epoch from ``(seed, epoch)``: the same for any number of workers, and
-    after resuming. With weights proportional to the groups' steps, every step is read
-    exactly once; without weights, the loader reads the streams as it would a list.
-    (:func:`~streamseq.interleave_streams` takes a mixture as the list of its streams:
-    the weights are the loader's plan.)
+    after resuming. A group whose share is below one of its streams is read in some
+    epochs only, drawn so that over epochs it gets its share on average (never starved).
+    With weights proportional to the groups' steps, every step is read exactly once;
+    without weights, the loader reads the streams as it would a list.
+    :func:`~streamseq.interleave_streams` reads a mixture with weights as the loader does
+    (the same draw and rows for the same seed and epoch).
 
     Args:
         groups: a name for every list of streams (arrays, sources or openers).
-        weights: a number >= 0 for every group; None: every stream once.
+        weights: a number >= 0 for every group (any real number: int, float,
+            ``Fraction``, ``Decimal``, numpy scalars; kept as floats, ``-0.0`` taken
+            as 0; only their ratios count); None: every stream once.
         steps: steps of an epoch (default: all groups' steps together).
 
     Returns:
@@ -278,7 +329,7 @@ def mix(
         ValueError: no groups, a weight for a group that is not there, a group without
             a weight, a negative, NaN or infinite weight, a positive weight for a group
             without streams, or every weight 0 (each naming the group).
-        TypeError: a weight that is not a number.
+        TypeError: a weight that is not a real number (or a bool).
 
     Example:
         >>> import numpy as np

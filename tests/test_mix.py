@@ -6,6 +6,8 @@ import json
 import math
 import warnings
 from collections import Counter
+from decimal import Decimal
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -204,6 +206,76 @@ def test_summary_counts_what_the_loader_delivers():
         assert "(row ends)" in str(summary)
 
 
+def test_a_small_positive_weight_is_read_on_average_over_epochs():
+    web = coded_streams([20] * 50)
+    books = [s + 50 * CODE for s in coded_streams([60] * 4)]  # (codes of streams 50-53)
+    m = mix({"web": web, "books": books}, {"web": 0.98, "books": 0.02})
+    loader = StreamLoader(m, batch_size=4, tbins=10, shuffle=True)
+    read = []
+    for epoch in range(50):
+        loader.set_epoch(epoch)
+        batches = list(loader)
+        assert len(batches) == len(loader)
+        read.append(group_steps(m, batches)["books"])
+    share = 0.02 * (50 * 20 + 4 * 60)  # 24.8 steps: under half a book
+    assert set(read) == {0, 60}  # whole books, in some epochs only
+    assert abs(np.mean(read) - share) < 0.5 * share
+
+
+def row_steps(rows) -> list[list[tuple[int, int]]]:
+    """``(stream, step)`` of every step of each of :func:`interleave_streams`' rows."""
+    out = []
+    for row in rows:
+        steps = []
+        for j, s in enumerate(row.stream_ids.tolist()):
+            first = int(row.starts[j])
+            steps += [(s, first + k) for k in range(int(row.lengths[j]))]
+        out.append(steps)
+    return out
+
+
+@settings(max_examples=30, deadline=None)
+@given(groups_and_weights(), st.integers(0, 3))
+def test_interleave_streams_of_a_mixture_reads_the_loaders_rows(case, epoch):
+    groups, weights, _, kw = case
+    m = mix(groups, weights)
+    loader = quiet(m, **kw)
+    loader.set_epoch(epoch)
+    delivered = [[] for _ in range(loader.batch_size)]
+    for b in as_numpy(loader):
+        _, _, valid, stream, step = b
+        for r in range(len(delivered)):
+            got = zip(stream[r][valid[r]].tolist(), step[r][valid[r]].tolist(), strict=True)
+            delivered[r] += list(got)
+    rows = interleave_streams(
+        m,
+        kw["batch_size"],
+        shuffle=kw["shuffle"],
+        seed=kw["seed"],
+        epoch=epoch,
+        tbins=kw["tbins"],
+        pack=kw["pad"] == "pack",
+    )
+    assert row_steps(rows) == delivered
+    # without tbins: the same draw of streams, dealt out in order
+    plain = interleave_streams(
+        m, kw["batch_size"], shuffle=kw["shuffle"], seed=kw["seed"], epoch=epoch
+    )
+    drawn = Counter(s for r in delivered for s, k in r if k == 0)
+    assert Counter(s for r in row_steps(plain) for s, k in r if k == 0) == drawn
+
+
+def test_interleave_streams_leaves_out_a_group_of_weight_0():
+    m = mix({"a": coded_streams([3, 4]), "b": coded_streams([5])}, {"a": 1, "b": 0})
+    for tbins in (None, 2):
+        ids = [s for r in interleave_streams(m, 2, tbins=tbins) for s in r.stream_ids.tolist()]
+        assert 2 not in ids and set(ids) == {0, 1}  # (a: 12 steps of 7, read again in part)
+    up = mix({"a": coded_streams([2, 2]), "b": coded_streams([2, 2])}, {"a": 3, "b": 1})
+    for tbins in (None, 2):
+        ids = [s for r in interleave_streams(up, 2, tbins=tbins) for s in r.stream_ids.tolist()]
+        assert sum(s < 2 for s in ids) == 3 and sum(s >= 2 for s in ids) == 1  # 6 and 2 steps
+
+
 # --- determinism: workers, resume ------------------------------------------------------
 
 
@@ -393,6 +465,110 @@ def test_a_group_added_when_resuming():
     assert streams["new"] > 0
 
 
+def row_runs(batches) -> list[list[tuple[int, list[int], int, int, bool]]]:
+    """Per row, its runs in order: ``(stream, steps, first batch, first t, reset there)``.
+
+    Checks on the way that data is the code of (stream, step) and padding is zero.
+    """
+    arrays = as_numpy(batches)
+    if not arrays:
+        return []
+    out = []
+    for r in range(arrays[0][0].shape[0]):
+        found = []
+        for i, (data, reset, valid, stream, step) in enumerate(arrays):
+            for t in np.flatnonzero(valid[r]).tolist():
+                s, k = int(stream[r, t]), int(step[r, t])
+                assert data[r, t] == s * CODE + k + 1
+                last = found[-1] if found else None
+                if last is None or k == 0 or s != last[0] or k != last[1][-1] + 1:
+                    found.append((s, [k], i, t, bool(reset[r])))
+                else:
+                    last[1].append(k)
+        out.append(found)
+    return out
+
+
+@st.composite
+def weight_changes(draw, groups, lengths):
+    """Phases of a run: ``(weights, batch_size, world_size, batches)``, the last to the end."""
+    sizes = [sum(lengths[i] for i in r) for r in mix(groups).ranges.values()]
+    phases = []
+    count = draw(st.integers(2, 4))
+    for p in range(count):
+        w = {
+            n: draw(st.sampled_from([0, 1, 2, 0.5, 5])) if sizes[g] else 0
+            for g, n in enumerate(groups)
+        }
+        assume(any(w.values()))
+        k = 10**6 if p == count - 1 else draw(st.integers(0, 5))
+        phases.append((w, draw(st.integers(1, 3)), draw(st.sampled_from([1, 1, 2])), k))
+    return phases
+
+
+@settings(max_examples=60, deadline=None)
+@given(groups_and_weights(), st.data())
+def test_resumes_stay_exact_across_weight_changes_and_rows(case, data):
+    """save -> load other weights (and rows) -> run some -> save -> load -> ... :
+    every begun stream goes on at its next step, in one row, without reset where
+    ``row_map`` carries its row; no stream appears mid-way; every occurrence is whole."""
+    groups, _, lengths, kw = case
+    phases = data.draw(weight_changes(groups, lengths))
+    pack = kw["pad"] == "pack"
+    begun: list[tuple[int, int, int | None]] = []  # (stream, next step, global row)
+    count: Counter = Counter()  # deliveries of (stream, step) in the epoch
+    state, weights = None, None
+    for p, (w, b, world, k) in enumerate(phases):
+        ranks = [
+            quiet(mix(groups, w), **{**kw, "batch_size": b}, rank=r, world_size=world)
+            for r in range(world)
+        ]
+        carried = [-1] * b * world  # the old global row each global row goes on
+        if state is not None:
+            changed = w != weights
+            carried = []
+            for loader in ranks:
+                loader.load_state_dict(state, weights_changed=changed)
+                carried += loader.row_map(state, weights_changed=changed)
+            if ranks[0].epoch != state["epoch"]:  # the epoch had ended
+                assert not begun
+                break
+        each = [as_numpy(b_ for _, b_ in zip(range(k), loader, strict=False)) for loader in ranks]
+        got = [
+            tuple(map(np.concatenate, zip(*parts, strict=True)))
+            for parts in zip(*each, strict=True)
+        ]
+        state, weights = json.loads(json.dumps(ranks[-1].state_dict())), w
+        cut = []
+        found = [
+            (i, t, r, s, steps, reset, j == len(row) - 1)
+            for r, row in enumerate(row_runs(got))
+            for j, (s, steps, i, t, reset) in enumerate(row)
+        ]
+        for i, t, r, s, steps, reset, last in sorted(found, key=lambda f: f[:3]):  # by time
+            count.update((s, q) for q in steps)
+            if steps[0] > 0:  # the rest of a begun stream: one of those the state had
+                match = [e for e in begun if e[:2] == (s, steps[0])]
+                assert match, f"phase {p} row {r}: stream {s} from step {steps[0]}"
+                first = i == t == 0
+                pick = ([e for e in match if first and e[2] == carried[r]] or match)[0]
+                begun.remove(pick)
+                if not pack and first:  # carried on: its old row, no reset
+                    assert reset == (carried[r] < 0), (p, r, s, carried)
+                    assert carried[r] < 0 or pick[2] in (None, carried[r]), (p, r)
+                elif not pack:
+                    assert reset and t == 0, (p, r, s)
+            elif not pack:
+                assert reset and t == 0, (p, r, s)
+            if steps[-1] + 1 < lengths[s]:  # cut by the phase's end only
+                assert last, (p, r, s, steps)
+                cut.append((s, steps[-1] + 1, r))
+        begun = [(s, n, None) for s, n, _ in begun] + cut  # (not read: their row moved on)
+    assert not begun
+    for (s, q), n in count.items():  # whole occurrences: every step as often as the first
+        assert n == count[(s, 0)], (s, q, n, count[(s, 0)])
+
+
 # --- packing with a cap ----------------------------------------------------------------
 
 
@@ -451,7 +627,7 @@ def test_a_mixture_is_the_list_of_its_streams():
     m = mix({"a": a, "b": b}, {"a": 1, "b": 2})
     assert len(m) == 3 and m[2] is b[0] and list(m.ranges) == ["a", "b"]
     assert [m.group_of(i) for i in range(3)] == ["a", "a", "b"]
-    rows = interleave_streams(m, 2)
+    rows = interleave_streams(mix({"a": a, "b": b}), 2)  # without weights: every stream once
     assert sorted(s for r in rows for s in r.stream_ids.tolist()) == [0, 1, 2]
     assert "a: 2" in repr(m) and m.weights == {"a": 1.0, "b": 2.0}
     with pytest.raises(IndexError):
@@ -482,8 +658,80 @@ def test_bad_weights_are_refused_naming_the_group(weights, message):
         mix(groups, weights)
 
 
+@pytest.mark.parametrize(
+    "weight",
+    [
+        2,
+        2.0,
+        Fraction(2, 1),
+        Decimal("2"),
+        np.float32(2),
+        np.int64(2),
+        np.float64(2),
+        np.uint8(2),
+    ],
+)
+def test_a_weight_may_be_any_real_number(weight):
+    m = mix({"a": coded_streams([3]), "b": coded_streams([2, 4])}, {"a": weight, "b": 1})
+    assert m.weights == {"a": 2.0, "b": 1.0}
+    assert all(type(w) is float for w in m.weights.values())
+    loader = StreamLoader(m, 1, 2)
+    assert [g.weight for g in m.summary(loader, 0).groups] == [2 / 3, 1 / 3]
+
+
+def test_a_negative_zero_weight_is_zero():
+    m = mix({"a": coded_streams([3]), "b": coded_streams([2])}, {"a": -0.0, "b": 1})
+    assert math.copysign(1, m.weights["a"]) == 1 and "-0" not in repr(m)
+    loader = StreamLoader(m, 1, 2)
+    assert "-0" not in str(m.summary(loader, 0))
+    same = StreamLoader(mix({"a": m[:1], "b": m[1:]}, {"a": 0, "b": 1}), 1, 2)
+    same.load_state_dict(loader.state_dict())  # the same mixture
+
+
+@pytest.mark.parametrize(
+    "weight",
+    [
+        -1,
+        Fraction(-1, 2),
+        Decimal("-0.5"),
+        np.float32(-1),
+        math.nan,
+        Decimal("NaN"),
+        math.inf,
+        -math.inf,
+        Decimal("Infinity"),
+        np.float64("inf"),
+        Decimal("1e400"),
+    ],
+)
+def test_a_negative_or_non_finite_weight_is_refused_naming_the_group(weight):
+    with pytest.raises(ValueError, match="weight of group 'b'"):
+        mix({"a": coded_streams([3]), "b": coded_streams([2])}, {"a": 1, "b": weight})
+
+
+@pytest.mark.parametrize("weight", ["1", None, True, np.bool_(True), 1j, [1]])
+def test_a_weight_that_is_not_a_real_number_is_refused(weight):
+    with pytest.raises(TypeError, match="weight of group 'a' must be a real number"):
+        mix({"a": coded_streams([3])}, {"a": weight})
+
+
+def test_the_summary_shows_huge_and_tiny_weights_as_shares():
+    streams = coded_streams([4, 4, 4])
+    groups = {"a": streams[:1], "b": streams[1:2], "c": streams[2:]}
+    for weights, tiny in [
+        ({"a": 1e308, "b": 1e308, "c": 1}, 5e-309),
+        ({"a": 1, "b": 1, "c": 1e-10}, 5e-11),
+    ]:
+        m = mix(groups, weights)
+        summary = m.summary(StreamLoader(m, 1, 2), 0)
+        assert [g.weight for g in summary.groups] == pytest.approx([0.5, 0.5, tiny], rel=1e-9)
+        lines = str(summary).splitlines()
+        assert " 0.500 " in lines[2] and " 0.500 " in lines[3]
+        assert f"{tiny:.1e}" in lines[4]  # not 0.000
+
+
 def test_a_weight_that_is_not_a_number_is_refused():
-    with pytest.raises(TypeError, match="weight of group 'a' must be a number"):
+    with pytest.raises(TypeError, match="weight of group 'a' must be a real number"):
         mix({"a": coded_streams([3])}, {"a": "1"})
 
 

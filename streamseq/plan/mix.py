@@ -9,6 +9,13 @@ whose steps come nearest to the remainder. A group asking for more than it has i
 again (every unit ``k`` or ``k + 1`` times), one asking for less gives a subset without
 repeats; with weights proportional to the groups' sizes every unit is read once.
 
+A group whose share is below its longest unit (``S_g`` less than one of its streams) is
+never rounded to the nearest prefix, which could be empty in every epoch: its prefix is
+rounded at random instead (:meth:`Draws.rounded`), the units whose running total stays
+within ``S_g``, then the next one with the probability that makes the expected steps
+exactly ``S_g``. Such a group is read in some epochs and not in others, drawn from
+``(seed, epoch)``, and over epochs it gets its share on average.
+
 The epoch's *draw* lists the unit of every occurrence, sorted: the plan deals occurrences
 out to rows as it deals units (a unit may occur several times), and the progress of the
 epoch has one bit per occurrence. The draw is a function of ``(seed, epoch, weights)``,
@@ -167,7 +174,7 @@ class Draws:
         self.group = mix.group_of(source)
         self.units = [np.flatnonzero(self.group == g) for g in range(len(mix.names))]
         self.sizes = [int(length[u].sum()) for u in self.units]
-        rounds, rests = [], []
+        rounds, rests, rounded = [], [], []
         if mix.weights is not None:
             total = mix.steps if mix.steps is not None else int(length.sum())
             weights = [Fraction(w) for w in mix.weights]
@@ -177,26 +184,36 @@ class Draws:
                         f"group {mix.names[g]!r} has weight {float(w):g} but no steps: its "
                         f"{mix.counts[g]} streams are empty"
                     )
-                k, r = self._rounds(total * w / sum(weights), size, self.units[g])
+                k, r, at_random = self._rounds(total * w / sum(weights), size, self.units[g])
                 rounds.append(k)
                 rests.append(r)
+                rounded.append(at_random)
         self.rounds, self.rests = tuple(rounds), tuple(rests)
+        #: groups whose share is below their longest unit: prefixes rounded at random
+        self.at_random = tuple(rounded)
         #: every epoch draws the same units (no group reads part of a round)
         self.fixed = all(r == 0 for r in rests)
         self._last: tuple[int, np.ndarray | None] | None = None
 
-    def _rounds(self, target: Fraction, size: int, units: np.ndarray) -> tuple[int, float]:
-        """Full rounds and the steps left of ``target`` (0 where every draw takes none or all)."""
+    def _rounds(self, target: Fraction, size: int, units: np.ndarray) -> tuple[int, float, bool]:
+        """Full rounds, the steps left of ``target`` and whether they are rounded at random.
+
+        The steps left are 0 where every draw takes none or all of the units; a share
+        below the longest unit is rounded at random (never starved).
+        """
         if size == 0:
-            return 0, 0.0
+            return 0, 0.0, False
         k = math.floor(target / size)
         rest = target - k * size
-        smallest = int(self.length[units][self.length[units] > 0].min())
+        nonempty = self.length[units][self.length[units] > 0]
+        if k == 0 and 0 < rest < int(nonempty.max()):  # below one of its streams
+            return 0, float(rest), True
+        smallest = int(nonempty.min())
         if 2 * rest <= smallest:  # the nearest prefix of any permutation is empty
-            return k, 0.0
+            return k, 0.0, False
         if 2 * (size - rest) < smallest:  # ... or every unit
-            return k + 1, 0.0
-        return k, float(rest)
+            return k + 1, 0.0, False
+        return k, float(rest), False
 
     def of(self, epoch: int) -> np.ndarray | None:
         """The draw of ``epoch``: the unit of every occurrence, sorted; None for every unit once.
@@ -217,7 +234,8 @@ class Draws:
             parts.append(np.repeat(units, self.rounds[g]))
             if self.rests[g]:
                 rng = np.random.default_rng([self.seed, epoch, _DRAW, g])
-                parts.append(self.prefix(units, self.rests[g], rng))
+                pick = self.rounded if self.at_random[g] else self.prefix
+                parts.append(pick(units, self.rests[g], rng))
         draw = np.sort(np.concatenate(parts))
         counts = np.bincount(draw, minlength=len(self.length))
         if (counts[self.length > 0] == 1).all():
@@ -239,6 +257,29 @@ class Draws:
         chosen = units[order]
         return chosen[: nearest_prefix(np.cumsum(self.length[chosen]), steps)]
 
+    def rounded(self, units: np.ndarray, steps: float, rng: np.random.Generator) -> np.ndarray:
+        """Units of a random order, the prefix within ``steps`` and maybe the next one.
+
+        The next unit is taken with the probability that makes the expected steps
+        ``steps`` exactly (``steps`` less than all the units' steps).
+
+        Example:
+            >>> from streamseq.plan.spec import PlanSpec
+            >>> spec = PlanSpec(np.array([10, 0]), 1, 2,
+            ...                 mixture=MixSpec(("a", "b"), (0, 1, 2), (1.0, 0.0)))
+            >>> rng = np.random.default_rng(0)
+            >>> draws = [spec.draws.rounded(np.array([0]), 2.5, rng) for _ in range(400)]
+            >>> bool(0.15 < np.mean([len(d) for d in draws]) < 0.35)  # a quarter of the draws
+            True
+        """
+        units = units[self.length[units] > 0]
+        chosen = units[rng.permutation(len(units))]
+        cum = np.cumsum(self.length[chosen])
+        whole = int(np.searchsorted(cum, steps, side="right"))
+        left = steps - (float(cum[whole - 1]) if whole else 0.0)
+        more = whole < len(chosen) and rng.random() * float(self.length[chosen[whole]]) < left
+        return chosen[: whole + int(more)]
+
     def epoch_length(self, spec: PlanSpec) -> int:
         """Batches of every fresh epoch when draws differ by epoch: a bound on any draw's plan.
 
@@ -248,9 +289,10 @@ class Draws:
         ``(S(c) - c) / rows + c`` for some unit cost ``c``, where ``S(c)`` is the cost of
         the units of cost ``c`` or more; and the cheapest row falls short of the costliest
         by at most one unit. The draws' costs are bounded per group (whole rounds, then a
-        prefix within half a unit of its steps), so every epoch fits in the same number
-        of batches: its rows end there or before, and the batches after their ends are
-        padding (``pad="drop"``: every row reaches it).
+        prefix within half a unit of its steps, or within a unit where rounded at
+        random), so every epoch fits in the same number of batches: its rows end there
+        or before, and the batches after their ends are padding (``pad="drop"``: every
+        row reaches it).
         """
         pack, cap, tbins = spec.pad == "pack", spec.max_streams_per_chunk, spec.tbins
         cost = row_cost(self.length, tbins, pack, cap)
@@ -266,8 +308,8 @@ class Draws:
             below = np.concatenate([[0], np.cumsum(ordered)])[np.searchsorted(ordered, levels)]
             ge = float(ordered.sum()) - below
             above += self.rounds[g] * ge
-            if self.rests[g]:
-                half = float(s.max(initial=0)) / 2
+            if self.rests[g]:  # within half a unit of the rest, or a unit if rounded
+                half = float(s.max(initial=0)) / (1 if self.at_random[g] else 2)
                 most = fractional_knapsack(s, c, self.rests[g] + half, True)
                 above += np.minimum(ge, most)
                 least += fractional_knapsack(s, c, self.rests[g] - half, False)

@@ -217,8 +217,9 @@ def read_state(
     saved = _saved_spec(spec, state)
     length = integer(state["length"], "state['length']")
     rest = _resumed(state, epoch, spec)
-    lengths = epoch_units(spec, epoch, None if rest is None else rest.draw)[2]
-    progress = Progress.from_state(state["progress"], lengths)
+    draw = None if rest is None else rest.draw
+    lengths = epoch_units(spec, epoch, draw)[2]
+    progress = Progress.from_state(state["progress"], lengths, draw=draw)
     done = integer(state.get("epoch_done", nxt), "state['epoch_done']")
     b, w = saved.batch_size, saved.world_size
     if saved.rows == spec.rows and saved.version == spec.version:

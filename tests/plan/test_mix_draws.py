@@ -151,3 +151,59 @@ def test_a_draw_survives_its_state_form(counts):
 def test_a_bad_draw_is_refused_naming_the_field(value):
     with pytest.raises(ValueError, match="state\\['resumed'\\]\\['draw'\\]"):
         decode_draw(value, 4, "state['resumed']['draw']")
+
+
+def shares(spec: PlanSpec) -> np.ndarray:
+    """The steps every group asks for in an epoch: ``steps * w / sum(w)``."""
+    mix = spec.mixture
+    total = mix.steps if mix.steps is not None else int(spec.units[2].sum())
+    return total * np.array(mix.weights) / sum(mix.weights)
+
+
+@settings(max_examples=60, deadline=None)
+@given(mixtures(), st.sampled_from([0.001, 0.01, 0.04, 0.2]))
+def test_a_small_share_is_read_on_average_over_epochs(spec, small):
+    """A positive weight is never starved: over epochs, a group's mean steps is its share.
+
+    Every epoch is within a unit of the share; a group whose share is below its longest
+    unit is read in some epochs only, so that the mean over epochs is the share.
+    """
+    mix = spec.mixture
+    assume(len(mix.names) > 1 and spec.draws.sizes[0] > 0)
+    rest = np.array(mix.weights[1:])
+    assume(rest.sum() > 0)
+    weights = (small * rest.sum() / (1 - small), *rest.tolist())  # group 0: ``small``
+    spec = spec.replace(mixture=MixSpec(mix.names, mix.bounds, weights))
+    want = shares(spec)
+    epochs = 400
+    got = np.array([group_steps(spec, spec.draws.of(e)) for e in range(epochs)])
+    _, _, length = spec.units
+    for g, units in enumerate(spec.draws.units):
+        if not weights[g]:
+            continue
+        longest = int(length[units].max())
+        assert (np.abs(got[:, g] - want[g]) < longest + 1e-9).all()
+        if want[g] < longest:  # rounded at random: the mean is the share
+            if want[g] * epochs >= 20 * longest:  # read in about 20 epochs or more
+                assert (got[:, g] > 0).any()
+            assert abs(got[:, g].mean() - want[g]) <= 5 * longest / np.sqrt(epochs) + 1e-9
+        else:  # whole rounds, then the nearest prefix: within half a unit
+            assert (np.abs(got[:, g] - want[g]) <= longest / 2 + 1e-9).all()
+    n = plan_epoch(spec, 0).length  # every epoch's rows fit in one length
+    cap = spec.max_streams_per_chunk if spec.pad == "pack" else None
+    for e in range(8):
+        plan = plan_epoch(spec, e)
+        chunks = row_chunks(plan.pieces[2], plan.assignment, spec.tbins, spec.pad == "pack", cap)
+        assert plan.length == n
+        assert chunks.min() >= n if spec.pad == "drop" else chunks.max(initial=0) <= n
+
+
+def test_a_group_below_half_its_shortest_stream_is_read_in_some_epochs():
+    web, books = np.full(50, 100), np.full(4, 300)
+    lengths = np.concatenate([web, books])
+    mix = MixSpec(("web", "books"), (0, 50, 54), (0.98, 0.02))
+    spec = PlanSpec(lengths, 4, 16, shuffle=True, mixture=mix)
+    read = np.array([group_steps(spec, spec.draws.of(e))[1] for e in range(200)])
+    assert (read > 0).any() and (read == 0).any()  # some epochs read a book, others not
+    assert abs(read.mean() - shares(spec)[1]) < 0.35 * shares(spec)[1]  # 0.02 of 6200 steps: 124
+    assert not spec.draws.fixed
