@@ -19,18 +19,20 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from streamseq import StreamLoader
+from streamseq import StreamLoader, mix
 
 pytestmark = pytest.mark.timeout(300)
 
 ROWS, TBINS = 4, 4
 
 
-def streams(kind):
+def streams(kind, weights=(1.0, 1.0)):
     rng = np.random.default_rng(1)
     tokens = [rng.integers(0, 1000, n, dtype=np.int64) for n in rng.integers(10, 60, 8)]
     if kind == "plain":
         return tokens
+    if kind == "mix":  # two groups whose weights a resume may change
+        return mix({"a": tokens[:5], "b": tokens[5:]}, dict(zip("ab", weights, strict=True)))
     return [{"x": s, "y": (s * 2).astype(np.float32)[:, None].repeat(2, 1)} for s in tokens]
 
 
@@ -88,10 +90,11 @@ class HostileUser(RuleBasedStateMachine):
     @initialize(
         workers=st.sampled_from([2, 0, 2]),  # (workers: where slots are)
         persistent=st.booleans(),
-        data=st.sampled_from(["plain", "dict"]),
+        data=st.sampled_from(["plain", "dict", "mix"]),
     )
     def start(self, workers, persistent, data):
         self.data, self.workers, self.persistent = data, workers, persistent and workers > 0
+        self.weights = (1.0, 1.0)
         self.held = []  # (what is held, its copy at delivery)
         self.states = []
         self.loader = self.ref = None
@@ -100,7 +103,7 @@ class HostileUser(RuleBasedStateMachine):
 
     def make(self, workers, batch_size=ROWS):
         return StreamLoader(
-            streams(self.data),
+            streams(self.data, self.weights),
             batch_size,
             TBINS,
             shuffle=True,
@@ -217,10 +220,22 @@ class HostileUser(RuleBasedStateMachine):
             _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0, "a batch held by a forked child changed"
 
-    # Mixtures reweighed on resume (load_state_dict(weights_changed=True)) are left out:
-    # their plans are not settled yet (streamseq/plan/), so a rule for them is disabled.
-    # @rule()
-    # def load_a_state_with_other_weights(self): ...
+    @precondition(lambda self: self.data == "mix")
+    @rule(
+        weights=st.tuples(*[st.sampled_from([0.0, 0.05, 0.3, 1.0, 4.0])] * 2).filter(any),
+        batch_size=st.sampled_from([ROWS, 2, 3]),
+    )
+    def load_a_state_with_other_weights(self, weights, batch_size):
+        """New loaders of the mixture with other weights (and rows) resume the state."""
+        state = self.loader.state_dict()
+        self.loader.close()
+        self.ref.close()
+        self.weights = weights
+        self.loader = self.make(self.workers, batch_size)
+        self.ref = self.make(0, batch_size)
+        self.loader.load_state_dict(state, weights_changed=True)
+        self.ref.load_state_dict(state, weights_changed=True)
+        self.it = self.ref_it = None
 
     @invariant()
     def held_batches_never_change(self):
