@@ -504,43 +504,143 @@ class SlowReads:
         return self.a[key]
 
 
-@pytest.mark.parametrize("wrapped", [False, True])
-def test_indexing_from_one_thread_while_another_iterates_gives_correct_batches(wrapped):
+def coded_correct(b):
+    """Whether every valid step of batch ``b`` holds the code of its stream and step."""
+    ok = b.valid.numpy()
+    expected = b.stream.numpy()[ok] * 2**32 + b.step.numpy()[ok] + 1
+    return np.array_equal(b.data.numpy()[ok], expected)
+
+
+def index_and_iterate(loader, threads, passes, epochs=False, checks_each=1):
+    """Iterate ``loader`` ``passes`` times while ``threads`` threads index it at random.
+
+    With ``epochs``, one more thread sets the epoch meanwhile. Returns the failures (an
+    exception of any thread, or a wrong batch) and the batches each indexing thread
+    checked; every thread is joined.
+    """
     import threading
 
+    n = len(loader)
+    failures, checked, stop = [], [0] * threads, threading.Event()
+
+    def index_randomly(t):
+        rng = np.random.default_rng(t)
+        try:  # until stopped, and at least checks_each batches
+            while not stop.is_set() or checked[t] < checks_each:
+                k = int(rng.integers(n))
+                if not coded_correct(loader[k]):
+                    failures.append(f"loader[{k}] from thread {t}: wrong data")
+                checked[t] += 1
+        except Exception as e:
+            failures.append(e)
+
+    def set_epochs():
+        rng = np.random.default_rng(threads)
+        try:
+            while not stop.is_set():
+                loader.set_epoch(int(rng.integers(4)))
+                time.sleep(0.0005)
+        except Exception as e:
+            failures.append(e)
+
+    workers = [threading.Thread(target=index_randomly, args=(t,)) for t in range(threads)]
+    if epochs:
+        workers.append(threading.Thread(target=set_epochs))
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    try:
+        for w in workers:
+            w.start()
+        for _ in range(passes):
+            for i, b in enumerate(loader):
+                if not coded_correct(b):
+                    failures.append(f"batch {i} of a pass: wrong data")
+    except Exception as e:
+        failures.append(e)
+    finally:
+        stop.set()
+        for w in workers:
+            w.join(30)
+        sys.setswitchinterval(interval)
+    assert not any(w.is_alive() for w in workers)
+    return failures, checked
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_indexing_from_one_thread_while_another_iterates_gives_correct_batches(wrapped):
     lengths = [37, 12, 55, 8, 23, 41, 5, 30, 19, 60]
     streams = coded_streams(lengths)
     sources = [SlowReads(s) for s in streams] if wrapped else streams
     loader = StreamLoader(sources, 4, 3)
-    n = len(loader)
-    bad, stop = [], threading.Event()
+    failures, checked = index_and_iterate(loader, 1, 20 if wrapped else 100, checks_each=50)
+    assert failures == []
+    assert checked[0] >= 50
 
-    def check(b):
-        ok = b.valid.numpy()
-        expected = b.stream.numpy()[ok] * 2**32 + b.step.numpy()[ok] + 1
-        return np.array_equal(b.data.numpy()[ok], expected)
 
-    def index_randomly():
-        rng = np.random.default_rng(0)
-        while not stop.is_set():
-            k = int(rng.integers(n))
-            if not check(loader[k]):
-                bad.append(k)
+@pytest.mark.parametrize(
+    "wrapped, shuffle, epochs",
+    [(False, True, False), (False, True, True), (True, True, True), (False, False, True)],
+)
+def test_indexing_from_many_threads_while_iterating_and_setting_epochs(wrapped, shuffle, epochs):
+    """Threads index the loader while a pass runs (a new epoch's rows each pass, shuffled)."""
+    lengths = [37, 12, 55, 8, 23, 41, 5, 30, 19, 60]
+    streams = coded_streams(lengths)
+    sources = [SlowReads(s) for s in streams] if wrapped else streams
+    loader = StreamLoader(sources, 4, 3, shuffle=shuffle)
+    failures, checked = index_and_iterate(loader, 6, 5 if wrapped else 30, epochs, 10)
+    assert failures == []
+    assert min(checked) >= 10
 
+
+@settings(max_examples=15, deadline=None)
+@given(
+    layout=layouts(max_streams=8, max_length=30),
+    wrapped=st.booleans(),
+    calls=st.lists(st.lists(st.integers(0, 10**6), min_size=1, max_size=12), max_size=4),
+)
+def test_any_interleaving_of_indexing_threads_and_a_pass_gives_the_reference(
+    layout, wrapped, calls
+):
+    """``loader[k]`` from threads, during a pass, gives what a loader read alone gives."""
+    import threading
+
+    assume_rows_filled(layout, "zeros")
+    streams = coded_streams(layout.lengths)
+    sources = [SlowReads(s) for s in streams] if wrapped else streams
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (rows that stay empty)
+        reference = as_numpy(StreamLoader(streams, layout.batch_size, layout.tbins))
+        loader = StreamLoader(sources, layout.batch_size, layout.tbins)
+    n = len(reference)
+    got, failures = {}, []
+    start = threading.Barrier(len(calls) + 1, timeout=30)
+
+    def index(t, ks):
+        try:
+            start.wait()
+            for j, k in enumerate(ks):
+                got[t, j] = (k % n, as_numpy([loader[k % n]])[0])
+        except Exception as e:
+            failures.append(e)
+
+    threads = [threading.Thread(target=index, args=(t, ks)) for t, ks in enumerate(calls)]
     interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # switch threads as often as possible
-    thread = threading.Thread(target=index_randomly)
+    sys.setswitchinterval(1e-6)
     try:
-        thread.start()
-        deadline = time.monotonic() + 1.5
-        while time.monotonic() < deadline:
-            bad += [i for i, b in enumerate(loader) if not check(b)]
+        for t in threads:
+            t.start()
+        start.wait()
+        passed = as_numpy(loader)
     finally:
-        stop.set()
-        thread.join(10)
+        for t in threads:
+            t.join(30)
         sys.setswitchinterval(interval)
-    assert not thread.is_alive()
-    assert bad == []
+    assert not any(t.is_alive() for t in threads)
+    assert failures == []
+    assert_same(passed, reference)
+    assert len(got) == sum(map(len, calls))
+    for k, batch in got.values():
+        assert_same([batch], [reference[k]])
 
 
 @pytest.mark.parametrize(

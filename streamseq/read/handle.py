@@ -23,7 +23,16 @@ K = TypeVar("K")
 T = TypeVar("T")
 
 _PID = [os.getpid()]  # this process, kept by a fork hook (os.getpid is a system call)
-os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
+#: guards the making of the per-instance locks of :class:`ProcessLocal` (held briefly)
+_GUARD = [threading.Lock()]
+
+
+def _after_fork_in_child() -> None:
+    _PID[0] = os.getpid()
+    _GUARD[0] = threading.Lock()  # a thread of the parent may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def current_pid() -> int:
@@ -99,7 +108,16 @@ class ProcessLocal(Generic[T]):
         True
     """
 
-    __slots__ = ("_close", "_lock", "_lock_pid", "_make", "_pid", "_value", "__weakref__")
+    __slots__ = (
+        "_close",
+        "_lock",
+        "_lock_pid",
+        "_make",
+        "_making",
+        "_pid",
+        "_value",
+        "__weakref__",
+    )
 
     def __init__(
         self, make: Callable[[], T] | None = None, close: Callable[[T], Any] | None = None
@@ -108,6 +126,7 @@ class ProcessLocal(Generic[T]):
         self._value: T | None = None
         self._pid = -1
         self._lock, self._lock_pid = threading.Lock(), _PID[0]
+        self._making: tuple[int, threading.RLock] | None = None  # (pid, lock): see get
 
     def __repr__(self) -> str:
         return f"ProcessLocal({self._make!r}, open={self.peek() is not None})"
@@ -119,8 +138,20 @@ class ProcessLocal(Generic[T]):
         A thread of the parent may have held it at the fork: a child takes a new one.
         """
         if self._lock_pid != _PID[0]:
-            self._lock, self._lock_pid = threading.Lock(), _PID[0]
+            with _GUARD[0]:  # (two threads of a child: one new lock for both)
+                if self._lock_pid != _PID[0]:
+                    self._lock, self._lock_pid = threading.Lock(), _PID[0]
         return self._lock
+
+    def _maker(self) -> threading.RLock:
+        """The lock under which this process makes the value (one per process)."""
+        making, pid = self._making, _PID[0]
+        if making is None or making[0] != pid:
+            with _GUARD[0]:
+                making = self._making
+                if making is None or making[0] != pid:
+                    making = self._making = (pid, threading.RLock())
+        return making[1]
 
     def _forget_inherited(self) -> None:
         if self._value is not None and self._pid != _PID[0]:
@@ -133,13 +164,21 @@ class ProcessLocal(Generic[T]):
         return self._value
 
     def get(self, make: Callable[[], T] | None = None) -> T:
-        """The value of this process, made now (by ``make``, else the one given) if needed."""
+        """The value of this process, made now (by ``make``, else the one given) if needed.
+
+        Threads that ask at once for a value not made yet get one value, made once: the
+        first makes it while the others wait (a lock taken only until it is made, not
+        on every use). The lock is not :attr:`lock`, which callers may hold around this.
+        """
         if self._value is not None and self._pid == _PID[0]:
             return self._value
-        self._forget_inherited()
-        value = (make or self._make)()  # type: ignore[misc]
-        self._value, self._pid = value, _PID[0]
-        return value
+        with self._maker():
+            if self._value is not None and self._pid == _PID[0]:  # made meanwhile
+                return self._value
+            self._forget_inherited()
+            value = (make or self._make)()  # type: ignore[misc]
+            self._value, self._pid = value, _PID[0]
+            return value
 
     def set(self, value: T | None) -> None:
         """Replace the value of this process (closing the one it replaces)."""
@@ -171,6 +210,7 @@ class ProcessLocal(Generic[T]):
         self._make, self._close = state
         self._value, self._pid = None, -1
         self._lock, self._lock_pid = threading.Lock(), _PID[0]
+        self._making = None
 
     def __copy__(self) -> ProcessLocal[T]:
         return ProcessLocal(self._make, self._close)

@@ -2,6 +2,7 @@
 
 import os
 import pickle
+import threading
 
 from streamseq.read.handle import ProcessLocal, SharedHandles, current_pid
 
@@ -85,3 +86,49 @@ def test_a_shared_handle_is_made_again_after_a_fork():
     os.waitpid(pid, 0)
     assert os.read(read, 1) == b"1"
     assert handles.of("key").get(Opened) is parent
+
+
+def test_threads_that_use_a_value_first_at_once_get_one_value_made_once():
+    made, inside, go = [], threading.Semaphore(0), threading.Event()
+
+    def make():
+        made.append(object())
+        inside.release()
+        go.wait(5)  # while a second thread asks for the value
+        return made[-1]
+
+    handle = ProcessLocal(make)
+    got = []
+    first = threading.Thread(target=lambda: got.append(handle.get()))
+    second = threading.Thread(target=lambda: got.append(handle.get()))
+    first.start()
+    assert inside.acquire(timeout=5)  # the first thread is making the value
+    second.start()
+    inside.acquire(timeout=0.5)  # the second thread making one too, if it may
+    go.set()
+    first.join(5)
+    second.join(5)
+    assert len(made) == 1
+    assert len(got) == 2 and got[0] is got[1] is made[0]
+    assert handle.get() is made[0]
+
+
+def test_a_value_made_after_a_fork_is_made_once_in_the_child_too():
+    handle = ProcessLocal(list)
+    parent = handle.get()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            got = []
+            threads = [threading.Thread(target=lambda: got.append(handle.get())) for _ in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(5)
+            ok = len(got) == 8 and all(g is got[0] for g in got) and got[0] is not parent
+            os.write(write, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 1) == b"1"
