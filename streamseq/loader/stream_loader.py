@@ -646,7 +646,7 @@ class StreamLoader:
         trial = self._trial_now()
         config, plan, latest = self.config, self.plan(), self._latest
         stop, running = plan.length, self._newer_running
-        size = self.spec.batch_size * self.spec.tbins  # steps a batch holds, for the stats
+        size = self.spec.batch_size * self._reading.steps  # steps a batch holds (stats)
         workers = trial.now() if trial is not None else config.num_workers
         setup = functools.partial(
             read_with, config, self._reading, self._workers, self._epochs, plan
