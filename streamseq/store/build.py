@@ -183,7 +183,8 @@ def _build(
     if len(pending):
         build = _Build(folder, refs, offsets, lengths, layout.leaf_layout(spec), fn)
         log.info("materialize: writing %d streams into %s", len(pending), folder)
-        _run(build, _tasks(pending, lengths, layout.step_bytes(spec)), num_workers, timeout)
+        tasks = _tasks(pending, lengths, layout.step_bytes(spec), num_workers)
+        _run(build, tasks, num_workers, timeout)
     index = np.stack([offsets, lengths], axis=1)
     return stored_streams(folder, {**config, "records": records}, index)
 
@@ -282,16 +283,24 @@ def _check_space(folder: str, lengths: np.ndarray, per_step: int) -> None:
         )
 
 
-def _tasks(pending: np.ndarray, lengths: np.ndarray, per_step: int) -> list[np.ndarray]:
+def _tasks(
+    pending: np.ndarray, lengths: np.ndarray, per_step: int, workers: int
+) -> list[np.ndarray]:
     """The pending streams, longest first, in groups of at most TASK_BYTES or TASK_STREAMS.
 
+    At least 4 groups a worker where there are streams enough: the workers stay busy to
+    the end, and a build stopped early keeps more.
+
     Example:
-        >>> [t.tolist() for t in _tasks(np.arange(3), np.array([1, 5, 2]), 1)]
-        [[1, 2, 0]]
+        >>> [t.tolist() for t in _tasks(np.arange(3), np.array([1, 5, 2]), 1, 0)]
+        [[1], [2], [0]]
+        >>> [t.tolist() for t in _tasks(np.arange(300), np.ones(300, int), 1, 1)][0][:3]
+        [0, 1, 2]
     """
     order = pending[np.argsort(-lengths[pending], kind="stable")]
     size = np.cumsum(lengths[order] * per_step)
-    group = np.maximum((size - 1) // TASK_BYTES, np.arange(len(order)) // TASK_STREAMS)
+    per_task = min(TASK_STREAMS, -(-len(order) // (4 * max(1, workers))))
+    group = np.maximum((size - 1) // TASK_BYTES, np.arange(len(order)) // max(1, per_task))
     cuts = np.flatnonzero(np.diff(group)) + 1
     return np.split(order, cuts)
 
