@@ -19,9 +19,8 @@ from hypothesis import strategies as st
 import streamseq
 from streamseq import StreamLoader, materialize, mix
 from streamseq.errors import SourceError, StreamError
-from streamseq.store import StoredStream, open_store
+from streamseq.store import StoredStream, layout, open_store
 from streamseq.store import build as build_module
-from streamseq.store import layout
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "io"))
