@@ -14,6 +14,7 @@ from .plot import plot_plan
 from .prefetch import prefetch
 from .read.transform import StepInfo
 from .split import split_by_worker
+from .store import materialize
 from .tbin import tbin
 from .zip_batch import zip_batch
 from .zip_streams import zip_streams
@@ -48,6 +49,7 @@ __all__ = [
     "assemble",
     "interleave_streams",
     "map_steps",
+    "materialize",
     "mix",
     "pin_memory",
     "plot_plan",

@@ -88,6 +88,10 @@ SENSITIVE_PARTS = (
     "token(?!iz)",  # not a tokenizer
 )
 
+#: names of URL query parameters (and fragment fields) that carry credentials though no
+#: word of theirs says so: OAuth codes and assertions, JSON web tokens
+SENSITIVE_QUERY_NAMES = frozenset({"assertion", "code", "id_token", "jwt", "saml", "samlresponse"})
+
 #: names of mappings of filesystem options, of which only harmless values are shown
 OPTIONS_NAMES = frozenset({"storage_options"})
 
@@ -129,11 +133,14 @@ _NOT_NAMES = ("Error", "Exception", "Warning")
 _PARTS = tuple(re.compile(part) for part in SENSITIVE_PARTS)
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 _NAME_VALUE = re.compile(r"([A-Za-z_][\w.-]*)(['\"]?)(\s*[:=]\s*)")
-# user information: without "/" (a host may follow), or "user:" and a password up to "@"
-_USERINFO = re.compile(r"(?i)([a-z][a-z0-9+.-]*://)(?:[^/?#@\s'\"]*|[^/?#@\s'\":]*:[^@\s'\"]*)@")
+# user information as URL parsers read it: up to the last "@" before the host (a password
+# may hold "@" and quotes), or "user:" and a password with a "/" up to an "@"
+_USERINFO = re.compile(r"(?i)([a-z][a-z0-9+.-]*://)(?:[^/?#\s]*|[^/?#@\s'\":]*:[^\s'\"]*)@")
 # a query value ends at "&", ";", "#", a space, a quote that closes (one that a space, a
 # comma, a bracket or the end follows) or a ":" that ends a phrase
-_QUERY = re.compile(r"([?&;])([^=&;#?\s'\"]+)=((?:[^&;#\s'\":]|:(?!\s|$)|['\"](?![\s,)\]}>]|$))*)")
+_QUERY = re.compile(
+    r"([?&;#])([^=&;#?\s'\"]+)=((?:[^&;#\s'\":]|:(?!\s|$)|['\"](?![\s,)\]}>]|$))*)"
+)
 _QUOTES = "'\""
 _OPEN = {"(": ")", "[": "]", "{": "}"}
 _BARE_END = re.compile(r"[\s,;&)\]}'\"]")
@@ -179,7 +186,7 @@ def redact_urls(text: str) -> str:
         return text  # a path given as bytes: no URL
     # (the patterns need these characters: most paths skip them); the query first: a
     # value shown decoded may hold an "@", which would end a user information early
-    if "?" in text or "&" in text or ";" in text:
+    if "?" in text or "&" in text or ";" in text or "#" in text:
         text = _QUERY.sub(_hide_query, text)
     if "@" in text:
         text = _USERINFO.sub(rf"\1{HIDDEN}@", text)
@@ -187,8 +194,28 @@ def redact_urls(text: str) -> str:
 
 
 def _hide_query(match: re.Match) -> str:
-    sep, name, _ = match.groups()
-    return f"{sep}{name}={HIDDEN}" if is_sensitive(name) else match.group(0)
+    sep, name, value = match.groups()
+    return f"{sep}{name}={HIDDEN}" if _query_secret(name, value) else match.group(0)
+
+
+def _query_secret(name: str, value: str) -> bool:
+    """Whether the query parameter ``name=value`` is a credential, or holds one.
+
+    A value that, percent-decoded (up to three times), holds a query with a credential
+    (``next=%2Fb%3Fsig%3D...``) is one as a whole.
+    """
+    plain = urllib.parse.unquote_plus(name)
+    if is_sensitive(plain) or plain.lower() in SENSITIVE_QUERY_NAMES:
+        return True
+    for _ in range(3):
+        decoded = urllib.parse.unquote_plus(value)
+        if decoded == value:
+            return False
+        value = decoded
+        inner = _QUERY.finditer(value if value[:1] in "?&;#" else "&" + value)
+        if any(_query_secret(m.group(2), m.group(3)) for m in inner):
+            return True
+    return False
 
 
 def redact_text(text: str, options: bool = True) -> str:
@@ -390,14 +417,15 @@ def secrets_of(url: Any = None, storage_options: Mapping[str, Any] | None = None
     """
     found: set[str] = set()
     if isinstance(url, str) and "://" in url:
-        netloc = url.split("://", 1)[1].split("/", 1)[0]
+        rest = url.split("://", 1)[1]
+        netloc = re.split("[/?#]", rest, maxsplit=1)[0]
         if "@" in netloc:
             userinfo = netloc.rpartition("@")[0]
             found.update((userinfo, userinfo.partition(":")[2]))
-        query = url.partition("?")[2].partition("#")[0]
-        for part in re.split("[&;]", query):
+        query = re.split("[?#]", rest, maxsplit=1)[1] if re.search("[?#]", rest) else ""
+        for part in re.split("[&;#?]", query):
             name, _, value = part.partition("=")
-            if is_sensitive(urllib.parse.unquote_plus(name)):
+            if value and _query_secret(name, value):
                 found.add(value)
     if storage_options:
         _option_texts(storage_options, found)
@@ -436,4 +464,29 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     for secret in sorted(secrets, key=len, reverse=True):
         if secret and secret in text:
             text = text.replace(secret, HIDDEN)
+    if "%" in text or "+" in text:  # shown encoded some other way: character by character
+        for secret in sorted(secrets, key=len, reverse=True):
+            if secret:
+                text = _encoded_forms(urllib.parse.unquote(secret)).sub(HIDDEN, text)
     return redact_text(text)
+
+
+@functools.lru_cache(maxsize=256)
+def _encoded_forms(plain: str) -> re.Pattern:
+    """A pattern of ``plain`` with each character as it is or percent-encoded (any case).
+
+    Clients encode a URL's characters each their own way (yarl keeps ``'`` and ``,`` but
+    encodes ``;`` in a query value): no list of encodings of a secret catches them all.
+
+    Example:
+        >>> _encoded_forms("a;',b").sub("***", "x=a%3B',b&y=a%3b%27%2Cb")
+        'x=***&y=***'
+    """
+    parts = []
+    for c in plain:
+        hexes = "".join(
+            "%" + "".join(f"[{h}{h.lower()}]" if h.isalpha() else h for h in f"{b:02X}")
+            for b in c.encode("utf-8")
+        )
+        parts.append(f"(?:{re.escape(c)}|{hexes}{'|[+]' if c == ' ' else ''})")
+    return re.compile("".join(parts))

@@ -75,11 +75,19 @@ class MixSummary(NamedTuple):
 def _share(x: float) -> str:
     """A share in [0, 1] as the summary prints it: 3 decimals, or 2 digits when smaller.
 
+    A positive share below any float (:data:`TINY`) prints as ``<1e-323``.
+
     Example:
-        >>> _share(0.5), _share(0), _share(5e-11)
-        ('0.500', '0.000', '5.0e-11')
+        >>> _share(0.5), _share(0), _share(5e-11), _share(TINY)
+        ('0.500', '0.000', '5.0e-11', '<1e-323')
     """
+    if x == TINY:
+        return "<1e-323"
     return f"{x:.3f}" if x == 0 or x >= 0.0005 else f"{x:.1e}"
+
+
+#: the normalised weight of a group whose exact share is positive but below any float
+TINY = math.ulp(0.0)
 
 
 class Mixture(Sequence):
@@ -187,7 +195,7 @@ def _summary(loader: StreamLoader, plan: EpochPlan) -> MixSummary:
     padding = _padding(spec, plan, group, count)
     total = max(int(steps.sum()), 1)
     w = mixture.weights
-    norm = None if w is None else [float(Fraction(x) / sum(map(Fraction, w))) for x in w]
+    norm = None if w is None else [_normalised(Fraction(x), sum(map(Fraction, w))) for x in w]
     rows = len(plan.assignment) * plan.length * spec.tbins
     end = rows - int(steps.sum()) - int(padding.sum())
     groups = tuple(
@@ -202,6 +210,12 @@ def _summary(loader: StreamLoader, plan: EpochPlan) -> MixSummary:
         for g, name in enumerate(mixture.names)
     )
     return MixSummary(plan.epoch, groups, end, plan.length)
+
+
+def _normalised(weight: Fraction, total: Fraction) -> float:
+    """``weight / total`` as a float, positive when it is (:data:`TINY` at the least)."""
+    share = float(weight / total)
+    return TINY if weight > 0 and share == 0 else share
 
 
 def _padding(spec: Any, plan: EpochPlan, group: np.ndarray, count: int) -> np.ndarray:
@@ -271,6 +285,8 @@ def _weight(name: str, w: Any) -> float:
     bad = ValueError(f"the weight of group {name!r} must be a finite number >= 0, got {w!r}")
     try:
         finite = w.is_finite() if isinstance(w, Decimal) else math.isfinite(w)
+    except OverflowError:  # an exact number past any float (Fraction(10**400)): finite
+        finite = True
     except (TypeError, ValueError):
         finite = False
     if not finite or w < 0:

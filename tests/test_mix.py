@@ -730,6 +730,20 @@ def test_the_summary_shows_huge_and_tiny_weights_as_shares():
         assert f"{tiny:.1e}" in lines[4]  # not 0.000
 
 
+def test_a_positive_weight_below_any_float_share_is_shown_positive():
+    m = mix({"a": coded_streams([5] * 4), "b": coded_streams([5])}, {"a": 1e300, "b": 1e-300})
+    summary = m.summary(StreamLoader(m, 2, 5), 0)
+    assert summary.groups[1].weight > 0
+    assert "<1e-323" in str(summary).splitlines()[3]
+
+
+def test_a_weight_past_any_float_is_refused_naming_the_group():
+    from fractions import Fraction
+
+    with pytest.raises(ValueError, match="weight of group 'a' is too large for a float"):
+        mix({"a": coded_streams([3]), "b": coded_streams([3])}, {"a": Fraction(10**400), "b": 1})
+
+
 def test_a_weight_that_is_not_a_number_is_refused():
     with pytest.raises(TypeError, match="weight of group 'a' must be a real number"):
         mix({"a": coded_streams([3])}, {"a": "1"})

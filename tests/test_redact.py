@@ -4,11 +4,12 @@ import functools
 import logging
 import string
 import traceback
+import urllib.parse
 import warnings
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import streamseq
@@ -19,6 +20,7 @@ from streamseq._redact import (
     is_sensitive,
     redact_text,
     redact_urls,
+    secrets_of,
     shorten,
 )
 from streamseq._warn import warn
@@ -370,3 +372,56 @@ def test_remote_file_reprs():
         obj = cls.__new__(cls)
         obj.url = url
         assert repr(obj) == f"{cls.__name__}('https://***@host/a.bin')"
+
+
+# user information as URL parsers read it: up to the last "@" of the authority
+
+password_text = st.text(
+    st.characters(codec="ascii", categories=["L", "N", "P", "S"], exclude_characters="/?#%\\[]"),
+    min_size=8,
+    max_size=32,
+).filter(lambda s: len(s.strip("@:")) >= 8)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://user:pa@ssWORD123@h/t.npy",
+        "http://user:pa'ssQUOTE44@h/t.npy",
+        'http://user:pa"ssQUOTE44@h/t.npy',
+        "s3://user:a@b@c@dSECRET99@bucket/k.bin?part=1",
+    ],
+)
+def test_a_password_with_at_signs_or_quotes_is_hidden_whole(url):
+    parts = urllib.parse.urlsplit(url)
+    secret = parts.password
+    assert len(secret) >= 8
+    for text in (redact_urls(url), describe(url), redact_urls(f"failed: {url!r} (x)")):
+        assert_hidden(text, secret)
+        assert f"{HIDDEN}@{parts.hostname}" in text
+
+
+@given(password_text, hosts)
+def test_random_passwords_as_parsers_read_them_never_shown(secret, host):
+    url = f"https://me:{secret}@{host}/a.mp4"
+    assume(secret not in f"GET https://me:***@{host}/a.mp4 failed, n=1")
+    assert urllib.parse.urlsplit(url).hostname == host  # what a client connects to
+    for text in (url, f"GET {url} failed", repr(url), f"url={url!r}, n=1"):
+        assert secret not in redact_urls(text)
+    assert secret not in describe(url)
+
+
+@pytest.mark.parametrize(
+    "url, secret",
+    [
+        ("https://h/a.bin?jwt=eyJhbGciOiJIUzI1NiJ9abc", "eyJhbGciOiJIUzI1NiJ9abc"),
+        ("https://h/a.bin?code=SPLX4455AAbb", "SPLX4455AAbb"),
+        ("https://h/a.bin#access_token=FRAGTOKEN777", "FRAGTOKEN777"),
+        ("https://h/a.bin?a=1%26X-Amz-Signature%3DNESTEDSIG88", "NESTEDSIG88"),
+        ("https://h/a.bin?next=%2Fb%3Fsig%3DNESTEDSIG99", "NESTEDSIG99"),
+    ],
+)
+def test_credentials_in_other_query_forms_are_hidden(url, secret):
+    assert_hidden(redact_urls(url), secret)
+    assert_hidden(describe(url), secret)
+    assert any(secret in s for s in secrets_of(url))

@@ -1,0 +1,6 @@
+"""Streams decoded once into a memory-mapped store (:func:`materialize`), read zero-copy."""
+
+from streamseq.store.build import materialize
+from streamseq.store.stream import StoredStream, open_store
+
+__all__ = ["StoredStream", "materialize", "open_store"]

@@ -1,0 +1,47 @@
+"""One process builds a store at a time: an exclusive ``fcntl.flock`` on its ``.lock``."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def build_lock(folder: str, timeout: float) -> Iterator[None]:
+    """Hold the store's lock; wait for it at most ``timeout`` seconds.
+
+    The lock is released when the holder ends, however it ends (a crash, a kill): the
+    next process then finishes what was left.
+
+    Raises:
+        TimeoutError: another process held it for the whole ``timeout``.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d, build_lock(d, 1.0):
+        ...     pass
+    """
+    fd = os.open(os.path.join(folder, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline, pause = time.monotonic() + timeout, 0.01
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(
+                        f"{folder}: another process has been building this store for "
+                        f"{timeout:g} s (lock_timeout); waited for it that long"
+                    ) from None
+                time.sleep(pause)
+                pause = min(pause * 2, 0.25)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)

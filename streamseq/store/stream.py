@@ -1,0 +1,168 @@
+"""A stream read from a store: slices of memory maps, no copy."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from streamseq._index import slice_bounds, step_index
+from streamseq._tree import tree_map
+from streamseq.errors import SourceError
+from streamseq.read.handle import ProcessLocal
+from streamseq.store import layout
+
+
+class _Files:
+    """The data files of one store, memory-mapped once per process (dropped when pickled).
+
+    Shared by the streams of the store (pickled once with them), so a worker maps every
+    file once, whatever number of streams it reads.
+    """
+
+    def __init__(self, folder: str, spec: Any, steps: int):
+        self.folder, self.spec, self.steps = folder, spec, steps
+        self._maps: ProcessLocal[Any] = ProcessLocal()
+
+    def maps(self) -> Any:
+        """The tree of read-only memory maps of the whole data files (this process's)."""
+        return self._maps.get(self._open)
+
+    def _open(self) -> Any:
+        def open_leaf(i: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+            path = os.path.join(self.folder, layout.leaf_file(i))
+            if self.steps == 0 or dtype.itemsize * int(np.prod(shape)) == 0:
+                return np.zeros((self.steps, *shape), dtype)
+            try:
+                return np.memmap(path, dtype, mode="r", shape=(self.steps, *shape))
+            except (OSError, ValueError) as e:
+                raise SourceError(path, f"cannot map the store's data file: {e}") from None
+
+        return layout.decode_spec(self.spec, open_leaf)
+
+
+class StoredStream:
+    """Steps ``offset:offset + length`` of a store's data files, as one stream.
+
+    Made by :func:`~streamseq.materialize` and :func:`open_store`; small and picklable
+    (the memory maps are opened on the first read in each process). ``s[a:b]`` returns
+    read-only memory-map slices (no copy); the loader writes them straight into its
+    batches (:meth:`read_into`).
+
+    Attributes:
+        path: the store's folder.
+        index: the stream's index in the list the store was made from.
+        offset: its first step in the data files.
+    """
+
+    def __init__(self, files: _Files, index: int, offset: int, length: int):
+        self._files, self.index = files, int(index)
+        self.offset, self.length = int(offset), int(length)
+
+    @property
+    def path(self) -> str:
+        """The store's folder."""
+        return self._files.folder
+
+    def __repr__(self) -> str:
+        return f"StoredStream({self.path!r}, index={self.index}, length={self.length})"
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, key: int | slice) -> Any:
+        if isinstance(key, slice):
+            a, b = slice_bounds(key, self.length)
+            b = max(a, b)
+            sl = slice(self.offset + a, self.offset + b)
+            return tree_map(lambda m: m[sl], self._files.maps())
+        i = self.offset + step_index(key, self.length)
+        return tree_map(lambda m: m[i], self._files.maps())
+
+    def step_spec(self) -> tuple[np.dtype, tuple[int, ...]] | None:
+        """The dtype and shape of a step when the steps are one array (else ``None``).
+
+        Example:
+            >>> import tempfile
+            >>> from streamseq.store import materialize
+            >>> with tempfile.TemporaryDirectory() as d:
+            ...     s = materialize([np.zeros((3, 2), np.uint8)], d)
+            ...     s[0].step_spec()
+            (dtype('uint8'), (2,))
+        """
+        spec = self._files.spec
+        if "leaf" not in spec:
+            return None
+        ((dtype, shape),) = layout.leaf_layout(spec)
+        return dtype, shape
+
+    def read_into(self, start: int, stop: int, out: np.ndarray) -> int | None:
+        """Copy steps ``start:stop`` into ``out`` (one copy, from the memory map).
+
+        Returns:
+            The steps written, or ``None`` when ``out`` is not of the steps' dtype and
+            shape (or the steps are a dict or tuple).
+        """
+        known = self.step_spec()
+        if known is None or out.dtype != known[0] or out.shape[1:] != known[1]:
+            return None
+        a, b = slice_bounds(slice(start, stop), self.length)
+        b = max(a, b)
+        out[: b - a] = self._files.maps()[self.offset + a : self.offset + b]
+        return b - a
+
+
+def stored_streams(folder: str, manifest: dict[str, Any], index: np.ndarray) -> list[StoredStream]:
+    """The streams of a store, from its manifest and its index (int64 [n, 2])."""
+    total = int(index[:, 1].sum()) if len(index) else 0
+    files = _Files(os.path.abspath(folder), manifest["spec"], total)
+    offsets, lengths = index[:, 0].tolist(), index[:, 1].tolist()
+    return [
+        StoredStream(files, i, o, n) for i, (o, n) in enumerate(zip(offsets, lengths, strict=True))
+    ]
+
+
+def open_store(path: str | os.PathLike) -> list[StoredStream]:
+    """The streams of a complete store made by :func:`~streamseq.materialize`.
+
+    The store is read as it is: the sources are not looked at (give them to
+    :func:`~streamseq.materialize` to check the store against them).
+
+    Args:
+        path: the store's folder.
+
+    Returns:
+        One :class:`StoredStream` per stream, in the order the store was made from.
+
+    Raises:
+        SourceError: no store there, a store of another version, or one not complete
+            (it names the first stream missing).
+
+    Example:
+        >>> import tempfile
+        >>> from streamseq.store import materialize
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = materialize([np.arange(5), np.arange(3) * 10], d)
+        ...     streams = open_store(d)
+        ...     streams[1][0:2].tolist(), len(streams[0])
+        ([0, 10], 5)
+    """
+    folder = os.fspath(path)
+    manifest = layout.read_manifest(folder)
+    if manifest is None:
+        raise SourceError(folder, "no store here (no readable manifest.json)")
+    if manifest.get("version") != layout.VERSION:
+        raise SourceError(
+            folder, f"a store of version {manifest.get('version')}, not {layout.VERSION}"
+        )
+    index = np.load(os.path.join(folder, layout.INDEX))
+    done = layout.read_done(folder, len(index))
+    if not done.all():
+        first = int(np.flatnonzero(~done)[0])
+        raise SourceError(
+            folder,
+            f"the store is not complete: {int((~done).sum())} of {len(done)} streams are "
+            f"not written, the first is stream {first}; run materialize to finish it",
+        )
+    return stored_streams(folder, manifest, index)

@@ -1,0 +1,381 @@
+"""materialize: a store gives the batches of its sources; built resumably, checked, shared."""
+
+import errno
+import os
+import pickle
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import streamseq
+from streamseq import StreamLoader, materialize, mix
+from streamseq.errors import SourceError, StreamError
+from streamseq.store import StoredStream, layout, open_store
+from streamseq.store import build as build_module
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "io"))
+from media import write_audio, write_video  # noqa: E402
+
+from streamseq.io import audio, recording, tokens, video  # noqa: E402
+
+
+def batches_of(streams, workers=0, batch_size=3, tbins=5, **kwargs):
+    """Every field of every batch, as bytes (the data a tree of arrays)."""
+    loader = StreamLoader(streams, batch_size, tbins, num_workers=workers, **kwargs)
+    return [_bytes(b) for b in loader]
+
+
+def _bytes(batch):
+    data = batch.data
+    leaves = streamseq._tree.leaves(data) if not isinstance(data, np.ndarray) else [data]
+    rest = [batch.reset, batch.valid, batch.stream, batch.step]
+    arrays = [x.numpy() if hasattr(x, "numpy") else np.asarray(x) for x in leaves + rest]
+    return [(a.dtype.str, a.shape, np.ascontiguousarray(a).tobytes()) for a in arrays]
+
+
+def token_files(folder, lengths, dtype=np.int32):
+    folder.mkdir(exist_ok=True)
+    paths = []
+    for i, n in enumerate(lengths):
+        path = folder / f"{i}.npy"
+        np.save(path, (np.arange(n) * 7 + i).astype(dtype))
+        paths.append(path)
+    return paths
+
+
+def stored_bytes(streams):
+    return [np.ascontiguousarray(s[0 : len(s)]).tobytes() for s in streams]
+
+
+# -- same batches -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_tokens_give_the_same_batches(tmp_path, workers):
+    sources = [tokens(p) for p in token_files(tmp_path / "t", [30, 7, 0, 52, 11])]
+    stored = materialize(sources, tmp_path / "store", num_workers=workers)
+    assert all(isinstance(s, StoredStream) for s in stored)
+    assert isinstance(stored[0][0:4], np.memmap)
+    for kwargs in ({}, {"shuffle": True, "seed": 3}):
+        want = batches_of(sources, workers, **kwargs)
+        assert batches_of(stored, workers, **kwargs) == want
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_video_resized_and_audio_give_the_same_batches(tmp_path, workers):
+    clips = [write_video(tmp_path / f"{i}.mp4", n) for i, n in enumerate((23, 9, 31))]
+    videos = [video(p, size=(16, 24)) for p in clips]
+    stored = materialize(videos, tmp_path / "v", num_workers=2)
+    assert stored[0][0:1].shape == (1, 16, 24, 3)
+    assert batches_of(stored, workers, 2, 4) == batches_of(videos, workers, 2, 4)
+    wavs = [write_audio(tmp_path / f"{i}.wav", n) for i, n in enumerate((9000, 4000))]
+    sounds = [audio(p, frame=512) for p in wavs]
+    stored = materialize(sounds, tmp_path / "a", num_workers=workers)
+    assert batches_of(stored, workers, 2, 3) == batches_of(sounds, workers, 2, 3)
+
+
+def test_dict_steps_one_file_per_array(tmp_path):
+    clip = write_video(tmp_path / "c.mp4", 20)
+    recs = [
+        recording(0.04, video=video(clip, size=(8, 8)), label=np.arange(20)),
+        {"x": np.arange(12.0), "y": {"z": np.ones((12, 2), np.uint8)}},
+    ]
+    with pytest.raises(StreamError, match="stream 1"):  # two layouts cannot share a store
+        materialize(recs, tmp_path / "bad")
+    streams = [recs[0], recs[0].replace()]
+    stored = materialize(streams, tmp_path / "s", num_workers=2)
+    files = sorted(f for f in os.listdir(tmp_path / "s") if f.startswith("leaf-"))
+    assert len(files) == len(streamseq._tree.leaves(stored[0][0:1])) > 2
+    assert batches_of(stored, 2, 2, 6) == batches_of(streams, 0, 2, 6)
+
+
+def test_trees_of_arrays(tmp_path):
+    streams = [{"a": np.arange(n) * 1.5, "b": (np.ones((n, 3), np.int16) * n,)} for n in (5, 9)]
+    stored = materialize(streams, tmp_path / "s")
+    got = stored[1][2:4]
+    assert isinstance(got, dict) and isinstance(got["b"], tuple)
+    assert batches_of(stored, 0, 2, 3) == batches_of(streams, 0, 2, 3)
+
+
+def test_a_deterministic_transform_is_stored(tmp_path):
+    arrays = [np.arange(n * 4, dtype=np.uint8).reshape(n, 2, 2) for n in (6, 13)]
+
+    def shrink(x, info):
+        return (x[:, :1, :1].astype(np.int16) + info.stream) * 2
+
+    stored = materialize(arrays, tmp_path / "s", transform=shrink)
+    assert stored[0].step_spec() == (np.dtype(np.int16), (1, 1))
+    want = batches_of(arrays, 0, 2, 4, transform=shrink)
+    assert batches_of(stored, 2, 2, 4) == want
+
+
+def test_resume_from_the_store_gives_the_rest_of_the_sources_run(tmp_path):
+    sources = [tokens(p) for p in token_files(tmp_path / "t", [40, 17, 25, 8, 33, 12])]
+    stored = materialize(sources, tmp_path / "s")
+    full = batches_of(sources, 0, 3, 4, shuffle=True, seed=5)
+    loader = StreamLoader(stored, 3, 4, num_workers=2, shuffle=True, seed=5)
+    it = iter(loader)
+    first = [_bytes(next(it)) for _ in range(4)]
+    state = loader.state_dict()
+    del it
+    again = StreamLoader(stored, 3, 4, num_workers=2, shuffle=True, seed=5)
+    again.load_state_dict(state)
+    assert first + [_bytes(b) for b in again] == full
+
+
+def test_a_mixture_gives_the_same_batches(tmp_path):
+    files = token_files(tmp_path / "t", [20, 31, 9, 14, 40])
+    groups = {"a": [tokens(p) for p in files[:2]], "b": [tokens(p) for p in files[2:]]}
+    sources = mix(groups, {"a": 1, "b": 3})
+    stored = materialize(sources, tmp_path / "s", num_workers=2)
+    assert isinstance(stored, streamseq.Mixture) and stored.weights == sources.weights
+    for epoch in (0, 1):
+        a = StreamLoader(sources, 2, 5, shuffle=True)
+        b = StreamLoader(stored, 2, 5, shuffle=True, num_workers=2)
+        a.set_epoch(epoch), b.set_epoch(epoch)
+        assert [_bytes(x) for x in b] == [_bytes(x) for x in a]
+
+
+@settings(max_examples=15)
+@given(
+    lengths=st.lists(st.integers(0, 30), min_size=1, max_size=6).filter(any),
+    width=st.integers(0, 3),
+    dtype=st.sampled_from(["<i2", ">f4", "u1"]),
+)
+def test_every_stream_is_stored_whole(tmp_path_factory, lengths, width, dtype):
+    rng = np.random.default_rng(len(lengths))
+    arrays = [(rng.random((n, width)) * 100).astype(dtype) for n in lengths]
+    folder = tmp_path_factory.mktemp("store")
+    stored = materialize(arrays, folder)
+    assert [len(s) for s in stored] == lengths
+    for a, s in zip(arrays, stored, strict=True):
+        np.testing.assert_array_equal(s[0 : len(s)], a)
+        assert s[0 : len(s)].dtype == a.dtype
+    again = open_store(folder)
+    assert stored_bytes(again) == stored_bytes(stored)
+    assert stored_bytes(pickle.loads(pickle.dumps(stored))) == stored_bytes(stored)
+
+
+# -- resumable ---------------------------------------------------------------------------
+
+BUILD = """
+import sys, time
+import numpy as np
+from streamseq import materialize
+from streamseq.io import tokens
+
+def slow(x, info):
+    time.sleep(0.03)
+    return x * 3
+
+folder, workers = sys.argv[1], int(sys.argv[2])
+paths = [f"{folder}/t/{i}.npy" for i in range(24)]
+print("start", flush=True)
+materialize([tokens(p) for p in paths], f"{folder}/store", transform=slow,
+            num_workers=workers)
+print("built", flush=True)
+"""
+
+
+def _build_script(tmp_path):
+    lengths = [(i * 37) % 90 + 40 for i in range(24)]
+    token_files(tmp_path / "t", lengths, np.int64)
+    script = tmp_path / "build.py"
+    script.write_text(textwrap.dedent(BUILD))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return script, env
+
+
+def test_a_build_killed_at_random_points_resumes_identical(tmp_path):
+    script, env = _build_script(tmp_path)
+    paths = [tmp_path / "t" / f"{i}.npy" for i in range(24)]
+    reference = materialize(
+        [tokens(p) for p in paths], tmp_path / "ref", transform=lambda x, info: x * 3
+    )
+    rng, cut = random.Random(7), 0
+    for attempt in range(4):
+        workers = attempt % 2 * 2
+        proc = subprocess.Popen(
+            [sys.executable, str(script), str(tmp_path), str(workers)],
+            env=env,
+            stdout=subprocess.PIPE,
+        )
+        assert proc.stdout.readline().strip() == b"start"
+        time.sleep(rng.uniform(0.0, 0.8))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+        store = tmp_path / "store"
+        if (store / layout.INDEX).exists():
+            done = layout.read_done(str(store), 24)
+            written = [
+                np.fromfile(store / "leaf-0.bin", "<i8")[o : o + n]
+                for o, n in np.load(store / layout.INDEX).tolist()
+            ]
+            cut += 0 < done.sum() < 24
+            for i in np.flatnonzero(done):  # a stream recorded is whole
+                np.testing.assert_array_equal(written[i], np.load(paths[i]) * 3)
+    out = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), "2"],
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    assert stored_bytes(open_store(tmp_path / "store")) == stored_bytes(reference)
+    print(f"{cut} of 4 builds were killed with some streams written")
+
+
+def test_an_incomplete_store_is_not_read_and_is_finished(tmp_path):
+    sources = [tokens(p) for p in token_files(tmp_path / "t", [10, 20, 30])]
+    materialize(sources, tmp_path / "s")
+    layout.rewrite_done(str(tmp_path / "s"), np.array([True, False, True]))
+    with open(tmp_path / "s" / "leaf-0.bin", "r+b") as f:  # stream 1 half written
+        f.seek(10 * 4)
+        f.write(b"\xff" * 40)
+    with pytest.raises(SourceError, match="not complete.*the first is stream 1"):
+        open_store(tmp_path / "s")
+    stored = materialize(sources, tmp_path / "s")
+    assert batches_of(stored) == batches_of(sources)
+
+
+def test_a_failure_keeps_what_was_written_and_the_next_call_writes_the_rest(tmp_path, monkeypatch):
+    sources = [tokens(p) for p in token_files(tmp_path / "t", [10, 20, 30, 5])]
+    monkeypatch.setattr(build_module, "TASK_STREAMS", 1)
+    broken, calls = [True], []
+
+    def fn(x, info):
+        calls.append((info.stream, info.start, info.stop))
+        if broken[0] and info.stream == 3:
+            raise RuntimeError("boom")
+        return x + 1
+
+    with pytest.raises(StreamError, match="stream 3.*boom"):
+        materialize(sources, tmp_path / "s", transform=fn)
+    done = layout.read_done(str(tmp_path / "s"), 4)
+    assert done.tolist() == [True, True, True, False]  # longest first: stream 3 last
+    broken[0], calls[:] = False, []
+    stored = materialize(sources, tmp_path / "s", transform=fn)
+    assert sorted(calls) == [(0, 0, 1), (3, 0, 5)]  # the first step (the layout), stream 3
+    assert batches_of(stored) == batches_of(sources, transform=fn)
+
+
+# -- checked against the sources ------------------------------------------------------------
+
+
+def test_a_changed_source_is_refused_or_rebuilt(tmp_path):
+    paths = token_files(tmp_path / "t", [10, 20, 30])
+    materialize([tokens(p) for p in paths], tmp_path / "s")
+    np.save(paths[1], np.arange(20, dtype=np.int32) * -1)  # same length, other steps
+    os.utime(paths[1], ns=(0, 10**18))
+    new = [tokens(p) for p in paths]
+    with pytest.raises(SourceError) as info:
+        materialize(new, tmp_path / "s", on_change="error")
+    error = info.value
+    assert error.index == 1 and error.path == str(paths[1]) and "stream 1" in str(error)
+    assert "since the store was made" in str(error)
+    stored = materialize(new, tmp_path / "s")
+    np.testing.assert_array_equal(stored[1][0:20], np.arange(20) * -1)
+    assert batches_of(stored) == batches_of(new)
+
+
+def test_a_source_whose_file_changed_after_it_was_made_is_an_error(tmp_path):
+    paths = token_files(tmp_path / "t", [10, 20])
+    sources = [tokens(p) for p in paths]
+    materialize(sources, tmp_path / "s")
+    np.save(paths[0], np.arange(10, dtype=np.float32))
+    with pytest.raises(SourceError, match="stream 0.*changed since the source was made"):
+        materialize(sources, tmp_path / "s")
+
+
+def test_other_lengths_or_settings_rebuild_or_refuse(tmp_path):
+    paths = token_files(tmp_path / "t", [10, 20])
+    materialize([tokens(p) for p in paths], tmp_path / "s")
+    with pytest.raises(SourceError, match="other streams or settings.*key"):
+        materialize([tokens(p) for p in paths], tmp_path / "s", key="2", on_change="error")
+    token_files(tmp_path / "t", [10, 25])
+    stored = materialize([tokens(p) for p in paths], tmp_path / "s")
+    assert [len(s) for s in stored] == [10, 25]
+    np.testing.assert_array_equal(stored[1][0:25], np.arange(25) * 7 + 1)
+
+
+# -- several processes, full disks ------------------------------------------------------------
+
+
+def test_two_processes_building_at_once_end_with_one_valid_store(tmp_path):
+    script, env = _build_script(tmp_path)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(tmp_path), str(w)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for w in (2, 0)
+    ]
+    outs = [p.communicate(timeout=180) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1].decode()[-1000:] for o in outs]
+    paths = [tmp_path / "t" / f"{i}.npy" for i in range(24)]
+    stored = open_store(tmp_path / "store")
+    assert stored_bytes(stored) == [(np.load(p) * 3).tobytes() for p in paths]
+    raw = np.fromfile(tmp_path / "store" / layout.DONE, "<i8")
+    assert len(raw) == 2 * 24  # every stream written and recorded once
+
+
+def test_a_store_locked_too_long_is_a_timeout(tmp_path):
+    from streamseq.store.lock import build_lock
+
+    (tmp_path / "s").mkdir()
+    code = (
+        "import sys, time; from streamseq.store.lock import build_lock\n"
+        f"with build_lock({str(tmp_path / 's')!r}, 5):\n"
+        "    print('held', flush=True); time.sleep(30)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    holder = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline().strip() == b"held"
+        with pytest.raises(TimeoutError, match="another process"):
+            with build_lock(str(tmp_path / "s"), 0.2):
+                pass
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    with build_lock(str(tmp_path / "s"), 5):  # released with its holder
+        pass
+
+
+def test_a_full_disk_is_told_before_writing(tmp_path, monkeypatch):
+    sources = [np.zeros((100, 8), np.float64), np.zeros((50, 8), np.float64)] * 2
+
+    class Usage:
+        total, used, free = 10**9, 10**9, 5_000
+
+    monkeypatch.setattr(build_module.shutil, "disk_usage", lambda path: Usage)
+    with pytest.raises(OSError) as info:
+        materialize(sources, tmp_path / "s")
+    assert info.value.errno == errno.ENOSPC
+    text = str(info.value)
+    assert "19200 bytes" in text and "300 steps x 64 bytes" in text and "5000 bytes" in text
+    assert not layout.read_done(str(tmp_path / "s"), 4).any()
+    monkeypatch.undo()
+    stored = materialize(sources, tmp_path / "s")
+    assert batches_of(stored) == batches_of(sources)
+
+
+def test_bad_arguments(tmp_path):
+    with pytest.raises(ValueError, match="on_change"):
+        materialize([np.arange(3)], tmp_path / "s", on_change="ignore")
+    with pytest.raises(ValueError, match="all 2 streams are empty"):
+        materialize([np.arange(0), np.arange(0)], tmp_path / "s")
+    with pytest.raises(SourceError, match="no store here"):
+        open_store(tmp_path / "nothing")
