@@ -10,7 +10,7 @@ with truncated BPTT:
 - the hidden state of each row is kept from batch to batch (row r of batch i+1 continues
   row r of batch i) and detached, so gradients stop at the batch boundary;
 - rows where ``batch.reset`` is set start a new file: their hidden state is zeroed;
-- the loss covers the valid steps whose next token is in the batch too.
+- the loss covers every token but the first of every file, once an epoch (``lookahead=1``).
 
 The loss of every batch and the mean loss of every epoch are drawn in ``train_gru.png``,
 over the loss of a uniform guess (chance).
@@ -159,6 +159,7 @@ def main(argv: list[str] | None = None) -> dict:
             num_workers=args.workers,
             shuffle=True,
             seed=args.seed,
+            lookahead=1,  # the token after each chunk: every token but a file's first a target
         )
         model = Model(args.vocab, args.hidden)
         optimiser = torch.optim.Adam(model.parameters(), lr=args.lr)
@@ -171,14 +172,14 @@ def main(argv: list[str] | None = None) -> dict:
             h = torch.zeros(1, args.batch_size, args.hidden)
             total, count = 0.0, 0
             for batch in loader:
-                x = batch.data.long()  # [B, T]
+                x = batch.data.long()  # [B, T + 1]: the chunk and the token after it
                 h = h.detach()  # truncated BPTT: no gradient into the previous batch
                 h[:, batch.reset] = 0  # rows that start a new file forget the last one
-                logits, h = model(x, h)
-                # predict step t + 1 from steps <= t, where both are real tokens
-                target_valid = batch.valid[:, 1:]
+                logits, h = model(x[:, :-1], h)  # the T tokens of the chunk
+                # predict step t + 1 from steps <= t, where t + 1 goes on the same file
+                target_valid = batch.target_mask()
                 loss_sum = nn.functional.cross_entropy(
-                    logits[:, :-1][target_valid], x[:, 1:][target_valid], reduction="sum"
+                    logits[target_valid], x[:, 1:][target_valid], reduction="sum"
                 )
                 n = int(target_valid.sum())
                 if n:

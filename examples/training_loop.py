@@ -5,8 +5,10 @@ With ``shuffle=True`` the epochs differ by a few batches, so a schedule over the
 takes its number of steps from :meth:`~streamseq.StreamLoader.epoch_length` (computed
 from the plan, nothing read): ``OneCycleLR`` then ends exactly on the last batch. The
 workers are started once for the whole run (``persistent_workers=True``). The hidden state
-of a row is reset where the row starts a new stream, and the loss ignores padding (a batch
-of padding only gives 0, not NaN).
+of a row is reset where the row starts a new stream, and the loss covers every step but
+the first of every stream once an epoch (``lookahead=1``: the step after each chunk is in
+the batch; ``batch.target_mask()``), ignoring padding (a batch of padding only gives 0,
+not NaN).
 
 Run: ``python examples/training_loop.py [--epochs 3] [--workers 2]``
 """
@@ -60,6 +62,7 @@ def main(argv: list[str] | None = None) -> dict:
         shuffle=True,
         num_workers=args.workers,
         persistent_workers=args.workers > 0,
+        lookahead=1,  # the step after each chunk: every step but a stream's first a target
     )
     lengths = [loader.epoch_length(e) for e in range(args.epochs)]
     model = Model()
@@ -72,10 +75,10 @@ def main(argv: list[str] | None = None) -> dict:
         for batch in loader:
             h = h.detach()
             h[:, batch.reset] = 0  # rows that start a new stream forget the previous one
-            logits, h = model(batch.data, h)
-            mask = batch.valid[:, 1:]  # next-token targets that are real tokens
+            logits, h = model(batch.data[:, :-1], h)  # the 16 steps of the chunk
+            mask = batch.target_mask()  # next tokens of the same stream
             loss = torch.nn.functional.cross_entropy(
-                logits[:, :-1].reshape(-1, VOCAB), batch.data[:, 1:].reshape(-1), reduction="none"
+                logits.reshape(-1, VOCAB), batch.data[:, 1:].reshape(-1), reduction="none"
             )
             loss = (loss * mask.reshape(-1)).sum() / mask.sum().clamp(min=1)
             optimizer.zero_grad()

@@ -97,6 +97,52 @@ class Batch(NamedTuple):
     def __repr__(self) -> str:
         return describe_fields(self)
 
+    def target_mask(self, lookahead: int = 1, time_major: bool = False) -> Any:
+        """Where step t + 1 is the next-step target of input t: ``[B, T]`` (``[T, B]``).
+
+        For a batch with ``lookahead`` steps after its ``T = tbins`` steps (the loader's
+        ``lookahead``): entry ``t`` (``t < T``) is True where steps t and t + 1 are
+        valid, of the same stream and consecutive. So the inputs are the first ``T``
+        steps, the targets the ``T`` steps after the first, and, over an epoch, every
+        step but the first of every stream is a target exactly once; never one of
+        another stream (with ``pad="pack"``, not across documents). numpy arrays or
+        torch tensors alike.
+
+        Args:
+            lookahead: the look-ahead steps the batch holds (at least 1).
+            time_major: the batch is laid out ``[T, B, ...]``.
+
+        Returns:
+            A bool array (or tensor) ``[B, T]``, ``[T, B]`` with ``time_major``.
+
+        Raises:
+            ValueError: ``lookahead < 1``, or not fewer than the batch's steps.
+
+        Example:
+            >>> import numpy as np
+            >>> stream = np.array([[0, 0, 0, 1, 1]])  # pad="pack": stream 1 starts at 3
+            >>> step = np.array([[4, 5, 6, 0, 1]])
+            >>> b = Batch(None, np.array([False]), stream >= 0, stream, step)
+            >>> b.target_mask().tolist()  # inputs 0..3, targets 1..4
+            [[True, True, False, True]]
+            >>> x = b.step  # input and target of next-step prediction
+            >>> x[:, :-1].tolist(), x[:, 1:].tolist()
+            ([[4, 5, 6, 0]], [[5, 6, 0, 1]])
+        """
+        if isinstance(lookahead, bool) or not isinstance(lookahead, int) or lookahead < 1:
+            raise ValueError(f"target_mask needs lookahead >= 1, got {lookahead!r}")
+        steps = self.valid.shape[0 if time_major else 1]
+        if lookahead >= steps:
+            raise ValueError(f"lookahead={lookahead} leaves no input in {steps} steps")
+        t = steps - lookahead
+
+        def at(a: Any, first: int) -> Any:
+            return a[first : first + t] if time_major else a[:, first : first + t]
+
+        valid, stream, step = self.valid, self.stream, self.step
+        same = (at(stream, 0) == at(stream, 1)) & (at(step, 1) == at(step, 0) + 1)
+        return at(valid, 0) & at(valid, 1) & same
+
     def to(self, device: Any, non_blocking: bool = False) -> Batch:
         """Move every tensor of the batch to ``device``, as ``torch.Tensor.to`` does.
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import numpy as np
@@ -13,6 +14,34 @@ from .interleave import Row
 from .plan.packing import capped_starts
 
 
+def check_lookahead(lookahead: Any) -> int:
+    """``lookahead`` as an int >= 0: an integer, not a bool, a float or a string.
+
+    Raises:
+        TypeError: ``lookahead`` is not an integer.
+        ValueError: it is negative.
+
+    Example:
+        >>> check_lookahead(np.int64(2))
+        2
+        >>> check_lookahead(1.0)
+        Traceback (most recent call last):
+        ...
+        TypeError: lookahead must be an integer >= 0, got 1.0 (float)
+        >>> check_lookahead(-1)
+        Traceback (most recent call last):
+        ...
+        ValueError: lookahead must be >= 0, got -1
+    """
+    if isinstance(lookahead, (bool, np.bool_)) or not isinstance(lookahead, numbers.Integral):
+        raise TypeError(
+            f"lookahead must be an integer >= 0, got {lookahead!r} ({type(lookahead).__name__})"
+        )
+    if lookahead < 0:
+        raise ValueError(f"lookahead must be >= 0, got {lookahead}")
+    return int(lookahead)
+
+
 class TBinned:
     """Chunks of a row; see :func:`tbin`.
 
@@ -22,11 +51,19 @@ class TBinned:
 
     num_rows = 1
 
-    def __init__(self, row: Row, tbins: int, pack: bool = False, cap: int | None = None):
+    def __init__(
+        self,
+        row: Row,
+        tbins: int,
+        pack: bool = False,
+        cap: int | None = None,
+        lookahead: int = 0,
+    ):
         if tbins < 1:
             raise ValueError(f"tbins must be >= 1, got {tbins}")
         self.row = row
         self.tbins = int(tbins)
+        self.lookahead = check_lookahead(lookahead)
         self.pack = bool(pack)
         counts = -(-row.lengths // self.tbins)
         self.chunk_ends = np.cumsum(counts, dtype=np.int64)
@@ -44,7 +81,8 @@ class TBinned:
         self._spec: Any = None
 
     def __repr__(self) -> str:
-        return f"tbin({self.row!r}, {self.tbins})"
+        ahead = f", lookahead={self.lookahead}" if self.lookahead else ""
+        return f"tbin({self.row!r}, {self.tbins}{ahead})"
 
     def __len__(self) -> int:
         return self.length
@@ -94,7 +132,12 @@ class TBinned:
 
 
 def tbin(
-    row: Row, tbins: int, *, pack: bool = False, max_streams_per_chunk: int | None = None
+    row: Row,
+    tbins: int,
+    *,
+    pack: bool = False,
+    max_streams_per_chunk: int | None = None,
+    lookahead: int = 0,
 ) -> TBinned:
     """Cut a row into chunks of ``tbins`` steps; a chunk never spans two streams.
 
@@ -106,17 +149,27 @@ def tbin(
     has that many, the rest of the chunk is padding and the next stream starts the next
     chunk.
 
+    With ``lookahead=k`` every per-step field of a chunk (``data``, ``valid``,
+    ``stream``, ``step``) holds ``tbins + k`` steps: the first ``tbins`` are the chunk
+    without look-ahead, the last ``k`` the steps that follow, in the same stream, the
+    chunk's last step (padding where that stream ends, or where the chunk's last step is
+    padding). A segment's look-ahead goes on in its source. So for next-step prediction
+    (input at t, target at t + 1 where ``stream`` is equal and ``step`` consecutive)
+    every step but the first of every stream is a target exactly once.
+
     Args:
         row: a row from :func:`interleave_streams`.
         tbins: steps per chunk.
         pack: pack the streams of the row, without padding between them.
         max_streams_per_chunk: with ``pack``, the most streams a chunk may hold.
+        lookahead: steps of the stream after the chunk that every chunk also holds.
 
     Returns:
         A lazy sequence of :class:`Chunk`.
 
     Raises:
-        ValueError: ``tbins < 1``.
+        ValueError: ``tbins < 1``, or ``lookahead < 0``.
+        TypeError: ``lookahead`` is not an integer.
 
     Example:
         >>> import numpy as np
@@ -131,5 +184,9 @@ def tbin(
         [[0, 1, 2], [3, 4, 100], [101, 0, 0]]
         >>> [c.data.tolist() for c in tbin(row, 3, pack=True, max_streams_per_chunk=1)]
         [[0, 1, 2], [3, 4, 0], [100, 101, 0]]
+        >>> [c.data.tolist() for c in tbin(row, 2, lookahead=1)]
+        [[0, 1, 2], [2, 3, 4], [4, 0, 0], [100, 101, 0]]
+        >>> [c.step.tolist() for c in tbin(row, 2, lookahead=1)]
+        [[0, 1, 2], [2, 3, 4], [4, -1, -1], [0, 1, -1]]
     """
-    return TBinned(row, tbins, pack, max_streams_per_chunk)
+    return TBinned(row, tbins, pack, max_streams_per_chunk, lookahead)

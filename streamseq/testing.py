@@ -82,6 +82,7 @@ def check_continuity(
     segment_length: int | None = None,
     pack: bool = False,
     state: dict[str, Any] | None = None,
+    lookahead: int = 0,
 ) -> int:
     """Assert that batches stream every stream whole, in order, within one row.
 
@@ -114,6 +115,16 @@ def check_continuity(
             a stream it saw begun goes on from its next step in any row (at the start of a
             chunk, with or without ``reset``, or inside one with ``pack``); ``complete``
             then covers the whole epoch.
+        lookahead: the loader's ``lookahead``: the first ``tbins`` steps of each batch
+            are checked as above; the last ``lookahead`` must hold the steps that
+            follow, in the same stream, each row's step at ``tbins - 1`` (padding where
+            there are none), and every next-step target (input at t < tbins, target at
+            t + 1 where ``stream`` is equal and ``step`` consecutive) is counted: when
+            ``complete`` (and not ``allow_repeats``), every step but the first of every
+            stream is a target as many times as it was delivered (exactly once), except
+            the first step of a segment, or of the rest of a stream begun before
+            ``state``, which is a target at most once (where the piece before it ended
+            at ``tbins - 1``, in its look-ahead).
 
     Returns:
         The number of batches checked.
@@ -155,6 +166,7 @@ def check_continuity(
     pending: dict[tuple[int, int], int] = {}  # begun before the state -> its next step
     if state is not None:
         done, pending = _resumed_from(state, lengths, segment_length)
+    resumed_at = {(unit[0], k) for unit, k in pending.items()}  # where begun streams go on
 
     def check_run(where: str, run: int, sid: int, k0: int, m: int, reset_r: bool, r: int) -> None:
         """Steps ``k0 : k0 + m`` of stream ``sid``: the ``run``-th piece of row ``r``'s chunk."""
@@ -193,9 +205,13 @@ def check_continuity(
         assert expected[r] <= end(unit), f"{where}: {name(unit)} goes past its end {end(unit)}"
 
     ended: set[int] = set()  # rows padded for good (pad="pack": padding at row ends only)
+    delivered: dict[tuple[int, int], int] = {}  # (stream, step) -> times delivered
+    targets: dict[tuple[int, int], int] = {}  # (stream, step) -> times a next-step target
     count = 0
     for i, raw in enumerate(batches):
         b = _batch_major(raw, time_major)
+        if lookahead:
+            b = _check_ahead(b, lookahead, lengths, sources, i, delivered, targets)
         valid, stream, step, reset = b.valid.astype(bool), b.stream, b.step, b.reset.astype(bool)
         data = leaves(b.data)
         t = valid.shape[1]
@@ -260,7 +276,87 @@ def check_continuity(
                     f"(row {owner.get(unit)}, reached step "
                     f"{expected.get(owner.get(unit, -1), 0) if unit in owner else 0})"
                 )
+        if lookahead and not allow_repeats:
+            _check_targets(delivered, targets, segment_length, resumed_at)
     return count
+
+
+def _check_ahead(
+    b: Batch,
+    lookahead: int,
+    lengths: Sequence[int],
+    sources: Sequence[Any] | None,
+    i: int,
+    delivered: dict[tuple[int, int], int],
+    targets: dict[tuple[int, int], int],
+) -> Batch:
+    """Check the look-ahead steps of batch ``i``, count its targets; return its first tbins."""
+    valid, stream, step = b.valid.astype(bool), b.stream, b.step
+    t = valid.shape[1] - lookahead
+    assert t >= 1, f"batch {i}: {valid.shape[1]} steps, fewer than lookahead={lookahead} + 1"
+    data = leaves(b.data)
+    for r in range(valid.shape[0]):
+        where = f"batch {i}, row {r}, look-ahead"
+        n, s, k = 0, -1, -1
+        if valid[r, t - 1]:
+            s, k = int(stream[r, t - 1]), int(step[r, t - 1])
+            n = max(0, min(lookahead, lengths[s] - 1 - k))
+        got = (valid[r, t:].tolist(), stream[r, t:].tolist(), step[r, t:].tolist())
+        want_steps = [k + 1 + j if j < n else -1 for j in range(lookahead)]
+        want = ([j < n for j in range(lookahead)], [s if j < n else -1 for j in range(lookahead)])
+        assert got == (*want, want_steps), (
+            f"{where}: (valid, stream, step) {got}, expected {(*want, want_steps)} after "
+            f"stream {s} step {k}"
+        )
+        for a in data:
+            assert not np.any(a[r, t + n :]), f"{where}: padding data is not zero"
+        if sources is not None and n:
+            differ = _first_difference(b.data, sources[s][k + 1 : k + 1 + n], r, n, t)
+            assert differ is None, (
+                f"{where}: data of stream {s} steps {k + 1}:{k + 1 + n} differ from the "
+                f"source{differ}"
+            )
+        v, ss, kk = valid[r, : t + 1], stream[r, : t + 1], step[r, : t + 1]
+        pair = v[:-1] & v[1:] & (ss[:-1] == ss[1:]) & (kk[1:] == kk[:-1] + 1)
+        for j in np.flatnonzero(pair).tolist():
+            key = (int(ss[j + 1]), int(kk[j + 1]))
+            targets[key] = targets.get(key, 0) + 1
+        for j in np.flatnonzero(v[:t]).tolist():
+            key = (int(ss[j]), int(kk[j]))
+            delivered[key] = delivered.get(key, 0) + 1
+    head = tree_map(lambda a: a[:, :t], b.data)
+    return Batch(head, b.reset, b.valid[:, :t], stream[:, :t], step[:, :t])
+
+
+def _check_targets(
+    delivered: dict[tuple[int, int], int],
+    targets: dict[tuple[int, int], int],
+    segment_length: int | None,
+    starts: set[tuple[int, int]],
+) -> None:
+    """Every step delivered but the first of a stream is a target as often as delivered.
+
+    The first step of a segment, and ``starts`` (steps where a piece begun before a
+    resume goes on), are targets at most once: after a resume, where the piece before
+    it ends, even if the step itself was delivered before the resume.
+    """
+    for (s, k), times in targets.items():
+        first = (segment_length and k % segment_length == 0) or (s, k) in starts
+        assert (s, k) in delivered or (first and times == 1), (
+            f"stream {s} step {k} is a next-step target {times} times but was never delivered"
+        )
+    for (s, k), times in delivered.items():
+        got = targets.get((s, k), 0)
+        if k == 0:
+            assert got == 0, f"stream {s} step 0 is a next-step target {got} times"
+        elif (segment_length and k % segment_length == 0) or (s, k) in starts:
+            assert got <= times, (
+                f"stream {s} step {k} (a piece's first) is a next-step target {got} times"
+            )
+        else:
+            assert got == times, (
+                f"stream {s} step {k} is a next-step target {got} times, delivered {times}"
+            )
 
 
 def _resumed_from(

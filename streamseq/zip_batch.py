@@ -28,10 +28,11 @@ def _rows_of(part: Any) -> int:
     return 1 if isinstance(first, Chunk) else len(first.reset)
 
 
-def _tbins_of(part: Any) -> int | None:
+def _steps_of(part: Any) -> int | None:
+    """Steps per item of ``part``: ``tbins`` plus its look-ahead."""
     t = getattr(part, "tbins", None)
     if t is not None:
-        return int(t)
+        return int(t) + int(getattr(part, "lookahead", 0))
     if len(part) == 0:
         return None
     return int(np.shape(part[0].valid)[-1])
@@ -55,12 +56,17 @@ class ZipBatch:
         self.part_rows = [_rows_of(p) for p in self.parts]
         self.offsets = np.concatenate([[0], np.cumsum(self.part_rows)]).astype(int)
         self.num_rows = int(self.offsets[-1])
-        tbins = {t for t in map(_tbins_of, self.parts) if t is not None}
-        if len(tbins) > 1:
-            raise ValueError(f"parts have different numbers of steps per chunk: {sorted(tbins)}")
-        if not tbins:
+        steps = {t for t in map(_steps_of, self.parts) if t is not None}
+        if len(steps) > 1:
+            raise ValueError(f"parts have different numbers of steps per chunk: {sorted(steps)}")
+        if not steps:
             raise ValueError("cannot tell the number of steps per chunk: every part is empty")
-        self.tbins = tbins.pop()
+        self.steps = steps.pop()  # per item: tbins and the look-ahead
+        aheads = {int(getattr(p, "lookahead", 0)) for p in self.parts if hasattr(p, "tbins")}
+        if len(aheads) > 1:
+            raise ValueError(f"parts have different look-aheads: {sorted(aheads)}")
+        self.lookahead = aheads.pop() if aheads else 0
+        self.tbins = self.steps - self.lookahead
         sizes = [len(p) for p in self.parts]
         natural = min(sizes) if pad == "drop" else max(sizes)
         self.length = natural if length is None else int(length)
@@ -160,7 +166,7 @@ class ZipBatch:
                     continue
                 sub = part[c]
             items.append((o, k, sub))
-        b = stack(items, self.num_rows, self.tbins, self.spec_, self.spec, f"batch {i}, ")
+        b = stack(items, self.num_rows, self.steps, self.spec_, self.spec, f"batch {i}, ")
         if b.data is None and need_data:
             raise ValueError(_NO_SPEC)
         return b

@@ -107,15 +107,20 @@ def test_readme_quickstart_runs_as_written_on_a_folder_of_videos(tmp_path, capsy
     exec(compile(code, "README.rst", "exec"), names)
     loader, loss, h = names["loader"], names["loss"], names["h"]
     assert [len(video) for video in names["videos"]] == list(lengths.values())
-    assert names["batch"].data.shape[1:] == (16, 32, 32, 3)
+    assert names["batch"].data.shape[1:] == (17, 32, 32, 3)  # 16 steps and the next
     assert h.shape == (1, 4, 128) and torch.isfinite(h).all() and torch.isfinite(loss)
     out = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in out] == ["epoch 0", "epoch 1"]
     assert out[-1].endswith(f"{len(loader)} batches")
     frames = torch.zeros(len(lengths), dtype=torch.long)  # every frame once an epoch
+    targets = torch.zeros(len(lengths), dtype=torch.long)  # every frame but the first once
     for batch in loader:
-        frames += torch.bincount(batch.stream[batch.valid], minlength=len(lengths))
+        chunk = batch.stream[:, :16][batch.valid[:, :16]]
+        frames += torch.bincount(chunk, minlength=len(lengths))
+        nexts = batch.stream[:, 1:][batch.target_mask()]
+        targets += torch.bincount(nexts, minlength=len(lengths))
     assert frames.tolist() == list(lengths.values())
+    assert targets.tolist() == [n - 1 for n in lengths.values()]
 
 
 def test_docs_front_page_shows_the_readme_snippet():

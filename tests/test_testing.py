@@ -191,3 +191,44 @@ def test_a_state_marks_streams_done_before_it():
     state = run.state_dict()
     with pytest.raises(AssertionError, match="delivered twice"):
         check_continuity(batches, LENGTHS, state=state)
+
+
+def ahead_batches(k=2):
+    streams = coded_streams(LENGTHS)
+    loader = StreamLoader(streams, 2, 2, lookahead=k)
+    return [Batch(*(np.array(f, copy=True) for f in b)) for b in loader], streams
+
+
+def test_accepts_a_correct_run_with_look_ahead():
+    batches, streams = ahead_batches()
+    assert check_continuity(batches, LENGTHS, sources=streams, lookahead=2) == len(batches)
+
+
+def test_catches_look_ahead_steps_of_another_stream():
+    batches, streams = ahead_batches()
+    batches[0].stream[0, 2] = 1  # a target of another stream
+    with pytest.raises(AssertionError, match="look-ahead"):
+        check_continuity(batches, LENGTHS, sources=streams, lookahead=2)
+
+
+def test_catches_look_ahead_data_that_is_not_the_source():
+    batches, streams = ahead_batches()
+    batches[0].data[0, 3] += 1
+    with pytest.raises(AssertionError, match="differ from the source"):
+        check_continuity(batches, LENGTHS, sources=streams, lookahead=2)
+
+
+def test_catches_steps_never_a_target():
+    batches, streams = good()  # no look-ahead: the first step of each chunk is lost
+    wide = [
+        Batch(
+            np.pad(b.data, ((0, 0), (0, 1))),
+            b.reset,
+            np.pad(b.valid, ((0, 0), (0, 1))),
+            np.pad(b.stream, ((0, 0), (0, 1)), constant_values=-1),
+            np.pad(b.step, ((0, 0), (0, 1)), constant_values=-1),
+        )
+        for b in batches
+    ]
+    with pytest.raises(AssertionError, match="look-ahead|target"):
+        check_continuity(wide, LENGTHS, sources=streams, lookahead=1)

@@ -15,6 +15,7 @@ from ..read.handle import ProcessLocal
 from ..read.ref import ArrayTree, StreamRef, describe
 from ..workers import shm as _shm
 from . import meta
+from .ahead import widen
 from .check import put, spec_mismatch
 from .positions import Positions, packed_pieces
 from .warm import first_reads
@@ -66,6 +67,10 @@ class Table:
     def __init__(self, parts: Sequence[TBinned], pad: str, tbins: int):
         self.rows: list[Row] = [p.row for p in parts]
         self.pad, self.tbins = pad, tbins
+        aheads = {int(getattr(p, "lookahead", 0)) for p in parts}
+        if len(aheads) > 1:
+            raise ValueError(f"parts have different look-aheads: {sorted(aheads)}")
+        self.lookahead = aheads.pop() if aheads else 0  # steps after each chunk (gather.ahead)
         self.counts = np.array([len(p) for p in parts], dtype=np.int64)
         self.placed = [getattr(p, "placed", None) for p in parts]  # packed with a cap
         sizes = np.array([len(p.chunk_ends) for p in parts], dtype=np.int64)
@@ -99,19 +104,25 @@ class Table:
     def batch(self, i: int, spec: Any) -> Batch:
         """Batch ``i`` (``data`` None when ``spec`` is None).
 
-        Safe to call from several threads: one batch is written at a time.
+        Safe to call from several threads: one batch is written at a time. With
+        ``lookahead`` its per-step fields hold ``tbins + lookahead`` steps
+        (:mod:`.ahead`).
         """
         with self._lock.get():
-            return self._batch(i, spec)
+            if not self.lookahead:
+                return self._batch(i, spec)
+            empty = np.empty if _shm.current() is None else _shm.empty
+            return widen(self, self._batch(i, spec, np.empty), i, spec, empty)
 
     def positions(self, first: int, size: int) -> Positions:
         """Where every row reads in batches ``first`` to ``first + size - 1``."""
         return Positions(self, first, size)
 
-    def _batch(self, i: int, spec: Any) -> Batch:
+    def _batch(self, i: int, spec: Any, empty: Any = None) -> Batch:
         st = self._state.get()
         bt = self.shape
-        empty = np.empty if _shm.current() is None else _shm.empty
+        if empty is None:
+            empty = np.empty if _shm.current() is None else _shm.empty
         m = meta.allocate(*bt, empty)  # (once: they may be in shm)
         data = (
             None if spec is None else tree_map(lambda s: empty((*bt, *s.shape[1:]), s.dtype), spec)

@@ -11,6 +11,7 @@ import torch
 
 from .._checks import check_int, check_timeout, check_workers
 from ..read.transform import Transform
+from ..tbin import check_lookahead
 
 # DataLoader's keywords that do not apply here, and what to use instead
 DATALOADER_ONLY = {
@@ -95,6 +96,8 @@ class LoaderConfig:
         transform: ``fn(steps, info)`` run where the steps are read, or None.
         auto: ``num_workers="auto"``: the first batches are read both ways and the
             faster is kept (:class:`~.run.Trial`).
+        lookahead: steps after each chunk that every row of a batch also holds
+            (:func:`~streamseq.tbin`); not part of the plan, so states load across it.
     """
 
     num_workers: int = 0
@@ -106,6 +109,7 @@ class LoaderConfig:
     persistent_workers: bool = False
     transform: Callable[..., Any] | None = None
     auto: bool = False
+    lookahead: int = 0
 
     @classmethod
     def checked(
@@ -119,15 +123,17 @@ class LoaderConfig:
         time_major: Any,
         persistent_workers: Any,
         transform: Any,
+        lookahead: Any = 0,
     ) -> LoaderConfig:
         """The configuration of these arguments, checked (``timeout`` 0 or inf: none).
 
         Raises:
             ValueError: ``num_workers`` < 0 (or a string other than ``"auto"``), an
                 unknown method, ``max_buffered`` too small for it, or a ``timeout`` that
-                is negative or NaN.
-            TypeError: an integer argument that is not an integer, a ``timeout`` that
-                is not a number, or a ``transform`` that is not callable.
+                is negative or NaN, or a negative ``lookahead``.
+            TypeError: an integer argument that is not an integer (``lookahead``: a
+                float too), a ``timeout`` that is not a number, or a ``transform`` that
+                is not callable.
 
         Example:
             >>> LoaderConfig.checked(num_workers=2, method="thread", max_buffered=6,
@@ -155,4 +161,5 @@ class LoaderConfig:
             persistent_workers=bool(persistent_workers) and num_workers > 0,
             transform=transform,
             auto=auto,
+            lookahead=check_lookahead(lookahead),
         )

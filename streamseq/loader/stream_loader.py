@@ -35,7 +35,7 @@ from .topology import Reading, Workers, read_with
 _SPEC_FIELDS = ("batch_size", "tbins", "pad", "shuffle", "seed", "segment_length", "rank")
 _SPEC_FIELDS += ("world_size", "lengths", "units")
 _CONFIG_FIELDS = ("method", "max_buffered", "timeout", "pin_memory")
-_CONFIG_FIELDS += ("time_major", "persistent_workers", "transform")
+_CONFIG_FIELDS += ("time_major", "persistent_workers", "transform", "lookahead")
 
 
 class StreamLoader:
@@ -116,17 +116,27 @@ class StreamLoader:
             pack (for models that cannot attend across many documents): once a chunk
             has that many, the rest of it is padding. With ``shuffle`` every epoch has
             the most chunks any order of each row's streams can take.
+        lookahead: every per-step field of a batch (``data``, ``valid``, ``stream``,
+            ``step``) holds ``tbins + lookahead`` steps. The first ``tbins`` are the
+            batch without look-ahead (same batches, ``len``, ``reset`` and states); the
+            others hold the steps that follow, in the same stream, each row's step at
+            ``tbins - 1`` (padding where that stream has no such step or that step is
+            padding; a segment's go on in its source). So next-step prediction (input
+            at t < tbins, target at t + 1 where ``stream`` is equal and ``step``
+            consecutive: :meth:`Batch.target_mask`) uses every step but the first of
+            every stream as a target exactly once per epoch. It does not change the
+            plan: a state loads across look-aheads.
 
     Thread safety: indexing a loader (``loader[i]``) from several threads, also while
     one thread iterates it, gives correct batches; a loader runs one pass at a time.
 
     Raises:
-        ValueError: no streams, ``batch_size`` or ``tbins`` < 1, ``num_workers`` < 0 (or
-            a string other than ``"auto"``), an unknown pad mode or method,
-            ``max_buffered`` too small for the method, a ``timeout`` that is not
-            positive, or a bad rank.
-        TypeError: an integer argument that is not an integer, or a ``transform`` that
-            is not callable.
+        ValueError: no streams, ``batch_size`` or ``tbins`` < 1, ``lookahead`` < 0,
+            ``num_workers`` < 0 (or a string other than ``"auto"``), an unknown pad
+            mode or method, ``max_buffered`` too small for the method, a ``timeout``
+            that is not positive, or a bad rank.
+        TypeError: an integer argument that is not an integer (``lookahead``: nor a
+            float), or a ``transform`` that is not callable.
         StreamError: an opener failed while its length was measured.
 
     Example:
@@ -165,6 +175,7 @@ class StreamLoader:
         persistent_workers: bool = False,
         segment_length: int | None = None,
         max_streams_per_chunk: int | None = None,
+        lookahead: int = 0,
         **unsupported: Any,
     ):
         check_keywords(unsupported)
@@ -178,6 +189,7 @@ class StreamLoader:
             time_major=time_major,
             persistent_workers=persistent_workers,
             transform=transform,
+            lookahead=lookahead,
         )
         seed, pad = check_int(seed, "seed", 0), check_pad(pad)
         rank, world_size = resolve_rank(rank, world_size)
@@ -208,7 +220,7 @@ class StreamLoader:
             check_step_specs(self.refs, lengths_)
         config = self.config
         data = DataSpec(self.refs, lengths_, config.transform, self.spec.seed, config.timeout)
-        self._reading = Reading(self.spec, self.refs, config.transform, data)
+        self._reading = Reading(self.spec, self.refs, config.transform, data, config.lookahead)
         self._epochs = Epochs(self.spec, per_epoch=config.transform is not None)
         self._workers = Workers(config, self.refs)
         self._trial = self._new_trial(self._workers)
@@ -634,7 +646,7 @@ class StreamLoader:
         trial = self._trial_now()
         config, plan, latest = self.config, self.plan(), self._latest
         stop, running = plan.length, self._newer_running
-        size = self.spec.batch_size * self.spec.tbins  # steps a batch holds, for the stats
+        size = self.spec.batch_size * self._reading.steps  # steps a batch holds (stats)
         workers = trial.now() if trial is not None else config.num_workers
         setup = functools.partial(
             read_with, config, self._reading, self._workers, self._epochs, plan

@@ -47,6 +47,7 @@ class Reading:
         refs: the streams.
         transform: the user's transform, or None.
         data: the data's dtype and step shape.
+        lookahead: steps after each chunk that every row also holds (not in the plan).
     """
 
     def __init__(
@@ -55,8 +56,11 @@ class Reading:
         refs: Sequence[StreamRef],
         transform: Callable[..., Any] | None,
         data: DataSpec,
+        lookahead: int = 0,
     ):
         self.spec, self.refs, self.transform, self.data = spec, refs, transform, data
+        self.lookahead = lookahead
+        self.steps = spec.tbins + lookahead  # per row of a batch
 
     def rows(self, plan: EpochPlan) -> list[Row]:
         """The rows of this rank in ``plan``'s epoch."""
@@ -76,7 +80,10 @@ class Reading:
         """The sequence of micro-batches of a group of rows of ``plan``'s epoch."""
         spec = self.spec
         pack, cap = spec.pad == "pack", spec.max_streams_per_chunk  # (a cap needs pack)
-        parts = [tbin(r, spec.tbins, pack=pack, max_streams_per_chunk=cap) for r in rows]
+        parts = [
+            tbin(r, spec.tbins, pack=pack, max_streams_per_chunk=cap, lookahead=self.lookahead)
+            for r in rows
+        ]
         return ZipBatch(parts, pad=spec.pad, length=plan.length, spec=self.data.of(plan.epoch))
 
     def groups(self, plan: EpochPlan, rows: Sequence[Row], workers: int) -> list[ZipBatch]:
@@ -268,7 +275,7 @@ class Workers:
 
     def start(self, groups: list[ZipBatch], reading: Reading, epochs: Epochs) -> list[Prefetched]:
         """The workers reading ``groups``: new ones, or the persistent ones."""
-        config, kept, tbins = self.config, self.persistent, reading.spec.tbins
+        config, kept, tbins = self.config, self.persistent, reading.steps
         if kept is not None and len(kept) == len(groups):
             return kept
         self.stop()

@@ -1,0 +1,315 @@
+"""lookahead=k: every per-step field holds tbins + k steps; every step a next-step target once."""
+
+import warnings
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamseq import StreamLoader, interleave_streams, mix, tbin, zip_batch
+from streamseq.testing import CODE, check_continuity, coded_streams, layouts
+
+
+def quiet(streams, *args, **kw):
+    """A loader, without the warning about rows left empty."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return StreamLoader(streams, *args, **kw)
+
+
+def counts(batches, tbins):
+    """(delivered, targets): times each (stream, step) is in the first tbins, and a target.
+
+    A target: step t + 1 after input t (t < tbins), both valid, same stream, consecutive
+    steps; written without the library's helpers.
+    """
+    delivered, targets = Counter(), Counter()
+    for b in batches:
+        v, s, k = (np.asarray(f) for f in (b.valid, b.stream, b.step))
+        for r in range(v.shape[0]):
+            for t in range(tbins):
+                if v[r, t]:
+                    delivered[int(s[r, t]), int(k[r, t])] += 1
+                nxt = t + 1
+                if nxt < v.shape[1] and v[r, t] and v[r, nxt]:
+                    if s[r, nxt] == s[r, t] and k[r, nxt] == k[r, t] + 1:
+                        targets[int(s[r, nxt]), int(k[r, nxt])] += 1
+    return delivered, targets
+
+
+def lost(delivered, targets):
+    """Steps delivered (not a stream's first) minus those used as targets."""
+    return sum(n for (s, k), n in delivered.items() if k > 0) - sum(targets.values())
+
+
+def assert_targets(delivered, targets, firsts=()):
+    """Every step but a stream's first a target as often as delivered; ``firsts`` at most."""
+    assert set(targets) <= set(delivered), set(targets) - set(delivered)
+    for key, n in delivered.items():
+        if key in firsts:
+            assert targets[key] <= n, key
+        else:
+            assert targets[key] == (0 if key[1] == 0 else n), (key, targets[key], n)
+
+
+def assert_coded(batch):
+    """Data equals source[s][k] (coded streams) at every valid step, zeros elsewhere."""
+    v, s, k = (np.asarray(f) for f in (batch.valid, batch.stream, batch.step))
+    want = np.where(v, s * CODE + k + 1, 0)
+    np.testing.assert_array_equal(np.asarray(batch.data), want)
+
+
+def assert_head_is(batch, plain, tbins):
+    """The first tbins steps are the batch without look-ahead, field by field."""
+    np.testing.assert_array_equal(np.asarray(batch.reset), np.asarray(plain.reset))
+    for f in ("data", "valid", "stream", "step"):
+        np.testing.assert_array_equal(
+            np.asarray(getattr(batch, f))[:, :tbins], np.asarray(getattr(plain, f))
+        )
+
+
+def assert_ahead_follows(batch, tbins, lengths):
+    """Positions tbins.. hold the steps after the one at tbins - 1, of its stream, or padding."""
+    v, s, k = (np.asarray(f) for f in (batch.valid, batch.stream, batch.step))
+    extra = v.shape[1] - tbins
+    for r in range(v.shape[0]):
+        n = 0
+        if v[r, tbins - 1]:
+            n = min(extra, lengths[s[r, tbins - 1]] - 1 - k[r, tbins - 1])
+        assert v[r, tbins:].tolist() == [j < n for j in range(extra)]
+        if n:
+            assert (s[r, tbins : tbins + n] == s[r, tbins - 1]).all()
+            assert k[r, tbins : tbins + n].tolist() == list(
+                range(k[r, tbins - 1] + 1, k[r, tbins - 1] + 1 + n)
+            )
+        assert (s[r, tbins + n :] == -1).all() and (k[r, tbins + n :] == -1).all()
+
+
+@settings(max_examples=40)
+@given(
+    layouts(max_streams=8, max_length=30),
+    st.integers(0, 3),
+    st.sampled_from(["zeros", "pack"]),
+    st.sampled_from([None, 2, 3, 4]),
+    st.booleans(),
+)
+def test_every_step_but_the_first_is_a_target_exactly_once(layout, k, pad, seg, shuffle):
+    lengths, t = list(layout.lengths), layout.tbins
+    streams = coded_streams(lengths)
+    kw = dict(pad=pad, segment_length=seg, shuffle=shuffle, seed=3)
+    plain = list(quiet(streams, layout.batch_size, t, **kw))
+    loader = quiet(streams, layout.batch_size, t, lookahead=k, **kw)
+    batches = list(loader)
+    assert len(batches) == len(loader) == len(plain)
+    for b, p in zip(batches, plain, strict=True):
+        assert np.shape(b.valid)[1] == t + k
+        assert_head_is(b, p, t)
+        assert_ahead_follows(b, t, lengths)
+        assert_coded(b)
+    check_continuity(
+        batches, lengths, sources=streams, pack=pad == "pack", segment_length=seg, lookahead=k
+    )
+    delivered, targets = counts(batches, t)
+    assert sum(delivered.values()) == sum(lengths)
+    if k == 0:
+        return
+    firsts = set()
+    if seg is not None and (pad == "pack" or seg % t):  # segment starts after a padded chunk
+        firsts = {(s, a) for s, n in enumerate(lengths) for a in range(seg, n, seg)}
+    assert_targets(delivered, targets, firsts)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(pad="zeros"),
+        dict(pad="pack"),
+        dict(pad="pack", segment_length=4, seed=5),
+        dict(pad="zeros", segment_length=3, persistent_workers=True),
+        dict(pad="zeros", method="thread", time_major=True),
+    ],
+)
+def test_workers_give_the_same_look_ahead(kw):
+    lengths = [9, 0, 5, 13, 2, 7, 4]
+    streams = coded_streams(lengths)
+    here = list(quiet(streams, 3, 3, lookahead=2, **kw))
+    loader = quiet(streams, 3, 3, lookahead=2, num_workers=2, **kw)
+    for _ in range(2):  # persistent workers read a second pass too
+        there = list(loader)
+        assert len(there) == len(here)
+        for a, b in zip(here, there, strict=True):
+            for f, g in zip(a, b, strict=True):
+                np.testing.assert_array_equal(np.asarray(f), np.asarray(g))
+    for i in (0, len(here) - 1, 1):  # random access
+        for f, g in zip(loader[i], here[i], strict=True):
+            np.testing.assert_array_equal(np.asarray(f), np.asarray(g))
+    if kw.get("time_major"):
+        assert here[0].data.shape == (5, 3) and here[0].target_mask(2, time_major=True).shape == (
+            3,
+            3,
+        )
+
+
+@settings(max_examples=25)
+@given(
+    layouts(max_streams=8, max_length=30, max_batch=4),
+    st.integers(1, 3),
+    st.sampled_from(["zeros", "pack"]),
+    st.integers(1, 4),
+    st.integers(1, 5),
+    st.sampled_from([None, 4]),
+)
+def test_targets_exactly_once_across_a_resume_on_another_batch_size(
+    layout, k, pad, cut, wider, seg
+):
+    lengths, t = list(layout.lengths), layout.tbins
+    streams = coded_streams(lengths)
+    kw = dict(pad=pad, segment_length=seg, lookahead=k)
+    run = quiet(streams, layout.batch_size, t, **kw)
+    cut = min(cut, len(run) - 1)  # a state inside the epoch
+    it = iter(run)
+    before = [b for _, b in zip(range(cut), it, strict=False)]
+    state = run.state_dict()
+    it.close()
+    again = quiet(streams, wider, t, **kw)
+    again.load_state_dict(state)
+    after = list(again)
+    check_continuity(
+        after,
+        lengths,
+        sources=streams,
+        pack=pad == "pack",
+        segment_length=seg,
+        state=state,
+        lookahead=k,
+    )
+    delivered, targets = counts(before + after, t)
+    firsts = set()
+    if seg is not None and (pad == "pack" or seg % t):
+        firsts = {(s, a) for s, n in enumerate(lengths) for a in range(seg, n, seg)}
+    assert_targets(delivered, targets, firsts)
+    for b in before + after:
+        assert_coded(b)
+
+
+def test_a_resumed_row_map_keeps_the_look_ahead():
+    lengths = [12, 7, 9, 5, 11]
+    streams = coded_streams(lengths)
+    run = quiet(streams, 3, 4, lookahead=1)
+    it = iter(run)
+    next(it)
+    state = run.state_dict()
+    narrow = quiet(streams, 2, 4, lookahead=1)
+    narrow.load_state_dict(state)
+    rows = narrow.row_map(state)
+    first = next(iter(narrow))
+    assert len(rows) == 2
+    assert_coded(first)
+    assert_ahead_follows(first, 4, lengths)
+
+
+@settings(max_examples=20)
+@given(st.lists(st.integers(1, 12), min_size=2, max_size=6), st.integers(1, 3), st.integers(0, 2))
+def test_mixtures_make_every_delivered_step_a_target(lengths, k, epoch):
+    streams = coded_streams(lengths)
+    half = len(streams) // 2
+    m = mix({"a": streams[:half], "b": streams[half:]}, {"a": 3.0, "b": 1.0})
+    loader = quiet(m, 2, 3, lookahead=k, shuffle=True)
+    loader.set_epoch(epoch)
+    batches = list(loader)
+    delivered, targets = counts(batches, 3)
+    assert_targets(delivered, targets)  # a stream read twice: a target twice
+    for b in batches:
+        assert_coded(b)
+
+
+def test_states_load_across_look_aheads():
+    streams = coded_streams([7, 5, 9, 4])
+    run = StreamLoader(streams, 2, 3)
+    it = iter(run)
+    next(it)
+    state = run.state_dict()
+    ahead = StreamLoader(streams, 2, 3, lookahead=2)
+    assert ahead.fingerprint == run.fingerprint
+    ahead.load_state_dict(state)
+    rest, plain = list(ahead), list(it)
+    assert len(rest) == len(plain)
+    for a, p in zip(rest, plain, strict=True):
+        assert_head_is(a, p, 3)
+    back = StreamLoader(streams, 2, 3)
+    back.load_state_dict(ahead.state_dict())
+    assert ahead.lookahead == 2 and back.lookahead == 0
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [(-1, ValueError), (True, TypeError), (1.5, TypeError), (1.0, TypeError), ("1", TypeError)],
+)
+def test_a_bad_lookahead_is_refused_by_name(bad, error):
+    streams = [np.arange(5)]
+    with pytest.raises(error, match="lookahead"):
+        StreamLoader(streams, 1, 2, lookahead=bad)
+    (row,) = interleave_streams(streams, 1)
+    with pytest.raises(error, match="lookahead"):
+        tbin(row, 2, lookahead=bad)
+
+
+def test_zip_batch_of_look_ahead_parts_and_of_mixed_ones():
+    rows = interleave_streams([np.arange(5), np.arange(10, 13)], 2)
+    batches = zip_batch([tbin(r, 2, lookahead=1) for r in rows])
+    assert [b.data.tolist() for b in batches] == [
+        [[0, 1, 2], [10, 11, 12]],
+        [[2, 3, 4], [12, 0, 0]],
+        [[4, 0, 0], [0, 0, 0]],
+    ]
+    with pytest.raises(ValueError, match="steps per chunk"):
+        zip_batch([tbin(rows[0], 2, lookahead=1), tbin(rows[1], 2)])
+    nested = zip_batch([zip_batch([tbin(r, 2, lookahead=1)]) for r in rows])
+    for a, b in zip(nested, batches, strict=True):
+        for f, g in zip(a, b, strict=True):
+            np.testing.assert_array_equal(f, g)
+
+
+def test_target_mask_is_the_next_step_rule_and_stops_at_documents():
+    lengths = [6, 3, 8, 2, 5]
+    streams = coded_streams(lengths)
+    for pad in ("zeros", "pack"):
+        batches = list(StreamLoader(streams, 2, 4, lookahead=1, pad=pad))
+        total = 0
+        for b in batches:
+            mask = b.target_mask()
+            assert mask.shape == (2, 4)
+            s, k = b.stream, b.step
+            want = (s[:, :-1] == s[:, 1:]) & (k[:, 1:] == k[:, :-1] + 1) & b.valid[:, 1:]
+            np.testing.assert_array_equal(mask, want)
+            total += int(mask.sum())
+        assert total == sum(n - 1 for n in lengths)
+    b = next(iter(StreamLoader(streams, 2, 4, lookahead=2)))
+    tensor = type(b)(*(torch.as_tensor(f) for f in b))
+    assert tensor.target_mask(2).tolist() == b.target_mask(2).tolist()
+    with pytest.raises(ValueError, match="lookahead"):
+        b.target_mask(0)
+    with pytest.raises(ValueError, match="no input"):
+        b.target_mask(6)
+
+
+def test_look_ahead_steps_are_checked_against_the_batch_naming_the_stream():
+    streams = [np.arange(6, dtype=np.int64), np.arange(4, dtype=np.int64)]
+
+    def transform(steps, info):  # the steps from 2 on come as floats
+        return steps.astype(np.float32) if info.start >= 2 else steps
+
+    loader = StreamLoader(streams, 2, 2, lookahead=1, transform=transform)
+    with pytest.raises(Exception, match=r"stream 0 .*steps 2:3"):
+        list(loader)
+
+
+def test_without_look_ahead_the_first_step_of_every_chunk_is_lost():
+    lengths = [10, 7, 9]
+    streams = coded_streams(lengths)
+    before = counts(StreamLoader(streams, 2, 4), 4)
+    after = counts(StreamLoader(streams, 2, 4, lookahead=1), 4)
+    assert lost(*before) > 0 and lost(*after) == 0
