@@ -1,0 +1,64 @@
+"""What differs between the PyAV releases streamseq supports, written once.
+
+streamseq reads media with PyAV 12 and later. Where a release changed what streamseq
+calls, the difference is bridged here and nowhere else:
+
+- :func:`av.open` took ``metadata_errors`` up to PyAV 18; PyAV 19 removed it and always
+  reads tags as UTF-8 with ``surrogateescape``, which never fails. Before 19, a tag that is
+  not UTF-8 fails the whole open unless ``metadata_errors="ignore"`` is given.
+
+PyAV 19's other breaking changes need no bridge here: its rational attributes
+(``time_base``, ``average_rate``) are ``av.AVRational`` instead of ``Fraction``, but they
+multiply into a ``Fraction``, convert with ``float``, compare equal, pickle and are falsy
+when unset, which is all streamseq does with them; ``stream_options``, ``hwaccel``, and
+closed output containers are not used.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import av
+
+#: the first PyAV release without ``metadata_errors`` (and its matching attribute)
+NO_METADATA_ERRORS = 19
+
+
+def major(version: str) -> int:
+    """The major number of a PyAV version string.
+
+    Example:
+        >>> major("19.0.2"), major("12.3.0"), major("20.0.0rc1")
+        (19, 12, 20)
+    """
+    return int(version.split(".", 1)[0])
+
+
+def open_arguments(version: str) -> dict[str, str]:
+    """The keyword arguments of :func:`av.open` that let a file with odd tags be read.
+
+    Args:
+        version: PyAV's version (``av.__version__``).
+
+    Returns:
+        ``{"metadata_errors": "ignore"}`` up to PyAV 18, nothing from 19 on (where reading
+        tags cannot fail, and the argument is refused).
+
+    Example:
+        >>> open_arguments("18.1.0")
+        {'metadata_errors': 'ignore'}
+        >>> open_arguments("19.0.2")
+        {}
+    """
+    return {} if major(version) >= NO_METADATA_ERRORS else {"metadata_errors": "ignore"}
+
+
+def open_input(file: Any) -> Any:
+    """Open ``file`` (a path or a binary file object) for reading with the installed PyAV.
+
+    Tags that are not UTF-8 never fail the open, with any PyAV release.
+
+    Raises:
+        av.error.FFmpegError: If FFmpeg cannot open it.
+    """
+    return av.open(file, "r", **open_arguments(av.__version__))
