@@ -6,6 +6,13 @@ calls, the difference is bridged here and nowhere else:
 - :func:`av.open` took ``metadata_errors`` up to PyAV 18; PyAV 19 removed it and always
   reads tags as UTF-8 with ``surrogateescape``, which never fails. Before 19, a tag that is
   not UTF-8 fails the whole open unless ``metadata_errors="ignore"`` is given.
+- From PyAV 19 on, a filter graph (the one inside every ``av.AudioResampler``) is in a
+  reference cycle with its links, so it is freed by the cycle collector, not when it is
+  dropped. A forked child inherits such garbage, and freeing it there waits forever for
+  the graph's threads, which exist only in the parent. With PyAV 19, every child forked
+  from a process that imported streamseq's media sources therefore leaves the objects it
+  inherited out of its collections (:func:`gc.freeze`, as streamseq's own workers do):
+  the parent's graphs are never freed in a child.
 
 PyAV 19's other breaking changes need no bridge here: its rational attributes
 (``time_base``, ``average_rate``) are ``av.AVRational`` instead of ``Fraction``, but they
@@ -16,12 +23,16 @@ closed output containers are not used.
 
 from __future__ import annotations
 
+import gc
+import os
 from typing import Any
 
 import av
 
 #: the first PyAV release without ``metadata_errors`` (and its matching attribute)
 NO_METADATA_ERRORS = 19
+#: the first PyAV release whose filter graphs are freed only by the cycle collector
+CYCLIC_GRAPHS = 19
 
 
 def major(version: str) -> int:
@@ -62,3 +73,17 @@ def open_input(file: Any) -> Any:
         av.error.FFmpegError: If FFmpeg cannot open it.
     """
     return av.open(file, "r", **open_arguments(av.__version__))
+
+
+def graphs_freed_by_collections(version: str) -> bool:
+    """Whether a PyAV release frees its filter graphs only in garbage collections.
+
+    Example:
+        >>> graphs_freed_by_collections("18.1.0"), graphs_freed_by_collections("19.0.2")
+        (False, True)
+    """
+    return major(version) >= CYCLIC_GRAPHS
+
+
+if graphs_freed_by_collections(av.__version__):
+    os.register_at_fork(after_in_child=gc.freeze)

@@ -1,5 +1,8 @@
 """The PyAV differences bridged by streamseq.io._av_compat: both sides of each, on any PyAV."""
 
+import gc
+import multiprocessing
+
 import av
 import numpy as np
 import pytest
@@ -105,3 +108,31 @@ def test_audio_sources_open_files_with_pyav_19(tmp_path, monkeypatch):
     monkeypatch.setattr(av, "open", pyav_19_open)
     a = audio(path, frame=1000)
     assert len(a) == 3 and a[2].shape == (1000, 2)
+
+
+def _collect():
+    gc.collect()
+
+
+@pytest.mark.timeout(120)
+def test_a_forked_child_never_frees_the_resamplers_left_in_garbage(tmp_path):
+    # PyAV 19 frees a filter graph only in a collection: in a child, freeing the parent's
+    # would wait for the parent's threads forever
+    path = write_audio(tmp_path / "a.wav", n=3000)
+    gc.collect()
+    gc.disable()  # the resampler's graph stays garbage in this process until the fork
+    try:
+        a = audio(path, sample_rate=8000, frame=100)
+        assert a[0:3].shape == (3, 100, 2)
+        a.close()
+        del a
+        child = multiprocessing.get_context("fork").Process(target=_collect)
+        child.start()
+        child.join(30)
+        if child.exitcode is None:
+            child.kill()
+            child.join()
+    finally:
+        gc.enable()
+        gc.collect()
+    assert child.exitcode == 0
