@@ -1,18 +1,19 @@
 """What differs between the PyAV releases streamseq supports, written once.
 
-streamseq reads media with PyAV 12 and later. Where a release changed what streamseq
+streamseq reads media with PyAV 17 and later. Where a release changed what streamseq
 calls, the difference is bridged here and nowhere else:
 
 - :func:`av.open` took ``metadata_errors`` up to PyAV 18; PyAV 19 removed it and always
   reads tags as UTF-8 with ``surrogateescape``, which never fails. Before 19, a tag that is
   not UTF-8 fails the whole open unless ``metadata_errors="ignore"`` is given.
-- From PyAV 19 on, a filter graph (the one inside every ``av.AudioResampler``) is in a
-  reference cycle with its links, so it is freed by the cycle collector, not when it is
-  dropped. A forked child inherits such garbage, and freeing it there waits forever for
-  the graph's threads, which exist only in the parent. With PyAV 19, every child forked
-  from a process that imported streamseq's media sources therefore leaves the objects it
-  inherited out of its collections (:func:`gc.freeze`, as streamseq's own workers do):
-  the parent's graphs are never freed in a child.
+- PyAV's objects that own threads (decoders, scalers, filter graphs) must never be freed
+  in a forked child: freeing them there waits forever for threads that exist only in the
+  parent. A child frees what it inherits when its cycle collector finds it in garbage
+  (a traceback kept by a cycle, say) and, from PyAV 19 on, every ``av.AudioResampler``'s
+  filter graph is such garbage once dropped: it is in a reference cycle with its links.
+  So every child forked from a process that imported streamseq's media sources leaves the
+  objects it inherited out of its collections (:func:`gc.freeze`, as streamseq's own
+  workers do), with any PyAV release.
 
 PyAV 19's other breaking changes need no bridge here: its rational attributes
 (``time_base``, ``average_rate``) are ``av.AVRational`` instead of ``Fraction``, but they
@@ -31,8 +32,6 @@ import av
 
 #: the first PyAV release without ``metadata_errors`` (and its matching attribute)
 NO_METADATA_ERRORS = 19
-#: the first PyAV release whose filter graphs are freed only by the cycle collector
-CYCLIC_GRAPHS = 19
 
 
 def major(version: str) -> int:
@@ -75,15 +74,9 @@ def open_input(file: Any) -> Any:
     return av.open(file, "r", **open_arguments(av.__version__))
 
 
-def graphs_freed_by_collections(version: str) -> bool:
-    """Whether a PyAV release frees its filter graphs only in garbage collections.
-
-    Example:
-        >>> graphs_freed_by_collections("18.1.0"), graphs_freed_by_collections("19.0.2")
-        (False, True)
-    """
-    return major(version) >= CYCLIC_GRAPHS
+def leave_inherited_objects_alone() -> None:
+    """In a forked child: never collect what the parent left, as garbage or not."""
+    gc.freeze()
 
 
-if graphs_freed_by_collections(av.__version__):
-    os.register_at_fork(after_in_child=gc.freeze)
+os.register_at_fork(after_in_child=leave_inherited_objects_alone)
