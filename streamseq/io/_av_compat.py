@@ -13,7 +13,9 @@ calls, the difference is bridged here and nowhere else:
   filter graph is such garbage once dropped: it is in a reference cycle with its links.
   So every child forked from a process that imported streamseq's media sources leaves the
   objects it inherited out of its collections (:func:`gc.freeze`, as streamseq's own
-  workers do), with any PyAV release.
+  workers do), with any PyAV release; the collector is off across the fork itself, so
+  that the interpreter's own after-fork work in the child (threading's) cannot start a
+  collection before that.
 
 PyAV 19's other breaking changes need no bridge here: its rational attributes
 (``time_base``, ``average_rate``) are ``av.AVRational`` instead of ``Fraction``, but they
@@ -74,9 +76,29 @@ def open_input(file: Any) -> Any:
     return av.open(file, "r", **open_arguments(av.__version__))
 
 
+_COLLECTING = [True]  # whether this process's collector ran when it last forked
+
+
+def _before_fork() -> None:
+    """No collection from here to the child's first line: it would free what it inherits."""
+    _COLLECTING[0] = gc.isenabled()
+    gc.disable()
+
+
+def _after_fork_in_parent() -> None:
+    if _COLLECTING[0]:
+        gc.enable()
+
+
 def leave_inherited_objects_alone() -> None:
     """In a forked child: never collect what the parent left, as garbage or not."""
     gc.freeze()
+    if _COLLECTING[0]:
+        gc.enable()
 
 
-os.register_at_fork(after_in_child=leave_inherited_objects_alone)
+os.register_at_fork(
+    before=_before_fork,
+    after_in_parent=_after_fork_in_parent,
+    after_in_child=leave_inherited_objects_alone,
+)
