@@ -1,6 +1,16 @@
 """Sphinx configuration for streamseq."""
 
+import re
+from pathlib import Path
+
 project = "streamseq"
+# the version has one place, streamseq/__init__.py (read, not imported)
+release = re.search(
+    r'^__version__ = "([^"]+)"',
+    (Path(__file__).resolve().parents[1] / "streamseq" / "__init__.py").read_text(),
+    re.M,
+).group(1)
+version = ".".join(release.split(".")[:2])
 author = "streamseq developers"
 copyright = "2026, streamseq developers"
 extensions = [

@@ -19,7 +19,7 @@ from .tbin import tbin
 from .zip_batch import zip_batch
 from .zip_streams import zip_streams
 
-__version__ = "0.1.0"
+__version__ = "0.4.0"  # the one place of the version (pyproject.toml reads it)
 
 _LAZY = ("io", "testing")  # submodules loaded on first use: av and hypothesis stay unimported
 

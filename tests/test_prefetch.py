@@ -253,11 +253,11 @@ class FrozenInWorker(Squares):
 
 
 def test_worker_collections_leave_the_inherited_objects_alone():
-    assert gc.get_freeze_count() == 0  # the calling process is left as it was
+    before = gc.get_freeze_count()  # not 0 everywhere: CPython 3.12 starts with some
     with prefetch(FrozenInWorker(2), 1, method="process") as seq:
         seq[0]  # (computed here, to size the shared-memory slots)
-        assert int(seq[1][0]) > 1000  # everything the worker inherited: torch, numpy, ...
-    assert gc.get_freeze_count() == 0
+        assert int(seq[1][0]) > before + 1000  # everything the worker inherited: torch, ...
+    assert gc.get_freeze_count() == before  # the calling process is left as it was
 
 
 class TorchSums(Squares):

@@ -26,6 +26,7 @@ import av
 
 from streamseq._redact import redacted_repr
 from streamseq.errors import SourceError
+from streamseq.io._av_compat import open_input
 from streamseq.io._base import Source, check_file
 from streamseq.io.remote import Remote, locate
 from streamseq.read.handle import current_pid, keep_forever
@@ -53,9 +54,7 @@ def open_media(
     if remote is None:
         check_file(path)
     try:
-        container = av.open(
-            path if remote is None else remote.open(), "r", metadata_errors="ignore"
-        )
+        container = open_input(path if remote is None else remote.open())
     except av.error.FFmpegError as e:
         raise SourceError(path, f"cannot open: {e}") from e
     try:
