@@ -20,16 +20,19 @@ layout by its ``codebase_version``:
   after the other (``videos/<camera>/chunk-XXX/file-XXX.mp4``).
 
 Planning reads the metadata only: the length of every episode comes from it, and no
-table row or video is read before an episode is. An episode reads, in the process that
-reads it, only the row groups that hold its rows (:mod:`streamseq.io.table`'s reader of
-the file, shared by its episodes) and only its window of each video
+table row or video is read before an episode is (but for an episode of length 0, never
+read: the rows around its place in its data file are checked to be of others). An
+episode reads, in the process that reads it, only the row groups that hold its rows
+(:mod:`streamseq.io.table`'s reader of the file, shared by its episodes) and only its
+window of each video
 (:func:`streamseq.io.video` with ``start`` and ``stop``, whose demuxing pass is made once
 per file and process). The frame of a row is the frame of the video nearest the row's
 time (the episode's ``from_timestamp`` plus the row's ``timestamp``), by the video's own
 timestamps, as LeRobot's reader takes it, and it must be at most half a frame of the video
 away; the video's rate must be a whole multiple of ``info.json``'s ``fps`` (the rate of
-the rows). Every path made from the metadata stays inside the dataset's root, and
-malformed metadata is a :class:`~streamseq.errors.SourceError` naming the dataset.
+the rows), every row of the episode at that rate within half a frame of a frame. Every
+path made from the metadata stays inside the dataset's root, and malformed metadata is a
+:class:`~streamseq.errors.SourceError` naming the dataset.
 """
 
 from __future__ import annotations
@@ -840,7 +843,10 @@ def lerobot(
     row reads the frames of its rows).
 
     The metadata is read here (``meta/info.json`` and the episodes' lengths and files),
-    nothing else: ``len`` of an episode is its length in the metadata, and opens no file.
+    nothing else (but the footer and a row group or two of an episode of length 0's
+    data file: an empty stream is never read, and the rows around its place must be of
+    other episodes): ``len`` of an episode is its length in the metadata, and opens no
+    file.
     An episode reads, in the process that reads it, the footer of its data file and the
     row groups that hold its rows (one reader per file and process, shared by the
     episodes of the file), and its window of each camera's video (seeking to the keyframe
@@ -850,12 +856,15 @@ def lerobot(
     Args:
         root: the dataset's folder, or its URL (``s3://bucket/dataset``, any fsspec
             protocol; see :mod:`streamseq.io.remote`).
-        cameras: the video features to read (all of them by default; ``[]`` for none).
-        columns: the table's columns to give (by default, every feature that is not an
-            image or a video; ``[]`` for none, with at least one camera).
-        episodes: the ``episode_index`` of the episodes to read (integers, at least one),
-            in this order (all, by index, by default). An episode of length 0 is an
-            empty stream.
+        cameras: the video features to read, a list of names, each once (all of them
+            by default; ``[]`` for none).
+        columns: the table's columns to give, a list of names, each once (by default,
+            every feature that is not an image or a video; ``[]`` for none, with at
+            least one camera).
+        episodes: the ``episode_index`` of the episodes to read, a list of integers,
+            each once, at least one, in this order (all, by index, by default). An
+            episode of length 0 is an empty stream (its data file checked here to hold
+            no row of it).
         storage_options: for a URL, the options of its fsspec filesystem (endpoint,
             credentials); kept by the episodes, so that every worker connects with
             them, and never shown.
@@ -868,20 +877,26 @@ def lerobot(
     Raises:
         ImportError: pyarrow is missing (the ``table`` extra), or fsspec for a URL (the
             ``remote`` extra).
+        TypeError: ``cameras``, ``columns`` or ``episodes`` is one name or one index
+            (a string, an int), not a list of them.
         ValueError: ``storage_options`` given with a local path; nothing to read (no
             camera and no column); no episode asked for, or an index that is not an
-            integer (a bool, a float).
+            integer (a bool, a float); a camera, a column or an episode given twice.
         streamseq.errors.SourceError: naming the dataset (and the episode, the camera
             or the column concerned): ``codebase_version`` is not one of
             :data:`SUPPORTED_VERSIONS`, a file of the metadata is missing or malformed
-            (``fps`` not a positive number, a length or an index not an integer >= 0,
-            an episode listed twice, a path template that cannot be filled), a path made
-            from the metadata leaves the dataset's root, a camera or a column is not in
-            the dataset, an episode asked for is not; when an episode is read, the
-            video's rate is not a whole multiple of ``fps``, its video window holds
-            fewer frames than it has rows, a row's time is more than half a frame from
-            every frame, its rows are not in the data file where the metadata puts them
-            or the file holds more of them.
+            (not JSON, not UTF-8, nested too deeply; ``fps`` not a positive number, a
+            length or an index not an integer from 0 to :data:`MAX_COUNT`, an episode
+            listed twice, a path template that cannot be filled, or that makes a path
+            of more than :data:`MAX_PATH` characters), a path made from the metadata
+            leaves the dataset's root, a camera or a column is not in the dataset, an
+            episode asked for is not, an episode of length 0 has rows in its data file;
+            when an episode is read, its data file is missing, the video's rate is not
+            a whole multiple of ``fps`` or a row at ``fps`` would be more than half a
+            frame from every frame of its window, its video window holds fewer frames
+            than it has rows, a row's time is more than half a frame from every frame,
+            its rows are not in the data file where the metadata puts them or the file
+            holds more of them.
 
     Example:
         >>> import streamseq
