@@ -20,16 +20,19 @@ layout by its ``codebase_version``:
   after the other (``videos/<camera>/chunk-XXX/file-XXX.mp4``).
 
 Planning reads the metadata only: the length of every episode comes from it, and no
-table row or video is read before an episode is. An episode reads, in the process that
-reads it, only the row groups that hold its rows (:mod:`streamseq.io.table`'s reader of
-the file, shared by its episodes) and only its window of each video
+table row or video is read before an episode is (but for an episode of length 0, never
+read: the rows around its place in its data file are checked to be of others). An
+episode reads, in the process that reads it, only the row groups that hold its rows
+(:mod:`streamseq.io.table`'s reader of the file, shared by its episodes) and only its
+window of each video
 (:func:`streamseq.io.video` with ``start`` and ``stop``, whose demuxing pass is made once
 per file and process). The frame of a row is the frame of the video nearest the row's
 time (the episode's ``from_timestamp`` plus the row's ``timestamp``), by the video's own
 timestamps, as LeRobot's reader takes it, and it must be at most half a frame of the video
 away; the video's rate must be a whole multiple of ``info.json``'s ``fps`` (the rate of
-the rows). Every path made from the metadata stays inside the dataset's root, and
-malformed metadata is a :class:`~streamseq.errors.SourceError` naming the dataset.
+the rows), every row of the episode at that rate within half a frame of a frame. Every
+path made from the metadata stays inside the dataset's root, and malformed metadata is a
+:class:`~streamseq.errors.SourceError` naming the dataset.
 """
 
 from __future__ import annotations
@@ -40,8 +43,10 @@ import json
 import math
 import os
 import posixpath
+import re
+import string
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -74,8 +79,15 @@ _DEFAULT_PATHS = {
 #: feature dtypes that are not table columns of numbers (cameras; images in the table)
 _NOT_COLUMNS = ("video", "image")
 
-#: how far the video's frame rate may be from a whole multiple of ``fps`` (relative)
+#: how far the video's frame rate may be from a whole multiple of ``fps``: the rows'
+#: period may differ from a whole number of the video's frames by this fraction of a frame
 RATE_TOLERANCE = 0.02
+
+#: the largest length, index or file number of the metadata (exact as a float)
+MAX_COUNT = 2**53
+
+#: the longest path a template of ``info.json`` may make (and its widths and precisions)
+MAX_PATH = 4096
 
 
 @dataclass(frozen=True)
@@ -147,10 +159,24 @@ class _LeRobotEpisode(Source):
         for camera in self.cameras:
             camera.video.close()
 
+    def _check_empty(self) -> None:
+        """For an episode of length 0: a SourceError if its data file has rows of it.
+
+        The rows around the place the metadata gives it must be of other episodes (as
+        around every episode's rows, checked when it is read: an empty one is never read).
+        """
+        try:
+            self._table_rows()
+        except StreamError as e:
+            raise _named(e, self._where()) from e
+        finally:
+            self._rows, self._file = None, None  # nothing kept open by planning
+
     def _empty(self) -> dict[str, np.ndarray]:
         if self.length:
             return {k: v[:0] for k, v in self._locked_read(0, 1).items()}
         try:  # no row to read: the shapes of the table's schema and of the videos
+            self._table_rows()
             reader = self._reader()
             empty = reader.file.schema_arrow.empty_table()
             out = {c.name: c.video[0:0] for c in self.cameras}
@@ -160,11 +186,20 @@ class _LeRobotEpisode(Source):
         return out
 
     def _reader(self) -> _Reader:
-        """The reader of the data file in this process (held while this episode is)."""
+        """The reader of the data file in this process (held while this episode is).
+
+        Raises:
+            SourceError: naming the dataset and the episode, for a missing file (a path
+                or a URL, its credentials never shown).
+        """
         if self._file is None:
             self._file = _READERS.of(self.key)
         with self._file.lock:
-            return self._file.get(functools.partial(_Reader, self.key))
+            try:
+                return self._file.get(functools.partial(_Reader, self.key))
+            except FileNotFoundError:  # a URL's (a path's is a SourceError already)
+                pass
+        raise SourceError(self.path, f"{self._where()}: no such file")
 
     def _table_rows(self) -> _Episode:
         """The episode's rows as a stream of :mod:`streamseq.io.table` (from the footer)."""
@@ -247,7 +282,7 @@ class _LeRobotEpisode(Source):
                     f"{where}: the video window {window} holds {len(frame_times)} frames "
                     f"for {self.length} rows",
                 )
-            seconds = self._seconds_per_frame(camera, where, a, b)
+            seconds = self._seconds_per_frame(camera, where, a, b, frame_times)
             wanted = camera.offset + times
             index = _nearest_frames(frame_times, wanted)
             off = np.abs(frame_times[index] - wanted)
@@ -269,13 +304,19 @@ class _LeRobotEpisode(Source):
             block if hi - lo == len(index) and (np.diff(index) == 1).all() else block[index - lo]
         )
 
-    def _seconds_per_frame(self, camera: _Camera, where: str, a: int, b: int) -> float:
+    def _seconds_per_frame(
+        self, camera: _Camera, where: str, a: int, b: int, window: np.ndarray
+    ) -> float:
         """The duration of a frame of the camera's video, checked against ``fps``.
 
         The median interval of the file's frames (its average rate for a file of one
-        frame; ``1 / fps`` when it tells none). The video's rate must be a whole multiple
-        of the rows' (``info.json``'s ``fps``): every row of a dataset, downsampled or
-        not, falls on a frame.
+        frame; ``1 / fps`` when it tells none). Rows at ``info.json``'s ``fps`` must fall
+        on frames: the video's rate must be a whole multiple of ``fps`` (within
+        :data:`RATE_TOLERANCE`, relative), and every row of the episode, at ``k / fps``
+        seconds after the first frame of its ``window`` (the frames' times, in seconds),
+        must be within half a frame of a frame of it (so a dataset downsampled by keeping
+        every k-th row reads the frames of its rows, and a rate off by a fraction of a
+        frame per row is found however large the multiple).
 
         Raises:
             SourceError: naming the dataset, the episode, the camera and the steps read,
@@ -293,12 +334,22 @@ class _LeRobotEpisode(Source):
             seconds = 1 / rate if math.isfinite(rate) and rate > 0 else 1 / self.fps
         ratio = 1 / (seconds * self.fps) if seconds > 0 else math.inf
         whole = round(ratio) if math.isfinite(ratio) else 0
-        if whole < 1 or abs(ratio - whole) > RATE_TOLERANCE * whole:
+        bad = whole < 1 or abs(ratio - whole) > RATE_TOLERANCE * whole
+        detail = ""
+        if not bad and len(window) and self.length > 1:
+            rows = window[0] + np.arange(self.length) / self.fps  # rows at fps
+            off = np.abs(window[_nearest_frames(window, rows)] - rows)
+            far = ~(off <= seconds / 2 + TIME_TOLERANCE)
+            if far.any():
+                k = int(np.flatnonzero(far)[0])
+                bad, detail = True, f": its row {k} at {k / self.fps:.6g} s is {off[k]:.6g} s "
+                detail += "from the nearest frame"
+        if bad:
             raise SourceError(
                 _public(v.path),
                 f"{where}: steps {a} to {b}: info.json's fps {self.fps:g} disagrees with the "
                 f"video, at {1 / seconds if seconds > 0 else math.inf:.6g} frames per second "
-                "(rows at that rate do not fall on its frames)",
+                f"(rows at that rate do not fall on its frames{detail})",
             )
         self._frame_seconds[camera.name] = seconds
         return seconds
@@ -357,18 +408,17 @@ class _Files:
     def inside(self, relative: str, key: str, what: str) -> str:
         """The path of ``relative``, a path made from the metadata's ``key``.
 
-        It must stay inside the dataset's root once its ``..`` are resolved (for a URL,
-        once its path is percent-decoded too). Symbolic links inside the root are the
-        user's layout and are followed: a hub cache's snapshot links every file to a blob
-        outside the snapshot's folder.
+        It must stay inside the dataset's root once its ``..`` are resolved, a backslash
+        taken as a ``/`` (for a URL, once its path is percent-decoded: ``%2e%2e%5c`` is
+        ``../``). Symbolic links inside the root are the user's layout and are followed:
+        a hub cache's snapshot links every file to a blob outside the snapshot's folder.
 
         Raises:
             SourceError: naming the dataset, ``what`` (the episode, the camera) and
                 ``key``, for a path that leaves the root.
         """
-        plain = relative.replace("\\", "/")
-        if self.url:
-            plain = urllib.parse.unquote(plain)
+        plain = urllib.parse.unquote(relative) if self.url else relative
+        plain = plain.replace("\\", "/")
         normal = posixpath.normpath(plain)
         escapes = normal == ".." or normal.startswith(("../", "/")) or "://" in plain
         escapes = escapes or (self.url and any(c in plain for c in "?#"))
@@ -456,6 +506,19 @@ def _read_local(path: str) -> bytes:
         return f.read()
 
 
+def _json(files: _Files, text: str | bytes, what: str) -> Any:
+    """``text`` parsed as JSON, or a SourceError naming the dataset and ``what``.
+
+    Not UTF-8, malformed, nested deeper than the parser recurses or holding an integer
+    of more digits than Python converts: each is an error of the metadata.
+    """
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError too
+        detail = str(e) if not isinstance(e, RecursionError) else "nested too deeply"
+        raise files.error(f"{what} is not JSON: {type(e).__name__}: {detail}") from None
+
+
 def _template(files: _Files, info: dict[str, Any], name: str, default: str) -> str:
     value = info.get(name)
     if value is None:
@@ -465,13 +528,42 @@ def _template(files: _Files, info: dict[str, Any], name: str, default: str) -> s
     return value
 
 
+class _PathFormatter(string.Formatter):
+    """``str.format`` that refuses a width or a precision over :data:`MAX_PATH`.
+
+    Example:
+        >>> _PathFormatter().format("episode_{i:06d}", i=3)
+        'episode_000003'
+        >>> _PathFormatter().format("{i:>1000000000000}", i=3)
+        Traceback (most recent call last):
+        ...
+        ValueError: the format '>1000000000000' asks for more than 4096 characters
+    """
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        # a number in a spec is a width or a precision (a fill is followed by an align)
+        numbers = re.findall(r"\d+", format_spec)
+        if any(len(n.lstrip("0")) > 4 or int(n) > MAX_PATH for n in numbers):
+            raise ValueError(
+                f"the format {format_spec!r} asks for more than {MAX_PATH} characters"
+            )
+        return super().format_field(value, format_spec)
+
+
 def _fill(files: _Files, template: str, name: str, what: str, **fields: Any) -> str:
-    """``template`` (info.json's ``name``) with ``fields``; a SourceError if it cannot be."""
+    """``template`` (info.json's ``name``) with ``fields``; a SourceError if it cannot be.
+
+    A path of more than :data:`MAX_PATH` characters is refused, before it is made.
+    """
     try:
-        return template.format(**fields)
+        path = _PathFormatter().vformat(template, (), fields)
+        if len(path) > MAX_PATH:
+            raise ValueError(f"a path of {len(path)} characters, more than {MAX_PATH}")
+        return path
     except (KeyError, IndexError, ValueError, AttributeError, TypeError) as e:
+        shown = template if len(template) <= 200 else f"{template[:197]}..."
         raise files.error(
-            f"{what}: info.json's {name} {template!r} cannot be filled with "
+            f"{what}: info.json's {name} {shown!r} cannot be filled with "
             f"{sorted(fields)}: {type(e).__name__}: {e}"
         ) from None
 
@@ -483,11 +575,32 @@ def _integer(value: Any) -> int | None:
     return int(value)
 
 
+def _shown(value: Any) -> str:
+    """The repr of a value of the metadata, cut to 40 characters.
+
+    Example:
+        >>> _shown(10**60)
+        '1000000000000000000000000000000000000...'
+    """
+    if isinstance(value, int) and value.bit_length() > 4000:  # repr refuses some
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
+
+
 def _seconds(value: Any) -> float | None:
-    """``value`` as a finite float when it is a number (a bool is not), else None."""
+    """``value`` as a finite float when it is a number (a bool is not), else None.
+
+    Example:
+        >>> _seconds(2), _seconds(10**400), _seconds(float("nan")), _seconds(True)
+        (2.0, None, None, None)
+    """
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
         return None
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:  # an int too large for a float
+        return None
     return value if math.isfinite(value) else None
 
 
@@ -496,19 +609,25 @@ def _fps(files: _Files, info: dict[str, Any]) -> float:
     fps = _seconds(info.get("fps"))
     if fps is None or fps <= 0:
         raise files.error(
-            f"info.json's fps is {info.get('fps', 'missing')!r}, not a positive number of "
+            f"info.json's fps is {_shown(info.get('fps', 'missing'))}, not a positive number of "
             "frames per second"
         )
     return fps
 
 
 def _counts(files: _Files, what: str, fields: Mapping[str, Any]) -> dict[str, int]:
-    """The ``fields`` (names to values) as ints >= 0, or a SourceError naming ``what``."""
+    """The ``fields`` (names to values) as ints from 0 to :data:`MAX_COUNT`.
+
+    Raises:
+        SourceError: naming ``what`` and the field, for any other value.
+    """
     out = {}
     for name, value in fields.items():
         number = _integer(value)
-        if number is None or number < 0:
-            raise files.error(f"{what}: {name} is {value!r}, not an integer >= 0")
+        if number is None or not 0 <= number <= MAX_COUNT:
+            raise files.error(
+                f"{what}: {name} is {_shown(value)}, not an integer from 0 to 2**53 (MAX_COUNT)"
+            )
         out[name] = number
     return out
 
@@ -528,10 +647,7 @@ def _v21_episodes(files: _Files, info: dict[str, Any]) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         where = f"meta/episodes.jsonl line {number}"
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise files.error(f"{where} is not JSON: {e}") from None
+        entry = _json(files, line, where)
         if not isinstance(entry, dict):
             raise files.error(f"{where} is not an object")
         for name in ("episode_index", "length"):
@@ -727,7 +843,10 @@ def lerobot(
     row reads the frames of its rows).
 
     The metadata is read here (``meta/info.json`` and the episodes' lengths and files),
-    nothing else: ``len`` of an episode is its length in the metadata, and opens no file.
+    nothing else (but the footer and a row group or two of an episode of length 0's
+    data file: an empty stream is never read, and the rows around its place must be of
+    other episodes): ``len`` of an episode is its length in the metadata, and opens no
+    file.
     An episode reads, in the process that reads it, the footer of its data file and the
     row groups that hold its rows (one reader per file and process, shared by the
     episodes of the file), and its window of each camera's video (seeking to the keyframe
@@ -737,12 +856,15 @@ def lerobot(
     Args:
         root: the dataset's folder, or its URL (``s3://bucket/dataset``, any fsspec
             protocol; see :mod:`streamseq.io.remote`).
-        cameras: the video features to read (all of them by default; ``[]`` for none).
-        columns: the table's columns to give (by default, every feature that is not an
-            image or a video; ``[]`` for none, with at least one camera).
-        episodes: the ``episode_index`` of the episodes to read (integers, at least one),
-            in this order (all, by index, by default). An episode of length 0 is an
-            empty stream.
+        cameras: the video features to read, a list of names, each once (all of them
+            by default; ``[]`` for none).
+        columns: the table's columns to give, a list of names, each once (by default,
+            every feature that is not an image or a video; ``[]`` for none, with at
+            least one camera).
+        episodes: the ``episode_index`` of the episodes to read, a list of integers,
+            each once, at least one, in this order (all, by index, by default). An
+            episode of length 0 is an empty stream (its data file checked here to hold
+            no row of it).
         storage_options: for a URL, the options of its fsspec filesystem (endpoint,
             credentials); kept by the episodes, so that every worker connects with
             them, and never shown.
@@ -755,20 +877,26 @@ def lerobot(
     Raises:
         ImportError: pyarrow is missing (the ``table`` extra), or fsspec for a URL (the
             ``remote`` extra).
+        TypeError: ``cameras``, ``columns`` or ``episodes`` is one name or one index
+            (a string, an int), not a list of them.
         ValueError: ``storage_options`` given with a local path; nothing to read (no
             camera and no column); no episode asked for, or an index that is not an
-            integer (a bool, a float).
+            integer (a bool, a float); a camera, a column or an episode given twice.
         streamseq.errors.SourceError: naming the dataset (and the episode, the camera
             or the column concerned): ``codebase_version`` is not one of
             :data:`SUPPORTED_VERSIONS`, a file of the metadata is missing or malformed
-            (``fps`` not a positive number, a length or an index not an integer >= 0,
-            an episode listed twice, a path template that cannot be filled), a path made
-            from the metadata leaves the dataset's root, a camera or a column is not in
-            the dataset, an episode asked for is not; when an episode is read, the
-            video's rate is not a whole multiple of ``fps``, its video window holds
-            fewer frames than it has rows, a row's time is more than half a frame from
-            every frame, its rows are not in the data file where the metadata puts them
-            or the file holds more of them.
+            (not JSON, not UTF-8, nested too deeply; ``fps`` not a positive number, a
+            length or an index not an integer from 0 to :data:`MAX_COUNT`, an episode
+            listed twice, a path template that cannot be filled, or that makes a path
+            of more than :data:`MAX_PATH` characters), a path made from the metadata
+            leaves the dataset's root, a camera or a column is not in the dataset, an
+            episode asked for is not, an episode of length 0 has rows in its data file;
+            when an episode is read, its data file is missing, the video's rate is not
+            a whole multiple of ``fps`` or a row at ``fps`` would be more than half a
+            frame from every frame of its window, its video window holds fewer frames
+            than it has rows, a row's time is more than half a frame from every frame,
+            its rows are not in the data file where the metadata puts them or the file
+            holds more of them.
 
     Example:
         >>> import streamseq
@@ -781,10 +909,7 @@ def lerobot(
     """
     files = _Files(os.fspath(root), storage_options)
     _pyarrow()
-    try:
-        info = json.loads(files.read("meta/info.json"))
-    except json.JSONDecodeError as e:
-        raise files.error(f"meta/info.json is not JSON: {e}") from None
+    info = _json(files, files.read("meta/info.json"), "meta/info.json")
     if not isinstance(info, dict):
         raise files.error(f"meta/info.json holds {type(info).__name__}, not an object")
     version = info.get("codebase_version")
@@ -794,12 +919,12 @@ def lerobot(
             f"{', '.join(SUPPORTED_VERSIONS)}"
         )
     videos = _video_features(files, info)
-    chosen = list(videos if cameras is None else cameras)
+    chosen = list(videos if cameras is None else _names(files, "cameras", cameras))
     for cam in chosen:
         if cam not in videos:
             raise files.error(f"no camera {cam!r}; the cameras are {videos}")
     known = _column_features(files, info)
-    wanted = tuple(known if columns is None else columns)
+    wanted = tuple(known if columns is None else _names(files, "columns", columns))
     for name in wanted:
         if name not in known:
             kind = " (a camera: give it in cameras=)" if name in videos else ""
@@ -858,7 +983,7 @@ def lerobot(
                 f"episode {episode['index']}, camera {cam!r}: no video file {relative}"
             ) from None
 
-    return [
+    out = [
         _LeRobotEpisode(
             files.name,
             e["index"],
@@ -873,11 +998,44 @@ def lerobot(
         )
         for e in picked
     ]
+    for episode in out:
+        if not len(episode):
+            episode._check_empty()
+    return out
 
 
-def _asked(files: _Files, episodes: Sequence[int]) -> list[int]:
-    """The episode indices asked for, checked: integers (not bools), at least one."""
-    asked = list(episodes)
+def _listed(files: _Files, name: str, given: Any) -> list[Any]:
+    """``given`` (the argument ``name``) as a list: a TypeError for one name or index."""
+    if isinstance(given, (str, bytes)) or not isinstance(given, Iterable):
+        raise TypeError(
+            f"LeRobot dataset {files.name}: {name}= is a list, got {type(given).__name__} "
+            f"{given!r}: give [{given!r}] for one"
+        )
+    return list(given)
+
+
+def _once(files: _Files, name: str, items: list[Any]) -> None:
+    """A ValueError naming the first item of ``items`` (the argument ``name``) given twice."""
+    seen: set[Any] = set()
+    for item in items:
+        try:
+            if item in seen:
+                raise ValueError(f"LeRobot dataset {files.name}: {name} gives {item!r} twice")
+            seen.add(item)
+        except TypeError:  # not a name (unhashable): refused where it is looked up
+            continue
+
+
+def _names(files: _Files, name: str, given: Any) -> list[str]:
+    """The cameras or columns asked for (``name``): a list of names, each once."""
+    names = _listed(files, name, given)
+    _once(files, name, names)
+    return names
+
+
+def _asked(files: _Files, episodes: Any) -> list[int]:
+    """The episode indices asked for, checked: integers (not bools), at least one, once each."""
+    asked = _listed(files, "episodes", episodes)
     if not asked:
         raise ValueError(f"LeRobot dataset {files.name}: no episode asked for (episodes=[])")
     for i in asked:
@@ -885,4 +1043,6 @@ def _asked(files: _Files, episodes: Sequence[int]) -> list[int]:
             raise ValueError(
                 f"LeRobot dataset {files.name}: episode indices are integers, got {i!r}"
             )
-    return [int(i) for i in asked]
+    indices = [int(i) for i in asked]
+    _once(files, "episodes", indices)
+    return indices

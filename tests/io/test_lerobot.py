@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 from helpers import as_numpy, assert_same
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from media import LEROBOT_CAMERAS, plain_video_times, write_lerobot
 from servers import s3_server  # noqa: F401
@@ -353,7 +353,7 @@ def test_a_downsampled_dataset_reads_the_nearest_frames(copy, version):
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-@pytest.mark.parametrize("fps", [4, 30, 7.5])
+@pytest.mark.parametrize("fps", [4, 30, 7.5, 0.35, 0.2, 0.013, 1e-300])
 def test_an_fps_that_disagrees_with_the_video(copy, version, fps):
     # the rows and the videos at 10 fps, info.json saying otherwise: rows at its rate
     # cannot all fall on frames of the video
@@ -461,7 +461,7 @@ def test_a_hub_cache_snapshot_of_links_reads_its_frames(datasets, tmp_path):
             np.testing.assert_array_equal(a[:][key], b[:][key])
 
 
-@pytest.mark.parametrize("up", ["..", "%2e%2e", "%2E."])
+@pytest.mark.parametrize("up", ["..", "%2e%2e", "%2E.", "..%5c..", "%2e%2e%5c.."])
 def test_a_url_path_leaving_the_root_is_refused(copy, tmp_path, up):
     from servers import RangeServer
 
@@ -478,6 +478,25 @@ def test_a_url_path_leaving_the_root_is_refused(copy, tmp_path, up):
         with pytest.raises(SourceError, match="data_path") as e:
             lerobot(url, cameras=[])[0][:]
         assert url in str(e.value) and "outside" in str(e.value)
+    finally:
+        server.stop()
+
+
+def test_a_missing_data_file_over_http_names_the_dataset_and_episode(copy):
+    # over HTTP (no listing: v2.1), as on a disk
+    from servers import RangeServer
+
+    root = copy("v2.1")
+    (root / "data/chunk-000/episode_000001.parquet").unlink()
+    server = RangeServer(root.parent).start()
+    try:
+        url = f"{server.url}/v2.1".replace("://", "://me:hunter2@")
+        with pytest.raises(SourceError) as e:
+            lerobot(url, cameras=[], episodes=[1])[0][:]
+        message = str(e.value)
+        assert f"{server.url}/v2.1".split("://")[1] in message and "episode 1" in message
+        assert "hunter2" not in message and "hunter2" not in repr(e.value.__cause__)
+        assert "no such file" in message
     finally:
         server.stop()
 
@@ -519,6 +538,10 @@ def test_a_v3_length_that_disagrees_with_the_indices(copy):
         {"data_path": "data/{nope}.parquet"},
         {"video_path": "{video_key.__class__}"},
         {"data_path": 7},
+        {"data_path": "{episode_index:>1000000000000}"},
+        {"data_path": "{episode_index:.5000f}"},
+        {"video_path": "{video_key:>5000}"},
+        {"data_path": "data/" + "x" * 5000 + "{episode_index}"},
     ],
 )
 def test_malformed_info_names_the_dataset(copy, info):
@@ -553,6 +576,77 @@ def test_malformed_episode_lines_name_the_dataset(copy, line):
     assert str(root) in str(e.value)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        b'{"fps": 10, "x": "\xff"}',  # not UTF-8
+        b"[" * 100_000 + b"]" * 100_000,  # nested deeper than a parser recurses
+        b'{"fps": 1' + b"0" * 5000 + b"}",  # more digits than Python converts
+    ],
+)
+def test_unreadable_info_json_names_the_dataset(copy, text):
+    root = copy("v3.0")
+    (root / "meta/info.json").write_bytes(text)
+    with pytest.raises(SourceError, match="info.json") as e:
+        lerobot(root)
+    assert str(root) in str(e.value)
+
+
+def test_an_unreadable_episode_line_names_the_dataset(copy):
+    root = copy("v2.1")
+    lines = (root / "meta/episodes.jsonl").read_text().splitlines()
+    lines[1] = "[" * 100_000 + "]" * 100_000
+    (root / "meta/episodes.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(SourceError, match="line 2") as e:
+        lerobot(root)
+    assert str(root) in str(e.value)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_an_fps_too_large_for_a_float(copy, version):
+    root = copy(version)
+    text = (root / "meta/info.json").read_text()
+    info = json.loads(text)
+    info["fps"] = 10**400
+    (root / "meta/info.json").write_text(json.dumps(info))
+    with pytest.raises(SourceError, match="fps") as e:
+        lerobot(root)
+    assert str(root) in str(e.value)
+
+
+@pytest.mark.parametrize("column", ["length", "episode_index"])
+@pytest.mark.parametrize("value", [2**64, 2**53 + 1])
+def test_integers_too_large_in_the_metadata(copy, column, value):
+    root = copy("v2.1")
+    lines = (root / "meta/episodes.jsonl").read_text().splitlines()
+    entry = json.loads(lines[0])
+    entry[column] = value
+    lines[0] = json.dumps(entry)
+    (root / "meta/episodes.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(SourceError, match=column) as e:
+        lerobot(root)[0][:]
+    assert str(root) in str(e.value) and "line 1" in str(e.value)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_length_0_for_an_episode_with_rows_is_an_error(copy, version):
+    root = copy(version)
+    if version == "v2.1":
+        lines = (root / "meta/episodes.jsonl").read_text().splitlines()
+        entry = json.loads(lines[0])
+        entry["length"] = 0
+        lines[0] = json.dumps(entry)
+        (root / "meta/episodes.jsonl").write_text("\n".join(lines) + "\n")
+    else:
+        _edit_episodes(root, "length", 0, 0)
+        _edit_episodes(root, "dataset_to_index", 0, 0)
+    with pytest.raises(SourceError, match="episode 0") as e:
+        lerobot(root)
+    assert str(root) in str(e.value) and "row 0 of the file is of this episode" in str(e.value)
+    with pytest.raises(SourceError, match="episode 0"):
+        lerobot(root, episodes=[0], cameras=[])
+
+
 # -- selections ----------------------------------------------------------------------------
 
 
@@ -567,6 +661,39 @@ def test_empty_and_odd_selections(datasets):
         with pytest.raises(ValueError, match="episode indices are integers"):
             lerobot(root, episodes=[bad])
     assert [e.index for e in lerobot(root, episodes=[np.int64(2)])] == [2]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_duplicates_in_a_selection_are_refused(datasets, version):
+    root = datasets[version]
+    with pytest.raises(ValueError, match=r"cameras .*observation.images.top.* twice") as e:
+        lerobot(root, cameras=[CAMERAS[0], CAMERAS[1], CAMERAS[0]])
+    assert str(root) in str(e.value)
+    with pytest.raises(ValueError, match=r"columns .*'action'.* twice"):
+        lerobot(root, columns=["action", "timestamp", "action"])
+    with pytest.raises(ValueError, match=r"episodes .*1.* twice"):
+        lerobot(root, episodes=[1, 3, 1])
+    with pytest.raises(ValueError, match=r"episodes .*2.* twice"):
+        lerobot(root, episodes=[2, np.int64(2)])
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"episodes": 1},
+        {"episodes": np.int64(1)},
+        {"episodes": "1"},
+        {"cameras": CAMERAS[0]},
+        {"columns": "action"},
+        {"columns": b"action"},
+        {"cameras": 3},
+    ],
+)
+def test_a_single_name_or_index_instead_of_a_list_is_refused(datasets, kwargs):
+    ((name, value),) = kwargs.items()
+    with pytest.raises(TypeError, match=rf"{name}= is a list") as e:
+        lerobot(datasets["v2.1"], **kwargs)
+    assert str(datasets["v2.1"]) in str(e.value)
 
 
 def test_a_length_0_episode_is_an_empty_stream(copy):
@@ -624,6 +751,7 @@ def test_open_files_stay_flat_over_datasets_read_and_dropped(datasets, tmp_path)
 
 _REFERENCE: dict = {}  # per layout: every episode of the valid dataset, read whole
 _ODD_VALUES = [None, "x", [], {}, True, float("nan"), 0, -1, 1.5, 10**9, "../../../etc"]
+_ODD_VALUES += [2**64, 10**400, 0.35, 1e-300, "{episode_index:>1000000000000}", "..%5c..%5cx"]
 _INFO_KEYS = ["fps", "codebase_version", "features", "data_path", "video_path", "chunks_size"]
 
 
@@ -688,6 +816,11 @@ def _mutate(root, version, mutation):
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(version=st.sampled_from(VERSIONS), mutation=_mutation())
+@example(version="v2.1", mutation=("episodes", (0, "length", 0), None))
+@example(version="v2.1", mutation=("episodes", (2, "length", 2**64), None))
+@example(version="v2.1", mutation=("info", "fps", 0.35))
+@example(version="v3.0", mutation=("info", "fps", 10**400))
+@example(version="v2.1", mutation=("info", "data_path", "{episode_index:>1000000000000}"))
 def test_mutated_metadata_reads_right_or_names_the_dataset(
     datasets, tmp_path_factory, version, mutation
 ):
