@@ -150,8 +150,9 @@ class Batch(_Fields):
         valid, of the same stream and consecutive. So the inputs are the first ``T``
         steps, the targets the ``T`` steps after the first, and, over an epoch, every
         step but the first of every stream is a target exactly once (with
-        ``segment_length``, see :doc:`concepts`); never one of another stream (with
-        ``pad="pack"``, not across documents). numpy arrays or torch tensors alike.
+        ``segment_length``, the first step of a segment only where the segment before it
+        ends its chunk); never one of another stream (with ``pad="pack"``, not across
+        documents). numpy arrays or torch tensors alike.
 
         Args:
             lookahead: the look-ahead steps the batch holds: by default its own
