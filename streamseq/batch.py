@@ -186,7 +186,11 @@ class Batch(_Fields):
         own = self.lookahead
         if lookahead is None:
             lookahead = own
-        elif lookahead != own or isinstance(lookahead, bool):
+        elif (
+            isinstance(lookahead, bool)
+            or not isinstance(lookahead, numbers.Integral)
+            or lookahead != own
+        ):
             raise ValueError(
                 f"target_mask(lookahead={lookahead!r}): the batch holds lookahead={own} "
                 "look-ahead steps; call target_mask() to use them"

@@ -323,6 +323,9 @@ def test_target_mask_uses_the_look_ahead_the_batch_holds():
     assert b2.target_mask(2).tolist() == b2.target_mask().tolist()
     with pytest.raises(ValueError, match=r"lookahead=1.*holds lookahead=2"):
         b2.target_mask(1)  # would take [B, tbins + 1] inputs: targets counted twice
+    for other in (2.0, True, "2"):
+        with pytest.raises(ValueError, match="holds lookahead=2"):
+            b2.target_mask(other)
     b0 = next(iter(StreamLoader(streams, 2, 3)))
     assert b0.lookahead == 0
     with pytest.raises(ValueError, match="no look-ahead"):
