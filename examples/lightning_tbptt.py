@@ -1,10 +1,14 @@
 """Truncated backpropagation through time with Lightning: a GRU whose state runs across batches.
 
-A small GRU learns to predict noisy sine waves. Row r of every batch continues the stream
-row r of the previous batch was reading, so the module keeps the GRU's hidden state from
-one ``training_step`` to the next:
+A small GRU learns to predict noisy sine waves, each step from the steps before it. Row r
+of every batch continues the stream row r of the previous batch was reading, so the module
+keeps the GRU's hidden state from one ``training_step`` to the next:
 
 - detached at the batch boundary (gradients stop there: truncated BPTT);
+- taken after the last step of the chunk: with ``lookahead=1`` each row also holds the step
+  that follows its chunk, the GRU reads the ``tbins`` steps of the chunk and predicts the
+  steps one later (``batch.target_mask()``), so every step is an input once and every step
+  but the first of a stream a target once;
 - zeroed in the rows where ``batch.reset`` is set (they start a new stream);
 - saved in every checkpoint (``on_save_checkpoint``) and restored from it
   (``on_load_checkpoint``), so that after resuming the rows that continue a stream go on
@@ -18,8 +22,9 @@ had not trained on.
 
 The example trains over ``--epochs`` epochs with a checkpoint every ``--save-every``
 steps, "crashes" at step ``--crash-at``, then builds a new module and a new loader and
-resumes from the last checkpoint. It checks that every step of every stream was trained on
-exactly once per epoch, counting what the first run trained before its checkpoint.
+resumes from the last checkpoint. It checks that every step of every stream was an input
+exactly once per epoch, and every step but the first of every stream a target exactly
+once, counting what the first run trained before its checkpoint.
 
 Run: ``python examples/lightning_tbptt.py [--epochs 3] [--save-every 25] [--crash-at 29]``
 """
@@ -48,8 +53,13 @@ from resume_run import make_streams  # noqa: E402
 
 def make_loader(batch_size: int = 4, tbins: int = 16, workers: int = 0) -> streamseq.StreamLoader:
     return streamseq.StreamLoader(
-        make_streams(), batch_size, tbins, num_workers=workers, shuffle=True, seed=7
+        make_streams(), batch_size, tbins, num_workers=workers, shuffle=True, seed=7, lookahead=1
     )
+
+
+def cells(stream: torch.Tensor, step: torch.Tensor, mask: torch.Tensor) -> list[tuple[int, int]]:
+    """The (stream, step) cells where ``mask`` is True."""
+    return list(zip(stream[mask].tolist(), step[mask].tolist(), strict=True))
 
 
 class TBPTT(lightning.LightningModule):
@@ -61,21 +71,23 @@ class TBPTT(lightning.LightningModule):
         self.head = nn.Linear(hidden, 1)
         self.lr = lr
         self.hidden = torch.zeros(1, batch_size, hidden)  # [layers, B, H], one row a row
-        # what every training step saw: (epoch, the valid (stream, step) cells)
-        self.trained: list[tuple[int, list[tuple[int, int]]]] = []
+        # what every training step read and predicted: (epoch, (stream, step) cells)
+        self.trained: list[tuple[int, list[tuple[int, int]]]] = []  # inputs
+        self.targets: list[tuple[int, list[tuple[int, int]]]] = []
         self.resumed_hidden: torch.Tensor | None = None  # the state a checkpoint gave
 
     def training_step(self, batch: streamseq.Batch, index: int) -> torch.Tensor:
         h = self.hidden.to(self.device).detach()  # gradients stop at the batch boundary
         h[:, batch.reset] = 0  # rows that start a new stream
-        out, h = self.gru(batch.data[:, :-1], h)
-        self.hidden = h.detach()
-        valid = batch.valid[:, 1:]  # targets that are not padding
+        out, h = self.gru(batch.data[:, :-1], h)  # the chunk: tbins steps (then look-ahead)
+        self.hidden = h.detach()  # after the chunk's last step, for the next batch
+        mask = batch.target_mask()  # [B, tbins]: step t + 1 of the same stream
         err = ((self.head(out) - batch.data[:, 1:]) ** 2).mean(-1)
-        loss = (err * valid).sum() / valid.sum().clamp(min=1)  # 0 if all padding
+        loss = (err * mask).sum() / mask.sum().clamp(min=1)  # 0 if no target
         self.log("loss", loss, batch_size=batch.data.shape[0])
-        stream, step = batch.stream[batch.valid].tolist(), batch.step[batch.valid].tolist()
-        self.trained.append((self.current_epoch, list(zip(stream, step, strict=True))))
+        epoch, inputs = self.current_epoch, batch.valid[:, :-1]
+        self.trained.append((epoch, cells(batch.stream[:, :-1], batch.step[:, :-1], inputs)))
+        self.targets.append((epoch, cells(batch.stream[:, 1:], batch.step[:, 1:], mask)))
         return loss
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
@@ -173,8 +185,13 @@ def run(
 
 
 def every_step(streams: list[np.ndarray]) -> Counter:
-    """Each (stream, step) of an epoch, once."""
+    """Each (stream, step) of an epoch, once: the inputs."""
     return Counter((s, t) for s, x in enumerate(streams) for t in range(len(x)))
+
+
+def every_target(streams: list[np.ndarray]) -> Counter:
+    """Each (stream, step) of an epoch but the first of each stream, once: the targets."""
+    return Counter((s, t) for s, x in enumerate(streams) for t in range(1, len(x)))
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -196,19 +213,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         second = run(out, args.epochs, args.save_every, ckpt_path=path, workers=args.workers)
         saved = torch.load(path, weights_only=False)
         trained = first["model"].trained[:step] + second["model"].trained
-        expected = every_step(make_streams())
-        per_epoch = [
-            Counter(cell for e, cells in trained for cell in cells if e == epoch)
-            for epoch in range(args.epochs)
-        ]
+        targets = first["model"].targets[:step] + second["model"].targets
+        expected, wanted = every_step(make_streams()), every_target(make_streams())
+        per_epoch, targets_per_epoch = (
+            [
+                Counter(c for e, seen in got for c in seen if e == epoch)
+                for epoch in range(args.epochs)
+            ]
+            for got in (trained, targets)
+        )
         once = all(c == expected for c in per_epoch)
+        targets_once = all(c == wanted for c in targets_per_epoch)
         state = saved["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]
         same_hidden = torch.equal(second["model"].resumed_hidden, saved["hidden"])
         print(
             f"resumed from step {step}: epoch {state['epoch']}, batch {state['next_batch']}; "
             f"{len(second['model'].trained)} steps"
         )
-        print(f"every step of every stream trained on once per epoch: {once}")
+        print(f"every step of every stream an input once per epoch: {once}")
+        print(f"every step but the first of every stream a target once per epoch: {targets_once}")
         print(f"hidden state restored from the checkpoint: {same_hidden}")
     return {
         "first": first,
@@ -217,6 +240,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "per_epoch": per_epoch,
         "expected": expected,
         "once": once,
+        "targets_once": targets_once,
         "same_hidden": same_hidden,
     }
 

@@ -18,9 +18,30 @@ def tree_map(fn: Callable[..., Any], tree: Any, *others: Any) -> Any:
     if isinstance(tree, dict):
         return {k: tree_map(fn, v, *(o[k] for o in others)) for k, v in tree.items()}
     if isinstance(tree, (tuple, list)):
-        items = [tree_map(fn, *parts) for parts in zip(tree, *others, strict=True)]
-        return type(tree)(*items) if hasattr(tree, "_fields") else type(tree)(items)
+        return rebuilt(tree, [tree_map(fn, *parts) for parts in zip(tree, *others, strict=True)])
     return fn(tree, *others)
+
+
+def rebuilt(like: tuple | list, items: Any) -> Any:
+    """A tuple (or list) of the type of ``like`` holding ``items``.
+
+    A named tuple keeps the attributes of ``like`` that are not fields (a
+    :class:`~streamseq.Batch`'s ``lookahead``).
+
+    Example:
+        >>> from streamseq import Batch
+        >>> b = Batch(None, [True], [[True] * 2], [[0] * 2], [[0, 1]], lookahead=1)
+        >>> c = rebuilt(b, [None, [False], [[True] * 2], [[0] * 2], [[2, 3]]])
+        >>> c.step, c.lookahead, rebuilt((1,), [2])
+        ([[2, 3]], 1, (2,))
+    """
+    if not hasattr(like, "_fields"):
+        return type(like)(items)
+    out = type(like)(*items)
+    own = getattr(like, "__dict__", None)
+    if own:
+        out.__dict__.update(own)
+    return out
 
 
 def leaves(tree: Any) -> list[Any]:

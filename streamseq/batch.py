@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, NamedTuple
 
 from ._tree import tree_map
@@ -60,7 +61,24 @@ class Chunk(NamedTuple):
         return describe_fields(self)
 
 
-class Batch(NamedTuple):
+def _check_lookahead(lookahead: Any) -> int:
+    """``lookahead`` as an int >= 0 (an integer, not a bool)."""
+    if isinstance(lookahead, bool) or not isinstance(lookahead, numbers.Integral):
+        raise TypeError(f"lookahead must be an integer >= 0, got {lookahead!r}")
+    if lookahead < 0:
+        raise ValueError(f"lookahead must be >= 0, got {lookahead}")
+    return int(lookahead)
+
+
+class _Fields(NamedTuple):
+    data: Any
+    reset: Any
+    valid: Any
+    stream: Any
+    step: Any
+
+
+class Batch(_Fields):
     """A batch of ``B`` rows of ``T`` steps; row r continues row r of the previous batch.
 
     Attributes:
@@ -70,6 +88,10 @@ class Batch(NamedTuple):
         valid: bool ``[B, T]``, False on padding.
         stream: int64 ``[B, T]``, index of the source in the list given, -1 on padding.
         step: int64 ``[B, T]``, index of the step inside its stream, -1 on padding.
+        lookahead: how many of the ``T`` steps are look-ahead steps (the loader's
+            ``lookahead``; 0 by default). Not a field: a batch is still the five fields
+            above (``data, reset, valid, stream, step = batch``); it goes with the batch
+            through :meth:`to`, pickling, pinning and the workers.
 
     With ``time_major=True`` the loader delivers ``data`` as ``[T, B, ...]`` and
     ``valid``, ``stream``, ``step`` as ``[T, B]``.
@@ -78,8 +100,8 @@ class Batch(NamedTuple):
         >>> import numpy as np
         >>> b = Batch(np.zeros((2, 3)), np.array([True, False]), np.ones((2, 3), bool),
         ...           np.zeros((2, 3), np.int64), np.tile(np.arange(3), (2, 1)))
-        >>> b.reset.tolist()
-        [True, False]
+        >>> b.reset.tolist(), b.lookahead
+        ([True, False], 0)
 
     Its ``repr`` shows the dtype and shape of every field, not the values:
 
@@ -88,49 +110,97 @@ class Batch(NamedTuple):
               stream=int64[2, 3], step=int64[2, 3])
     """
 
-    data: Any
-    reset: Any
-    valid: Any
-    stream: Any
-    step: Any
+    lookahead: int = 0  # (an instance's own where not 0)
+
+    def __new__(
+        cls, data: Any, reset: Any, valid: Any, stream: Any, step: Any, lookahead: int = 0
+    ) -> Batch:
+        """The five fields, and ``lookahead`` (an integer >= 0) kept beside them."""
+        self = super().__new__(cls, data, reset, valid, stream, step)
+        if type(lookahead) is not int or lookahead:  # (a plain batch: no attribute of its own)
+            self.lookahead = _check_lookahead(lookahead)
+        return self
+
+    def _replace(self, **fields: Any) -> Batch:
+        """The batch with some fields replaced; its ``lookahead`` kept."""
+        return self.like(super()._replace(**fields))
+
+    def like(self, fields: Any) -> Batch:
+        """A :class:`Batch` of ``fields`` (five, in order) with this batch's ``lookahead``.
+
+        Example:
+            >>> b = Batch(None, [False], [[True] * 3], [[0] * 3], [[0, 1, 2]], lookahead=1)
+            >>> b.like([None, [True], [[True] * 3], [[0] * 3], [[4, 5, 6]]]).lookahead
+            1
+        """
+        out = Batch._make(fields)
+        if self.lookahead:
+            out.lookahead = self.lookahead
+        return out
 
     def __repr__(self) -> str:
-        return describe_fields(self)
+        text = describe_fields(self)
+        return f"{text[:-1]}, lookahead={self.lookahead})" if self.lookahead else text
 
-    def target_mask(self, lookahead: int = 1, time_major: bool = False) -> Any:
+    def target_mask(self, lookahead: int | None = None, time_major: bool = False) -> Any:
         """Where step t + 1 is the next-step target of input t: ``[B, T]`` (``[T, B]``).
 
         For a batch with ``lookahead`` steps after its ``T = tbins`` steps (the loader's
         ``lookahead``): entry ``t`` (``t < T``) is True where steps t and t + 1 are
         valid, of the same stream and consecutive. So the inputs are the first ``T``
         steps, the targets the ``T`` steps after the first, and, over an epoch, every
-        step but the first of every stream is a target exactly once; never one of
-        another stream (with ``pad="pack"``, not across documents). numpy arrays or
-        torch tensors alike.
+        step but the first of every stream is a target exactly once (with
+        ``segment_length``, the first step of a segment only where the segment before it
+        ends its chunk); never one of another stream (with ``pad="pack"``, not across
+        documents). numpy arrays or torch tensors alike.
 
         Args:
-            lookahead: the look-ahead steps the batch holds (at least 1).
+            lookahead: the look-ahead steps the batch holds: by default its own
+                :attr:`lookahead`; another value is refused (inputs counted twice, or a
+                real step taken for a look-ahead step).
             time_major: the batch is laid out ``[T, B, ...]``.
 
         Returns:
             A bool array (or tensor) ``[B, T]``, ``[T, B]`` with ``time_major``.
 
         Raises:
-            ValueError: ``lookahead < 1``, or not fewer than the batch's steps.
+            ValueError: the batch holds no look-ahead steps (build the loader with
+                ``lookahead=1`` or more), ``lookahead`` is not the batch's, or it leaves
+                no input.
 
         Example:
             >>> import numpy as np
             >>> stream = np.array([[0, 0, 0, 1, 1]])  # pad="pack": stream 1 starts at 3
             >>> step = np.array([[4, 5, 6, 0, 1]])
-            >>> b = Batch(None, np.array([False]), stream >= 0, stream, step)
+            >>> b = Batch(None, np.array([False]), stream >= 0, stream, step, lookahead=1)
             >>> b.target_mask().tolist()  # inputs 0..3, targets 1..4
             [[True, True, False, True]]
             >>> x = b.step  # input and target of next-step prediction
             >>> x[:, :-1].tolist(), x[:, 1:].tolist()
             ([[4, 5, 6, 0]], [[5, 6, 0, 1]])
+            >>> b.target_mask(2)
+            Traceback (most recent call last):
+            ...
+            ValueError: target_mask(lookahead=2): the batch holds lookahead=1 ...
         """
-        if isinstance(lookahead, bool) or not isinstance(lookahead, int) or lookahead < 1:
-            raise ValueError(f"target_mask needs lookahead >= 1, got {lookahead!r}")
+        own = self.lookahead
+        if lookahead is None:
+            lookahead = own
+        elif (
+            isinstance(lookahead, bool)
+            or not isinstance(lookahead, numbers.Integral)
+            or lookahead != own
+        ):
+            raise ValueError(
+                f"target_mask(lookahead={lookahead!r}): the batch holds lookahead={own} "
+                "look-ahead steps; call target_mask() to use them"
+            )
+        if not lookahead:
+            raise ValueError(
+                "target_mask: the batch holds no look-ahead steps (lookahead=0), so the "
+                "last step of each chunk has no target here; build the loader with "
+                "lookahead=1 or more"
+            )
         steps = self.valid.shape[0 if time_major else 1]
         if lookahead >= steps:
             raise ValueError(f"lookahead={lookahead} leaves no input in {steps} steps")
@@ -180,4 +250,4 @@ class Batch(NamedTuple):
                 )
             return tensor.to(device, non_blocking=non_blocking)
 
-        return Batch(*(tree_map(move, field) for field in self))
+        return self.like(tree_map(move, field) for field in self)

@@ -36,7 +36,7 @@ def _batch_major(batch: Batch, time_major: bool) -> Batch:
     if time_major:
         data = tree_map(lambda a: np.swapaxes(a, 0, 1), fields[0])
         fields = [data, fields[1], *(np.swapaxes(f, 0, 1) for f in fields[2:])]
-    return Batch(*fields)
+    return Batch(*fields, lookahead=getattr(batch, "lookahead", 0))
 
 
 def _first_difference(

@@ -167,6 +167,8 @@ class ZipBatch:
                 sub = part[c]
             items.append((o, k, sub))
         b = stack(items, self.num_rows, self.steps, self.spec_, self.spec, f"batch {i}, ")
+        if self.lookahead:
+            b = Batch(*b, lookahead=self.lookahead)
         if b.data is None and need_data:
             raise ValueError(_NO_SPEC)
         return b

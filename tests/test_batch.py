@@ -100,3 +100,21 @@ def test_repr_shows_the_structure_of_dict_and_tuple_data():
         "Batch(data={'x': float32[2, 3], 'pair': (uint8[2, 3, 4], None)}, reset=bool[2], "
     )
     assert repr(make((np.zeros((2, 3), np.int16),))).startswith("Batch(data=(int16[2, 3],), ")
+
+
+def test_a_batch_records_its_look_ahead_and_keeps_five_fields():
+    import pickle
+
+    fields = (np.zeros((2, 4)), np.ones(2, bool), np.ones((2, 4), bool))
+    fields += (np.zeros((2, 4), np.int64), np.tile(np.arange(4), (2, 1)))
+    plain = Batch(*fields)
+    assert plain.lookahead == 0 and len(plain) == 5
+    data, reset, valid, stream, step = Batch(*fields, lookahead=1)  # still five fields
+    b = Batch(*fields, lookahead=1)
+    assert b.lookahead == 1 and b == plain  # the same fields
+    assert pickle.loads(pickle.dumps(b)).lookahead == 1
+    assert "lookahead=1" in repr(b) and "lookahead" not in repr(plain)
+    assert b.target_mask().tolist() == [[True] * 3] * 2
+    for bad in (-1, 1.0, True, "1"):
+        with pytest.raises((ValueError, TypeError), match="lookahead"):
+            Batch(*fields, lookahead=bad)

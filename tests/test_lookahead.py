@@ -288,12 +288,12 @@ def test_target_mask_is_the_next_step_rule_and_stops_at_documents():
             total += int(mask.sum())
         assert total == sum(n - 1 for n in lengths)
     b = next(iter(StreamLoader(streams, 2, 4, lookahead=2)))
-    tensor = type(b)(*(torch.as_tensor(f) for f in b))
+    tensor = b.like(torch.as_tensor(f) for f in b)
     assert tensor.target_mask(2).tolist() == b.target_mask(2).tolist()
     with pytest.raises(ValueError, match="lookahead"):
         b.target_mask(0)
     with pytest.raises(ValueError, match="no input"):
-        b.target_mask(6)
+        type(b)(*b, lookahead=6).target_mask()
 
 
 def test_look_ahead_steps_are_checked_against_the_batch_naming_the_stream():
@@ -313,3 +313,59 @@ def test_without_look_ahead_the_first_step_of_every_chunk_is_lost():
     before = counts(StreamLoader(streams, 2, 4), 4)
     after = counts(StreamLoader(streams, 2, 4, lookahead=1), 4)
     assert lost(*before) > 0 and lost(*after) == 0
+
+
+def test_target_mask_uses_the_look_ahead_the_batch_holds():
+    streams = coded_streams([9, 5, 7])
+    b2 = next(iter(StreamLoader(streams, 2, 3, lookahead=2)))
+    assert b2.lookahead == 2
+    assert tuple(b2.target_mask().shape) == (2, 3)  # inputs: the tbins steps
+    assert b2.target_mask(2).tolist() == b2.target_mask().tolist()
+    with pytest.raises(ValueError, match=r"lookahead=1.*holds lookahead=2"):
+        b2.target_mask(1)  # would take [B, tbins + 1] inputs: targets counted twice
+    for other in (2.0, True, "2"):
+        with pytest.raises(ValueError, match="holds lookahead=2"):
+            b2.target_mask(other)
+    b0 = next(iter(StreamLoader(streams, 2, 3)))
+    assert b0.lookahead == 0
+    with pytest.raises(ValueError, match="no look-ahead"):
+        b0.target_mask()  # would take the chunk's last step for a look-ahead step
+    with pytest.raises(ValueError, match=r"lookahead=1.*holds lookahead=0"):
+        b0.target_mask(1)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(num_workers=0),
+        dict(num_workers=2),
+        dict(num_workers=2, pin_memory=True),
+        dict(num_workers=0, pin_memory=True, time_major=True),
+        dict(num_workers=2, method="thread"),
+        dict(num_workers=2, pad="pack", persistent_workers=True),
+    ],
+)
+def test_every_delivered_batch_knows_its_look_ahead(kw):
+    import pickle
+
+    streams = coded_streams([9, 0, 5, 13, 2, 7])
+    for k in (0, 2):
+        loader = quiet(streams, 3, 4, lookahead=k, **kw)
+        batches = list(loader) + [loader[1]]
+        assert [b.lookahead for b in batches] == [k] * len(batches)
+        b = batches[1]
+        assert pickle.loads(pickle.dumps(b)).lookahead == k
+        assert b.to("cpu").lookahead == k
+        assert b._replace(reset=b.reset).lookahead == k
+        if k:
+            tm = kw.get("time_major", False)
+            assert tuple(b.target_mask(time_major=tm).shape) == ((4, 3) if tm else (3, 4))
+
+
+def test_a_lookahead_longer_than_every_stream_is_refused_by_name():
+    streams = coded_streams([9, 0, 5, 13])
+    loader = StreamLoader(streams, 2, 3, lookahead=13)  # as long as the longest: allowed
+    assert np.shape(next(iter(loader)).valid) == (2, 16)
+    for k in (14, 10**12):
+        with pytest.raises(ValueError, match=rf"lookahead={k}.*longest stream.*13 steps"):
+            StreamLoader(streams, 2, 3, lookahead=k)

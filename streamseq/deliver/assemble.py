@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._tree import tree_map
+from .._tree import rebuilt, tree_map
 from ..batch import Batch
 from ..workers.placed import same_slot
 from .torch import _native, can_pin, empty, to_torch
@@ -41,9 +41,12 @@ def assemble_parts(parts: Sequence[Batch], pin: bool = False, time_major: bool =
             return out
         return torch.from_numpy(_native(np.concatenate(arrays, axis=axis)))
 
-    return Batch._make(
-        combine(*fields) if type(fields[0]) is np.ndarray else tree_map(combine, *fields)
-        for fields in zip(*parts, strict=True)
+    return rebuilt(
+        parts[0],
+        [
+            combine(*fields) if type(fields[0]) is np.ndarray else tree_map(combine, *fields)
+            for fields in zip(*parts, strict=True)
+        ],
     )
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._tree import leaves, tree_map
+from .._tree import leaves, rebuilt, tree_map
 from .._warn import warn
 from ..batch import Batch
 
@@ -67,7 +67,7 @@ def to_torch(batch: Batch, pin: bool = False) -> Batch:
     if not pin and all(
         type(f) is np.ndarray and f.flags.c_contiguous and f.dtype.isnative for f in batch
     ):
-        return Batch._make(map(torch.from_numpy, batch))
+        return rebuilt(batch, map(torch.from_numpy, batch))
 
     def convert(a: Any) -> torch.Tensor:
         if type(a) is np.ndarray and not pin and a.flags.c_contiguous and a.dtype.isnative:
@@ -79,7 +79,9 @@ def to_torch(batch: Batch, pin: bool = False) -> Batch:
         out.numpy()[...] = a
         return out
 
-    return Batch(*(convert(f) if type(f) is np.ndarray else tree_map(convert, f) for f in batch))
+    return rebuilt(
+        batch, [convert(f) if type(f) is np.ndarray else tree_map(convert, f) for f in batch]
+    )
 
 
 def is_pinned(batch: Batch) -> bool:

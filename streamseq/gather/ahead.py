@@ -99,23 +99,23 @@ def widen(table: Table, base: Batch, i: int, spec: Any, empty: Callable[..., np.
         data = tree_map(grow, base.data)
     r, p, a, n = ahead_of(table, i)
     if not len(r):
-        return Batch(data, reset, valid, stream, step)
+        return Batch(data, reset, valid, stream, step, k)
     mask = np.arange(k) < n[:, None]
     valid[r, t:] = mask
     stream[r, t:] = np.where(mask, table.ids[p][:, None], -1)
     step[r, t:] = np.where(mask, a[:, None] + np.arange(k), -1)
     if data is None:
-        return Batch(data, reset, valid, stream, step)
+        return Batch(data, reset, valid, stream, step, k)
     arrays = table.arrays if not table.transformed else None
     if arrays is not None and type(data) is np.ndarray:  # in short
         for row, q, start, count in zip(
             r.tolist(), p.tolist(), a.tolist(), n.tolist(), strict=True
         ):
             data[row, t : t + count] = arrays[q][start : start + count]
-        return Batch(data, reset, valid, stream, step)
+        return Batch(data, reset, valid, stream, step, k)
     for row, q, start, count in zip(r.tolist(), p.tolist(), a.tolist(), n.tolist(), strict=True):
         _read_into(table, data, spec, row, q, start, count, arrays)
-    return Batch(data, reset, valid, stream, step)
+    return Batch(data, reset, valid, stream, step, k)
 
 
 def _read_into(

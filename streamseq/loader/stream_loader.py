@@ -125,16 +125,17 @@ class StreamLoader:
             at t < tbins, target at t + 1 where ``stream`` is equal and ``step``
             consecutive: :meth:`Batch.target_mask`) uses every step but the first of
             every stream as a target exactly once per epoch. It does not change the
-            plan: a state loads across look-aheads.
+            plan: a state loads across look-aheads. At most the length of the longest
+            stream (more steps would all be padding).
 
     Thread safety: indexing a loader (``loader[i]``) from several threads, also while
     one thread iterates it, gives correct batches; a loader runs one pass at a time.
 
     Raises:
-        ValueError: no streams, ``batch_size`` or ``tbins`` < 1, ``lookahead`` < 0,
-            ``num_workers`` < 0 (or a string other than ``"auto"``), an unknown pad
-            mode or method, ``max_buffered`` too small for the method, a ``timeout``
-            that is not positive, or a bad rank.
+        ValueError: no streams, ``batch_size`` or ``tbins`` < 1, ``lookahead`` < 0 or
+            more than the longest stream, ``num_workers`` < 0 (or a string other than
+            ``"auto"``), an unknown pad mode or method, ``max_buffered`` too small for
+            the method, a ``timeout`` that is not positive, or a bad rank.
         TypeError: an integer argument that is not an integer (``lookahead``: nor a
             float), or a ``transform`` that is not callable.
         StreamError: an opener failed while its length was measured.
@@ -219,6 +220,12 @@ class StreamLoader:
         if transform is None:  # a transform may give every stream the same steps
             check_step_specs(self.refs, lengths_)
         config = self.config
+        longest = int(lengths_.max())
+        if config.lookahead > longest:  # (its last steps would be padding in every batch)
+            raise ValueError(
+                f"lookahead={config.lookahead} is more than the longest stream "
+                f"({longest} steps): at most {longest} look-ahead steps can hold a step"
+            )
         data = DataSpec(self.refs, lengths_, config.transform, self.spec.seed, config.timeout)
         self._reading = Reading(self.spec, self.refs, config.transform, data, config.lookahead)
         self._epochs = Epochs(self.spec, per_epoch=config.transform is not None)

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .._tree import leaves, tree_map
+from .._tree import leaves, rebuilt, tree_map
 from .blocks import Failed
 from .shm import Slot
 
@@ -56,7 +56,7 @@ def place(value: Any, slot: Slot) -> Placed | None:
     taken = slot.taken
     kind = type(items[0])
     flat = hasattr(kind, "_fields") and all(id(a) in taken for a in items[0])
-    skeleton = kind._make([None] * len(items[0])) if flat else _skeleton(items[0])
+    skeleton = rebuilt(items[0], [None] * len(items[0])) if flat else _skeleton(items[0])
     layouts: list[Layout] = []
     for item in items:
         if flat and type(item) is not kind:
@@ -183,7 +183,7 @@ class Placed:
         """Item ``m`` with all the rows (those of every worker that wrote the slot)."""
         arrays = [a[m] for a in self.stacked()]
         if self.flat:
-            return self.skeleton._make(arrays)
+            return rebuilt(self.skeleton, arrays)
         return _rebuild(self.skeleton, arrays)
 
     def item(self, m: int) -> Any:

@@ -46,12 +46,19 @@ class Packed:
     def __reduce__(self) -> tuple:
         v = self.value
         buffers = [pickle.PickleBuffer(a) for a in v]
-        return _unpack, (type(v), buffers, [(a.dtype.str, a.shape) for a in v])
+        specs = [(a.dtype.str, a.shape) for a in v]
+        own = getattr(v, "__dict__", None) or None  # (a Batch's lookahead)
+        return _unpack, (type(v), buffers, specs, own)
 
 
-def _unpack(cls: type, buffers: list[Any], specs: list[tuple[str, tuple]]) -> tuple:
+def _unpack(
+    cls: type, buffers: list[Any], specs: list[tuple[str, tuple]], own: dict | None = None
+) -> tuple:
     arrays = [np.frombuffer(b, d).reshape(s) for b, (d, s) in zip(buffers, specs, strict=True)]
-    return cls._make(arrays) if hasattr(cls, "_make") else cls(arrays)
+    out = cls._make(arrays) if hasattr(cls, "_make") else cls(arrays)
+    if own:
+        out.__dict__.update(own)
+    return out
 
 
 def pack(value: Any) -> Any:

@@ -31,7 +31,12 @@ def test_a_default_trainer_trains_on_every_step_of_every_epoch_once(tmp_path):
     trained = result["model"].trained
     assert len(trained) == 3 * n
     expected = module.every_step(module.make_streams())
-    assert cells_per_epoch(trained, range(3)) == [expected] * 3
+    assert cells_per_epoch(trained, range(3)) == [expected] * 3  # the GRU's inputs
+    # the targets of the loss: every step but the first of every stream, once an epoch
+    targets = cells_per_epoch(result["model"].targets, range(3))
+    assert targets == [module.every_target(module.make_streams())] * 3
+    streams = len(module.make_streams())
+    assert all(sum(t.values()) == sum(expected.values()) - streams for t in targets)
     firsts = [next(cells[0][0] for e, cells in trained if e == epoch) for epoch in range(3)]
     assert len(set(firsts)) > 1, "the epochs are not reshuffled"
 
@@ -54,6 +59,9 @@ def test_a_run_resumed_mid_epoch_trains_on_the_rest_of_the_epoch_once(tmp_path):
     expected = module.every_step(module.make_streams())
     got = cells_per_epoch(before + second["model"].trained, range(3))
     assert got == [expected] * 3
+    targets = first["model"].targets[:save] + second["model"].targets
+    want = module.every_target(module.make_streams())
+    assert cells_per_epoch(targets, range(3)) == [want] * 3
 
     # the resumed run gets exactly the batches an uninterrupted run gets
     whole = module.run(str(tmp_path / "whole"), 3, accelerator="cpu")["model"].trained
