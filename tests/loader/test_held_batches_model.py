@@ -170,12 +170,13 @@ class HostileUser(RuleBasedStateMachine):
         if action == "save":
             state = self.loader.state_dict()
             assert state == self.ref.state_dict()
-            self.states.append(state)
+            self.states.append((state, self.weights))
             return
         if action == "load" and self.states:
-            state = data.draw(st.sampled_from(self.states))
-            self.loader.load_state_dict(state)
-            self.ref.load_state_dict(state)
+            state, weights = data.draw(st.sampled_from(self.states))
+            changed = weights != self.weights  # (a mixture's state of other weights)
+            self.loader.load_state_dict(state, weights_changed=changed)
+            self.ref.load_state_dict(state, weights_changed=changed)
         elif action in ("load", "load other"):  # a state of a loader of another batch size
             other = self.make(0, data.draw(st.sampled_from([2, 3])))
             it = iter(other)
