@@ -558,3 +558,18 @@ def test_a_complete_store_in_a_read_only_folder_is_read_without_a_lock(tmp_path,
     sources[0][:] = 5
     with pytest.raises(SourceError, match=f"{store}.*not writable"):
         materialize(sources, store)
+
+
+def test_a_complete_store_whose_done_log_is_lost_is_made_again_in_new_files(tmp_path):
+    sources = token_arrays()
+    store = tmp_path / "s"
+    first = materialize(sources, store)
+    held = first[3][0:12]
+    generation = layout.read_manifest(str(store))["generation"]
+    os.remove(store / layout.done_file(generation))
+    with pytest.raises(SourceError, match="not complete"):
+        open_store(store)
+    stored = materialize(sources, store)
+    assert layout.read_manifest(str(store))["generation"] != generation
+    assert stored_bytes(stored) == [s.tobytes() for s in sources]
+    np.testing.assert_array_equal(held, sources[3])

@@ -79,7 +79,8 @@ def materialize(
     The store (a folder: see :mod:`streamseq.store.layout`) keeps the steps as the
     sources deliver them, after ``transform``, one data file per array of a step, with
     the offset and length of every stream, the step dtypes and shapes, and what
-    identifies every source (its path and its file's size, time and inode). The streams
+    identifies every source (its path and its file's size, time and inode; a digest of
+    the bytes of arrays in memory). The streams
     returned read it with memory maps, without a copy: a loader given them delivers the
     same batches as one given the sources (with the same ``transform``), at the cost of a
     copy instead of a decode.
@@ -89,7 +90,10 @@ def materialize(
     the next call writes only what is missing, never reading a stream cut short. A call
     on a complete store that matches the sources reads nothing but one step. Several
     processes (the ranks of one machine) may call it at once: one builds, the others
-    wait for it (``lock_timeout``) and read.
+    wait for it (``lock_timeout``) and read. A store whose files do not agree with its
+    manifest (edited, cut short, deleted) is made again. Steps written are never written
+    again in the same files: a store made again gets new files, so steps a process holds
+    never change. A complete store in a folder that cannot be written is read as it is.
 
     Args:
         streams: streams or openers (as for :class:`~streamseq.StreamLoader`), or a
@@ -102,7 +106,8 @@ def materialize(
         num_workers: worker processes (forked) writing streams in parallel; 0 writes in
             this process.
         on_change: a source that differs from the one the store was made from (another
-            file, a file changed: size, time or inode), or other settings: ``"rebuild"``
+            file, a file changed: size, time or inode; an array changed in memory), or
+            other settings: ``"rebuild"``
             writes it again, ``"error"`` raises a :class:`~streamseq.SourceError`.
         key: any text that names what the store holds beyond the sources (a version of
             the transform, a resize setting): another key rebuilds the store.
@@ -117,8 +122,12 @@ def materialize(
     Raises:
         SourceError: a source's file changed since the source was made, or since the
             store was made (with ``on_change="error"``); it names the stream and the file.
+            Or the store's folder cannot be written and the store there is not complete,
+            or does not match the streams.
         StreamError: a stream failed to read, or its steps differ in dtype or shape
             from the first stream's (named with the steps).
+        TypeError: the steps are not arrays of numbers, text or bytes (objects,
+            structured arrays).
         OSError: ``errno.ENOSPC`` when the steps left to write would not fit the disk.
         TimeoutError: another process held the store for ``lock_timeout``.
         WorkerError: a worker died (:class:`~streamseq.WorkerTimeout` after ``timeout``).
