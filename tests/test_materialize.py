@@ -462,7 +462,8 @@ def test_a_truncated_or_missing_data_file_is_refused_by_open_store_and_rebuilt(t
         {"leaf": 0, "dtype": "<i4", "shape": [-3]},
     ],
 )
-def test_a_tampered_step_layout_is_refused_by_open_store_and_rebuilt(tmp_path, spec):
+@pytest.mark.parametrize("digest", ["kept", "made again"])
+def test_a_tampered_step_layout_is_refused_by_open_store_and_rebuilt(tmp_path, spec, digest):
     import json
 
     sources = token_arrays()
@@ -470,7 +471,10 @@ def test_a_tampered_step_layout_is_refused_by_open_store_and_rebuilt(tmp_path, s
     materialize(sources, store)
     manifest = json.loads((store / layout.MANIFEST).read_text())
     manifest["spec"] = spec
-    (store / layout.MANIFEST).write_text(json.dumps(manifest))
+    if digest == "kept":
+        (store / layout.MANIFEST).write_text(json.dumps(manifest))
+    else:  # the layout itself must not check
+        layout.write_manifest(str(store), {k: v for k, v in manifest.items() if k != "digest"})
     with pytest.raises(SourceError, match=f"{store}"):
         open_store(store)
     stored = materialize(sources, store)
@@ -533,25 +537,27 @@ def test_views_held_keep_their_steps_when_a_changed_source_is_written_again(tmp_
 # -- a store on a read-only folder ----------------------------------------------------------------
 
 
-def _no_lock_file(monkeypatch):
+def _no_lock_file(monkeypatch, existing):
     from streamseq.store import lock
 
     real = os.open
 
     def refuse(path, flags, *args):
-        if os.fspath(path).endswith(layout.LOCK):
+        if os.fspath(path).endswith(layout.LOCK) and (flags != os.O_RDONLY or not existing):
             raise OSError(errno.EROFS, "Read-only file system", path)
         return real(path, flags, *args)
 
     monkeypatch.setattr(lock.os, "open", refuse)
 
 
-def test_a_complete_store_in_a_read_only_folder_is_read_without_a_lock(tmp_path, monkeypatch):
+@pytest.mark.parametrize("lock_file", ["absent", "read-only"])
+def test_a_complete_store_in_a_read_only_folder_is_read(tmp_path, monkeypatch, lock_file):
     sources = token_arrays()
     store = tmp_path / "s"
     materialize(sources, store)
-    os.remove(store / layout.LOCK)
-    _no_lock_file(monkeypatch)
+    if lock_file == "absent":
+        os.remove(store / layout.LOCK)
+    _no_lock_file(monkeypatch, existing=lock_file != "absent")
     stored = materialize(sources, store)
     assert stored_bytes(stored) == [s.tobytes() for s in sources]
     assert stored_bytes(open_store(store)) == [s.tobytes() for s in sources]

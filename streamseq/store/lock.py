@@ -32,18 +32,17 @@ def build_lock(folder: str, timeout: float) -> Iterator[bool]:
         True
     """
     path = os.path.join(folder, ".lock")
-    writable = True
+    writable, fd = True, None
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
         if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
             raise
         writable = False
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            yield False  # no lock file, and none can be made: nobody builds here
-            return
+        fd = _open_existing(path)
+    if fd is None:  # no lock file, and none can be made: nobody builds here
+        yield False
+        return
     try:
         deadline, pause = time.monotonic() + timeout, 0.01
         while True:
@@ -64,3 +63,11 @@ def build_lock(folder: str, timeout: float) -> Iterator[bool]:
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def _open_existing(path: str) -> int | None:
+    """The lock file opened for reading (``flock`` needs no more), or ``None``."""
+    try:
+        return os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
