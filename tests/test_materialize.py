@@ -215,10 +215,12 @@ def test_a_build_killed_at_random_points_resumes_identical(tmp_path):
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=60)
         store = tmp_path / "store"
-        if (store / layout.INDEX).exists():
-            done = layout.read_done(str(store), 24)
+        manifest = layout.read_manifest(str(store)) if store.exists() else None
+        if manifest is not None:
+            done = layout.read_done(str(store), manifest["generation"], 24)
+            leaf = store / layout.leaf_file(0, manifest["generation"])
             written = [
-                np.fromfile(store / "leaf-0.bin", "<i8")[o : o + n]
+                np.fromfile(leaf, "<i8")[o : o + n]
                 for o, n in np.load(store / layout.INDEX).tolist()
             ]
             cut += 0 < done.sum() < 24
@@ -238,8 +240,9 @@ def test_a_build_killed_at_random_points_resumes_identical(tmp_path):
 def test_an_incomplete_store_is_not_read_and_is_finished(tmp_path):
     sources = [tokens(p) for p in token_files(tmp_path / "t", [10, 20, 30])]
     materialize(sources, tmp_path / "s")
-    layout.rewrite_done(str(tmp_path / "s"), np.array([True, False, True]))
-    with open(tmp_path / "s" / "leaf-0.bin", "r+b") as f:  # stream 1 half written
+    generation = layout.read_manifest(str(tmp_path / "s"))["generation"]
+    layout.write_done(str(tmp_path / "s"), generation, np.array([True, False, True]))
+    with open(leaf_path(tmp_path / "s"), "r+b") as f:  # stream 1 half written
         f.seek(10 * 4)
         f.write(b"\xff" * 40)
     with pytest.raises(SourceError, match="not complete.*the first is stream 1"):
@@ -261,7 +264,8 @@ def test_a_failure_keeps_what_was_written_and_the_next_call_writes_the_rest(tmp_
 
     with pytest.raises(StreamError, match="stream 3.*boom"):
         materialize(sources, tmp_path / "s", transform=fn)
-    done = layout.read_done(str(tmp_path / "s"), 4)
+    generation = layout.read_manifest(str(tmp_path / "s"))["generation"]
+    done = layout.read_done(str(tmp_path / "s"), generation, 4)
     assert done.tolist() == [True, True, True, False]  # longest first: stream 3 last
     broken[0], calls[:] = False, []
     stored = materialize(sources, tmp_path / "s", transform=fn)
@@ -327,7 +331,8 @@ def test_two_processes_building_at_once_end_with_one_valid_store(tmp_path):
     paths = [tmp_path / "t" / f"{i}.npy" for i in range(24)]
     stored = open_store(tmp_path / "store")
     assert stored_bytes(stored) == [(np.load(p) * 3).tobytes() for p in paths]
-    raw = np.fromfile(tmp_path / "store" / layout.DONE, "<i8")
+    generation = layout.read_manifest(str(tmp_path / "store"))["generation"]
+    raw = np.fromfile(tmp_path / "store" / layout.done_file(generation), "<i8")
     assert len(raw) == 2 * 24  # every stream written and recorded once
 
 
@@ -366,7 +371,7 @@ def test_a_full_disk_is_told_before_writing(tmp_path, monkeypatch):
     assert info.value.errno == errno.ENOSPC
     text = str(info.value)
     assert "19200 bytes" in text and "300 steps x 64 bytes" in text and "5000 bytes" in text
-    assert not layout.read_done(str(tmp_path / "s"), 4).any()
+    assert layout.read_manifest(str(tmp_path / "s")) is None  # nothing written
     monkeypatch.undo()
     stored = materialize(sources, tmp_path / "s")
     assert batches_of(stored) == batches_of(sources)
@@ -379,3 +384,198 @@ def test_bad_arguments(tmp_path):
         materialize([np.arange(0), np.arange(0)], tmp_path / "s")
     with pytest.raises(SourceError, match="no store here"):
         open_store(tmp_path / "nothing")
+
+
+# -- a damaged store is refused or made again ---------------------------------------------------
+
+
+def leaf_path(folder, i=0):
+    """The data file of leaf ``i`` of the store's current files."""
+    (path,) = Path(folder).glob(f"leaf-{i}.*bin")
+    return path
+
+
+def token_arrays(lengths=(7, 0, 5, 12, 3)):
+    return [
+        (np.arange(n)[:, None] * 10 + s * 1000 + np.zeros((n, 3), np.int32)).astype(np.int32)
+        for s, n in enumerate(lengths)
+    ]
+
+
+@pytest.mark.parametrize("offset", ["another stream's", -3, 1])
+def test_tampered_offsets_are_refused_by_open_store_and_rebuilt(tmp_path, offset):
+    sources = token_arrays()
+    store = tmp_path / "s"
+    materialize(sources, store)
+    index = np.load(store / layout.INDEX)
+    index[0, 0] = index[2, 0] if offset == "another stream's" else offset
+    np.save(store / layout.INDEX, index)
+    with pytest.raises(SourceError, match=f"{store}.*stream 0"):
+        open_store(store)
+    stored = materialize(sources, store)
+    assert stored_bytes(stored) == [s.tobytes() for s in sources]
+    assert stored_bytes(open_store(store)) == [s.tobytes() for s in sources]
+
+
+@pytest.mark.parametrize("damage", ["garbage", "pickle", "deleted"])
+def test_an_unreadable_or_missing_index_is_refused_by_open_store_and_rebuilt(tmp_path, damage):
+    sources = token_arrays()
+    store = tmp_path / "s"
+    materialize(sources, store)
+    if damage == "deleted":
+        os.remove(store / layout.INDEX)
+    elif damage == "pickle":
+        np.save(store / layout.INDEX, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    else:
+        (store / layout.INDEX).write_bytes(b"garbage")
+    with pytest.raises(SourceError, match=f"{store}.*index"):
+        open_store(store)
+    stored = materialize(sources, store)
+    assert stored_bytes(stored) == [s.tobytes() for s in sources]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "longer", "deleted"])
+def test_a_truncated_or_missing_data_file_is_refused_by_open_store_and_rebuilt(tmp_path, damage):
+    sources = token_arrays()
+    store = tmp_path / "s"
+    materialize(sources, store)
+    leaf = leaf_path(store)
+    if damage == "deleted":
+        os.remove(leaf)
+    else:
+        with open(leaf, "r+b") as f:
+            f.truncate(100 if damage == "truncated" else 10_000)
+    with pytest.raises(SourceError, match=f"{store}.*leaf-0"):
+        open_store(store)
+    stored = materialize(sources, store)
+    assert stored_bytes(stored) == [s.tobytes() for s in sources]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"leaf": 0, "dtype": "|O", "shape": [3]},
+        {"leaf": 0, "dtype": "<i2", "shape": [3]},
+        {"leaf": 0, "dtype": "<i4", "shape": [1]},
+        {"leaf": 0, "dtype": [["a", "<i4"]], "shape": [3]},
+        {"leaf": "../../x", "dtype": "<i4", "shape": [3]},
+        {"leaf": 0, "dtype": "<i4", "shape": [-3]},
+    ],
+)
+@pytest.mark.parametrize("digest", ["kept", "made again"])
+def test_a_tampered_step_layout_is_refused_by_open_store_and_rebuilt(tmp_path, spec, digest):
+    import json
+
+    sources = token_arrays()
+    store = tmp_path / "s"
+    materialize(sources, store)
+    manifest = json.loads((store / layout.MANIFEST).read_text())
+    manifest["spec"] = spec
+    if digest == "kept":
+        (store / layout.MANIFEST).write_text(json.dumps(manifest))
+    else:  # the layout itself must not check
+        layout.write_manifest(str(store), {k: v for k, v in manifest.items() if k != "digest"})
+    with pytest.raises(SourceError, match=f"{store}"):
+        open_store(store)
+    stored = materialize(sources, store)
+    assert stored_bytes(stored) == [s.tobytes() for s in sources]
+
+
+def test_steps_of_python_objects_are_not_stored(tmp_path):
+    objects = np.empty((3, 2), dtype=object)
+    objects[:] = [[1, "a"]] * 3
+    with pytest.raises((TypeError, StreamError), match="object"):
+        materialize([objects], tmp_path / "s")
+
+
+# -- sources that record no file state ----------------------------------------------------------
+
+
+def test_an_array_changed_in_memory_is_written_again(tmp_path):
+    sources = token_arrays()
+    materialize(sources, tmp_path / "s")
+    sources[0][:] = -1
+    sources[3][2, 1] = 5
+    with pytest.raises(SourceError, match="stream 0"):
+        materialize(sources, tmp_path / "s", on_change="error")
+    stored = materialize(sources, tmp_path / "s")
+    assert stored_bytes(stored) == [s.tobytes() for s in sources]
+
+
+def test_a_memory_mapped_array_whose_file_changed_is_written_again(tmp_path):
+    path = tmp_path / "a.npy"
+    np.save(path, token_arrays()[3])
+    materialize([np.load(path, mmap_mode="r")], tmp_path / "s")
+    new = np.full((12, 3), 77, np.int32)
+    np.save(path, new)  # the same size, the same inode
+    os.utime(path, ns=(0, 10**18))
+    with pytest.raises(SourceError, match=f"stream 0.*{path}"):
+        materialize([np.load(path, mmap_mode="r")], tmp_path / "s", on_change="error")
+    stored = materialize([np.load(path, mmap_mode="r")], tmp_path / "s")
+    np.testing.assert_array_equal(stored[0][0:12], new)
+
+
+# -- readers of a store keep what they hold -----------------------------------------------------
+
+
+def test_views_held_keep_their_steps_when_a_changed_source_is_written_again(tmp_path):
+    paths = token_files(tmp_path / "t", [10, 20, 30])
+    first = materialize([tokens(p) for p in paths], tmp_path / "s")
+    held = [first[1][0:20], first[2][5:9]]
+    before = [np.array(h) for h in held]
+    np.save(paths[1], np.arange(20, dtype=np.int32) * -1)
+    os.utime(paths[1], ns=(0, 10**18))
+    stored = materialize([tokens(p) for p in paths], tmp_path / "s")
+    np.testing.assert_array_equal(stored[1][0:20], np.arange(20) * -1)
+    for h, b in zip(held, before, strict=True):
+        np.testing.assert_array_equal(h, b)  # the old files, still mapped
+    leaves = [f for f in os.listdir(tmp_path / "s") if f.startswith("leaf-")]
+    assert len(leaves) == 1  # the old data file is gone from the folder
+    assert stored_bytes(open_store(tmp_path / "s"))[0] == np.load(paths[0]).tobytes()
+
+
+# -- a store on a read-only folder ----------------------------------------------------------------
+
+
+def _no_lock_file(monkeypatch, existing):
+    from streamseq.store import lock
+
+    real = os.open
+
+    def refuse(path, flags, *args):
+        if os.fspath(path).endswith(layout.LOCK) and (flags != os.O_RDONLY or not existing):
+            raise OSError(errno.EROFS, "Read-only file system", path)
+        return real(path, flags, *args)
+
+    monkeypatch.setattr(lock.os, "open", refuse)
+
+
+@pytest.mark.parametrize("lock_file", ["absent", "read-only"])
+def test_a_complete_store_in_a_read_only_folder_is_read(tmp_path, monkeypatch, lock_file):
+    sources = token_arrays()
+    store = tmp_path / "s"
+    materialize(sources, store)
+    if lock_file == "absent":
+        os.remove(store / layout.LOCK)
+    _no_lock_file(monkeypatch, existing=lock_file != "absent")
+    stored = materialize(sources, store)
+    assert stored_bytes(stored) == [s.tobytes() for s in sources]
+    assert stored_bytes(open_store(store)) == [s.tobytes() for s in sources]
+    sources[0][:] = 5
+    with pytest.raises(SourceError, match=f"{store}.*not writable"):
+        materialize(sources, store)
+
+
+def test_a_complete_store_whose_done_log_is_lost_is_made_again_in_new_files(tmp_path):
+    sources = token_arrays()
+    store = tmp_path / "s"
+    first = materialize(sources, store)
+    held = first[3][0:12]
+    generation = layout.read_manifest(str(store))["generation"]
+    os.remove(store / layout.done_file(generation))
+    with pytest.raises(SourceError, match="not complete"):
+        open_store(store)
+    stored = materialize(sources, store)
+    assert layout.read_manifest(str(store))["generation"] != generation
+    assert stored_bytes(stored) == [s.tobytes() for s in sources]
+    np.testing.assert_array_equal(held, sources[3])

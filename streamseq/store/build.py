@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import hashlib
 import logging
 import multiprocessing
 import os
@@ -31,7 +30,10 @@ from streamseq.mix import Mixture
 from streamseq.read.ref import StreamRef, as_refs
 from streamseq.read.transform import StepInfo, Transform
 from streamseq.store import layout
+from streamseq.store.check import Contents, lengths_digest, make_index, read_store
+from streamseq.store.generation import Plan, start_generation
 from streamseq.store.identity import check_source, record_change, source_record
+from streamseq.store.layout import Damaged
 from streamseq.store.lock import build_lock
 from streamseq.store.stream import StoredStream, stored_streams
 
@@ -48,6 +50,7 @@ class _Build(NamedTuple):
     """What every writer needs (inherited by forked workers, never pickled)."""
 
     folder: str
+    generation: str
     refs: list[StreamRef]
     offsets: np.ndarray
     lengths: np.ndarray
@@ -76,7 +79,8 @@ def materialize(
     The store (a folder: see :mod:`streamseq.store.layout`) keeps the steps as the
     sources deliver them, after ``transform``, one data file per array of a step, with
     the offset and length of every stream, the step dtypes and shapes, and what
-    identifies every source (its path and its file's size, time and inode). The streams
+    identifies every source (its path and its file's size, time and inode; a digest of
+    the bytes of arrays in memory). The streams
     returned read it with memory maps, without a copy: a loader given them delivers the
     same batches as one given the sources (with the same ``transform``), at the cost of a
     copy instead of a decode.
@@ -86,7 +90,10 @@ def materialize(
     the next call writes only what is missing, never reading a stream cut short. A call
     on a complete store that matches the sources reads nothing but one step. Several
     processes (the ranks of one machine) may call it at once: one builds, the others
-    wait for it (``lock_timeout``) and read.
+    wait for it (``lock_timeout``) and read. A store whose files do not agree with its
+    manifest (edited, cut short, deleted) is made again. Steps written are never written
+    again in the same files: a store made again gets new files, so steps a process holds
+    never change. A complete store in a folder that cannot be written is read as it is.
 
     Args:
         streams: streams or openers (as for :class:`~streamseq.StreamLoader`), or a
@@ -99,7 +106,8 @@ def materialize(
         num_workers: worker processes (forked) writing streams in parallel; 0 writes in
             this process.
         on_change: a source that differs from the one the store was made from (another
-            file, a file changed: size, time or inode), or other settings: ``"rebuild"``
+            file, a file changed: size, time or inode; an array changed in memory), or
+            other settings: ``"rebuild"``
             writes it again, ``"error"`` raises a :class:`~streamseq.SourceError`.
         key: any text that names what the store holds beyond the sources (a version of
             the transform, a resize setting): another key rebuilds the store.
@@ -114,8 +122,12 @@ def materialize(
     Raises:
         SourceError: a source's file changed since the source was made, or since the
             store was made (with ``on_change="error"``); it names the stream and the file.
+            Or the store's folder cannot be written and the store there is not complete,
+            or does not match the streams.
         StreamError: a stream failed to read, or its steps differ in dtype or shape
             from the first stream's (named with the steps).
+        TypeError: the steps are not arrays of numbers, text or bytes (objects,
+            structured arrays).
         OSError: ``errno.ENOSPC`` when the steps left to write would not fit the disk.
         TimeoutError: another process held the store for ``lock_timeout``.
         WorkerError: a worker died (:class:`~streamseq.WorkerTimeout` after ``timeout``).
@@ -138,8 +150,8 @@ def materialize(
     folder = os.path.abspath(os.fspath(path))
     os.makedirs(folder, exist_ok=True)
     fn = None if transform is None else Transform(transform, seed=check_int(seed, "seed", 0))
-    with build_lock(folder, lock_timeout):
-        stored = _build(refs, folder, fn, num_workers, on_change, key, timeout)
+    with build_lock(folder, lock_timeout) as writable:
+        stored = _build(refs, folder, fn, num_workers, on_change, key, timeout, writable)
     if isinstance(streams, Mixture):
         return Mixture(stored, streams.spec)
     return stored
@@ -153,8 +165,13 @@ def _build(
     on_change: str,
     key: str | None,
     timeout: float | None,
+    writable: bool,
 ) -> list[StoredStream]:
-    """Bring the store in ``folder`` up to date with ``refs`` (holding its lock)."""
+    """Bring the store in ``folder`` up to date with ``refs`` (holding its lock).
+
+    With ``writable`` false (a folder this process cannot write), a complete store that
+    matches the sources is read, and anything else is a :class:`SourceError`.
+    """
     lengths = np.array([len(r) for r in refs], dtype=np.int64)
     for ref in refs:
         check_source(ref)
@@ -163,30 +180,66 @@ def _build(
     config = {
         "version": layout.VERSION,
         "streams": len(refs),
-        "lengths_sha256": hashlib.sha256(lengths.astype("<i8").tobytes()).hexdigest(),
+        "lengths_sha256": lengths_digest(lengths),
         "steps": int(lengths.sum()),
         "spec": spec,
         "transform": None if fn is None else fn.name,
         "seed": None if fn is None else fn.seed,
         "key": key,
     }
-    manifest = layout.read_manifest(folder)
-    done = _reusable(refs, folder, manifest, config, records, on_change)
-    if done is None:
-        done = _fresh(folder, config, records, lengths)
-    offsets = np.load(os.path.join(folder, layout.INDEX))[:, 0]
-    pending = np.flatnonzero(~done & (lengths > 0))
-    empty = np.flatnonzero(~done & (lengths == 0))
+    found = _contents(folder, writable)
+    plan = _reusable(refs, folder, found, config, records, on_change)
+    pending = np.flatnonzero(~plan.done & (lengths > 0))
+    empty = np.flatnonzero(~plan.done & (lengths == 0))
+    manifest = {**config, "generation": plan.generation, "records": records, "complete": True}
+    if found is not None and _body(found.manifest) == manifest:
+        return stored_streams(folder, manifest, found.index)  # complete, as the streams are
+    if not writable:
+        raise SourceError(
+            folder,
+            "the store is not complete or does not match the streams, and its folder is "
+            "not writable: make it where it can be written, or give the streams it was "
+            "made from",
+        )
+    per_step = layout.step_bytes(spec)
+    copy = 0 if plan.copy_from is None else sum(layout.leaf_bytes(spec, config["steps"]))
+    _check_space(folder, lengths[pending], per_step, copy)
+    index = make_index(lengths)
+    if found is None or plan.generation != found.manifest["generation"]:
+        start_generation(folder, plan, {**manifest, "complete": False}, index)
+    else:
+        layout.write_manifest(folder, {**manifest, "complete": False})
+    layout.remove_other_generations(folder, plan.generation)
     if len(empty):
-        layout.append_done(folder, empty)
-    _check_space(folder, lengths[pending], layout.step_bytes(spec))
+        layout.append_done(folder, plan.generation, empty)
     if len(pending):
-        build = _Build(folder, refs, offsets, lengths, layout.leaf_layout(spec), fn)
+        build = _Build(
+            folder, plan.generation, refs, index[:, 0], lengths, layout.leaf_layout(spec), fn
+        )
         log.info("materialize: writing %d streams into %s", len(pending), folder)
-        tasks = _tasks(pending, lengths, layout.step_bytes(spec), num_workers)
-        _run(build, tasks, num_workers, timeout)
-    index = np.stack([offsets, lengths], axis=1)
-    return stored_streams(folder, {**config, "records": records}, index)
+        _run(build, _tasks(pending, lengths, per_step, num_workers), num_workers, timeout)
+    layout.write_manifest(folder, manifest)
+    return stored_streams(folder, manifest, index)
+
+
+def _body(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The manifest without its digest."""
+    return {k: v for k, v in manifest.items() if k != "digest"}
+
+
+def _contents(folder: str, writable: bool) -> Contents | None:
+    """The checked contents of the store in ``folder``; ``None`` when there is none to keep.
+
+    A damaged store (see :mod:`streamseq.store.check`) is made again (told in the log);
+    where the folder cannot be written, it is a :class:`SourceError`.
+    """
+    try:
+        return read_store(folder)
+    except Damaged as e:
+        if not writable:
+            raise SourceError(folder, f"{e}, and the folder is not writable") from None
+        log.warning("materialize: %s: %s; the store is made again", folder, e)
+        return None
 
 
 def _first_step(refs: list[StreamRef], lengths: np.ndarray, fn: Transform | None) -> Any:
@@ -208,17 +261,22 @@ def _first_step(refs: list[StreamRef], lengths: np.ndarray, fn: Transform | None
 def _reusable(
     refs: list[StreamRef],
     folder: str,
-    manifest: dict[str, Any] | None,
+    found: Contents | None,
     config: dict[str, Any],
     records: list[Any],
     on_change: str,
-) -> np.ndarray | None:
-    """What the store in ``folder`` holds of the streams, or ``None`` to start afresh.
+) -> Plan:
+    """Which files the streams are written into, and what they already hold.
 
-    Streams whose source changed are forgotten (``on_change="rebuild"``) or an error.
+    A stream written whole is kept in its files; every other stream is written into them.
+    A store that is absent, made from other settings, or that says it is complete but
+    is not, is made again in a new generation; so is one where the source of a stream
+    written changed (the other streams copied over), since a process may have mapped
+    the steps written (``on_change="error"``: a :class:`SourceError` instead).
     """
-    if manifest is None:
-        return None
+    if found is None:
+        return Plan(layout.new_generation(), np.zeros(len(records), bool), None)
+    manifest = found.manifest
     old = {k: manifest.get(k) for k in config}
     before = manifest.get("records") or []
     if len(before) == len(records):
@@ -236,49 +294,33 @@ def _reusable(
                 "differ); use another folder, or on_change='rebuild'",
             )
         log.warning("materialize: %s: %s changed, the store is made again", folder, what)
-        return None
-    done = layout.read_done(folder, len(records))
+        return Plan(layout.new_generation(), np.zeros(len(records), bool), None)
+    done = found.done
+    if manifest.get("complete") is True and not done.all():
+        log.warning("materialize: %s: the done log lacks streams; made again", folder)
+        return Plan(layout.new_generation(), np.zeros(len(records), bool), None)
     changed = np.array([a != b for a, b in zip(before, records, strict=True)], bool)
-    if changed.any():
+    if (changed & done).any():
         log.warning("materialize: %d changed streams written again", int(changed.sum()))
-        done &= ~changed
-        layout.rewrite_done(folder, done)
-        layout.write_manifest(folder, {**config, "records": records})
-    return done
+        return Plan(layout.new_generation(), done & ~changed, manifest["generation"])
+    return Plan(manifest["generation"], done & ~changed, None)
 
 
-def _fresh(
-    folder: str, config: dict[str, Any], records: list[Any], lengths: np.ndarray
-) -> np.ndarray:
-    """Start an empty store: no stream done, data files of the right size (sparse)."""
-    for name in (layout.DONE, layout.MANIFEST):
-        if os.path.exists(os.path.join(folder, name)):
-            os.remove(os.path.join(folder, name))
-    for name in os.listdir(folder):
-        if name.startswith("leaf-") and name.endswith(".bin"):
-            os.remove(os.path.join(folder, name))
-    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-    np.save(os.path.join(folder, layout.INDEX), np.stack([offsets, lengths], axis=1))
-    total = int(lengths.sum())
-    for i, (dtype, shape) in enumerate(layout.leaf_layout(config["spec"])):
-        with open(os.path.join(folder, layout.leaf_file(i)), "wb") as f:
-            f.truncate(total * dtype.itemsize * int(np.prod(shape, dtype=np.int64)))
-    layout.sync_folder(folder)
-    layout.write_manifest(folder, {**config, "records": records})
-    return np.zeros(len(lengths), bool)
+def _check_space(folder: str, lengths: np.ndarray, per_step: int, copy: int) -> None:
+    """Raise ``OSError(ENOSPC)`` when what is left to write does not fit the free space.
 
-
-def _check_space(folder: str, lengths: np.ndarray, per_step: int) -> None:
-    """Raise ``OSError(ENOSPC)`` when the steps left to write do not fit the free space."""
+    That is the steps left, and ``copy`` bytes of streams kept copied into new files.
+    """
     steps = int(lengths.sum())
-    need = steps * per_step
+    need = steps * per_step + copy
     free = shutil.disk_usage(folder).free
     log.info("materialize: %d steps x %d bytes = %d bytes to write", steps, per_step, need)
     if need > free:
+        copied = f" and {copy} bytes of the streams kept, copied into new files" if copy else ""
         raise OSError(
             errno.ENOSPC,
             f"the store needs {need} bytes ({len(lengths)} streams, {steps} steps x "
-            f"{per_step} bytes a step) but {free} bytes are free on its disk",
+            f"{per_step} bytes a step{copied}) but {free} bytes are free on its disk",
             folder,
         )
 
@@ -309,7 +351,7 @@ def _run(build: _Build, tasks: list[np.ndarray], num_workers: int, timeout: floa
     """Write every task's streams, recording each task once its data is synced."""
     if num_workers == 0:
         for task in tasks:
-            layout.append_done(build.folder, _write_task(build, task))
+            layout.append_done(build.folder, build.generation, _write_task(build, task))
         return
     _BUILD[:] = [build]
     context = multiprocessing.get_context("fork")
@@ -323,7 +365,7 @@ def _run(build: _Build, tasks: list[np.ndarray], num_workers: int, timeout: floa
             finished, running = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
             for future in finished:
                 try:
-                    layout.append_done(build.folder, future.result())
+                    layout.append_done(build.folder, build.generation, future.result())
                 except BrokenProcessPool:
                     raise WorkerError(
                         f"a worker writing the store {build.folder} died (killed, or out "
@@ -370,7 +412,7 @@ def _write_in_worker(task: np.ndarray) -> np.ndarray:
 def _write_task(build: _Build, task: np.ndarray) -> np.ndarray:
     """Write the streams of ``task``, sync the data files, and return them."""
     fds = [
-        os.open(os.path.join(build.folder, layout.leaf_file(i)), os.O_WRONLY)
+        os.open(os.path.join(build.folder, layout.leaf_file(i, build.generation)), os.O_WRONLY)
         for i in range(len(build.layout))
     ]
     try:

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 from typing import Any
 
+import numpy as np
+
+from streamseq._tree import leaves
 from streamseq.errors import SourceError, StreamError
 from streamseq.read.ref import StreamRef, identity, is_stream
+
+#: bytes of an array hashed at once (a copy only where the array is not contiguous)
+CHUNK = 16 << 20
 
 
 def source_record(ref: StreamRef) -> list[Any]:
@@ -20,25 +27,76 @@ def _record(ref: StreamRef) -> list[Any]:
     """``[name, state]`` of the stream of ``ref``: its :func:`identity`, and its file's state.
 
     The state is what the source recorded of its file when it was made (a source of
-    :mod:`streamseq.io`), or the state of the local files an opener's
-    ``functools.partial`` names; ``None`` for streams in memory.
+    :mod:`streamseq.io`), the state of the local files an opener's ``functools.partial``
+    names, or the files of memory-mapped arrays (``np.load(path, mmap_mode="r")``); for
+    arrays in memory (or a dict, tuple or list of them) a digest of their bytes;
+    ``None`` for other streams.
 
     Example:
         >>> import numpy as np
-        >>> _record(StreamRef(0, np.arange(3)))
-        ['ndarray', None]
+        >>> _record(StreamRef(0, np.arange(3)))[1]["content"][:7]
+        'sha256:'
     """
     from streamseq.io._base import file_state  # (streamseq.io is loaded on first use)
 
     source = ref.source
     if is_stream(source):
         state = getattr(source, "_file_state", None)
-        return [identity(source), None if state is None else dict(state)]
+        return [identity(source), _array_state(source) if state is None else dict(state)]
     if isinstance(source, functools.partial):
         paths = [os.fspath(a) for a in source.args if isinstance(a, (str, os.PathLike))]
         local = [p for p in paths if os.path.isfile(p)]
         return [identity(source), {p: file_state(p) for p in local} or None]
     return [identity(source), None]
+
+
+def _array_state(source: Any) -> dict[str, Any] | None:
+    """The files of a stream of memory-mapped arrays, or a digest of arrays in memory."""
+    from streamseq.io._base import file_state
+
+    arrays = leaves(source) if isinstance(source, (np.ndarray, dict, tuple, list)) else []
+    if not arrays or not all(isinstance(a, np.ndarray) for a in arrays):
+        return None
+    files = [_mapped_file(a) for a in arrays]
+    if all(files):
+        return {p: file_state(p) for p in files if p is not None}
+    return {"content": content_digest(arrays)}
+
+
+def _mapped_file(array: np.ndarray) -> str | None:
+    """The local file ``array`` maps (a :class:`numpy.memmap` or a view of one), if any."""
+    while array is not None:
+        path = getattr(array, "filename", None)
+        if isinstance(array, np.memmap) and path is not None and os.path.isfile(path):
+            return os.fspath(path)
+        array = array.base if isinstance(array.base, np.ndarray) else None
+    return None
+
+
+def content_digest(arrays: list[np.ndarray]) -> str:
+    """A digest of the dtypes, shapes and bytes of ``arrays``.
+
+    The bytes are read in pieces of :data:`CHUNK` bytes, copied only where an array is
+    not contiguous.
+
+    Example:
+        >>> content_digest([np.zeros(3, "<i2")]) == content_digest([np.zeros(3, "<i2")])
+        True
+        >>> content_digest([np.zeros(3, "<i2")]) == content_digest([np.zeros(3, "<i4")])
+        False
+    """
+    h = hashlib.sha256()
+    for a in arrays:
+        h.update(f"{a.dtype.str}{a.shape};".encode())
+        if a.dtype.hasobject:
+            h.update(repr(a.tolist()).encode())
+            continue
+        rows = a.reshape(1) if a.ndim == 0 else a
+        step = max(1, CHUNK // max(1, rows.itemsize * int(np.prod(rows.shape[1:]))))
+        for i in range(0, len(rows), step):
+            piece = np.ascontiguousarray(rows[i : i + step])
+            h.update(piece.reshape(-1).view(np.uint8))
+    return "sha256:" + h.hexdigest()
 
 
 def check_source(ref: StreamRef) -> None:
@@ -63,16 +121,20 @@ def record_change(ref: StreamRef, before: list[Any], now: list[Any]) -> StreamEr
 
     if before == now:
         return None
+    files: list[str] | None = None
     if before[0] != now[0]:
         what = f"another source ({before[0]!r} -> {now[0]!r})"
     else:
         old, new = before[1] or {}, now[1] or {}
-        if old and all(isinstance(v, dict) for v in old.values()):  # an opener's files
-            words = [w for p in old for w in state_changes(old[p], new.get(p, {}))]
+        if old and all(isinstance(v, dict) for v in old.values()):  # files it reads
+            files = [p for p in old if old[p] != new.get(p)] or list(old)
+            words = [w for p in files for w in state_changes(old[p], new.get(p, {}))]
         else:
             words = state_changes(old, new)
         what = f"its file changed ({', '.join(words) or 'another record'})"
-    where = getattr(ref.source, "path", None) or now[0]
+        if "content" in old:
+            what = "its steps changed in memory"
+    where = getattr(ref.source, "path", None) or (files[0] if files else now[0])
     error = SourceError(
         str(where),
         f"{what} since the store was made: its stored steps would be stale; it is written "

@@ -12,6 +12,8 @@ from streamseq._tree import tree_map
 from streamseq.errors import SourceError
 from streamseq.read.handle import ProcessLocal
 from streamseq.store import layout
+from streamseq.store.check import check_leaf, read_store
+from streamseq.store.layout import Damaged
 
 
 class _Files:
@@ -21,8 +23,9 @@ class _Files:
     file once, whatever number of streams it reads.
     """
 
-    def __init__(self, folder: str, spec: Any, steps: int):
+    def __init__(self, folder: str, spec: Any, steps: int, generation: str):
         self.folder, self.spec, self.steps = folder, spec, steps
+        self.generation = generation
         self._maps: ProcessLocal[Any] = ProcessLocal()
 
     def maps(self) -> Any:
@@ -31,13 +34,19 @@ class _Files:
 
     def _open(self) -> Any:
         def open_leaf(i: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
-            path = os.path.join(self.folder, layout.leaf_file(i))
-            if self.steps == 0 or dtype.itemsize * int(np.prod(shape)) == 0:
-                return np.zeros((self.steps, *shape), dtype)
+            path = os.path.join(self.folder, layout.leaf_file(i, self.generation))
+            size = self.steps * dtype.itemsize * int(np.prod(shape, dtype=np.int64))
             try:
+                check_leaf(path, size)
+                if size == 0:
+                    return np.zeros((self.steps, *shape), dtype)
                 return np.memmap(path, dtype, mode="r", shape=(self.steps, *shape))
-            except (OSError, ValueError) as e:
-                raise SourceError(path, f"cannot map the store's data file: {e}") from None
+            except (Damaged, OSError, ValueError) as e:
+                raise SourceError(
+                    path,
+                    f"cannot map the store's data file: {e} (the store was made again "
+                    "or damaged since these streams were opened: open it again)",
+                ) from None
 
         return layout.decode_spec(self.spec, open_leaf)
 
@@ -116,7 +125,7 @@ class StoredStream:
 def stored_streams(folder: str, manifest: dict[str, Any], index: np.ndarray) -> list[StoredStream]:
     """The streams of a store, from its manifest and its index (int64 [n, 2])."""
     total = int(index[:, 1].sum()) if len(index) else 0
-    files = _Files(os.path.abspath(folder), manifest["spec"], total)
+    files = _Files(os.path.abspath(folder), manifest["spec"], total, manifest["generation"])
     offsets, lengths = index[:, 0].tolist(), index[:, 1].tolist()
     return [
         StoredStream(files, i, o, n) for i, (o, n) in enumerate(zip(offsets, lengths, strict=True))
@@ -136,8 +145,10 @@ def open_store(path: str | os.PathLike) -> list[StoredStream]:
         One :class:`StoredStream` per stream, in the order the store was made from.
 
     Raises:
-        SourceError: no store there, a store of another version, or one not complete
-            (it names the first stream missing).
+        SourceError: no store there, a store of another version, one not complete (it
+            names the first stream missing), or one whose files do not agree with its
+            manifest (an index or a data file missing, cut short or edited: it names the
+            file, and the stream where it is one stream's).
 
     Example:
         >>> import tempfile
@@ -149,15 +160,13 @@ def open_store(path: str | os.PathLike) -> list[StoredStream]:
         ([0, 10], 5)
     """
     folder = os.fspath(path)
-    manifest = layout.read_manifest(folder)
-    if manifest is None:
-        raise SourceError(folder, "no store here (no readable manifest.json)")
-    if manifest.get("version") != layout.VERSION:
-        raise SourceError(
-            folder, f"a store of version {manifest.get('version')}, not {layout.VERSION}"
-        )
-    index = np.load(os.path.join(folder, layout.INDEX))
-    done = layout.read_done(folder, len(index))
+    try:
+        contents = read_store(folder)
+    except Damaged as e:
+        raise SourceError(folder, f"{e}; run materialize to make the store again") from None
+    if contents is None:
+        raise SourceError(folder, f"no store here (no {layout.MANIFEST})")
+    manifest, index, done = contents
     if not done.all():
         first = int(np.flatnonzero(~done)[0])
         raise SourceError(
