@@ -47,7 +47,8 @@ def main(folder: str) -> None:
     code = quickstart().replace('Path("videos")', f"Path({folder!r})")
     names = {"__name__": "quickstart"}
     exec(compile(code, "README.rst", "exec"), names)
-    assert names["batch"].data.shape[1:] == (16, 32, 32, 3)
+    batch = names["batch"]  # tbins steps and the look-ahead step that follows them
+    assert batch.data.shape[1:] == (16 + batch.lookahead, 32, 32, 3), batch.data.shape
     print("quickstart: ok")
 
 

@@ -406,6 +406,17 @@ class Layout:
     tbins: int
 
 
+def _strategies() -> Any:
+    """:mod:`hypothesis.strategies`, or an ImportError that names the extra to install."""
+    try:
+        from hypothesis import strategies
+    except ImportError as e:
+        raise ImportError(
+            "streamseq.testing's strategies need hypothesis: pip install 'streamseq[testing]'"
+        ) from e
+    return strategies
+
+
 def stream_lengths(max_streams: int = 12, max_length: int = 20, min_streams: int = 1) -> Any:
     """Hypothesis strategy: lists of stream lengths with at least one non-empty stream.
 
@@ -415,7 +426,7 @@ def stream_lengths(max_streams: int = 12, max_length: int = 20, min_streams: int
         >>> len(lengths), sum(lengths) > 0
         (3, True)
     """
-    from hypothesis import strategies as st
+    st = _strategies()
 
     return st.lists(st.integers(0, max_length), min_size=min_streams, max_size=max_streams).filter(
         any
@@ -432,7 +443,7 @@ def layouts(
         >>> find(layouts(), lambda lay: lay.batch_size > 1).batch_size
         2
     """
-    from hypothesis import strategies as st
+    st = _strategies()
 
     return st.builds(
         Layout,

@@ -98,6 +98,7 @@ def assert_ahead_follows(batch, tbins, lengths):
 )
 def test_every_step_but_the_first_is_a_target_exactly_once(layout, k, pad, seg, shuffle):
     lengths, t = list(layout.lengths), layout.tbins
+    k = min(k, max(lengths))  # (a longer look-ahead is refused)
     streams = coded_streams(lengths)
     kw = dict(pad=pad, segment_length=seg, shuffle=shuffle, seed=3)
     plain = list(quiet(streams, layout.batch_size, t, **kw))
@@ -166,6 +167,7 @@ def test_targets_exactly_once_across_a_resume_on_another_batch_size(
     layout, k, pad, cut, wider, seg
 ):
     lengths, t = list(layout.lengths), layout.tbins
+    k = min(k, max(lengths))  # (a longer look-ahead is refused)
     streams = coded_streams(lengths)
     kw = dict(pad=pad, segment_length=seg, lookahead=k)
     run = quiet(streams, layout.batch_size, t, **kw)
@@ -369,3 +371,22 @@ def test_a_lookahead_longer_than_every_stream_is_refused_by_name():
     for k in (14, 10**12):
         with pytest.raises(ValueError, match=rf"lookahead={k}.*longest stream.*13 steps"):
             StreamLoader(streams, 2, 3, lookahead=k)
+
+
+@pytest.mark.parametrize(
+    "segment_length, pad, warned",
+    [(4, "zeros", True), (6, "zeros", False), (6, "pack", True), (None, "pack", False)],
+)
+def test_segments_that_end_inside_a_chunk_warn_of_the_targets_they_lose(
+    segment_length, pad, warned
+):
+    import warnings
+
+    streams = [np.arange(n) for n in (17, 5, 9, 30)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        StreamLoader(streams, 3, 3, lookahead=2, segment_length=segment_length, pad=pad)
+    said = [str(w.message) for w in caught if "segment" in str(w.message)]
+    assert bool(said) == warned, said
+    if warned:
+        assert "lookahead=2" in said[0] and f"segment_length={segment_length}" in said[0]

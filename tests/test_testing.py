@@ -232,3 +232,15 @@ def test_catches_steps_never_a_target():
     ]
     with pytest.raises(AssertionError, match="look-ahead|target"):
         check_continuity(wide, LENGTHS, sources=streams, lookahead=1)
+
+
+def test_the_strategies_without_hypothesis_name_the_extra(monkeypatch):
+    import sys
+
+    from streamseq import testing
+
+    monkeypatch.setitem(sys.modules, "hypothesis", None)
+    monkeypatch.setitem(sys.modules, "hypothesis.strategies", None)
+    for strategy in (testing.layouts, testing.stream_lengths):
+        with pytest.raises(ImportError, match=r"streamseq\[testing\]"):
+            strategy()

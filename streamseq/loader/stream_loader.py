@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from .._checks import check_cap, check_int, check_pad
+from .._warn import warn
 from ..batch import Batch
 from ..deliver.assemble import Assembled
 from ..mix import Mixture
@@ -225,6 +226,16 @@ class StreamLoader:
             raise ValueError(
                 f"lookahead={config.lookahead} is more than the longest stream "
                 f"({longest} steps): at most {longest} look-ahead steps can hold a step"
+            )
+        t, packed = self.spec.tbins, pad == "pack"
+        if config.lookahead and segment_length is not None and (segment_length % t or packed):
+            after = "padding or another stream" if packed else "padding"
+            warn(
+                f"lookahead={config.lookahead} with segment_length={segment_length}: a "
+                f"segment that ends inside a chunk is followed by {after}, not by its "
+                "stream's next steps, so the first step of the segment after it is never a "
+                f"next-step target; give a segment_length that is a multiple of tbins={t} "
+                "(and a pad other than 'pack') for every step to be a target"
             )
         data = DataSpec(self.refs, lengths_, config.transform, self.spec.seed, config.timeout)
         self._reading = Reading(self.spec, self.refs, config.transform, data, config.lookahead)
