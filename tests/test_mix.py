@@ -449,6 +449,56 @@ def test_resuming_with_other_weights_keeps_what_was_delivered(case, data):
             assert_same(list(third), rest[1:])
 
 
+@pytest.mark.parametrize("changed", [False, True])
+@pytest.mark.parametrize("rows", [1, 3])
+def test_a_state_saved_in_the_padding_that_ends_an_epoch_takes_other_weights(rows, changed):
+    """Every fresh epoch whose draws vary has the length of the biggest draw: one that
+    draws less ends with padding. A state saved in that padding, loaded with other
+    weights, has the rest of its epoch drawn anew; a state saved in that rest loads
+    again (the same weights, or changed once more; the same rows or others) and goes on
+    exactly."""
+    streams = coded_streams([20, 2])
+    groups = {"a": streams[:1], "b": streams[1:]}
+    kw = dict(tbins=1, seed=2)
+    whole = list(quiet(mix(groups, {"a": 1, "b": 1}), 1, **kw))
+    steps = [int(b.valid.sum()) for b in whole]
+    k = sum(steps) + 2
+    assert steps[-1] == 0 and steps[k - 1] == 0 and k < len(whole)  # saved in the padding
+    run = quiet(mix(groups, {"a": 1, "b": 1}), 1, **kw)
+    it = iter(run)
+    for _ in range(k):
+        next(it)
+    state = json.loads(json.dumps(run.state_dict()))
+    new = {"a": 0, "b": 1}
+    resumed = quiet(mix(groups, new), rows, **kw)
+    resumed.load_state_dict(state, weights_changed=True)
+    assert resumed.epoch == 0 and resumed.progress.done == k
+    rest = list(resumed)
+    assert rest and all(s == 1 for s, _ in runs(rest))  # the new weights: b only
+    for s, taken in runs(rest):
+        assert taken == list(range(len(streams[s])))
+    again = {"a": 1, "b": 3} if changed else new
+    for j in range(1, len(rest)):
+        run = quiet(mix(groups, new), rows, **kw)
+        run.load_state_dict(state, weights_changed=True)
+        it = iter(run)
+        for _ in range(j):
+            next(it)
+        saved = json.loads(json.dumps(run.state_dict()))
+        assert saved["epoch_done"] == k + j
+        for b in (rows, rows % 3 + 1):
+            third = quiet(mix(groups, again), b, **kw)
+            third.load_state_dict(saved, weights_changed=changed)
+            assert third.epoch == 0 and third.progress.done == k + j
+            after = list(third)
+            if b == rows and not changed:
+                assert_same(after, rest[j:])
+            for s, taken in runs(after, resumed=True):
+                assert taken[-1] + 1 == len(streams[s])  # whole, or the rest of a begun one
+        with pytest.raises(ValueError, match=r"state\['epoch_done'\]=0 is below"):
+            quiet(mix(groups, new), rows, **kw).load_state_dict({**saved, "epoch_done": 0})
+
+
 def test_a_group_added_when_resuming():
     m, lengths = _mixture()
     run = StreamLoader(m, batch_size=2, tbins=3, shuffle=True)

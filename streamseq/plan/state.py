@@ -339,8 +339,13 @@ def _saved_spec(spec: PlanSpec, state: dict[str, Any]) -> PlanSpec:
 def _check_epoch_done(done: int, nxt: int, rest: Progress | None, lengths: np.ndarray) -> None:
     """The batches of the state's epoch delivered: ``next_batch`` and those before ``rest``.
 
-    Each batch delivers at least one step, so those before ``rest`` are at most the steps
-    ``rest`` says were delivered.
+    A batch delivers at least one step, except the padding that ends a fresh epoch of a
+    mixture whose draws vary (its length is that of any draw): once every unit of the
+    draw is done, the epoch's last batches deliver nothing. Such an epoch goes on past
+    them only when the weights changed there and the rest was drawn anew (``rest.draw``).
+    So those before a rest are at most the steps ``rest`` says were delivered, and
+    unbounded by them where the rest was drawn anew (the padding came from weights and
+    steps the state no longer names).
     """
     name = "state['epoch_done']"
     if rest is None and done != nxt:
@@ -348,8 +353,12 @@ def _check_epoch_done(done: int, nxt: int, rest: Progress | None, lengths: np.nd
             f"{name}={short(done)} does not match state['next_batch']={nxt}: "
             "without state['resumed'], the epoch was planned once"
         )
-    most = nxt if rest is None else nxt + int(lengths[rest.done].sum() + rest.next.sum())
-    if not nxt <= done <= most:
+    if done < nxt:
+        raise ValueError(f"{name}={short(done)} is below state['next_batch']={nxt}")
+    if rest is None or rest.draw is not None:
+        return
+    most = nxt + int(lengths[rest.done].sum() + rest.next.sum())
+    if done > most:
         raise ValueError(
             f"{name}={short(done)} is out of range [{nxt}, {most}]: state['next_batch']={nxt} "
             f"after the {most - nxt} steps state['resumed'] says were delivered"
@@ -396,6 +405,9 @@ def _reweighed(old: PlanSpec, spec: PlanSpec, state: dict[str, Any], per_epoch: 
 
     The rest of the state's epoch is drawn anew (:func:`~streamseq.plan.reweigh.reweigh`)
     and planned on ``spec``'s rows; a state saved at the end of its epoch starts the next.
+    The end is that of the state's own plan (``length``), on any rows: a state saved in
+    the padding that ends a fresh epoch (every unit done, batches left) is not at its end,
+    and its rest is drawn anew, as on the state's rows.
     """
     checked = read_state(old, state, per_epoch)
     epoch, nxt = checked.epoch, checked.next_batch
@@ -407,7 +419,7 @@ def _reweighed(old: PlanSpec, spec: PlanSpec, state: dict[str, Any], per_epoch: 
         draw = np.arange(len(old.units[2]), dtype=np.int64)
     progress = Progress.from_state(state["progress"], old.units[2][draw])
     b, w, rows = checked.batch_size, checked.world_size, checked.rows
-    if nxt >= checked.epochs.plan(epoch).length:
+    if int(state["next_batch"]) >= int(state["length"]):  # (both checked)
         return Resumed(epoch + 1, 0, None, rows, b, w, Epochs(spec, None, per_epoch))
     rest = reweigh(old, spec, epoch, progress, draw)
     done = checked.before + nxt
