@@ -266,7 +266,11 @@ class Pass:
         if self.background is not None:
             self.background.close()
             self.background = None
-        close_together(self.prefetchers)  # all at once; they exit by themselves meanwhile
+        if self.next >= self.stop:  # read to its end: no worker is in the middle of a read
+            for pf in self.prefetchers:
+                pf.close(wait=False)  # (cheaper than together: measured, bench_throughput)
+        else:  # left early: all at once, bounded; they exit by themselves meanwhile
+            close_together(self.prefetchers)
         self.prefetchers = []
         for g in self.groups:
             g.release()
