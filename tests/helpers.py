@@ -1,5 +1,7 @@
 """Helpers shared by the tests: batch comparison, child processes, test streams."""
 
+import contextlib
+import signal
 import time
 
 import numpy as np
@@ -56,3 +58,17 @@ def no_children(before=(), timeout=5.0):
         time.sleep(0.05)
     print("still running:", [(c.pid, c.cmdline()) for c in alive])
     return False
+
+
+@contextlib.contextmanager
+def default_sigint():
+    """Ctrl-C raises KeyboardInterrupt here, even in a job started in the background.
+
+    A shell starts a background job (``&``, ``nohup``) with SIGINT ignored, and Python
+    then leaves it ignored: a test that sends SIGINT installs the default handler itself.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

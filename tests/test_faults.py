@@ -1,6 +1,5 @@
 """Fault tolerance: dead workers, early exits, interrupts, slow consumers, spawn."""
 
-import contextlib
 import functools
 import gc
 import multiprocessing
@@ -14,6 +13,7 @@ import time
 import numpy as np
 import psutil
 import pytest
+from helpers import default_sigint
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,20 +30,6 @@ def block_of(loader, rows):
     plan = loader.plan()
     group = loader._reading.group(plan, loader._reading.rows(plan)[:rows])
     return group_block_size(group, loader.tbins)
-
-
-@contextlib.contextmanager
-def default_sigint():
-    """Ctrl-C raises KeyboardInterrupt here, even in a job started in the background.
-
-    A shell starts a background job (``&``, ``nohup``) with SIGINT ignored, and Python
-    then leaves it ignored: a test that sends SIGINT installs the default handler itself.
-    """
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def token_streams(count=24, low=2000, high=4000, seed=0):  # (more than workers buffer)

@@ -1,4 +1,3 @@
-import contextlib
 import gc
 import os
 import random
@@ -11,23 +10,10 @@ import numpy as np
 import psutil
 import pytest
 import torch
+from helpers import default_sigint
 
 from streamseq import WorkerError, prefetch
 from streamseq.errors import WorkerTimeout
-
-
-@contextlib.contextmanager
-def default_sigint():
-    """Ctrl-C raises KeyboardInterrupt here, even in a job started in the background.
-
-    A shell starts a background job (``&``, ``nohup``) with SIGINT ignored, and Python
-    then leaves it ignored: a test that sends SIGINT installs the default handler itself.
-    """
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 class Squares:
