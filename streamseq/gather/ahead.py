@@ -29,7 +29,13 @@ if TYPE_CHECKING:
 
 
 def source_lengths(table: Table) -> np.ndarray:
-    """Steps of the source of every stream of the table (a segment's whole source), made once."""
+    """Steps of the source of every stream of the table (a segment's whole source), made once.
+
+    Without segments (nor rests of resumed streams) every stream is its whole source: its
+    planned length, an array already; only segments ask their sources.
+    """
+    if not table.segmented:
+        return table.lengths
     kept = getattr(table, "_source_lengths", None)
     if kept is None:
         refs = [ref for row in table.rows for ref in row.refs]
