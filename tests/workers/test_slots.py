@@ -95,15 +95,11 @@ def test_a_party_that_took_a_key_gets_a_new_slot_for_it_and_the_key_follows():
     assert slots.held() == 0 and len(slots.free) == 4
 
 
-def test_a_slot_held_at_a_fork_is_reused_only_once_the_child_cannot_see_it(monkeypatch):
+def fork_a_child_holding(slots, start):
+    """Fork a child that holds a view of the slot at ``start`` ("abcd") and, once told
+    (a byte on ``go_w``), exits 0 if the view is unchanged; the parent drops its view."""
     import os
 
-    from streamseq.workers import forks
-
-    # a child that cannot copy its slots: the parent waits until it ends
-    monkeypatch.setattr(forks, "_privatize", lambda address, length: False)
-    slots = Slots(2, 8192)
-    start = slots.take()
     view = slots.lease(start, [(start, start + 4)])[0]
     view[:4] = b"abcd"
     go_r, go_w = os.pipe()
@@ -115,6 +111,19 @@ def test_a_slot_held_at_a_fork_is_reused_only_once_the_child_cannot_see_it(monke
     os.close(go_r)
     del view
     gc.collect()
+    return pid, go_w
+
+
+def test_a_slot_held_at_a_fork_is_reused_only_once_the_child_cannot_see_it(monkeypatch):
+    import os
+
+    from streamseq.workers import forks
+
+    # a child that cannot copy its slots: the parent waits until it ends
+    monkeypatch.setattr(forks, "_privatize", lambda address, length: False)
+    slots = Slots(2, 8192)
+    start = slots.take()
+    pid, go_w = fork_a_child_holding(slots, start)
     other = slots.take()
     assert other != start and slots.take() is None  # not reused while the child lives
     filled = np.frombuffer(slots.memory, np.uint8, 4, other)
@@ -130,17 +139,7 @@ def test_a_forked_child_copies_the_slots_it_may_hold_and_the_parent_goes_on():
 
     slots = Slots(1, 8192)
     start = slots.take()
-    view = slots.lease(start, [(start, start + 4)])[0]
-    view[:4] = b"abcd"
-    go_r, go_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(go_w)
-        os.read(go_r, 1)
-        os._exit(0 if bytes(view[:4]) == b"abcd" else 1)
-    os.close(go_r)
-    del view
-    gc.collect()
+    pid, go_w = fork_a_child_holding(slots, start)
     deadline = time.monotonic() + 30
     while (again := slots.take()) is None and time.monotonic() < deadline:
         time.sleep(0.01)  # the child copies its slot at once, then the parent reuses it
