@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 from ..batch import Batch
 from ..deliver.assemble import Assembled, counted_from
 from ..deliver.background import Background
-from ..prefetch import Prefetched, close_together
+from ..workers.prefetched import Prefetched, close_together
 from .stats import Latest, Meter
 
 logger = logging.getLogger("streamseq")

@@ -23,14 +23,15 @@ from ..read.handle import ProcessLocal
 from ..read.ref import as_refs, identity
 from ..read.transform import StepInfo
 from ..workers.inline import bounded
+from ..workers.pool import WorkerPool
 from ..zip_batch import ZipBatch
 from .checks import check_rows, check_step_specs
 from .config import LoaderConfig, check_keywords, resolve_rank
+from .reading import Reading, read_with, worker_config
 from .run import EpochProgress, Pass, Position, Trial
 from .sampler import EpochSampler
 from .spec import DataSpec
 from .stats import Latest, Meter, PassStats
-from .topology import Reading, Workers, read_with
 
 #: attributes read from the plan's spec and from the configuration
 _SPEC_FIELDS = ("batch_size", "tbins", "pad", "shuffle", "seed", "segment_length", "rank")
@@ -240,7 +241,7 @@ class StreamLoader:
         data = DataSpec(self.refs, lengths_, config.transform, self.spec.seed, config.timeout)
         self._reading = Reading(self.spec, self.refs, config.transform, data, config.lookahead)
         self._epochs = Epochs(self.spec, per_epoch=config.transform is not None)
-        self._workers = Workers(config, self.refs)
+        self._workers = WorkerPool(worker_config(config))
         self._trial = self._new_trial(self._workers)
         self._epoch, self._chosen = 0, False  # chosen: by set_epoch, kept for every pass
         self._deferred: int | None = None  # set during a pass: the epoch of the next one
@@ -251,7 +252,7 @@ class StreamLoader:
         self._whole: tuple[Any, ZipBatch] | None = None
         self._lock = ProcessLocal(threading.RLock)  # plan and in-process reads; per process
 
-    def _new_trial(self, workers: Workers) -> Trial | None:
+    def _new_trial(self, workers: WorkerPool) -> Trial | None:
         """The ``num_workers="auto"`` trial of a loader (None: the number was given)."""
         config = self.config
         if not config.auto:
@@ -322,7 +323,7 @@ class StreamLoader:
         state["_active"], state["_whole"], state["_latest"] = None, None, Latest()
         self._trial_now()  # (a choice made is kept)
         state["config"] = self.config
-        state["_workers"] = Workers(self.config, self.refs)
+        state["_workers"] = WorkerPool(worker_config(self.config))
         state["_trial"] = self._new_trial(state["_workers"])
         state["_position"] = self._position.copy()
         return state
@@ -700,7 +701,7 @@ class StreamLoader:
             auto=False,
             persistent_workers=self.config.persistent_workers and chosen > 0,
         )
-        self._workers.config = self.config
+        self._workers.config = worker_config(self.config)
         self._trial = None
         return None
 
