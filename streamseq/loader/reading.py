@@ -78,9 +78,13 @@ class Reading:
         ]
         return ZipBatch(parts, pad=spec.pad, length=plan.length, spec=self.data.of(plan.epoch))
 
-    def groups(self, plan: EpochPlan, rows: Sequence[Row], workers: int) -> list[ZipBatch]:
-        """One group of ``rows`` per worker."""
-        return [self.group(plan, g) for g in split_by_worker(rows, workers)]
+    def whole(self, plan: EpochPlan) -> ZipBatch:
+        """The rows of this rank in ``plan``'s epoch, as one group (read in this process)."""
+        return self.group(plan, self.rows(plan))
+
+    def groups(self, plan: EpochPlan, workers: int) -> list[ZipBatch]:
+        """The rows of this rank in ``plan``'s epoch, as one group per worker."""
+        return [self.group(plan, g) for g in split_by_worker(self.rows(plan), workers)]
 
     def group_of(self, plan: EpochPlan, w: int, workers: int) -> ZipBatch:
         """Group ``w`` of ``workers`` groups of this rank's rows in ``plan``'s epoch.
@@ -148,7 +152,7 @@ def read_with(
     count = min(count, reading.spec.batch_size)
     if count == 0:
         if here is None:
-            here = bounded(reading.group(plan, reading.rows(plan)), config.timeout)
+            here = bounded(reading.whole(plan), config.timeout)
         groups: list[Any] = [here]
         batches = Assembled(groups, config.pin_memory, config.time_major, share=True)
         return batches, groups, [], None, []
@@ -156,7 +160,7 @@ def read_with(
     if config.persistent_workers and kept is not None and len(kept) == count:
         started = kept
     else:
-        groups = reading.groups(plan, reading.rows(plan), count)
+        groups = reading.groups(plan, count)
         if config.method == "process" and multiprocessing.get_start_method() != "fork":
             check_picklable(groups, config.transform, reading.refs)
         started = workers.start(groups, reading.steps, reading.group_of, epochs)

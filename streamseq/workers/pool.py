@@ -19,7 +19,7 @@ from .blocks import Blocks
 from .config import WorkerConfig
 from .epochs import EpochBlocks, GroupOf
 from .prefetched import Prefetched, close_together
-from .sizing import block_slot_size, common_block_size
+from .sizing import hand_over
 from .slots import Slots
 
 
@@ -36,8 +36,8 @@ class WorkerPool:
         self.slots: Slots | None = None  # kept from one pass to the next
         self.block_size = 1  # micro-batches a hand-over of the workers started last holds
 
-    def shared_slots(self, groups: Sequence[Any], tbins: int, size: int) -> Slots:
-        """The slots the workers of every group write their rows of each block in.
+    def shared_slots(self, need: int) -> Slots:
+        """Slots of at least ``need`` bytes, where the workers of every group write their rows.
 
         Kept across passes: their pages are mapped and written already, so that workers
         started for a new pass do not pay for fresh memory (in the kernel, a page fault
@@ -45,8 +45,7 @@ class WorkerPool:
         """
         # max_buffered hand-overs in flight and being read, and two more for the blocks of
         # batches the training loop still holds (its loop variable, one kept aside)
-        need, count = block_slot_size(groups, tbins, size), self.config.max_buffered + 2
-        kept = self.slots
+        count, kept = self.config.max_buffered + 2, self.slots
         if kept is None or kept.size < need or kept.count != count or kept.owner != os.getpid():
             kept = self.slots = Slots(count, need)
         return kept
@@ -67,10 +66,9 @@ class WorkerPool:
         if kept is not None and len(kept) == len(groups):
             return kept
         self.stop()
-        size = self.block_size = common_block_size(groups, tbins)
-        slots = None
-        if config.method == "process":
-            slots = self.shared_slots(groups, tbins, size)
+        size, need = hand_over(groups, tbins)
+        self.block_size = size
+        slots = self.shared_slots(need) if config.method == "process" else None
         made, first, total = [], 0, sum(g.num_rows for g in groups)
         for w, g in enumerate(groups):
             seq: Any = Blocks(g, size)

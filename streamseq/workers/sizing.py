@@ -20,13 +20,27 @@ import numpy as np
 
 from .._tree import leaves, nbytes, tree_map
 from . import shm
-from .blocks import block_size
 
 HEADROOM = 1.25
 """A slot holds its item's bytes times this (see above)."""
 
 SLACK = 65536
 """Bytes every slot has on top (alignment of the buffers, the pickle's header)."""
+
+
+#: bytes of items a hand-over should carry at least, and the most items it carries
+BLOCK_BYTES = 2 * 2**20
+MAX_BLOCK = 32
+
+
+def block_size(item_bytes: int) -> int:
+    """Items per hand-over for items of ``item_bytes``: about :data:`BLOCK_BYTES` a block.
+
+    Example:
+        >>> block_size(100_000), block_size(5_000_000), block_size(10)
+        (20, 1, 32)
+    """
+    return max(1, min(MAX_BLOCK, BLOCK_BYTES // max(1, int(item_bytes))))
 
 
 def slot_size(item_bytes: int) -> int:
@@ -59,6 +73,24 @@ def group_block_size(group: Any, tbins: int) -> int:
         tbins: steps per row of a micro-batch.
     """
     return block_size(micro_batch_bytes(group.spec_, group.num_rows, tbins))
+
+
+def hand_over(groups: Sequence[Any], tbins: int) -> tuple[int, int]:
+    """Micro-batches every worker hands over at once, and the bytes of a slot for them.
+
+    Args:
+        groups: one sequence of micro-batches per worker, each with ``spec_`` and
+            ``num_rows`` (a :class:`~streamseq.ZipBatch`).
+        tbins: steps per row of a micro-batch.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> group = SimpleNamespace(num_rows=2, spec_=np.empty((0, 3), np.float32))
+        >>> hand_over([group, group], 4)
+        (32, 97056)
+    """
+    size = common_block_size(groups, tbins)
+    return size, block_slot_size(groups, tbins, size)
 
 
 def common_block_size(groups: Sequence[Any], tbins: int) -> int:

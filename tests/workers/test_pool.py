@@ -16,7 +16,7 @@ def setup(count):
     loader = StreamLoader(STREAMS, 4, 3)
     reading, epochs = loader._reading, loader._epochs
     plan = epochs.plan(0)
-    return reading, epochs, plan, reading.groups(plan, reading.rows(plan), count)
+    return reading, epochs, plan, reading.groups(plan, count)
 
 
 def test_worker_processes_get_the_shared_slots_and_their_rows_as_arguments():
