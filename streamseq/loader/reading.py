@@ -20,9 +20,7 @@ from ..plan.spec import PlanSpec
 from ..read.ref import StreamRef
 from ..split import split_by_worker
 from ..tbin import tbin
-from ..workers.blocks import Layout, Unblocked
 from ..workers.config import WorkerConfig
-from ..workers.epochs import EpochOf
 from ..workers.inline import bounded
 from ..workers.pool import WorkerPool
 from ..zip_batch import ZipBatch
@@ -156,7 +154,7 @@ def read_with(
         groups: list[Any] = [here]
         batches = Assembled(groups, config.pin_memory, config.time_major, share=True)
         return batches, groups, [], None, []
-    stop, kept = plan.length, workers.persistent
+    kept = workers.persistent
     if config.persistent_workers and kept is not None and len(kept) == count:
         started = kept
     else:
@@ -164,13 +162,8 @@ def read_with(
         if config.method == "process" and multiprocessing.get_start_method() != "fork":
             check_picklable(groups, config.transform, reading.refs)
         started = workers.start(groups, reading.steps, reading.group_of, epochs)
-    size = workers.block_size
-    prefetchers = started
-    blocks: list[Any] = started
-    if config.persistent_workers:  # the loader's: this pass reads its epoch from them
-        prefetchers = []
-        blocks = [EpochOf(pf, plan.epoch, len(Layout(size, stop))) for pf in started]
-    groups = [Unblocked(b, size, stop) for b in blocks]
+    prefetchers = [] if config.persistent_workers else started  # (the pool's, kept)
+    groups = workers.unblocked(started, plan.epoch, plan.length)
     batches = Assembled(groups, config.pin_memory, config.time_major, share=False)
     failed = workers.stop if config.persistent_workers else None
     return batches, groups, prefetchers, failed, [pf.timing for pf in started]

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..plan.planner import Epochs
-from .blocks import Blocks
+from .blocks import Blocks, Layout, Unblocked
 from .config import WorkerConfig
-from .epochs import EpochBlocks, GroupOf
+from .epochs import EpochBlocks, EpochOf, GroupOf
 from .prefetched import Prefetched, close_together
 from .sizing import hand_over
 from .slots import Slots
@@ -80,6 +80,19 @@ class WorkerPool:
         if config.persistent_workers:
             self.persistent = made
         return made
+
+    def unblocked(self, started: list[Prefetched], epoch: int, stop: int) -> list[Unblocked]:
+        """The micro-batches of ``epoch`` that ``started`` read, one by one, per group.
+
+        Args:
+            started: the workers of each group (:meth:`start`).
+            epoch: the epoch of the pass (persistent workers read every epoch).
+            stop: the micro-batches of the pass.
+        """
+        size, blocks = self.block_size, list(started)
+        if self.config.persistent_workers:  # this pass reads its epoch from them
+            blocks = [EpochOf(pf, epoch, len(Layout(size, stop))) for pf in started]
+        return [Unblocked(b, size, stop) for b in blocks]
 
     def stop(self) -> None:
         """Stop the persistent workers, if any."""

@@ -58,3 +58,19 @@ def test_persistent_workers_are_kept_and_read_any_epoch_through_group_of():
     finally:
         pool.stop()
     assert pool.persistent is None and all(pf.pids == [] for pf in started)
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_pass_reads_each_group_one_micro_batch_at_a_time(persistent):
+    reading, epochs, plan, groups = setup(2)
+    pool = WorkerPool(WorkerConfig(1, "thread", persistent_workers=persistent))
+    started = pool.start(groups, reading.steps, reading.group_of, epochs)
+    try:
+        unblocked = pool.unblocked(started, 0, plan.length)
+        for group, expected in zip(unblocked, groups, strict=True):
+            got = [group[i].data.tolist() for i in range(plan.length)]
+            assert got == [expected[i].data.tolist() for i in range(plan.length)]
+    finally:
+        pool.stop()
+        for pf in started:
+            pf.close()
