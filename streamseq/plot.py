@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._checks import check_int
-from .gather import Table
+from .gather import BatchWriter
 from .gather.meta import write_resets
 from .interleave import Row, make_rows
 from .plan.planner import EpochPlan, plan_epoch
@@ -224,7 +224,7 @@ def _repeated(rows: list[Row], lengths: np.ndarray) -> np.ndarray:
 
 def _chunk_cells(rows: list[Row], batches: int, t: int, pad: str) -> tuple[np.ndarray, ...]:
     """``(stream, valid, reset, cut)`` of rows cut into chunks, from the writer's positions."""
-    table = Table([tbin(r, t) for r in rows], pad, t)
+    table = BatchWriter([tbin(r, t) for r in rows], pad, t)
     shape = (len(rows), batches)
     stream, valid = np.empty(shape, np.int64), np.empty(shape, np.int64)
     reset, cut = np.empty(shape, bool), np.empty(shape, bool)

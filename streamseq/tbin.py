@@ -9,7 +9,7 @@ import numpy as np
 
 from ._tree import tree_map
 from .batch import Chunk
-from .gather import Table
+from .gather import BatchWriter
 from .interleave import Row
 from .plan.packing import capped_starts
 
@@ -77,7 +77,7 @@ class TBinned:
             self.placed = capped_starts(row.lengths, self.tbins, int(cap))
             end = int(self.placed[-1] + row.lengths[-1]) if len(counts) else 0
             self.length = -(-end // self.tbins)
-        self._table: Table | None = None
+        self._table: BatchWriter | None = None
         self._spec: Any = None
 
     def __repr__(self) -> str:
@@ -109,10 +109,10 @@ class TBinned:
         """Which stream and steps chunk ``c`` reads."""
         return self.table().describe(c)
 
-    def table(self) -> Table:
+    def table(self) -> BatchWriter:
         """The row as a one-row batch writer (made once)."""
         if self._table is None:
-            self._table = Table([self], "pack" if self.pack else "zeros", self.tbins)
+            self._table = BatchWriter([self], "pack" if self.pack else "zeros", self.tbins)
         return self._table
 
     def release(self) -> None:

@@ -25,10 +25,10 @@ from .check import put, spec_mismatch
 from .positions import Positions, packed_pieces
 
 if TYPE_CHECKING:
-    from .writer import Table
+    from .chunkmap import ChunkMap
 
 
-def source_lengths(table: Table) -> np.ndarray:
+def source_lengths(table: ChunkMap) -> np.ndarray:
     """Steps of the source of every stream of the table (a segment's whole source), made once.
 
     Without segments (nor rests of resumed streams) every stream is its whole source: its
@@ -43,7 +43,7 @@ def source_lengths(table: Table) -> np.ndarray:
     return kept
 
 
-def ahead_of(table: Table, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def ahead_of(table: ChunkMap, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The look-ahead reads of batch ``i``, for the rows whose chunk ends inside a stream.
 
     Returns arrays ``(r, p, a, n)``: row ``r`` reads ``n`` steps (at most
@@ -77,7 +77,7 @@ def ahead_of(table: Table, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
     return r[keep], p[keep], a[keep], n[keep]
 
 
-def widen(table: Table, base: Batch, i: int, spec: Any, empty: Callable[..., np.ndarray]) -> Batch:
+def widen(table: ChunkMap, base: Batch, i: int, spec: Any, empty: Callable[..., np.ndarray]) -> Batch:
     """Batch ``i`` with its look-ahead steps: ``base`` (``tbins`` steps) and what follows.
 
     The wide arrays come from ``empty`` (shared memory in a worker). Streams given as
@@ -125,7 +125,7 @@ def widen(table: Table, base: Batch, i: int, spec: Any, empty: Callable[..., np.
 
 
 def _read_into(
-    table: Table,
+    table: ChunkMap,
     data: Any,
     spec: Any,
     r: int,

@@ -8,7 +8,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from ..interleave import Row
-    from .writer import Table
+    from .chunkmap import ChunkMap
 
 
 class Positions:
@@ -17,7 +17,7 @@ class Positions:
     Idle rows (ended, or empty) read nothing: position, start and stream -1, 0 steps.
     """
 
-    def __init__(self, table: Table, first: int, size: int):
+    def __init__(self, table: ChunkMap, first: int, size: int):
         self.first = first
         t, rows = table.tbins, len(table.rows)
         i = np.arange(first, first + size, dtype=np.int64)[:, None]

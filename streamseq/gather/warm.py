@@ -49,7 +49,7 @@ def first_reads(rows: Sequence[Row], first: Sequence[int], blk: Positions, k: in
 
     Args:
         rows: the rows of the table.
-        first: the table's first position of each row (``Table.first_list``).
+        first: the table's first position of each row (``ChunkMap.first_list``).
         blk: where the rows read.
         k: the batch within ``blk``.
 
@@ -60,9 +60,9 @@ def first_reads(rows: Sequence[Row], first: Sequence[int], blk: Positions, k: in
 
     Example:
         >>> from streamseq import interleave_streams, tbin
-        >>> from streamseq.gather.writer import Table
+        >>> from streamseq.gather.writer import BatchWriter
         >>> rows = interleave_streams([np.arange(5), np.arange(4)], 2)
-        >>> table = Table([tbin(r, 2) for r in rows], "zeros", 2)
+        >>> table = BatchWriter([tbin(r, 2) for r in rows], "zeros", 2)
         >>> first_reads(table.rows, table.first_list, table.positions(0, 1), 0)
         {}
     """
