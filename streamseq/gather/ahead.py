@@ -77,7 +77,9 @@ def ahead_of(table: ChunkMap, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return r[keep], p[keep], a[keep], n[keep]
 
 
-def widen(table: ChunkMap, base: Batch, i: int, spec: Any, empty: Callable[..., np.ndarray]) -> Batch:
+def widen(
+    table: ChunkMap, base: Batch, i: int, spec: Any, empty: Callable[..., np.ndarray]
+) -> Batch:
     """Batch ``i`` with its look-ahead steps: ``base`` (``tbins`` steps) and what follows.
 
     The wide arrays come from ``empty`` (shared memory in a worker). Streams given as

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..read.ref import ArrayTree
+from ..read.stream import ArrayTree
 
 if TYPE_CHECKING:
     from ..interleave import Row

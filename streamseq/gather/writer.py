@@ -12,7 +12,8 @@ import numpy as np
 from .._tree import leaves, tree_map
 from ..batch import Batch
 from ..read.handle import ProcessLocal
-from ..read.ref import ArrayTree, StreamRef, describe
+from ..read.ref import StreamRef, describe
+from ..read.stream import ArrayTree
 from ..workers import shm as _shm
 from . import meta
 from .ahead import widen
@@ -51,7 +52,8 @@ class BatchWriter(ChunkMap):
     Example:
         >>> from streamseq import interleave_streams, tbin
         >>> rows = interleave_streams([np.arange(3), np.arange(2)], 2)
-        >>> BatchWriter([tbin(r, 2) for r in rows], "zeros", 2).batch(1, rows[0].read(0, 0, 0)).data
+        >>> writer = BatchWriter([tbin(r, 2) for r in rows], "zeros", 2)
+        >>> writer.batch(1, rows[0].read(0, 0, 0)).data
         array([[2, 0],
                [0, 0]])
     """

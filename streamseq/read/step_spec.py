@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from .._tree import leaves, tree_map
+from .stream import ArrayTree
 
 
 def zero_step(dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
@@ -29,22 +30,20 @@ def step_spec(stream: Any) -> Any:
     """Zero-step arrays with the dtype and step shape of ``stream``, or ``None``.
 
     Only what costs no read: numpy arrays (and memory maps), a dict or tuple of them
-    (:class:`~streamseq.read.ref.ArrayTree`), and the sources whose ``step_spec()``
+    (:class:`~streamseq.read.stream.ArrayTree`), and the sources whose ``step_spec()``
     method tells it from what they already know (a file header read when they were
     made, a probe already done). ``None`` when any part is unknown.
 
     Example:
         >>> step_spec(np.zeros((5, 2), np.int16)).shape
         (0, 2)
-        >>> from streamseq.read.ref import ArrayTree
+        >>> from streamseq.read.stream import ArrayTree
         >>> spec = step_spec(ArrayTree({"x": np.zeros(3), "y": np.zeros((3, 4), np.uint8)}))
         >>> {k: (v.dtype.name, v.shape) for k, v in spec.items()}
         {'x': ('float64', (0,)), 'y': ('uint8', (0, 4))}
         >>> step_spec([1, 2, 3]) is None
         True
     """
-    from .ref import ArrayTree  # the module that reads streams uses this one
-
     if isinstance(stream, np.ndarray):
         return _leaf(stream)
     if isinstance(stream, ArrayTree):

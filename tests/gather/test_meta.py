@@ -12,7 +12,8 @@ from streamseq.gather.writer import BatchWriter
 @given(st.lists(st.integers(0, 12), min_size=1, max_size=6), st.integers(1, 4), st.integers(1, 5))
 def test_the_tables_of_steps_give_what_computing_them_gives(lengths, rows, tbins):
     streams = [np.arange(n) for n in lengths]
-    table = BatchWriter([tbin(r, tbins) for r in interleave_streams(streams, rows)], "zeros", tbins)
+    parts = [tbin(r, tbins) for r in interleave_streams(streams, rows)]
+    table = BatchWriter(parts, "zeros", tbins)
     computed = meta.StepTables(tbins, 0, segmented=True)
     computed.ramps = computed.masks = None
     for i in range(int(table.counts.max(initial=0))):
