@@ -2,7 +2,7 @@
 
 A :class:`Mixture` is the list of the streams of all its groups, in the order given; a
 :class:`~streamseq.StreamLoader` given one reads each group for its share of every
-epoch's steps (see :mod:`streamseq.plan.mix` for the draws), deterministically and
+epoch's steps (see :mod:`streamseq.plan.draws` for the draws), deterministically and
 resumably.
 """
 
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, overload
 import numpy as np
 
 from ._checks import check_int
-from .plan.mix import MixSpec
+from .plan.draws import MixSpec
 from .plan.planner import EpochPlan, plan_epoch
 
 if TYPE_CHECKING:

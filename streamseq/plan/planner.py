@@ -2,7 +2,7 @@
 
 A fresh epoch reads every unit (stream or segment) whole; an epoch resumed on other rows
 reads what was left of it (:func:`~streamseq.plan.progress.rest_of_epoch`). The units of
-an epoch of a mixture are those it draws (:mod:`~streamseq.plan.mix`): a unit may occur
+an epoch of a mixture are those it draws (:mod:`~streamseq.plan.draws`): a unit may occur
 several times, and the plan deals out occurrences.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .epoch import epoch_plan, start_order
+from .epoch import epoch_rows, start_order
 from .packing import most_chunks
 from .progress import Pieces, Progress, rest_of_epoch, whole_units
 from .rows import stream_order
@@ -30,7 +30,7 @@ def epoch_units(spec: PlanSpec, epoch: int, draw: np.ndarray | None = None) -> U
     ``draw``: the unit of every occurrence, instead of the epoch's own draw.
 
     Example:
-        >>> from streamseq.plan.mix import MixSpec
+        >>> from streamseq.plan.draws import MixSpec
         >>> mix = MixSpec(("a", "b"), (0, 1, 2), (2.0, 0.0))
         >>> spec = PlanSpec(np.array([3, 4]), 1, 2, mixture=mix)
         >>> [a.tolist() for a in epoch_units(spec, 0)]
@@ -123,7 +123,7 @@ def plan_epoch(spec: PlanSpec, epoch: int, rest: Progress | None = None) -> Epoc
     else:
         pieces = rest_of_epoch(rest, lengths, epoch_order(spec, epoch, draw))
         order = np.arange(len(pieces[0]))
-    assignment, n = epoch_plan(
+    assignment, n = epoch_rows(
         pieces[2],
         spec.rows,
         spec.tbins,
@@ -163,7 +163,7 @@ def epoch_order(spec: PlanSpec, epoch: int, draw: np.ndarray | None = None) -> n
         assignment = plan_epoch(spec, epoch).assignment
     else:  # the units drawn anew, planned as a fresh epoch would be
         kw = dict(shuffle=spec.shuffle, seed=spec.seed, epoch=epoch, version=2, cap=cap)
-        assignment = epoch_plan(lengths, spec.rows, spec.tbins, spec.pad, **kw)[0]
+        assignment = epoch_rows(lengths, spec.rows, spec.tbins, spec.pad, **kw)[0]
     return start_order(lengths, assignment, spec.tbins, pack=pack, cap=cap)
 
 
