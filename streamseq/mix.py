@@ -19,7 +19,7 @@ import numpy as np
 
 from ._checks import check_int
 from .plan.draws import MixSpec
-from .plan.planner import EpochPlan, plan_epoch
+from .plan.planner import EpochPlan, planned
 from .plan.spec import PlanSpec
 
 
@@ -162,7 +162,8 @@ class Mixture(Sequence):
 
         Raises:
             ValueError: ``spec`` plans another mixture, or a negative ``epoch``.
-            TypeError: ``spec`` is neither a plan's settings nor has them.
+            TypeError: ``spec`` is neither a plan's settings nor holds them
+                (:func:`~streamseq.plan.planner.planned`).
 
         Example:
             >>> from streamseq.plan.spec import PlanSpec
@@ -179,25 +180,9 @@ class Mixture(Sequence):
             >>> m.summary(loader) == m.summary(loader.spec, loader.plan())
             True
         """
-        own = getattr(spec, "plan", None)
-        if not isinstance(spec, PlanSpec) and callable(own):  # a loader: where it stands
-            current = spec.epoch
-            spec = spec.spec
-            if epoch is None or (
-                not isinstance(epoch, EpochPlan) and check_int(epoch, "epoch", 0) == current
-            ):
-                epoch = own()
-        if not isinstance(spec, PlanSpec):
-            raise TypeError(
-                f"a mixture's summary takes a plan's settings (PlanSpec, loader.spec), "
-                f"got {type(spec).__name__}"
-            )
+        spec, plan = planned(spec, epoch)
         if spec.mixture != self.spec:
             raise ValueError("this plan does not read this mixture")
-        if isinstance(epoch, EpochPlan):
-            plan = epoch
-        else:
-            plan = plan_epoch(spec, 0 if epoch is None else int(check_int(epoch, "epoch", 0)))
         return _summary(spec, plan)
 
 

@@ -18,18 +18,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._checks import check_int
-from .gather import BatchWriter
+from .gather.chunkmap import ChunkMap
 from .gather.meta import write_resets
+from .gather.positions import Positions
 from .interleave import Row, make_rows
-from .plan.planner import EpochPlan, plan_epoch
+from .plan.planner import EpochPlan, planned
+from .plan.spec import PlanSpec
+from .read.ref import StreamRef
 from .tbin import tbin
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
-
-    from .loader import StreamLoader
 
 #: matplotlib's ``tab20`` without its greys, its 9 dark shades first, then the light shade
 #: of each: stream ``s`` is ``PALETTE[s % len(PALETTE)]``; in a mixture, group ``g`` is
@@ -136,31 +136,37 @@ def _run_steps(
     return np.where(inside, ids[jc], -1).reshape(rows, len(x))
 
 
-def plan_of(loader: StreamLoader, epoch: int | None = None) -> EpochPlan:
-    """The plan of ``epoch``; None: ``loader.epoch``, the epoch its next pass reads.
+def plan_of(spec: Any, epoch: int | EpochPlan | None = None) -> tuple[PlanSpec, EpochPlan]:
+    """The settings and the plan of ``epoch`` (see :func:`~streamseq.plan.planner.planned`).
 
-    After training, that is the epoch after the last one trained (give ``epoch`` to see
-    another); during a pass, the epoch of that pass. The loader's own plan where it
-    stands (:meth:`StreamLoader.plan`) is used when it is of that epoch: it may be the
-    rest of an epoch resumed on other rows; any other epoch is planned from its start.
+    ``spec``: a :class:`~streamseq.plan.spec.PlanSpec`, or a loader. With a loader and
+    ``epoch`` None, ``loader.epoch``, the epoch its next pass reads: after training, that
+    is the epoch after the last one trained (give ``epoch`` to see another); during a
+    pass, the epoch of that pass. The loader's own plan where it stands
+    (:meth:`StreamLoader.plan`) is used when it is of that epoch: it may be the rest of
+    an epoch resumed on other rows; any other epoch is planned from its start.
 
     Raises:
         ValueError: a negative ``epoch``.
-        TypeError: an ``epoch`` that is not an integer.
+        TypeError: an ``epoch`` that is not an integer, a ``spec`` that is neither
+            settings nor a loader.
     """
-    wanted = loader.epoch if epoch is None else int(check_int(epoch, "epoch", 0))
-    own = loader.plan()
-    return own if own.epoch == wanted else plan_epoch(loader.spec, wanted)
+    return planned(spec, epoch)
 
 
-def global_rows(loader: StreamLoader, plan: EpochPlan) -> list[Row]:
-    """The rows of every rank in ``plan``, as the loader makes them (nothing is read)."""
-    spec = loader.spec
+def global_rows(spec: PlanSpec, plan: EpochPlan) -> list[Row]:
+    """The rows of every rank in ``plan``, as a loader makes them (nothing is read).
+
+    The streams are known by their lengths alone (``spec.lengths``): a row's cells need
+    no more.
+    """
     carried = []
     for rank in range(spec.world_size):
         carried += plan.continued(spec.replace(rank=rank))
+    lengths = np.asarray(spec.lengths, dtype=np.int64).tolist()
+    refs = [StreamRef(i, range(n), n) for i, n in enumerate(lengths)]
     return make_rows(
-        loader.refs,
+        refs,
         plan.pieces[2],
         plan.assignment,
         units=plan.units_of(spec),
@@ -168,12 +174,14 @@ def global_rows(loader: StreamLoader, plan: EpochPlan) -> list[Row]:
     )
 
 
-def plan_cells(loader: StreamLoader, epoch: int | None = None) -> PlanCells:
+def plan_cells(spec: Any, epoch: int | EpochPlan | None = None) -> PlanCells:
     """What every cell (global row, batch) of an epoch holds, from its plan alone.
 
     Args:
-        loader: the loader; no data is read.
-        epoch: the epoch; None for ``loader.epoch``, the epoch its next pass reads (see
+        spec: the plan's settings (a :class:`~streamseq.plan.spec.PlanSpec`, such as
+            ``loader.spec``), or a loader; no data is read.
+        epoch: the epoch, or its :class:`~streamseq.plan.planner.EpochPlan`; None for
+            epoch 0, or a loader's ``loader.epoch``, the epoch its next pass reads (see
             :func:`plan_of`).
 
     Returns:
@@ -190,10 +198,11 @@ def plan_cells(loader: StreamLoader, epoch: int | None = None) -> PlanCells:
         [[1, 0, 0, 0], [1, 0, 1, 0]]
         >>> cells.steps(2, 4).tolist()  # batch.stream of batches 2 and 3
         [[0, -1, -1, -1], [2, 2, 2, 2]]
+        >>> plan_cells(loader.spec, loader.plan()).stream.tolist()  # the same, from the plan
+        [[0, 0, 0, -1], [1, 1, 2, 2]]
     """
-    spec = loader.spec
-    plan = plan_of(loader, epoch)
-    rows = global_rows(loader, plan)
+    spec, plan = plan_of(spec, epoch)
+    rows = global_rows(spec, plan)
     if spec.pad == "pack":
         arrays = _packed_cells(rows, plan.length, spec.tbins)
     else:
@@ -224,13 +233,13 @@ def _repeated(rows: list[Row], lengths: np.ndarray) -> np.ndarray:
 
 def _chunk_cells(rows: list[Row], batches: int, t: int, pad: str) -> tuple[np.ndarray, ...]:
     """``(stream, valid, reset, cut)`` of rows cut into chunks, from the writer's positions."""
-    table = BatchWriter([tbin(r, t) for r in rows], pad, t)
+    chunks = ChunkMap([tbin(r, t) for r in rows], pad, t)
     shape = (len(rows), batches)
     stream, valid = np.empty(shape, np.int64), np.empty(shape, np.int64)
     reset, cut = np.empty(shape, bool), np.empty(shape, bool)
     for first in range(0, batches, _BLOCK):
         size = min(_BLOCK, batches - first)
-        at = table.positions(first, size)
+        at = Positions(chunks, first, size)
         stream[:, first : first + size] = at.id_rows.T
         valid[:, first : first + size] = at.count.T
         cut[:, first : first + size] = (at.source_start > 0).T
@@ -430,8 +439,8 @@ def _colour(stream: np.ndarray, padding: np.ndarray, palette: np.ndarray) -> np.
 
 
 def plot_plan(
-    loader: StreamLoader,
-    epoch: int | None = None,
+    spec: Any,
+    epoch: int | EpochPlan | None = None,
     ax: Axes | None = None,
     *,
     max_columns: int | None = None,
@@ -449,8 +458,10 @@ def plot_plan(
     share of padding.
 
     Args:
-        loader: the loader.
-        epoch: the epoch; None for ``loader.epoch``: the epoch the loader's next pass
+        spec: the plan's settings (a :class:`~streamseq.plan.spec.PlanSpec`, such as
+            ``loader.spec``), or a loader.
+        epoch: the epoch, or its :class:`~streamseq.plan.planner.EpochPlan`; None for
+            epoch 0, or for a loader ``loader.epoch``: the epoch the loader's next pass
             reads (after training, the one after the last epoch trained), or that of
             the pass in progress.
         ax: the axes to draw in; None for a new figure (``matplotlib.pyplot``).
@@ -474,7 +485,7 @@ def plot_plan(
         >>> plt.close(fig)
     """
     plt = _pyplot()
-    cells = plan_cells(loader, epoch)
+    cells = plan_cells(spec, epoch)
     if ax is None:
         rows = cells.shape[0]
         _, ax = plt.subplots(figsize=(8, min(6.0, 2.4 + 0.1 * rows)), layout="constrained")

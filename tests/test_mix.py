@@ -814,7 +814,7 @@ def test_the_summary_takes_the_plan_not_the_loader():
         assert m.summary(loader.spec, epoch) == of_loader  # a PlanSpec
         assert m.summary(loader.spec, plan_epoch(loader.spec, epoch)) == of_loader  # a plan
     assert m.summary(loader.spec) == m.summary(loader)  # epoch 0, where the loader stands
-    with pytest.raises(TypeError, match="PlanSpec"):
+    with pytest.raises(TypeError, match="a PlanSpec"):
         m.summary([7, 3, 9], 0)
     other = mix({"a": coded_streams([7, 3, 9]), "b": coded_streams([4] * 5)}, {"a": 2, "b": 1})
     with pytest.raises(ValueError, match="does not read this mixture"):
