@@ -12,6 +12,7 @@ from .batch import Chunk
 from .gather import BatchWriter
 from .interleave import Row
 from .plan.packing import capped_starts
+from .read.step_spec import step_spec_of
 
 
 def check_lookahead(lookahead: Any) -> int:
@@ -102,7 +103,7 @@ class TBinned:
     def spec(self) -> Any:
         """Zero-step arrays with the dtype and step shape of the data, or None if empty."""
         if self._spec is None and len(self):
-            self._spec = tree_map(lambda a: np.asarray(a)[:0], self.row.read(0, 0, 1))
+            self._spec = step_spec_of(self.row.read(0, 0, 1))
         return self._spec
 
     def describe_item(self, c: int) -> str:

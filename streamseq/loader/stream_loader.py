@@ -28,7 +28,7 @@ from .checks import check_rows, check_step_specs
 from .config import LoaderConfig, check_keywords, resolve_rank
 from .run import EpochProgress, Pass, Position, Trial
 from .sampler import EpochSampler
-from .spec import DataSpec
+from .first_step import FirstStepSpec as DataSpec
 from .stats import Latest, Meter, PassStats
 from .topology import Reading, Workers, read_with
 

@@ -36,7 +36,7 @@ from ..workers.slots import Slots
 from ..zip_batch import ZipBatch
 from .config import LoaderConfig
 from .run import Setup
-from .spec import DataSpec
+from .first_step import FirstStepSpec as DataSpec
 
 
 class Reading:

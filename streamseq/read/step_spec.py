@@ -1,4 +1,8 @@
-"""The dtype and step shape of a stream, where it is known without reading a step."""
+"""A stream's *step spec*: zero-step arrays with its dtype and step shape.
+
+Two ways to know it, both here: :func:`step_spec` where it costs no read (arrays, and
+sources that know it), :func:`step_spec_of` from steps read.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +22,31 @@ def zero_step(dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
         (0, 4, 3)
     """
     return np.empty((0, *shape), dtype)
+
+
+def step_spec_of(steps: Any, native: bool = False) -> Any:
+    """The step spec of ``steps`` read from a stream (an array, or a tree of arrays).
+
+    Args:
+        steps: what a stream's ``s[a:b]`` gave.
+        native: in native byte order (what tensors hold), rather than the steps' own.
+
+    Example:
+        >>> step_spec_of(np.zeros((5, 2), ">f4")).dtype.str
+        '>f4'
+        >>> spec = step_spec_of({"x": np.zeros((5, 2), ">f4")}, native=True)
+        >>> spec["x"].dtype.str, spec["x"].shape
+        ('<f4', (0, 2))
+    """
+
+    def leaf(a: Any) -> np.ndarray:
+        a = np.asarray(a)
+        dtype = a.dtype  # (a native dtype is kept as it is: the writer checks identity first)
+        if native and not dtype.isnative:
+            dtype = dtype.newbyteorder("=")
+        return zero_step(dtype, a.shape[1:])
+
+    return tree_map(leaf, steps)
 
 
 def _leaf(array: Any) -> np.ndarray | None:
