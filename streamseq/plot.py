@@ -6,7 +6,7 @@ Three steps, each usable alone:
   plan alone (no data is read), with the read positions the batch writer uses
   (:class:`~streamseq.gather.positions.Positions`), so the picture and the batches agree;
 - :func:`plan_image`: an RGB image of the cells, at the resolution of steps, batches or
-  groups of batches, whichever fits;
+  spans of batches, whichever fits;
 - :func:`plot_plan`: the image drawn with matplotlib, with resets, ranks and segment
   boundaries marked (``pip install streamseq[plot]``).
 """
@@ -329,7 +329,7 @@ def _ramps(counts: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class PlanImage:
-    """An RGB picture of an epoch's cells: a pixel per step, per batch or per group.
+    """An RGB picture of an epoch's cells: a pixel per step, per batch or per span of batches.
 
     Attributes:
         rgb: ``[rows, columns, 3]`` ``uint8``: the colour of each stream
@@ -357,7 +357,7 @@ def plan_image(
     """Colour ``cells``: a column per step when they fit in ``max_columns``, else fewer.
 
     A column holds one step if ``batches * tbins <= max_columns``, else one batch, or a
-    group of batches when there are more than ``max_columns``: its colour is then that
+    span of batches when there are more than ``max_columns``: its colour is then that
     of the stream with the most steps in it, shaded grey by its share of padding.
 
     Args:
@@ -377,9 +377,9 @@ def plan_image(
         stream = cells.steps()
         rgb = _colour(_shades(cells, stream, palette), (stream < 0).astype(float), palette)
         return PlanImage(rgb, 1 / t, stream)
-    group = -(-batches // max(1, max_columns))
-    stream, padding = _grouped(cells.stream, cells.valid, t, group)
-    return PlanImage(_colour(_shades(cells, stream, palette), padding, palette), group, stream)
+    span = -(-batches // max(1, max_columns))
+    stream, padding = _spanned(cells.stream, cells.valid, t, span)
+    return PlanImage(_colour(_shades(cells, stream, palette), padding, palette), span, stream)
 
 
 def _shades(cells: PlanCells, stream: np.ndarray, palette: np.ndarray) -> np.ndarray:
@@ -402,29 +402,32 @@ def _shades(cells: PlanCells, stream: np.ndarray, palette: np.ndarray) -> np.nda
     return np.where(stream < 0, -1, index)
 
 
-def _grouped(
-    stream: np.ndarray, valid: np.ndarray, t: int, group: int
+def _spanned(
+    stream: np.ndarray, valid: np.ndarray, t: int, span: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The stream with the most valid steps, and the share of padding, of groups of cells."""
-    if group == 1:
+    """The stream with the most valid steps, and the share of padding, of every column.
+
+    A column spans ``span`` batches.
+    """
+    if span == 1:
         return stream, 1.0 - valid / t
     rows, batches = stream.shape
-    columns = -(-batches // group)
-    at = np.arange(rows)[:, None] * columns + np.arange(batches) // group  # each cell's group
+    columns = -(-batches // span)
+    at = np.arange(rows)[:, None] * columns + np.arange(batches) // span  # each cell's column
     held = (valid > 0) & (stream >= 0)
-    g, s, w = at[held], stream[held], valid[held]
-    order = np.lexsort((s, g))
-    g, s, w = g[order], s[order], w[order]
-    new = np.ones(len(g), dtype=bool)
-    new[1:] = (g[1:] != g[:-1]) | (s[1:] != s[:-1])
-    bounds = np.flatnonzero(new)  # runs of one stream in one group
-    g, s, w = g[bounds], s[bounds], np.add.reduceat(w, bounds) if len(w) else w
-    order = np.lexsort((-w, g))
-    g, s = g[order], s[order]
-    best = np.ones(len(g), dtype=bool)
-    best[1:] = g[1:] != g[:-1]
+    c, s, w = at[held], stream[held], valid[held]
+    order = np.lexsort((s, c))
+    c, s, w = c[order], s[order], w[order]
+    new = np.ones(len(c), dtype=bool)
+    new[1:] = (c[1:] != c[:-1]) | (s[1:] != s[:-1])
+    bounds = np.flatnonzero(new)  # runs of one stream in one column
+    c, s, w = c[bounds], s[bounds], np.add.reduceat(w, bounds) if len(w) else w
+    order = np.lexsort((-w, c))
+    c, s = c[order], s[order]
+    best = np.ones(len(c), dtype=bool)
+    best[1:] = c[1:] != c[:-1]
     out = np.full(rows * columns, -1, dtype=np.int64)
-    out[g[best]] = s[best]
+    out[c[best]] = s[best]
     steps = np.bincount(at.reshape(-1), valid.reshape(-1), minlength=rows * columns)
     cells = np.bincount(at.reshape(-1), minlength=rows * columns) * t
     return out.reshape(rows, columns), (1.0 - steps / cells).reshape(rows, columns)
@@ -453,8 +456,8 @@ def plot_plan(
     and a white triangle a reset past a stream's step 0 (a segment start with
     ``segment_length``, or a stream resumed on other rows); lines separate the ranks.
     With few batches a column is a step (with ``pad="pack"``, a dotted line marks a
-    stream starting inside a chunk); with more than ``max_columns`` a column is a group
-    of batches, coloured by the stream with the most steps in it and shaded grey by its
+    stream starting inside a chunk); with more than ``max_columns`` a column spans several
+    batches, coloured by the stream with the most steps in it and shaded grey by its
     share of padding.
 
     Args:
