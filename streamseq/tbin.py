@@ -78,7 +78,7 @@ class TBinned:
             self.placed = capped_starts(row.lengths, self.tbins, int(cap))
             end = int(self.placed[-1] + row.lengths[-1]) if len(counts) else 0
             self.length = -(-end // self.tbins)
-        self._table: BatchWriter | None = None
+        self._writer: BatchWriter | None = None
         self._spec: Any = None
 
     def __repr__(self) -> str:
@@ -108,19 +108,19 @@ class TBinned:
 
     def describe_item(self, c: int) -> str:
         """Which stream and steps chunk ``c`` reads."""
-        return self.table().describe(c)
+        return self.writer().describe(c)
 
-    def table(self) -> BatchWriter:
+    def writer(self) -> BatchWriter:
         """The row as a one-row batch writer (made once)."""
-        if self._table is None:
-            self._table = BatchWriter([self], "pack" if self.pack else "zeros", self.tbins)
-        return self._table
+        if self._writer is None:
+            self._writer = BatchWriter([self], "pack" if self.pack else "zeros", self.tbins)
+        return self._writer
 
     def release(self) -> None:
         """Close the file the row has open."""
         self.row.release()
-        if self._table is not None:
-            self._table.forget()
+        if self._writer is not None:
+            self._writer.forget()
 
     def __getitem__(self, c: int) -> Chunk:
         n, given = len(self), c
@@ -128,7 +128,7 @@ class TBinned:
             c += n
         if not 0 <= c < n:
             raise IndexError(f"chunk {given} out of range for {n} chunks")
-        b = self.table().batch(c, self.spec())
+        b = self.writer().batch(c, self.spec())
         return Chunk(tree_map(lambda a: a[0], b.data), b.reset[0], *(f[0] for f in b[2:]))
 
 

@@ -48,8 +48,8 @@ def first_reads(rows: Sequence[Row], first: Sequence[int], blk: Positions, k: in
     """Open the streams of batch ``k`` of ``blk`` concurrently; read the non-arrays.
 
     Args:
-        rows: the rows of the table.
-        first: the table's first position of each row (``ChunkMap.first_list``).
+        rows: the rows of the chunk map.
+        first: the first position of each row (``ChunkMap.first_list``).
         blk: where the rows read.
         k: the batch within ``blk``.
 
@@ -62,8 +62,8 @@ def first_reads(rows: Sequence[Row], first: Sequence[int], blk: Positions, k: in
         >>> from streamseq import interleave_streams, tbin
         >>> from streamseq.gather.writer import BatchWriter
         >>> rows = interleave_streams([np.arange(5), np.arange(4)], 2)
-        >>> table = BatchWriter([tbin(r, 2) for r in rows], "zeros", 2)
-        >>> first_reads(table.rows, table.first_list, table.positions(0, 1), 0)
+        >>> writer = BatchWriter([tbin(r, 2) for r in rows], "zeros", 2)
+        >>> first_reads(writer.rows, writer.first_list, writer.positions(0, 1), 0)
         {}
     """
     work, sources = [], set()

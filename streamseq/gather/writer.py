@@ -152,8 +152,8 @@ class BatchWriter(ChunkMap):
         Example:
             >>> from streamseq import interleave_streams, tbin
             >>> rows = interleave_streams([np.arange(5), np.arange(3)], 2)
-            >>> table = BatchWriter([tbin(r, 2) for r in rows], "zeros", 2)
-            >>> print(table.describe(1))  # doctest: +ELLIPSIS
+            >>> writer = BatchWriter([tbin(r, 2) for r in rows], "zeros", 2)
+            >>> print(writer.describe(1))  # doctest: +ELLIPSIS
             stream 0 (ndarray(shape=(5,), dtype=int64)) steps 2:4; stream 1 (...) steps 2:3
         """
         if self.pad == "pack":
@@ -245,7 +245,7 @@ class BatchWriter(ChunkMap):
             raise self._ref(r, p).error(problem)
 
     def _ref(self, r: int, p: int) -> StreamRef:
-        """The stream at position ``p`` of the table, in row ``r``."""
+        """The stream at position ``p`` of the chunk map, in row ``r``."""
         return self.rows[r].refs[p - self.first_list[r]]
 
     def _read_packed(self, st: _ReadState, i: int, spec: Any, data: Any, m: meta.Meta) -> None:
@@ -339,7 +339,7 @@ def _leaves_as(spec: Any, stream: Any) -> list[Any] | None:
 
 
 class _ReadState:
-    """What one process has open in a table's rows (one per process: ``ProcessLocal``)."""
+    """What one process has open in a writer's rows (one per process: ``ProcessLocal``)."""
 
     def __init__(self, rows: int):
         self.at = np.full(rows, -1, dtype=np.int64)  # position open in each row
