@@ -26,9 +26,9 @@ from ..workers.inline import bounded
 from ..zip_batch import ZipBatch
 from .checks import check_rows, check_step_specs
 from .config import LoaderConfig, check_keywords, resolve_rank
+from .first_step import FirstStepSpec as DataSpec
 from .run import EpochProgress, Pass, Position, Trial
 from .sampler import EpochSampler
-from .spec import DataSpec
 from .stats import Latest, Meter, PassStats
 from .topology import Reading, Workers, read_with
 

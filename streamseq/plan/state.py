@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from .draws import decode_draw, encode_draw
 from .epoch import PLAN_VERSIONS
 from .fields import integer, require, short
-from .mix import decode_draw, encode_draw
 from .planner import EpochPlan, Epochs, epoch_units, plan_epoch
 from .progress import Progress, progress_at
 from .reweigh import HOW, mixture_differences, reweigh, spec_of_state
