@@ -321,9 +321,15 @@ class StreamLoader:
         return cursor.epoch if self._running() else cursor.upcoming
 
     def _now(self) -> Cursor:
-        """The cursor, the end of the last pass taken in (:meth:`Cursor.settled`)."""
-        self._cursor = self._cursor.settled()
-        return self._cursor
+        """The cursor, the end of the last pass taken in (:meth:`Cursor.settled`).
+
+        Written only once that pass ended: a read from another thread (``loader[i]``)
+        never writes back a cursor the pass in progress has moved on from.
+        """
+        cursor = self._cursor
+        if cursor.at_end:
+            cursor = self._cursor = cursor.settled()
+        return cursor
 
     def _moved(self, step: Step) -> None:
         """A transition of the pass in progress (a batch delivered, the end reached)."""
