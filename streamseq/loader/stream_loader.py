@@ -191,7 +191,7 @@ class StreamLoader:
         check_keywords(unsupported)
         self._streams = streams
         batch_size, tbins = check_int(batch_size, "batch_size", 1), check_int(tbins, "tbins", 1)
-        self.config = LoaderConfig.checked(
+        self._config = LoaderConfig.checked(
             num_workers=num_workers,
             method=method,
             max_buffered=max_buffered,
@@ -229,7 +229,7 @@ class StreamLoader:
         check_rows(self.spec)
         if transform is None:  # a transform may give every stream the same steps
             check_step_specs(self.refs, lengths_)
-        config = self.config
+        config = self._config
         longest = int(lengths_.max())
         if config.lookahead > longest:  # (its last steps would be padding in every batch)
             raise ValueError(
@@ -260,7 +260,7 @@ class StreamLoader:
 
     def _new_trial(self, workers: Workers) -> Trial | None:
         """The ``num_workers="auto"`` trial of a loader (None: the number was given)."""
-        config = self.config
+        config = self._config
         if not config.auto:
             return None
         count = min(config.num_workers, self.spec.batch_size)
@@ -290,6 +290,18 @@ class StreamLoader:
     )
     transform = _setting("config.transform", "``fn(steps, info)`` run where steps are read.")
     lookahead = _setting("config.lookahead", "Steps after each chunk every batch also holds.")
+
+    @property
+    def config(self) -> LoaderConfig:
+        """How the batches are read and delivered (frozen); the choice of ``"auto"`` once made.
+
+        Example:
+            >>> import numpy as np
+            >>> StreamLoader([np.arange(6)], 1, 2, method="thread").config.method
+            'thread'
+        """
+        self._trial_now()
+        return self._config
 
     @property
     def streams(self) -> Sequence[Any]:
@@ -350,8 +362,8 @@ class StreamLoader:
         state["_lock"] = ProcessLocal(threading.RLock)
         state["_active"], state["_whole"], state["_latest"] = None, None, Latest()
         self._trial_now()  # (a choice made is kept)
-        state["config"] = self.config
-        state["_workers"] = Workers(self.config, self.refs)
+        state["_config"] = self._config
+        state["_workers"] = Workers(self._config, self.refs)
         state["_trial"] = self._new_trial(state["_workers"])
         return state
 
@@ -645,7 +657,7 @@ class StreamLoader:
             key = self._epochs.key(plan.epoch)
             if self._whole is None or self._whole[0] != key:
                 self._whole = (key, self._reading.group(plan, self._reading.rows(plan)))
-            return bounded(self._whole[1], self.config.timeout)
+            return bounded(self._whole[1], self._config.timeout)
 
     def __iter__(self) -> Iterator[Batch]:
         """A pass over the batches of the epoch, from the loaded position (or batch 0).
@@ -671,7 +683,7 @@ class StreamLoader:
     def _open_pass(self, start: int) -> Pass:
         """A pass from batch ``start``: read here, or by workers (new or persistent)."""
         trial = self._trial_now()
-        config, plan = self.config, self.plan()
+        config, plan = self._config, self.plan()
         size = self.spec.batch_size * self._reading.steps  # steps a batch holds (stats)
         workers = trial.now() if trial is not None else config.num_workers
         setup = functools.partial(
@@ -695,7 +707,7 @@ class StreamLoader:
         trial = self._trial
         if trial is None or trial.chosen is None:
             return trial
-        self.config, self._trial = self.config.with_workers(trial.chosen), None
+        self._config, self._trial = self._config.with_workers(trial.chosen), None
         return None
 
     @property
@@ -708,7 +720,7 @@ class StreamLoader:
         this process, then by the workers tried: :attr:`workers_in_use` tells which.
         """
         self._trial_now()
-        return "auto" if self.config.auto else self.config.num_workers
+        return "auto" if self._config.auto else self._config.num_workers
 
     @property
     def workers_in_use(self) -> int:
@@ -725,7 +737,7 @@ class StreamLoader:
             2
         """
         trial = self._trial_now()
-        count = trial.now() if trial is not None else self.config.num_workers
+        count = trial.now() if trial is not None else self._config.num_workers
         return min(count, self.spec.batch_size)
 
     def _newer_running(self, it: Pass) -> bool:

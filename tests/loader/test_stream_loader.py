@@ -67,7 +67,9 @@ def test_every_setting_reads_back_as_given():
     loader.close()
 
 
-@pytest.mark.parametrize("name", ["batch_size", "tbins", "num_workers", "lookahead", "seed"])
+@pytest.mark.parametrize(
+    "name", ["batch_size", "tbins", "num_workers", "lookahead", "seed", "config"]
+)
 def test_a_setting_cannot_be_written(name):
     loader = StreamLoader(STREAMS, 2, 3)
     before = len(loader)
