@@ -22,7 +22,7 @@ Setup = tuple[Assembled, list[Any], list[Prefetched], Any, list[Any]]
 """What a pass reads from: batches, groups, the workers it started, what to call when it
 fails, and the workers' timings."""
 
-Step = Callable[[Cursor], Cursor]
+Move = Callable[[Cursor], Cursor]
 """A transition of the run's cursor (:meth:`Cursor.delivered`, :meth:`Cursor.ended`)."""
 
 
@@ -160,7 +160,7 @@ class Pass:
         start: int,
         stop: int,
         opened: Setup,
-        moved: Callable[[Step], None],
+        moved: Callable[[Move], None],
         newer_running: Callable[[Pass], bool],
         meter: Meter | None = None,
         latest: Latest | None = None,

@@ -27,7 +27,7 @@ from ..workers.inline import bounded
 from ..zip_batch import ZipBatch
 from .checks import check_rows, check_step_specs
 from .config import LoaderConfig, check_keywords, resolve_rank
-from .run import EpochProgress, Pass, Step, Trial
+from .run import EpochProgress, Move, Pass, Trial
 from .sampler import EpochSampler
 from .spec import DataSpec
 from .stats import Latest, Meter, PassStats
@@ -343,9 +343,9 @@ class StreamLoader:
             cursor = self._cursor = cursor.settled()
         return cursor
 
-    def _moved(self, step: Step) -> None:
+    def _moved(self, move: Move) -> None:
         """A transition of the pass in progress (a batch delivered, the end reached)."""
-        self._cursor = step(self._cursor)
+        self._cursor = move(self._cursor)
 
     def _running(self) -> bool:
         """Whether a pass is in progress (opened, not ended, closed or let go)."""

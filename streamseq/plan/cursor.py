@@ -1,13 +1,13 @@
 """Where a run stands: one immutable :class:`Cursor` and its pure transitions.
 
-A loader keeps one cursor; a pass starts from one (:meth:`Cursor.pass_opened`) and
-reports the ones it reaches (:meth:`Cursor.delivered`, :meth:`Cursor.ended`);
+A loader keeps one cursor; a pass starts from it (:meth:`Cursor.pass_opened`) and
+reports the transitions it makes (:meth:`Cursor.delivered`, :meth:`Cursor.ended`);
 :meth:`Cursor.set_epoch`, :meth:`Cursor.from_state` and :meth:`Cursor.to_state` are
 the trainer's and the checkpoint's. Every transition returns a new cursor.
 
 The epoch-end rule is written once, in :meth:`Cursor.moved_on`: a pass that ended, or
 that was left after it delivered a batch, hands the next pass the next epoch (or the
-epoch :meth:`Cursor.set_epoch` chose meanwhile), unless an epoch chosen by
+epoch :meth:`Cursor.set_epoch` chose meanwhile), unless an epoch set by
 ``set_epoch`` holds; a state saved at the end of its epoch loads at the start of the
 next one (:meth:`Cursor.from_state`).
 
@@ -36,7 +36,7 @@ class Cursor:
             (the first batch delivered, or the end, uses it up).
         started: a pass delivered a batch from here.
         at_end: a pass delivered the epoch's last batch and reached its end.
-        chosen: the epoch was chosen by :meth:`set_epoch`: every pass reads it until
+        epoch_set: the epoch was set by :meth:`set_epoch`: every pass reads it until
             ``set_epoch`` is called again.
         deferred: an epoch :meth:`set_epoch` chose while a pass ran: that of the next
             pass (None: none).
@@ -51,7 +51,7 @@ class Cursor:
     pending: bool = False
     started: bool = False
     at_end: bool = False
-    chosen: bool = False
+    epoch_set: bool = False
     deferred: int | None = None
 
     def __repr__(self) -> str:
@@ -86,22 +86,22 @@ class Cursor:
 
         A pass that ended, or that was left after it delivered a batch, moves the run
         to the next epoch, unless :meth:`set_epoch` chose the epoch: then it stays, or
-        moves to the epoch chosen during the pass (``deferred``). Otherwise the cursor
+        moves to the epoch set during the pass (``deferred``). Otherwise the cursor
         is where it was (a loaded position not used yet, or batch 0).
 
         Example:
             >>> Cursor(2, 5, started=True).moved_on().epoch
             3
-            >>> Cursor(2, 5, started=True, chosen=True).moved_on().epoch
+            >>> Cursor(2, 5, started=True, epoch_set=True).moved_on().epoch
             2
-            >>> Cursor(2, 5, started=True, chosen=True, deferred=7).moved_on().epoch
+            >>> Cursor(2, 5, started=True, epoch_set=True, deferred=7).moved_on().epoch
             7
             >>> Cursor(2, 5, pending=True).moved_on().next
             5
         """
         if self.deferred is not None:
-            return Cursor(self.deferred, chosen=True)
-        if (self.started or self.at_end) and not self.chosen:
+            return Cursor(self.deferred, epoch_set=True)
+        if (self.started or self.at_end) and not self.epoch_set:
             return Cursor(self.epoch + 1)
         return self
 
@@ -149,7 +149,7 @@ class Cursor:
         A pass in progress goes on with its own epoch; the next one reads ``epoch``
         (``deferred``). A loaded position not used yet survives the setting of its own
         epoch. Otherwise the next pass starts at batch 0 of ``epoch``. From then on,
-        every pass reads the epoch set (``chosen``).
+        every pass reads the epoch set (``epoch_set``).
 
         Example:
             >>> c = Cursor(0, 2, started=True).set_epoch(4, running=True)
@@ -162,11 +162,11 @@ class Cursor:
         """
         if running:
             deferred = None if epoch == self.epoch else epoch
-            return dataclasses.replace(self, chosen=True, deferred=deferred)
+            return dataclasses.replace(self, epoch_set=True, deferred=deferred)
         now = self.settled()
         if now.pending and epoch == now.upcoming:
-            return dataclasses.replace(now, chosen=True)
-        return Cursor(epoch, chosen=True)
+            return dataclasses.replace(now, epoch_set=True)
+        return Cursor(epoch, epoch_set=True)
 
     @classmethod
     def from_state(cls, epoch: int, next_batch: int, length: int) -> Cursor:

@@ -79,7 +79,7 @@ def test_a_state_resumes_where_it_was_saved_or_at_the_next_epoch(epoch, length, 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 9), st.integers(0, 5), st.booleans())
 def test_a_state_saved_by_a_pass_is_where_it_stands(epoch, done, chosen):
-    cursor = Cursor(epoch, chosen=chosen).pass_opened()
+    cursor = Cursor(epoch, epoch_set=chosen).pass_opened()
     for _ in range(done):
         cursor = cursor.delivered()
     assert cursor.to_state() == (epoch, done)
