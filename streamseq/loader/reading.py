@@ -25,8 +25,8 @@ from ..workers.inline import bounded
 from ..workers.pool import WorkerPool
 from ..zip_batch import ZipBatch
 from .config import LoaderConfig
+from .first_step import FirstStepSpec
 from .run import Setup
-from .spec import DataSpec
 
 
 class Reading:
@@ -45,7 +45,7 @@ class Reading:
         spec: PlanSpec,
         refs: Sequence[StreamRef],
         transform: Callable[..., Any] | None,
-        data: DataSpec,
+        data: FirstStepSpec,
         lookahead: int = 0,
     ):
         self.spec, self.refs, self.transform, self.data = spec, refs, transform, data

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from .draws import _REWEIGH, MixSpec, delivered_steps
 from .fields import short
-from .mix import _REWEIGH, MixSpec, delivered_steps
 from .progress import Progress
 from .spec import PlanSpec
 
