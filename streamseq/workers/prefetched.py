@@ -119,7 +119,7 @@ class Prefetched:
     def forked(self) -> None:
         """In a forked child: let go of the parent's workers; the next access starts new ones.
 
-        The parent's workers are never stopped nor used from here (:mod:`.workers.ownership`):
+        The parent's workers are never stopped nor used from here (:mod:`.ownership`):
         their pipes and shared memory are the parent's.
         """
         workers, self._workers, self._window = self._workers, None, None
