@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -57,6 +58,29 @@ def chunk_loss(
     mask = batch.target_mask()  # [B, tbins]: step t + 1 of the same stream
     err = ((out - x[:, 1:]) ** 2).sum(-1)
     return (err * mask).sum(), int(valid.sum()), int(mask.sum()), h
+
+
+def train_epoch(
+    model: SelectiveSSM, optimiser: torch.optim.Optimizer, loader: Iterable, rows: int
+) -> tuple[float, int, int, int]:
+    """One pass of truncated BPTT over ``loader``, the state carried from batch to batch.
+
+    Returns the summed loss, the steps read as inputs, the targets, and the batches of
+    padding alone skipped.
+    """
+    h = model.initial_state(rows)
+    total, inputs, targets, skipped = 0.0, 0, 0, 0
+    for batch in loader:
+        if not batch.valid.any():  # all padding: no step, counted nowhere
+            skipped += 1
+            continue
+        loss, read, n, h = chunk_loss(model, batch, h.detach())
+        if n:  # (a chunk may hold only the last step of a stream: read, not a target)
+            optimiser.zero_grad()
+            (loss / n).backward()
+            optimiser.step()
+        total, inputs, targets = total + float(loss.detach()), inputs + read, targets + n
+    return total, inputs, targets, skipped
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -87,18 +111,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     losses, counts = [], []
     for epoch in range(args.epochs):
         loader.set_epoch(epoch)
-        h = model.initial_state(args.batch_size)
-        total, inputs, targets, skipped = 0.0, 0, 0, 0
-        for batch in loader:
-            if not batch.valid.any():  # all padding: no step, counted nowhere
-                skipped += 1
-                continue
-            loss, read, n, h = chunk_loss(model, batch, h.detach())
-            if n:  # (a chunk may hold only the last step of a stream: read, not a target)
-                optimiser.zero_grad()
-                (loss / n).backward()
-                optimiser.step()
-            total, inputs, targets = total + float(loss.detach()), inputs + read, targets + n
+        total, inputs, targets, skipped = train_epoch(model, optimiser, loader, args.batch_size)
         losses.append(total / targets)
         counts.append((inputs, targets, skipped))
         print(

@@ -102,3 +102,20 @@ def test_the_example_reads_every_step_and_predicts_all_but_the_firsts(example, c
     out = capsys.readouterr().out
     assert f"{steps} steps read as inputs, {steps - len(streams)} used as targets" in out
     assert losses[-1] < 0.6 * losses[0]
+
+
+def test_a_batch_of_padding_alone_is_skipped_and_counted_nowhere(example):
+    rng = np.random.default_rng(0)
+    data = [rng.normal(size=(n, 1)) for n in (40, 30, 6, 5)]
+    # rank 1 of 2 gets the two short streams on its 2 rows: its last batches are padding
+    loader = StreamLoader(data, 2, 4, lookahead=1, rank=1, world_size=2, pad="zeros")
+    padding = sum(1 for b in loader if not b.valid.any())
+    with_targets = sum(1 for b in loader if b.target_mask().any())
+    assert padding >= 2 and with_targets + padding == len(loader)
+    ssm = model(example)
+    adam = torch.optim.Adam(ssm.parameters(), lr=0.01)
+    total, inputs, targets, skipped = example.train_epoch(ssm, adam, loader, 2)
+    assert skipped == padding
+    assert (inputs, targets) == (6 + 5, 5 + 4)  # rank 1's streams: steps, and targets
+    steps = {int(s["step"]) for s in adam.state.values()}
+    assert steps == {with_targets}  # one optimizer step a batch with targets
