@@ -121,7 +121,7 @@ class TBPTT(lightning.LightningModule):
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
-        self.rows = batch_size  # of every batch (one process)
+        self.rows = batch_size  # of every batch of this process
         self.gru = nn.GRU(1, hidden, batch_first=True, dtype=dtype)
         self.head = nn.Linear(hidden, 1, dtype=dtype)
         self.lr = lr
@@ -194,7 +194,8 @@ class TBPTT(lightning.LightningModule):
         loaders = loops["state_dict"].get("combined_loader")
         self.resumed_state = loaders[0] if loaders else None
         state = self.resumed_state
-        if state is not None and state["batch_size"] * state["world_size"] != self.rows:
+        rows = self.rows * self.trainer.world_size  # the global rows of this run
+        if state is not None and state["batch_size"] * state["world_size"] != rows:
             # other rows: the loader's len is then the batches left in the epoch, so its
             # batches are counted from 0 (Lightning would stop after len - next_batch)
             current = loops["epoch_loop.batch_progress"]["current"]
