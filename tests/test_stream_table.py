@@ -232,3 +232,20 @@ def test_tables_of_other_dtypes_are_refused_once(tmp_path):
     b, path = corpus(tmp_path, [5, 2], "b.bin", np.int32)
     with pytest.raises(StreamError, match=r"stream 2 .*b\.bin.*dtype int32 differs.*stream 0"):
         StreamLoader(mix({"a": a, "b": b}), batch_size=2, tbins=2)
+
+
+def test_zip_streams_of_tables_is_a_table():
+    from streamseq import zip_streams
+
+    frames, frame_list = array_table([4, 0, 6, 3], width=3, dtype=np.uint8)
+    labels, label_list = array_table([4, 0, 6, 3])
+    zipped = zip_streams({"frame": frames, "label": labels})
+    assert isinstance(zipped, StreamTable) and zipped.lengths.tolist() == [4, 0, 6, 3]
+    pairs = zip(frame_list, label_list, strict=True)
+    listed = [zip_streams({"frame": f, "label": y}) for f, y in pairs]
+    kw = dict(batch_size=2, tbins=2, shuffle=True)
+    (a, x), (b, y) = run(zipped, **kw), run(listed, **kw)
+    assert_same(x, y)
+    assert a.state_dict() == b.state_dict()
+    with pytest.raises(ValueError, match="stream 2 of table 'label' has 5 steps"):
+        zip_streams({"frame": frames, "label": array_table([4, 0, 5, 3])[0]})
