@@ -440,9 +440,12 @@ class TableRefs(Sequence):
         self.parts = list(parts)
         sizes = np.array([len(p) for p in self.parts], np.int64)
         self.starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        self.lengths = np.concatenate(
-            [_part_lengths(p) for p in self.parts] or [np.zeros(0, np.int64)]
-        ).astype(np.int64, copy=False)
+        if len(self.parts) == 1:  # a table's lengths, not a copy
+            self.lengths = _part_lengths(self.parts[0])
+        else:
+            self.lengths = np.concatenate(
+                [_part_lengths(p) for p in self.parts] or [np.zeros(0, np.int64)]
+            ).astype(np.int64, copy=False)
 
     def __len__(self) -> int:
         return int(self.starts[-1])
