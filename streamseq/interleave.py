@@ -197,7 +197,9 @@ def interleave_streams(
     ``num_rows`` rows (``batch_size * world_size``) with these settings, stream for stream.
 
     Args:
-        streams: streams or zero-argument openers.
+        streams: streams or zero-argument openers, or a table of streams
+            (:class:`~streamseq.StreamTable`: its lengths one array, nothing made per
+            stream to plan).
         num_rows: number of rows (the batch size).
         lengths: declared lengths, sparing the probe of openers (each opener is otherwise
             opened once, in this process, to measure it).

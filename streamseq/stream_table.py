@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .plan.identities import Identities
+from .read.ref import identity
 
 
 def _reopen(path: str, dtype: str, offset: int, shape: tuple[int, ...]) -> np.ndarray:
@@ -84,7 +85,9 @@ class StreamTable(Sequence):
             (each stream is then asked, when it is read).
         identities: what names the streams across runs: one string for all (a file
             path), one string per stream, or :class:`~streamseq.plan.identities.Identities`.
-            By default, the name of the type of stream ``0``.
+            By default, that of stream ``0`` (:func:`~streamseq.read.ref.identity`: its
+            file, else its type) for every stream: give them when the streams are of
+            several files, for a state to name them as a list of them would.
 
     Raises:
         ValueError: lengths that are not a 1-d array of non-negative integers, or columns
@@ -124,7 +127,7 @@ class StreamTable(Sequence):
             step_spec = (np.dtype(step_spec[0]), tuple(int(d) for d in step_spec[1]))
         self._spec = step_spec
         if identities is None:
-            identities = type(self[0]).__name__ if n else ""
+            identities = identity(self[0]) if n else ""
         if isinstance(identities, str):
             identities = Identities.repeat(identities, n)
         elif not isinstance(identities, Identities):
