@@ -4,7 +4,7 @@ A :func:`streamseq.mix` of three groups (a large one read in part, a middle one 
 whole, a small one read again) with declared lengths, shuffled, batches of 64 rows x 256
 steps. For each size this times, against the same streams as a plain list:
 
-- ``draw``: the epoch's units drawn from the groups (:mod:`streamseq.plan.mix`);
+- ``draw``: the epoch's units drawn from the groups (:mod:`streamseq.plan.draws`);
 - ``plan``: the whole plan of a fresh epoch (draw, balanced rows, length);
 - ``length``: ``epoch_length`` of a fresh epoch (a bound: no plan needed);
 - ``state``: ``state_dict()`` after one batch (progress over the occurrences).

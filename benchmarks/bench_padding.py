@@ -8,7 +8,7 @@ rank's batches that are padding, and the batches that are all padding, for
 in a row, padding only at its end), with ``segment_length`` None and a few values. The
 batches' ``valid`` masks give it (streams of zeros in memory: a batch costs little).
 
-Then, from the plans alone (:func:`streamseq.plan.epoch.epoch_plan`), the rows of today's
+Then, from the plans alone (:func:`streamseq.plan.epoch.epoch_rows`), the rows of today's
 plans (``version=1``: a new stream order every epoch, dealt out to the emptiest row)
 against rows balanced once and shuffled per epoch (``version=2``), on 400 log-normal
 streams with ``batch_size=32`` and ``tbins=64``: batches per epoch (version 1 over 100
@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from streamseq import StreamLoader
-from streamseq.plan.epoch import epoch_plan
+from streamseq.plan.epoch import epoch_rows
 from streamseq.plan.rows import row_cost
 from streamseq.plan.segments import segments
 
@@ -108,11 +108,11 @@ def compare_plans(lengths, num_rows, tbins, epochs=100):
                 bound = max(even, -(-int(cost.max()) // scale))
             today = []
             for epoch in range(epochs):
-                rows, n = epoch_plan(units, num_rows, tbins, pad, shuffle=True, epoch=epoch)
+                rows, n = epoch_rows(units, num_rows, tbins, pad, shuffle=True, epoch=epoch)
                 today.append((n, *plan_padding(units, rows, n, tbins, pad)))
             n1, p1, l1 = (np.median([t[k] for t in today]) for k in range(3))
             lo, hi = min(t[0] for t in today), max(t[0] for t in today)
-            rows, n2 = epoch_plan(units, num_rows, tbins, pad, shuffle=True, version=2)
+            rows, n2 = epoch_rows(units, num_rows, tbins, pad, shuffle=True, version=2)
             p2, l2 = plan_padding(units, rows, n2, tbins, pad)
             print(
                 f"{pad:>5}  {seg!s:>14}  {f'{lo}/{n1:g}/{hi}':>19}  {p1:5.1%}  {l1:5.1%}  "

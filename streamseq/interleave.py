@@ -10,8 +10,8 @@ import numpy as np
 
 from ._checks import check_int
 from ._tree import leaves, tree_map
-from .plan.epoch import epoch_plan
-from .plan.mix import MixSpec
+from .plan.draws import MixSpec
+from .plan.epoch import epoch_rows
 from .plan.planner import plan_epoch
 from .plan.rows import assign_rows
 from .plan.spec import PlanSpec
@@ -245,7 +245,7 @@ def interleave_streams(
     else:
         pad = "pack" if pack else "zeros"
         kw = dict(shuffle=shuffle, seed=seed, epoch=epoch, version=2)
-        assignment, _ = epoch_plan(sizes, num_rows, check_int(tbins, "tbins", 1), pad, **kw)
+        assignment, _ = epoch_rows(sizes, num_rows, check_int(tbins, "tbins", 1), pad, **kw)
     return make_rows(refs, sizes, assignment, transform, seed=seed, epoch=epoch)
 
 

@@ -2,7 +2,7 @@
 
 A :class:`Mixture` is the list of the streams of all its groups, in the order given; a
 :class:`~streamseq.StreamLoader` given one reads each group for its share of every
-epoch's steps (see :mod:`streamseq.plan.mix` for the draws), deterministically and
+epoch's steps (see :mod:`streamseq.plan.draws` for the draws), deterministically and
 resumably.
 """
 
@@ -13,17 +13,15 @@ import numbers
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, NamedTuple, overload
+from typing import Any, NamedTuple, overload
 
 import numpy as np
 
 from ._checks import check_int
-from .plan.mix import MixSpec
-from .plan.planner import EpochPlan, plan_epoch
+from .plan.draws import MixSpec
+from .plan.planner import EpochPlan, planned
+from .plan.spec import PlanSpec
 from .stream_table import StreamTable
-
-if TYPE_CHECKING:
-    from .loader import StreamLoader
 
 
 class GroupShare(NamedTuple):
@@ -155,40 +153,50 @@ class Mixture(Sequence):
             raise IndexError(f"stream {i} out of range for a mixture of {len(self)} streams")
         return self.names[int(self.spec.group_of(np.array([i]))[0])]
 
-    def summary(self, loader: StreamLoader, epoch: int | None = None) -> MixSummary:
-        """Every group's steps, streams, share and padding in ``epoch``, from the plan alone.
+    def summary(self, spec: Any, epoch: int | EpochPlan | None = None) -> MixSummary:
+        """Every group's steps, streams, share and padding in an epoch, from the plan alone.
 
         Args:
-            loader: a loader of this mixture; no data is read.
-            epoch: the epoch; None for the loader's current one (which may be the rest
-                of an epoch resumed on other rows or with other weights: then what is
-                left of it).
+            spec: the plan's settings (a :class:`~streamseq.plan.spec.PlanSpec`, such as
+                ``loader.spec``) of a plan of this mixture; no data is read. Anything
+                with ``spec`` and ``plan()`` (a loader) is taken too: then its own plan
+                is used for its current epoch (which may be the rest of an epoch resumed
+                on other rows or with other weights: then what is left of it).
+            epoch: the epoch, planned from its start; or its plan
+                (:class:`~streamseq.plan.planner.EpochPlan`, such as ``loader.plan()``);
+                None: epoch 0, or the current epoch of a loader.
 
         Returns:
             A :class:`MixSummary` (printed, a table).
 
+        Raises:
+            ValueError: ``spec`` plans another mixture, or a negative ``epoch``.
+            TypeError: ``spec`` is neither a plan's settings nor holds them
+                (:func:`~streamseq.plan.planner.planned`).
+
         Example:
-            >>> from streamseq import StreamLoader
+            >>> from streamseq.plan.spec import PlanSpec
             >>> m = mix({"a": [np.zeros(4)] * 2, "b": [np.zeros(2)]}, {"a": 1, "b": 1})
-            >>> print(m.summary(StreamLoader(m, batch_size=2, tbins=2), 0))
+            >>> spec = PlanSpec(np.array([4, 4, 2]), batch_size=2, tbins=2, mixture=m.spec)
+            >>> print(m.summary(spec, 0))
             epoch 0: 3 batches
             group             steps  streams   share  weight  padding
             a                     4        1   0.500   0.500        0
             b                     4        2   0.500   0.500        0
             (row ends)                                              4
+            >>> from streamseq import StreamLoader
+            >>> loader = StreamLoader(m, batch_size=2, tbins=2)
+            >>> m.summary(loader) == m.summary(loader.spec, loader.plan())
+            True
         """
-        if loader.spec.mixture != self.spec:
-            raise ValueError("this loader does not read this mixture")
-        if epoch is None or check_int(epoch, "epoch", 0) == loader.epoch:
-            plan = loader.plan()
-        else:
-            plan = plan_epoch(loader.spec, int(epoch))
-        return _summary(loader, plan)
+        spec, plan = planned(spec, epoch)
+        if spec.mixture != self.spec:
+            raise ValueError("this plan does not read this mixture")
+        return _summary(spec, plan)
 
 
-def _summary(loader: StreamLoader, plan: EpochPlan) -> MixSummary:
+def _summary(spec: PlanSpec, plan: EpochPlan) -> MixSummary:
     """:meth:`Mixture.summary` of ``plan``."""
-    spec = loader.spec
     mixture = spec.mixture
     assert mixture is not None
     source = (spec.units if plan.units is None else plan.units)[0]

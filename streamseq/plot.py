@@ -6,7 +6,7 @@ Three steps, each usable alone:
   plan alone (no data is read), with the read positions the batch writer uses
   (:class:`~streamseq.gather.positions.Positions`), so the picture and the batches agree;
 - :func:`plan_image`: an RGB image of the cells, at the resolution of steps, batches or
-  groups of batches, whichever fits;
+  spans of batches, whichever fits;
 - :func:`plot_plan`: the image drawn with matplotlib, with resets, ranks and segment
   boundaries marked (``pip install streamseq[plot]``).
 """
@@ -18,18 +18,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._checks import check_int
-from .gather import Table
+from .gather.chunkmap import ChunkMap
 from .gather.meta import write_resets
+from .gather.positions import Positions
 from .interleave import Row, make_rows
-from .plan.planner import EpochPlan, plan_epoch
+from .plan.planner import EpochPlan, planned
+from .plan.spec import PlanSpec
+from .read.ref import as_refs
+from .stream_table import StreamTable
 from .tbin import tbin
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
-
-    from .loader import StreamLoader
 
 #: matplotlib's ``tab20`` without its greys, its 9 dark shades first, then the light shade
 #: of each: stream ``s`` is ``PALETTE[s % len(PALETTE)]``; in a mixture, group ``g`` is
@@ -136,31 +137,35 @@ def _run_steps(
     return np.where(inside, ids[jc], -1).reshape(rows, len(x))
 
 
-def plan_of(loader: StreamLoader, epoch: int | None = None) -> EpochPlan:
-    """The plan of ``epoch``; None: ``loader.epoch``, the epoch its next pass reads.
+def plan_of(spec: Any, epoch: int | EpochPlan | None = None) -> tuple[PlanSpec, EpochPlan]:
+    """The settings and the plan of ``epoch`` (see :func:`~streamseq.plan.planner.planned`).
 
-    After training, that is the epoch after the last one trained (give ``epoch`` to see
-    another); during a pass, the epoch of that pass. The loader's own plan where it
-    stands (:meth:`StreamLoader.plan`) is used when it is of that epoch: it may be the
-    rest of an epoch resumed on other rows; any other epoch is planned from its start.
+    ``spec``: a :class:`~streamseq.plan.spec.PlanSpec`, or a loader. With a loader and
+    ``epoch`` None, ``loader.epoch``, the epoch its next pass reads: after training, that
+    is the epoch after the last one trained (give ``epoch`` to see another); during a
+    pass, the epoch of that pass. The loader's own plan where it stands
+    (:meth:`StreamLoader.plan`) is used when it is of that epoch: it may be the rest of
+    an epoch resumed on other rows; any other epoch is planned from its start.
 
     Raises:
         ValueError: a negative ``epoch``.
-        TypeError: an ``epoch`` that is not an integer.
+        TypeError: an ``epoch`` that is not an integer, a ``spec`` that is neither
+            settings nor a loader.
     """
-    wanted = loader.epoch if epoch is None else int(check_int(epoch, "epoch", 0))
-    own = loader.plan()
-    return own if own.epoch == wanted else plan_epoch(loader.spec, wanted)
+    return planned(spec, epoch)
 
 
-def global_rows(loader: StreamLoader, plan: EpochPlan) -> list[Row]:
-    """The rows of every rank in ``plan``, as the loader makes them (nothing is read)."""
-    spec = loader.spec
+def global_rows(spec: PlanSpec, plan: EpochPlan) -> list[Row]:
+    """The rows of every rank in ``plan``, as a loader makes them (nothing is read).
+
+    The streams are known by their lengths alone (``spec.lengths``): a row's cells need
+    no more.
+    """
     carried = []
     for rank in range(spec.world_size):
         carried += plan.continued(spec.replace(rank=rank))
     return make_rows(
-        loader.refs,
+        as_refs(StreamTable(range, spec.lengths)),  # (no object per stream)
         plan.pieces[2],
         plan.assignment,
         units=plan.units_of(spec),
@@ -169,12 +174,14 @@ def global_rows(loader: StreamLoader, plan: EpochPlan) -> list[Row]:
     )
 
 
-def plan_cells(loader: StreamLoader, epoch: int | None = None) -> PlanCells:
+def plan_cells(spec: Any, epoch: int | EpochPlan | None = None) -> PlanCells:
     """What every cell (global row, batch) of an epoch holds, from its plan alone.
 
     Args:
-        loader: the loader; no data is read.
-        epoch: the epoch; None for ``loader.epoch``, the epoch its next pass reads (see
+        spec: the plan's settings (a :class:`~streamseq.plan.spec.PlanSpec`, such as
+            ``loader.spec``), or a loader; no data is read.
+        epoch: the epoch, or its :class:`~streamseq.plan.planner.EpochPlan`; None for
+            epoch 0, or a loader's ``loader.epoch``, the epoch its next pass reads (see
             :func:`plan_of`).
 
     Returns:
@@ -191,10 +198,11 @@ def plan_cells(loader: StreamLoader, epoch: int | None = None) -> PlanCells:
         [[1, 0, 0, 0], [1, 0, 1, 0]]
         >>> cells.steps(2, 4).tolist()  # batch.stream of batches 2 and 3
         [[0, -1, -1, -1], [2, 2, 2, 2]]
+        >>> plan_cells(loader.spec, loader.plan()).stream.tolist()  # the same, from the plan
+        [[0, 0, 0, -1], [1, 1, 2, 2]]
     """
-    spec = loader.spec
-    plan = plan_of(loader, epoch)
-    rows = global_rows(loader, plan)
+    spec, plan = plan_of(spec, epoch)
+    rows = global_rows(spec, plan)
     if spec.pad == "pack":
         arrays = _packed_cells(rows, plan.length, spec.tbins)
     else:
@@ -225,13 +233,13 @@ def _repeated(rows: list[Row], lengths: np.ndarray) -> np.ndarray:
 
 def _chunk_cells(rows: list[Row], batches: int, t: int, pad: str) -> tuple[np.ndarray, ...]:
     """``(stream, valid, reset, cut)`` of rows cut into chunks, from the writer's positions."""
-    table = Table([tbin(r, t) for r in rows], pad, t)
+    chunks = ChunkMap([tbin(r, t) for r in rows], pad, t)
     shape = (len(rows), batches)
     stream, valid = np.empty(shape, np.int64), np.empty(shape, np.int64)
     reset, cut = np.empty(shape, bool), np.empty(shape, bool)
     for first in range(0, batches, _BLOCK):
         size = min(_BLOCK, batches - first)
-        at = table.positions(first, size)
+        at = Positions(chunks, first, size)
         stream[:, first : first + size] = at.id_rows.T
         valid[:, first : first + size] = at.count.T
         cut[:, first : first + size] = (at.source_start > 0).T
@@ -321,7 +329,7 @@ def _ramps(counts: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class PlanImage:
-    """An RGB picture of an epoch's cells: a pixel per step, per batch or per group.
+    """An RGB picture of an epoch's cells: a pixel per step, per batch or per span of batches.
 
     Attributes:
         rgb: ``[rows, columns, 3]`` ``uint8``: the colour of each stream
@@ -349,7 +357,7 @@ def plan_image(
     """Colour ``cells``: a column per step when they fit in ``max_columns``, else fewer.
 
     A column holds one step if ``batches * tbins <= max_columns``, else one batch, or a
-    group of batches when there are more than ``max_columns``: its colour is then that
+    span of batches when there are more than ``max_columns``: its colour is then that
     of the stream with the most steps in it, shaded grey by its share of padding.
 
     Args:
@@ -369,9 +377,9 @@ def plan_image(
         stream = cells.steps()
         rgb = _colour(_shades(cells, stream, palette), (stream < 0).astype(float), palette)
         return PlanImage(rgb, 1 / t, stream)
-    group = -(-batches // max(1, max_columns))
-    stream, padding = _grouped(cells.stream, cells.valid, t, group)
-    return PlanImage(_colour(_shades(cells, stream, palette), padding, palette), group, stream)
+    span = -(-batches // max(1, max_columns))
+    stream, padding = _spanned(cells.stream, cells.valid, t, span)
+    return PlanImage(_colour(_shades(cells, stream, palette), padding, palette), span, stream)
 
 
 def _shades(cells: PlanCells, stream: np.ndarray, palette: np.ndarray) -> np.ndarray:
@@ -394,29 +402,32 @@ def _shades(cells: PlanCells, stream: np.ndarray, palette: np.ndarray) -> np.nda
     return np.where(stream < 0, -1, index)
 
 
-def _grouped(
-    stream: np.ndarray, valid: np.ndarray, t: int, group: int
+def _spanned(
+    stream: np.ndarray, valid: np.ndarray, t: int, span: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The stream with the most valid steps, and the share of padding, of groups of cells."""
-    if group == 1:
+    """The stream with the most valid steps, and the share of padding, of every column.
+
+    A column spans ``span`` batches.
+    """
+    if span == 1:
         return stream, 1.0 - valid / t
     rows, batches = stream.shape
-    columns = -(-batches // group)
-    at = np.arange(rows)[:, None] * columns + np.arange(batches) // group  # each cell's group
+    columns = -(-batches // span)
+    at = np.arange(rows)[:, None] * columns + np.arange(batches) // span  # each cell's column
     held = (valid > 0) & (stream >= 0)
-    g, s, w = at[held], stream[held], valid[held]
-    order = np.lexsort((s, g))
-    g, s, w = g[order], s[order], w[order]
-    new = np.ones(len(g), dtype=bool)
-    new[1:] = (g[1:] != g[:-1]) | (s[1:] != s[:-1])
-    bounds = np.flatnonzero(new)  # runs of one stream in one group
-    g, s, w = g[bounds], s[bounds], np.add.reduceat(w, bounds) if len(w) else w
-    order = np.lexsort((-w, g))
-    g, s = g[order], s[order]
-    best = np.ones(len(g), dtype=bool)
-    best[1:] = g[1:] != g[:-1]
+    c, s, w = at[held], stream[held], valid[held]
+    order = np.lexsort((s, c))
+    c, s, w = c[order], s[order], w[order]
+    new = np.ones(len(c), dtype=bool)
+    new[1:] = (c[1:] != c[:-1]) | (s[1:] != s[:-1])
+    bounds = np.flatnonzero(new)  # runs of one stream in one column
+    c, s, w = c[bounds], s[bounds], np.add.reduceat(w, bounds) if len(w) else w
+    order = np.lexsort((-w, c))
+    c, s = c[order], s[order]
+    best = np.ones(len(c), dtype=bool)
+    best[1:] = c[1:] != c[:-1]
     out = np.full(rows * columns, -1, dtype=np.int64)
-    out[g[best]] = s[best]
+    out[c[best]] = s[best]
     steps = np.bincount(at.reshape(-1), valid.reshape(-1), minlength=rows * columns)
     cells = np.bincount(at.reshape(-1), minlength=rows * columns) * t
     return out.reshape(rows, columns), (1.0 - steps / cells).reshape(rows, columns)
@@ -431,8 +442,8 @@ def _colour(stream: np.ndarray, padding: np.ndarray, palette: np.ndarray) -> np.
 
 
 def plot_plan(
-    loader: StreamLoader,
-    epoch: int | None = None,
+    spec: Any,
+    epoch: int | EpochPlan | None = None,
     ax: Axes | None = None,
     *,
     max_columns: int | None = None,
@@ -445,13 +456,15 @@ def plot_plan(
     and a white triangle a reset past a stream's step 0 (a segment start with
     ``segment_length``, or a stream resumed on other rows); lines separate the ranks.
     With few batches a column is a step (with ``pad="pack"``, a dotted line marks a
-    stream starting inside a chunk); with more than ``max_columns`` a column is a group
-    of batches, coloured by the stream with the most steps in it and shaded grey by its
+    stream starting inside a chunk); with more than ``max_columns`` a column spans several
+    batches, coloured by the stream with the most steps in it and shaded grey by its
     share of padding.
 
     Args:
-        loader: the loader.
-        epoch: the epoch; None for ``loader.epoch``: the epoch the loader's next pass
+        spec: the plan's settings (a :class:`~streamseq.plan.spec.PlanSpec`, such as
+            ``loader.spec``), or a loader.
+        epoch: the epoch, or its :class:`~streamseq.plan.planner.EpochPlan`; None for
+            epoch 0, or for a loader ``loader.epoch``: the epoch the loader's next pass
             reads (after training, the one after the last epoch trained), or that of
             the pass in progress.
         ax: the axes to draw in; None for a new figure (``matplotlib.pyplot``).
@@ -475,7 +488,7 @@ def plot_plan(
         >>> plt.close(fig)
     """
     plt = _pyplot()
-    cells = plan_cells(loader, epoch)
+    cells = plan_cells(spec, epoch)
     if ax is None:
         rows = cells.shape[0]
         _, ax = plt.subplots(figsize=(8, min(6.0, 2.4 + 0.1 * rows)), layout="constrained")

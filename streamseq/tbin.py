@@ -9,9 +9,10 @@ import numpy as np
 
 from ._tree import tree_map
 from .batch import Chunk
-from .gather import Table
+from .gather import BatchWriter
 from .interleave import Row
 from .plan.packing import capped_starts
+from .read.step_spec import step_spec_of
 
 
 def check_lookahead(lookahead: Any) -> int:
@@ -77,7 +78,7 @@ class TBinned:
             self.placed = capped_starts(row.lengths, self.tbins, int(cap))
             end = int(self.placed[-1] + row.lengths[-1]) if len(counts) else 0
             self.length = -(-end // self.tbins)
-        self._table: Table | None = None
+        self._writer: BatchWriter | None = None
         self._spec: Any = None
 
     def __repr__(self) -> str:
@@ -102,24 +103,24 @@ class TBinned:
     def spec(self) -> Any:
         """Zero-step arrays with the dtype and step shape of the data, or None if empty."""
         if self._spec is None and len(self):
-            self._spec = tree_map(lambda a: np.asarray(a)[:0], self.row.read(0, 0, 1))
+            self._spec = step_spec_of(self.row.read(0, 0, 1))
         return self._spec
 
     def describe_item(self, c: int) -> str:
         """Which stream and steps chunk ``c`` reads."""
-        return self.table().describe(c)
+        return self.writer().describe(c)
 
-    def table(self) -> Table:
+    def writer(self) -> BatchWriter:
         """The row as a one-row batch writer (made once)."""
-        if self._table is None:
-            self._table = Table([self], "pack" if self.pack else "zeros", self.tbins)
-        return self._table
+        if self._writer is None:
+            self._writer = BatchWriter([self], "pack" if self.pack else "zeros", self.tbins)
+        return self._writer
 
     def release(self) -> None:
         """Close the file the row has open."""
         self.row.release()
-        if self._table is not None:
-            self._table.forget()
+        if self._writer is not None:
+            self._writer.forget()
 
     def __getitem__(self, c: int) -> Chunk:
         n, given = len(self), c
@@ -127,7 +128,7 @@ class TBinned:
             c += n
         if not 0 <= c < n:
             raise IndexError(f"chunk {given} out of range for {n} chunks")
-        b = self.table().batch(c, self.spec())
+        b = self.writer().batch(c, self.spec())
         return Chunk(tree_map(lambda a: a[0], b.data), b.reset[0], *(f[0] for f in b[2:]))
 
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from ._checks import check_pad
 from .batch import Batch, Chunk
-from .gather import Table, stack
+from .gather import BatchWriter, stack
 from .tbin import TBinned
 
 _NO_SPEC = (
@@ -80,7 +80,7 @@ class ZipBatch:
             )
         self._table = None
         if all(isinstance(p, TBinned) for p in self.parts):
-            self._table = Table(self.parts, self.pad, self.tbins)
+            self._table = BatchWriter(self.parts, self.pad, self.tbins)
 
     def __repr__(self) -> str:
         return f"zip_batch({len(self.parts)} parts, rows={self.num_rows}, pad={self.pad!r})"

@@ -11,7 +11,8 @@ import numpy as np
 from ._index import slice_bounds, step_index
 from ._tree import leaves, num_steps
 from .read.handle import ProcessLocal
-from .read.ref import _is_array_tree, describe, is_stream, known_length
+from .read.ref import describe, is_stream, known_length
+from .read.stream import _is_array_tree
 from .stream_table import StreamTable
 
 

@@ -16,6 +16,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from streamseq import Mixture, StreamLoader, interleave_streams, mix
+from streamseq.plan.planner import plan_epoch
 from streamseq.testing import coded_streams
 
 CODE = 2**32
@@ -803,3 +804,18 @@ def test_a_group_of_empty_streams_with_weight_is_refused():
     m = mix({"a": coded_streams([3]), "b": coded_streams([0, 0])}, {"a": 1, "b": 1})
     with pytest.raises(ValueError, match="group 'b' has weight 1 but no steps"):
         StreamLoader(m, 1, 2)
+
+
+def test_the_summary_takes_the_plan_not_the_loader():
+    m = mix({"a": coded_streams([7, 3, 9]), "b": coded_streams([4] * 5)}, {"a": 1, "b": 2})
+    loader = StreamLoader(m, batch_size=2, tbins=3, shuffle=True)
+    for epoch in range(3):
+        of_loader = m.summary(loader, epoch)
+        assert m.summary(loader.spec, epoch) == of_loader  # a PlanSpec
+        assert m.summary(loader.spec, plan_epoch(loader.spec, epoch)) == of_loader  # a plan
+    assert m.summary(loader.spec) == m.summary(loader)  # epoch 0, where the loader stands
+    with pytest.raises(TypeError, match="a PlanSpec"):
+        m.summary([7, 3, 9], 0)
+    other = mix({"a": coded_streams([7, 3, 9]), "b": coded_streams([4] * 5)}, {"a": 2, "b": 1})
+    with pytest.raises(ValueError, match="does not read this mixture"):
+        other.summary(loader.spec, 0)

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from streamseq import StreamLoader, plot_plan
+from streamseq.plan.planner import plan_epoch
 from streamseq.plot import PADDING, PALETTE, PlanCells, plan_cells, plan_image
 
 matplotlib = pytest.importorskip("matplotlib")
@@ -65,6 +66,19 @@ def test_the_cells_are_what_the_batches_of_every_rank_say(name, epoch):
     assert cells.epoch == epoch and cells.world_size == settings.get("world_size", 1)
     assert cells.shape[1] == loader.epoch_length(epoch)
     check_cells(cells, *batches_of_all_ranks(settings, epoch))
+
+
+@pytest.mark.parametrize("name", SETTINGS)
+def test_the_cells_come_from_the_plan_alone_without_the_loader(name):
+    settings = SETTINGS[name]
+    loader = StreamLoader(STREAMS, tbins=T, **settings)
+    spec = loader.spec
+    for cells in (plan_cells(spec, 2), plan_cells(spec, plan_epoch(spec, 2))):
+        assert cells.epoch == 2
+        check_cells(cells, *batches_of_all_ranks(settings, 2))
+    assert (plan_cells(spec).stream == plan_cells(loader).stream).all()  # epoch 0
+    with pytest.raises(TypeError, match="a PlanSpec"):
+        plan_cells(STREAMS)
 
 
 def test_pack_cells_hold_several_streams_and_name_the_one_with_most_steps():

@@ -25,59 +25,61 @@ from .check import put, spec_mismatch
 from .positions import Positions, packed_pieces
 
 if TYPE_CHECKING:
-    from .writer import Table
+    from .chunkmap import ChunkMap
 
 
-def source_lengths(table: Table) -> np.ndarray:
-    """Steps of the source of every stream of the table (a segment's whole source), made once.
+def source_lengths(chunks: ChunkMap) -> np.ndarray:
+    """Steps of the source of every stream of the chunks (a segment's whole source), made once.
 
     Without segments (nor rests of resumed streams) every stream is its whole source: its
     planned length, an array already; only segments ask their sources.
     """
-    if not table.segmented:
-        return table.lengths
-    kept = getattr(table, "_source_lengths", None)
+    if not chunks.segmented:
+        return chunks.lengths
+    kept = getattr(chunks, "_source_lengths", None)
     if kept is None:
-        refs = [ref for row in table.rows for ref in row.refs]
-        kept = table._source_lengths = np.array([len(ref) for ref in refs], np.int64)
+        refs = [ref for row in chunks.rows for ref in row.refs]
+        kept = chunks._source_lengths = np.array([len(ref) for ref in refs], np.int64)
     return kept
 
 
-def ahead_of(table: Table, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def ahead_of(chunks: ChunkMap, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The look-ahead reads of batch ``i``, for the rows whose chunk ends inside a stream.
 
     Returns arrays ``(r, p, a, n)``: row ``r`` reads ``n`` steps (at most
-    ``table.lookahead``, fewer where the source ends) from step ``a`` of the source of
-    the table's stream ``p``.
+    ``chunks.lookahead``, fewer where the source ends) from step ``a`` of the source of
+    the chunks's stream ``p``.
 
     Example:
         >>> from streamseq import interleave_streams, tbin
         >>> rows = interleave_streams([np.arange(5), np.arange(3)], 2)
-        >>> table = tbin(rows[0], 2, lookahead=2).table()
-        >>> [[int(x[0]) for x in ahead_of(table, c)] for c in (0, 1)], ahead_of(table, 2)[0]
+        >>> chunks = tbin(rows[0], 2, lookahead=2).writer()
+        >>> [[int(x[0]) for x in ahead_of(chunks, c)] for c in (0, 1)], ahead_of(chunks, 2)[0]
         ([[0, 0, 2, 2], [0, 0, 4, 1]], array([], dtype=int64))
     """
-    t = table.tbins
-    if table.pad == "pack":
+    t = chunks.tbins
+    if chunks.pad == "pack":
         found = []
-        for r, (row, placed) in enumerate(zip(table.rows, table.placed, strict=True)):
+        for r, (row, placed) in enumerate(zip(chunks.rows, chunks.placed, strict=True)):
             pieces = packed_pieces(row, i, t, placed)
             if pieces and pieces[-1][3] + pieces[-1][2] == t:
                 j, a, n, _ = pieces[-1]
-                found.append((r, table.first_list[r] + j, a + n))
+                found.append((r, chunks.first_list[r] + j, a + n))
         r, p, a = np.array(found, np.int64).reshape(-1, 3).T
     else:
-        blk = Positions(table, i, 1)
+        blk = Positions(chunks, i, 1)
         r = np.flatnonzero(blk.count[0] == t)
         p = blk.pos[0, r]
         a = blk.start[0, r] + t
-    a = a + table.shifts[p]  # in the source
-    n = np.minimum(table.lookahead, source_lengths(table)[p] - a)
+    a = a + chunks.shifts[p]  # in the source
+    n = np.minimum(chunks.lookahead, source_lengths(chunks)[p] - a)
     keep = n > 0
     return r[keep], p[keep], a[keep], n[keep]
 
 
-def widen(table: Table, base: Batch, i: int, spec: Any, empty: Callable[..., np.ndarray]) -> Batch:
+def widen(
+    chunks: ChunkMap, base: Batch, i: int, spec: Any, empty: Callable[..., np.ndarray]
+) -> Batch:
     """Batch ``i`` with its look-ahead steps: ``base`` (``tbins`` steps) and what follows.
 
     The wide arrays come from ``empty`` (shared memory in a worker). Streams given as
@@ -85,7 +87,7 @@ def widen(table: Table, base: Batch, i: int, spec: Any, empty: Callable[..., np.
     read through :meth:`~streamseq.interleave.Row.read` (checked, transformed) and
     checked against ``spec``.
     """
-    rows, t, k = len(table.rows), table.tbins, table.lookahead
+    rows, t, k = len(chunks.rows), chunks.tbins, chunks.lookahead
     reset, valid, stream, step = meta.allocate(rows, t + k, empty)
     reset[:] = base.reset
     for wide, narrow, fill in ((valid, base.valid, False), (stream, base.stream, -1)):
@@ -103,16 +105,16 @@ def widen(table: Table, base: Batch, i: int, spec: Any, empty: Callable[..., np.
             return wide
 
         data = tree_map(grow, base.data)
-    r, p, a, n = ahead_of(table, i)
+    r, p, a, n = ahead_of(chunks, i)
     if not len(r):
         return Batch(data, reset, valid, stream, step, k)
     mask = np.arange(k) < n[:, None]
     valid[r, t:] = mask
-    stream[r, t:] = np.where(mask, table.ids[p][:, None], -1)
+    stream[r, t:] = np.where(mask, chunks.ids[p][:, None], -1)
     step[r, t:] = np.where(mask, a[:, None] + np.arange(k), -1)
     if data is None:
         return Batch(data, reset, valid, stream, step, k)
-    arrays = table.arrays if not table.transformed else None
+    arrays = chunks.arrays if not chunks.transformed else None
     if arrays is not None and type(data) is np.ndarray:  # in short
         for row, q, start, count in zip(
             r.tolist(), p.tolist(), a.tolist(), n.tolist(), strict=True
@@ -120,12 +122,12 @@ def widen(table: Table, base: Batch, i: int, spec: Any, empty: Callable[..., np.
             data[row, t : t + count] = arrays[q][start : start + count]
         return Batch(data, reset, valid, stream, step, k)
     for row, q, start, count in zip(r.tolist(), p.tolist(), a.tolist(), n.tolist(), strict=True):
-        _read_into(table, data, spec, row, q, start, count, arrays)
+        _read_into(chunks, data, spec, row, q, start, count, arrays)
     return Batch(data, reset, valid, stream, step, k)
 
 
 def _read_into(
-    table: Table,
+    chunks: ChunkMap,
     data: Any,
     spec: Any,
     r: int,
@@ -134,10 +136,10 @@ def _read_into(
     n: int,
     arrays: list[np.ndarray] | None,
 ) -> None:
-    """Copy steps ``start:start + n`` of the source of the table's stream ``p`` into row ``r``."""
-    t = table.tbins
-    j = p - table.first_list[r]
-    row = table.rows[r]
+    """Copy steps ``start:start + n`` of the source of the chunks's stream ``p`` into row ``r``."""
+    t = chunks.tbins
+    j = p - chunks.first_list[r]
+    row = chunks.rows[r]
     ref = row.refs[j]
     if arrays is not None:
         d = arrays[p][start : start + n]

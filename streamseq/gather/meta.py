@@ -136,11 +136,11 @@ class StepTables:
 
         Example:
             >>> from streamseq import interleave_streams, tbin
-            >>> from streamseq.gather.writer import Table
+            >>> from streamseq.gather.writer import BatchWriter
             >>> rows = interleave_streams([np.arange(3), np.arange(2)], 2)
-            >>> table = Table([tbin(r, 2) for r in rows], "zeros", 2)
+            >>> writer = BatchWriter([tbin(r, 2) for r in rows], "zeros", 2)
             >>> m = allocate(2, 2)
-            >>> table.step_tables.write(m, table.positions(1, 1), 0)
+            >>> writer.step_tables.write(m, writer.positions(1, 1), 0)
             >>> for a in m:
             ...     print(a.tolist())
             [False, False]

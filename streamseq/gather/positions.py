@@ -8,7 +8,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from ..interleave import Row
-    from .writer import Table
+    from .chunkmap import ChunkMap
 
 
 class Positions:
@@ -17,44 +17,44 @@ class Positions:
     Idle rows (ended, or empty) read nothing: position, start and stream -1, 0 steps.
     """
 
-    def __init__(self, table: Table, first: int, size: int):
+    def __init__(self, chunks: ChunkMap, first: int, size: int):
         self.first = first
-        t, rows = table.tbins, len(table.rows)
+        t, rows = chunks.tbins, len(chunks.rows)
         i = np.arange(first, first + size, dtype=np.int64)[:, None]
-        n = table.counts[None, :]
-        if table.pad == "wrap":
+        n = chunks.counts[None, :]
+        if chunks.pad == "wrap":
             chunk = i % np.maximum(n, 1)
             active = np.broadcast_to(n > 0, (size, rows))
         else:
             chunk = np.broadcast_to(i, (size, rows))
             active = i < n
-        if len(table.ends):
-            q = table.base + chunk
-            pos = np.minimum(np.searchsorted(table.ends, q, side="right"), len(table.ends) - 1)
-            prev = np.where(pos > table.first, table.ends[pos - 1], table.base)
+        if len(chunks.ends):
+            q = chunks.base + chunk
+            pos = np.minimum(np.searchsorted(chunks.ends, q, side="right"), len(chunks.ends) - 1)
+            prev = np.where(pos > chunks.first, chunks.ends[pos - 1], chunks.base)
             start = (q - prev) * t
-            stop = np.minimum(start + t, table.lengths[pos])
-            ids = table.ids[pos]
+            stop = np.minimum(start + t, chunks.lengths[pos])
+            ids = chunks.ids[pos]
         else:
             pos = start = stop = ids = np.zeros((size, rows), np.int64)
         self.active = np.ascontiguousarray(active)
         self.pos = np.where(active, pos, -1)
         self.start = np.ascontiguousarray(np.where(active, start, -1), np.int64)
-        if table.segmented:  # where the slices start in the sources (steps count there)
-            shift = table.shifts[pos] if len(table.ends) else 0
+        if chunks.segmented:  # where the slices start in the sources (steps count there)
+            shift = chunks.shifts[pos] if len(chunks.ends) else 0
             self.source_start = np.ascontiguousarray(np.where(active, start + shift, -1))
         else:
             self.source_start = self.start
         self.count = np.ascontiguousarray(np.where(active, stop - start, 0), np.int64)
         self.id_rows = np.ascontiguousarray(np.where(active, ids, -1), np.int64)
-        self.ramp = np.where(active, start // t, -1)  # row of the table of steps (-1: none)
+        self.ramp = np.where(active, start // t, -1)  # row of the chunks of steps (-1: none)
         self.starts = self.source_start.tolist()
         self.counts = self.count.tolist()
         self.partial = Marked((self.count < t) & (self.count > 0), self.count)
         self.full = (self.count == t).all(axis=1).tolist()
         carried = np.zeros_like(self.active)
-        if table.carried.any():
-            carried = table.carried[self.pos] & (self.start == 0) & self.active
+        if chunks.carried.any():
+            carried = chunks.carried[self.pos] & (self.start == 0) & self.active
         self.carried = Marked(carried, self.pos)  # rows that go on from a resumed state
         moved = self.active.copy()
         moved[1:] &= self.pos[1:] != self.pos[:-1]

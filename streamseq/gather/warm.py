@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..read.ref import ArrayTree
+from ..read.stream import ArrayTree
 
 if TYPE_CHECKING:
     from ..interleave import Row
@@ -48,8 +48,8 @@ def first_reads(rows: Sequence[Row], first: Sequence[int], blk: Positions, k: in
     """Open the streams of batch ``k`` of ``blk`` concurrently; read the non-arrays.
 
     Args:
-        rows: the rows of the table.
-        first: the table's first position of each row (``Table.first_list``).
+        rows: the rows of the chunk map.
+        first: the first position of each row (``ChunkMap.first_list``).
         blk: where the rows read.
         k: the batch within ``blk``.
 
@@ -60,10 +60,10 @@ def first_reads(rows: Sequence[Row], first: Sequence[int], blk: Positions, k: in
 
     Example:
         >>> from streamseq import interleave_streams, tbin
-        >>> from streamseq.gather.writer import Table
+        >>> from streamseq.gather.writer import BatchWriter
         >>> rows = interleave_streams([np.arange(5), np.arange(4)], 2)
-        >>> table = Table([tbin(r, 2) for r in rows], "zeros", 2)
-        >>> first_reads(table.rows, table.first_list, table.positions(0, 1), 0)
+        >>> writer = BatchWriter([tbin(r, 2) for r in rows], "zeros", 2)
+        >>> first_reads(writer.rows, writer.first_list, writer.positions(0, 1), 0)
         {}
     """
     work, sources = [], set()

@@ -1,28 +1,26 @@
-"""The one batch writer: the chunks of ``tbin`` parts as arrays, read into a batch."""
+"""The one batch writer: the chunks of ``tbin`` parts as arrays, written into a batch."""
 
 from __future__ import annotations
 
 import functools
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from .._tree import leaves, tree_map
 from ..batch import Batch
 from ..read.handle import ProcessLocal
-from ..read.ref import ArrayTree, StreamRef, describe
+from ..read.ref import StreamRef, describe
+from ..read.stream import ArrayTree
 from ..workers import shm as _shm
 from . import meta
 from .ahead import widen
 from .check import put, spec_mismatch
+from .chunkmap import ChunkMap, Part
 from .positions import Positions, packed_pieces
 from .warm import first_reads
-
-if TYPE_CHECKING:
-    from ..interleave import Row
-    from ..tbin import TBinned
 
 try:  # the compiled batch assembly (built with the package; optional)
     from ._gather import fill
@@ -30,19 +28,14 @@ except ImportError:  # pragma: no cover - a build without a C compiler
     fill = None
 
 
-def _plain(source: Any, length: int | None) -> bool:
-    """Whether ``source`` is a plain array of ``length`` steps (nothing to open or check)."""
-    return type(source) is np.ndarray and source.ndim > 0 and len(source) == length
-
-
 _NOTHING = np.zeros(0)
 
 
-class Table:
-    """The chunks of ``tbin`` parts as arrays, so that reading a batch takes few steps.
+class BatchWriter(ChunkMap):
+    """The one batch writer: the chunks of ``tbin`` parts, read into batches in few steps.
 
-    Built once per zip from the rows' stream lengths (O(streams) memory): where each
-    stream of each row ends, in chunks, concatenated over rows. The read positions of a
+    A :class:`~.chunkmap.ChunkMap` (built once per zip from the rows' stream lengths,
+    O(streams) memory) that reads. The read positions of a
     block of consecutive batches come from one binary search over all rows
     (:class:`~.positions.Positions`). Rows of arrays are copied, and the metadata
     written, by one compiled pass (:mod:`streamseq.gather._gather`) when it was built.
@@ -59,41 +52,18 @@ class Table:
     Example:
         >>> from streamseq import interleave_streams, tbin
         >>> rows = interleave_streams([np.arange(3), np.arange(2)], 2)
-        >>> Table([tbin(r, 2) for r in rows], "zeros", 2).batch(1, rows[0].read(0, 0, 0)).data
+        >>> writer = BatchWriter([tbin(r, 2) for r in rows], "zeros", 2)
+        >>> writer.batch(1, rows[0].read(0, 0, 0)).data
         array([[2, 0],
                [0, 0]])
     """
 
-    def __init__(self, parts: Sequence[TBinned], pad: str, tbins: int):
-        self.rows: list[Row] = [p.row for p in parts]
-        self.pad, self.tbins = pad, tbins
-        aheads = {int(getattr(p, "lookahead", 0)) for p in parts}
-        if len(aheads) > 1:
-            raise ValueError(f"parts have different look-aheads: {sorted(aheads)}")
-        self.lookahead = aheads.pop() if aheads else 0  # steps after each chunk (gather.ahead)
-        self.counts = np.array([len(p) for p in parts], dtype=np.int64)
-        self.placed = [getattr(p, "placed", None) for p in parts]  # packed with a cap
-        sizes = np.array([len(p.chunk_ends) for p in parts], dtype=np.int64)
-        self.base = np.cumsum(self.counts) - self.counts
-        self.first = np.cumsum(sizes) - sizes
-        self.first_list = self.first.tolist()
-        ends = [p.chunk_ends + b for p, b in zip(parts, self.base.tolist(), strict=True)]
-        self.ends = np.concatenate([np.zeros(0, np.int64), *ends]).astype(np.int64)
-        self.ids = np.concatenate([np.zeros(0, np.int64), *(r.stream_ids for r in self.rows)])
-        refs = [ref for r in self.rows for ref in r.refs]
-        self.arrays: list[np.ndarray] | None = None  # the streams, when all are plain arrays
-        if all(_plain(f.source, f.length) for f in refs):
-            self.arrays = [f.source for f in refs]  # nothing to open, measure or close
-        self.lengths = np.concatenate([np.zeros(0, np.int64), *(r.lengths for r in self.rows)])
-        self.shifts = np.concatenate([np.zeros(0, np.int64), *(r.starts for r in self.rows)])
-        self.segmented = bool(self.shifts.any())  # streams that are segments of longer ones
-        self.carried = np.zeros(len(self.ids), bool)  # first pieces of rows that go on
-        self.carried[self.first[[r.carried for r in self.rows]]] = True
+    def __init__(self, parts: Sequence[Part], pad: str, tbins: int):
+        super().__init__(parts, pad, tbins)
         longest = int(self.lengths.max(initial=0))
         self.step_tables = meta.StepTables(tbins, longest, self.segmented)
         self.block_size = max(1, 4096 // max(1, len(self.rows)))
         self.shape = (len(self.rows), tbins)
-        self.transformed = any(r.transform is not None for r in self.rows)
         self._state = ProcessLocal(functools.partial(_ReadState, len(self.rows)))
         self._lock = ProcessLocal(threading.Lock)  # a forked child's own: the parent's may be held
 
@@ -182,8 +152,8 @@ class Table:
         Example:
             >>> from streamseq import interleave_streams, tbin
             >>> rows = interleave_streams([np.arange(5), np.arange(3)], 2)
-            >>> table = Table([tbin(r, 2) for r in rows], "zeros", 2)
-            >>> print(table.describe(1))  # doctest: +ELLIPSIS
+            >>> writer = BatchWriter([tbin(r, 2) for r in rows], "zeros", 2)
+            >>> print(writer.describe(1))  # doctest: +ELLIPSIS
             stream 0 (ndarray(shape=(5,), dtype=int64)) steps 2:4; stream 1 (...) steps 2:3
         """
         if self.pad == "pack":
@@ -275,7 +245,7 @@ class Table:
             raise self._ref(r, p).error(problem)
 
     def _ref(self, r: int, p: int) -> StreamRef:
-        """The stream at position ``p`` of the table, in row ``r``."""
+        """The stream at position ``p`` of the chunk map, in row ``r``."""
         return self.rows[r].refs[p - self.first_list[r]]
 
     def _read_packed(self, st: _ReadState, i: int, spec: Any, data: Any, m: meta.Meta) -> None:
@@ -369,7 +339,7 @@ def _leaves_as(spec: Any, stream: Any) -> list[Any] | None:
 
 
 class _ReadState:
-    """What one process has open in a table's rows (one per process: ``ProcessLocal``)."""
+    """What one process has open in a writer's rows (one per process: ``ProcessLocal``)."""
 
     def __init__(self, rows: int):
         self.at = np.full(rows, -1, dtype=np.int64)  # position open in each row

@@ -51,6 +51,7 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from streamseq._logs import hide_in_logs
 from streamseq._redact import describe, redact, secrets_of
 from streamseq.errors import SourceError, redact_error
 from streamseq.read.handle import ProcessLocal, is_opening
@@ -144,6 +145,7 @@ def filesystem(url: str, storage_options: Mapping[str, Any] | None = None) -> An
     """
     protocol = _protocol(url)
     options = dict(storage_options or {})
+    hide_in_logs(secrets_of(url, storage_options))  # the clients log the URLs they read
     key = protocol + json.dumps(options, sort_keys=True, default=repr)
     cache = _FILESYSTEMS.get()
     fs = cache.get(key)

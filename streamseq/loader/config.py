@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -162,4 +163,20 @@ class LoaderConfig:
             transform=transform,
             auto=auto,
             lookahead=check_lookahead(lookahead),
+        )
+
+    def with_workers(self, chosen: int) -> LoaderConfig:
+        """The configuration once ``num_workers="auto"`` chose ``chosen`` workers.
+
+        Example:
+            >>> auto = LoaderConfig(num_workers=8, auto=True, persistent_workers=True)
+            >>> kept = auto.with_workers(0)
+            >>> kept.num_workers, kept.auto, kept.persistent_workers
+            (0, False, False)
+        """
+        return dataclasses.replace(
+            self,
+            num_workers=chosen,
+            auto=False,
+            persistent_workers=self.persistent_workers and chosen > 0,
         )

@@ -1,4 +1,4 @@
-"""A pass over a loader's batches, the position it reports, and its figures."""
+"""A pass over a loader's batches, the cursor transitions it reports, and its figures."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 from ..batch import Batch
 from ..deliver.assemble import Assembled, counted_from
 from ..deliver.background import Background
+from ..plan.cursor import Cursor
 from ..prefetch import Prefetched, close_together
 from .stats import Latest, Meter
 
@@ -20,6 +21,9 @@ logger = logging.getLogger("streamseq")
 Setup = tuple[Assembled, list[Any], list[Prefetched], Any, list[Any]]
 """What a pass reads from: batches, groups, the workers it started, what to call when it
 fails, and the workers' timings."""
+
+Move = Callable[[Cursor], Cursor]
+"""A transition of the run's cursor (:meth:`Cursor.delivered`, :meth:`Cursor.ended`)."""
 
 
 class Trial:
@@ -121,84 +125,57 @@ class EpochProgress(NamedTuple):
     total: int
 
 
-class Position:
-    """Where a pass stands: the next batch it delivers, reported to its loader.
-
-    ``pending``: a position loaded by :meth:`StreamLoader.load_state_dict` that no pass
-    has used yet (the first batch delivered, or the end, uses it up). ``ended``: the
-    pass delivered its last batch and reached the end. ``started``: a pass delivered a
-    batch from here.
-
-    Example:
-        >>> p = Position(3, pending=True)
-        >>> p.next, p.pending, p.ended, p.started
-        (3, True, False, False)
-    """
-
-    __slots__ = ("ended", "next", "pending", "started")
-
-    def __init__(self, next: int, pending: bool = False, ended: bool = False):
-        self.next, self.pending, self.ended = next, pending, ended
-        self.started = False
-
-    def copy(self) -> Position:
-        """A position of its own, at the same place."""
-        p = Position(self.next, self.pending, self.ended)
-        p.started = self.started
-        return p
-
-
 class Pass:
-    """One pass over the batches of an epoch, from ``position.next`` to ``stop``.
+    """One pass over the batches of an epoch, from batch ``start`` to ``stop``.
 
-    It reads ``batches`` and reports where it stands in ``position`` (its loader's
-    state reads it), and its figures in ``meter`` (:mod:`.stats`: reported to ``latest``
-    at its first batch, logged when it ends); it never touches the loader. A closed
-    pass delivers nothing more; one superseded by a newer pass says so (see
-    :meth:`StreamLoader.__iter__`).
+    It reads the batches it was ``opened`` with and tells its loader where it stands by
+    the cursor transitions it gives ``moved`` (:meth:`Cursor.delivered` for each batch,
+    :meth:`Cursor.ended` at the end), and its figures in ``meter`` (:mod:`.stats`:
+    reported to ``latest`` at its first batch, logged when it ends); it never touches
+    the loader. A closed pass delivers nothing more; one superseded by a newer pass says
+    so (see :meth:`StreamLoader.__iter__`).
 
     Args:
-        position: where it starts, updated as batches are delivered.
-        batches: the batches of the epoch.
+        start: the batch it starts at.
         stop: the number of batches of the epoch.
-        groups: the sequences of micro-batches the batches are assembled from (their
-            files are released when the pass ends).
-        prefetchers: the workers this pass started (stopped when it ends).
+        opened: what it reads from (:data:`Setup`): the batches of the epoch, the
+            sequences of micro-batches they are assembled from (their files are
+            released when the pass ends), the workers this pass started (stopped when it
+            ends), what to call when reading a batch raised (after the pass is closed:
+            the loader stops its persistent workers there, all of them, and the next
+            pass starts new ones), and the workers' timings (not read here: see
+            ``meter``).
+        moved: given each transition of the run's cursor the pass makes.
         newer_running: whether a newer pass of the same loader is running.
-        failed: called when reading a batch raised, after the pass is closed: the
-            loader stops its persistent workers there, all of them (the next pass
-            starts new ones).
         meter: where its figures are kept (a meter of its own by default).
         latest: told of ``meter`` when the pass delivers its first batch.
         trial: ``num_workers="auto"`` choosing (:class:`Trial`), or None.
-        setup: makes what the pass reads from with a number of workers, from the batch
+        reopen: makes what the pass reads from with a number of workers, from the batch
             it is at (for the trial to switch).
     """
 
     def __init__(
         self,
-        position: Position,
-        batches: Assembled,
+        *,
+        start: int,
         stop: int,
-        groups: list[Any],
-        prefetchers: list[Prefetched],
+        opened: Setup,
+        moved: Callable[[Move], None],
         newer_running: Callable[[Pass], bool],
-        failed: Callable[[], None] | None = None,
         meter: Meter | None = None,
         latest: Latest | None = None,
         trial: Trial | None = None,
-        setup: Callable[[int], Setup] | None = None,
+        reopen: Callable[[int], Setup] | None = None,
     ):
-        self.position, self.batches, self.stop = position, batches, stop
-        self.groups, self.prefetchers = groups, prefetchers
-        self.newer_running, self.failed = newer_running, failed
-        self.start = self.next = position.next
+        self.batches, self.groups, self.prefetchers, self.failed, _ = opened
+        self.stop, self.moved, self.newer_running = stop, moved, newer_running
+        self.start = self.next = start
         self.closed = False
         self.superseded = False
         self.background: Background | None = None
         self.meter = Meter(-1, 0) if meter is None else meter
         self.latest = latest
-        self.trial, self.setup = trial, setup
+        self.trial, self.reopen = trial, reopen
         if trial is not None:
             trial.opened()
 
@@ -215,8 +192,7 @@ class Pass:
                 )
             raise StopIteration
         if self.next >= self.stop:
-            self.position.pending = False
-            self.position.ended = True  # the loader moves on to the next epoch
+            self.moved(Cursor.ended)  # the loader moves on to the next epoch
             self.close()
             raise StopIteration
         if self.background is not None and self.background.pid != os.getpid():
@@ -240,9 +216,8 @@ class Pass:
         self.meter.delivered(steps, asked)
         if self.next == self.start and self.latest is not None:
             self.latest.started(self.meter)
-        self.next = self.position.next = self.next + 1
-        self.position.pending = False  # a loaded position is used once
-        self.position.started = True
+        self.next += 1
+        self.moved(Cursor.delivered)  # (a loaded position is used once)
         return batch
 
     def switch(self, workers: int) -> None:
@@ -251,10 +226,10 @@ class Pass:
         The batches are the same either way: only who reads them changes, at a batch
         boundary. What the pass read from until now is stopped.
         """
-        if self.setup is None:
+        if self.reopen is None:
             return
         self._let_go()
-        self.batches, self.groups, self.prefetchers, self.failed, timings = self.setup(workers)
+        self.batches, self.groups, self.prefetchers, self.failed, timings = self.reopen(workers)
         meter = self.meter  # (their time counts from now on)
         for t in timings:
             if all(t is not mine for mine in meter.timings):

@@ -2,7 +2,7 @@
 
 A pass measures, for every batch, how long the training loop waited in ``next()`` for
 it, and counts its valid and padding steps (two clock reads, and one count of ``valid``
-a batch, on the arrays it is assembled from); the workers send the seconds they spent
+a batch, on the arrays the workers wrote it in); the workers send the seconds they spent
 reading and idle with every block they hand over (:mod:`streamseq.workers.timing`).
 :class:`Meter` keeps the figures of one pass as it runs, :class:`PassStats` is what they
 are at one moment, and :class:`Latest` holds the meter of the latest pass that delivered
@@ -27,7 +27,7 @@ class WorkerStats:
 
     Attributes:
         read_seconds: reading its blocks of micro-batches (opening, decoding, the
-            ``transform``, the copy into shared memory).
+            ``transform``, writing its rows in the shared slot).
         idle_seconds: waiting for the main process to take what it handed over (the
             hand-over queue was full: it could have read more).
         blocks: the blocks it handed over.

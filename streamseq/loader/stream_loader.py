@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
+import operator
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -14,6 +14,7 @@ from .._warn import warn
 from ..batch import Batch
 from ..deliver.assemble import Assembled
 from ..mix import Mixture
+from ..plan.cursor import Cursor
 from ..plan.planner import EpochPlan, Epochs
 from ..plan.spec import PlanSpec
 from ..plan.state import Resumed, make_state, read_state, row_map
@@ -24,17 +25,24 @@ from ..workers.inline import bounded
 from ..zip_batch import ZipBatch
 from .checks import check_rows, check_step_specs
 from .config import LoaderConfig, check_keywords, resolve_rank
-from .run import EpochProgress, Pass, Position, Trial
+from .first_step import FirstStepSpec
+from .run import EpochProgress, Move, Pass, Trial
 from .sampler import EpochSampler
-from .spec import DataSpec
 from .stats import Latest, Meter, PassStats
 from .topology import Reading, Workers, read_with
 
-#: attributes read from the plan's spec and from the configuration
-_SPEC_FIELDS = ("batch_size", "tbins", "pad", "shuffle", "seed", "segment_length", "rank")
-_SPEC_FIELDS += ("world_size", "lengths", "units")
-_CONFIG_FIELDS = ("method", "max_buffered", "timeout", "pin_memory")
-_CONFIG_FIELDS += ("time_major", "persistent_workers", "transform", "lookahead")
+
+def _setting(path: str, doc: str) -> property:
+    """A read-only property of the loader: the value at ``path`` (``"spec.tbins"``).
+
+    Example:
+        >>> class Holder:
+        ...     spec = PlanSpec(np.array([4]), batch_size=1, tbins=2)
+        ...     tbins = _setting("spec.tbins", "Steps per row and batch.")
+        >>> Holder().tbins
+        2
+    """
+    return property(operator.attrgetter(path), doc=doc)
 
 
 class StreamLoader:
@@ -179,8 +187,9 @@ class StreamLoader:
         **unsupported: Any,
     ):
         check_keywords(unsupported)
+        self._streams = streams
         batch_size, tbins = check_int(batch_size, "batch_size", 1), check_int(tbins, "tbins", 1)
-        self.config = LoaderConfig.checked(
+        self._config = LoaderConfig.checked(
             num_workers=num_workers,
             method=method,
             max_buffered=max_buffered,
@@ -218,7 +227,7 @@ class StreamLoader:
         check_rows(self.spec)
         if transform is None:  # a transform may give every stream the same steps
             check_step_specs(self.refs, lengths_)
-        config = self.config
+        config = self._config
         longest = int(lengths_.max())
         if config.lookahead > longest:  # (its last steps would be padding in every batch)
             raise ValueError(
@@ -235,14 +244,12 @@ class StreamLoader:
                 f"next-step target; give a segment_length that is a multiple of tbins={t} "
                 "(and a pad other than 'pack') for every step to be a target"
             )
-        data = DataSpec(self.refs, lengths_, config.transform, self.spec.seed, config.timeout)
+        data = FirstStepSpec(self.refs, lengths_, config.transform, self.spec.seed, config.timeout)
         self._reading = Reading(self.spec, self.refs, config.transform, data, config.lookahead)
         self._epochs = Epochs(self.spec, per_epoch=config.transform is not None)
         self._workers = Workers(config, self.refs)
         self._trial = self._new_trial(self._workers)
-        self._epoch, self._chosen = 0, False  # chosen: by set_epoch, kept for every pass
-        self._deferred: int | None = None  # set during a pass: the epoch of the next one
-        self._position = Position(0)  # that of the last pass, or the one loaded
+        self._cursor = Cursor()  # where the run stands: the one owner of the position
         self._last_read: tuple[Any, Resumed] | None = None  # (see _read_state)
         self._active: weakref.ref | None = None
         self._latest = Latest()  # the figures of the latest pass
@@ -251,19 +258,53 @@ class StreamLoader:
 
     def _new_trial(self, workers: Workers) -> Trial | None:
         """The ``num_workers="auto"`` trial of a loader (None: the number was given)."""
-        config = self.config
+        config = self._config
         if not config.auto:
             return None
         count = min(config.num_workers, self.spec.batch_size)
         return Trial(count, config.persistent_workers, workers.stop)
 
-    def __getattr__(self, name: str) -> Any:
-        """The plan's settings (``batch_size``, ``tbins``, ...) and the configuration's."""
-        if name in _SPEC_FIELDS:
-            return getattr(self.__dict__["spec"], name)
-        if name in _CONFIG_FIELDS:
-            return getattr(self.__dict__["config"], name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    # The settings, read-only: the plan's (:attr:`spec`) and how it is read (:attr:`config`).
+    batch_size = _setting("spec.batch_size", "Rows per batch on this rank.")
+    tbins = _setting("spec.tbins", "Steps per row and batch (without ``lookahead``).")
+    pad = _setting("spec.pad", 'The pad mode: "zeros", "drop", "wrap" or "pack".')
+    shuffle = _setting("spec.shuffle", "Whether every epoch draws a new stream order.")
+    seed = _setting("spec.seed", "The seed of the shuffle and of ``info.rng``.")
+    segment_length = _setting("spec.segment_length", "Longest segment a stream is cut in.")
+    max_streams_per_chunk = _setting(
+        "spec.max_streams_per_chunk", 'With pad="pack", the most streams a chunk packs.'
+    )
+    rank = _setting("spec.rank", "This process' rank (given, or torch.distributed's).")
+    world_size = _setting("spec.world_size", "The number of ranks sharing one global plan.")
+    lengths = _setting("spec.lengths", "The steps of every stream (an int64 array).")
+    units = _setting("spec.units", "``(source, start, length)`` of every stream or segment.")
+    method = _setting("config.method", 'The workers: "process" or "thread".')
+    max_buffered = _setting("config.max_buffered", "Hand-overs in flight per worker.")
+    timeout = _setting("config.timeout", "Seconds a read may go without delivering, or None.")
+    pin_memory = _setting("config.pin_memory", "Whether batches are page-locked.")
+    time_major = _setting("config.time_major", "Whether ``data`` is ``[T, B, ...]``.")
+    persistent_workers = _setting(
+        "config.persistent_workers", "Whether the workers are kept across passes."
+    )
+    transform = _setting("config.transform", "``fn(steps, info)`` run where steps are read.")
+    lookahead = _setting("config.lookahead", "Steps after each chunk every batch also holds.")
+
+    @property
+    def config(self) -> LoaderConfig:
+        """How the batches are read and delivered (frozen); the choice of ``"auto"`` once made.
+
+        Example:
+            >>> import numpy as np
+            >>> StreamLoader([np.arange(6)], 1, 2, method="thread").config.method
+            'thread'
+        """
+        self._trial_now()
+        return self._config
+
+    @property
+    def streams(self) -> Sequence[Any]:
+        """The streams given (a sequence, or a :func:`mix` of groups)."""
+        return self._streams
 
     @property
     def epoch(self) -> int:
@@ -286,28 +327,28 @@ class StreamLoader:
             >>> loader.epoch, loader.state_dict()["epoch"]
             (1, 0)
         """
-        self._sync()
+        cursor = self._now()
+        return cursor.epoch if self._running() else cursor.upcoming
+
+    def _now(self) -> Cursor:
+        """The cursor, the end of the last pass taken in (:meth:`Cursor.settled`).
+
+        Written only once that pass ended: a read from another thread (``loader[i]``)
+        never writes back a cursor the pass in progress has moved on from.
+        """
+        cursor = self._cursor
+        if cursor.at_end:
+            cursor = self._cursor = cursor.settled()
+        return cursor
+
+    def _moved(self, move: Move) -> None:
+        """A transition of the pass in progress (a batch delivered, the end reached)."""
+        self._cursor = move(self._cursor)
+
+    def _running(self) -> bool:
+        """Whether a pass is in progress (opened, not ended, closed or let go)."""
         live = self._active() if self._active is not None else None
-        if live is not None and not live.closed:
-            return self._epoch
-        if self._deferred is not None:  # as __iter__ decides
-            return self._deferred
-        if self._position.started and not self._chosen:
-            return self._epoch + 1
-        return self._epoch
-
-    def _sync(self) -> None:
-        """Take in the position the last pass reported: past its end, the next epoch."""
-        if self._position.ended and self._deferred is not None:
-            self._next_chosen()
-        elif self._position.ended and not self._chosen:
-            self._epoch += 1
-            self._position = Position(0)
-
-    def _next_chosen(self) -> None:
-        """Move to the epoch ``set_epoch`` chose during the last pass."""
-        self._epoch, self._position, self._chosen = self._deferred, Position(0), True
-        self._deferred = None
+        return live is not None and not live.closed and not self._cursor.at_end
 
     def __getstate__(self) -> dict[str, Any]:
         """The configuration and the position; not the pass in progress nor the caches.
@@ -319,10 +360,9 @@ class StreamLoader:
         state["_lock"] = ProcessLocal(threading.RLock)
         state["_active"], state["_whole"], state["_latest"] = None, None, Latest()
         self._trial_now()  # (a choice made is kept)
-        state["config"] = self.config
-        state["_workers"] = Workers(self.config, self.refs)
+        state["_config"] = self._config
+        state["_workers"] = Workers(self._config, self.refs)
         state["_trial"] = self._new_trial(state["_workers"])
-        state["_position"] = self._position.copy()
         return state
 
     def __repr__(self) -> str:
@@ -399,10 +439,9 @@ class StreamLoader:
             >>> narrow.progress, len(narrow)
             (EpochProgress(epoch=0, done=1, total=4), 3)
         """
-        self._sync()
-        before = self._epochs.before_of(self._epoch)
-        position = self._position
-        return EpochProgress(self._epoch, before + position.next, before + len(self))
+        cursor = self._now()
+        before = self._epochs.before_of(cursor.epoch)
+        return EpochProgress(cursor.epoch, before + cursor.next, before + len(self))
 
     @property
     def stats(self) -> PassStats:
@@ -429,7 +468,7 @@ class StreamLoader:
             >>> stats.batches, stats.steps, stats.padding_steps, stats.running
             (3, 8, 4, False)
         """
-        return self._latest.stats(self._epoch)
+        return self._latest.stats(self._cursor.epoch)
 
     def plan(self) -> EpochPlan:
         """The plan of the epoch where the run stands (computed once per epoch, or once for all).
@@ -438,8 +477,7 @@ class StreamLoader:
         position in it); past the end of a pass, the next epoch's.
         """
         with self._lock.get():
-            self._sync()
-            epoch = self._epoch
+            epoch = self._now().epoch
             if self._epochs.cached(epoch) is None:
                 self._whole = None
             return self._epochs.plan(epoch)
@@ -461,18 +499,10 @@ class StreamLoader:
                 loader.set_epoch(epoch)  # keeps the loaded position
                 for batch in loader: ...
         """
-        epoch = check_int(epoch, "epoch", 0)
-        live = self._active() if self._active is not None else None
-        if live is not None and not live.closed and not self._position.ended:
-            self._chosen = True  # the pass in progress goes on; the next one reads epoch
-            self._deferred = None if epoch == self._epoch else epoch
-            return
-        if self._position.pending and epoch == self.epoch:
-            self._chosen = True  # a loaded position goes on
-            return
-        self._end_pass()
-        self._epoch, self._position, self._chosen = epoch, Position(0), True
-        self._deferred = None
+        epoch, running = check_int(epoch, "epoch", 0), self._running()
+        if not running:
+            self._end_pass()
+        self._cursor = self._cursor.set_epoch(epoch, running=running)
 
     def state_dict(self) -> dict[str, Any]:
         """Where the run stands: epoch, next batch and where every stream of the epoch is.
@@ -489,9 +519,8 @@ class StreamLoader:
             >>> state["epoch"], state["next_batch"], state["length"], state["progress"]["next"]
             (0, 1, 3, [2])
         """
-        self._sync()
-        before = self._epochs.before_of(self._epoch)
-        return make_state(self.spec, self.plan(), self._position.next, before)
+        epoch, next_batch = self._now().to_state()
+        return make_state(self.spec, self.plan(), next_batch, self._epochs.before_of(epoch))
 
     def load_state_dict(self, state: dict[str, Any], *, weights_changed: bool = False) -> None:
         """Resume: the next iteration starts where the state's run stood.
@@ -548,18 +577,16 @@ class StreamLoader:
             ValueError: this state was made by another plan, differing in tbins (the state ...
         """
         resumed = self._read_state(state, weights_changed)
-        epochs, epoch, nxt = resumed.epochs, resumed.epoch, resumed.next_batch
-        rest = epochs.rest
-        if nxt >= epochs.plan(epoch).length:  # saved at the end of its epoch: the next one
-            epoch, nxt, rest = epoch + 1, 0, None
+        epochs, epoch = resumed.epochs, resumed.epoch
+        cursor = Cursor.from_state(epoch, resumed.next_batch, epochs.plan(epoch).length)
+        if cursor.epoch != epoch:  # the next epoch: planned afresh, as any
             epochs = Epochs(self.spec, None, self.transform is not None)
         self._end_pass()  # an invalid state changes nothing: checked first
-        if rest is not None or self._epochs.rest is not None:
+        if epochs.rest is not None or self._epochs.rest is not None:
             self._workers.stop()  # they plan epochs from the rest they were given
         with self._lock.get():
             self._epochs, self._whole = epochs, None
-        self._epoch, self._chosen, self._deferred = epoch, False, None
-        self._position = Position(nxt, pending=True)
+        self._cursor = cursor
 
     def row_map(self, state: dict[str, Any], *, weights_changed: bool = False) -> list[int]:
         """For each row of this loader, the global row of ``state``'s run it continues.
@@ -628,7 +655,7 @@ class StreamLoader:
             key = self._epochs.key(plan.epoch)
             if self._whole is None or self._whole[0] != key:
                 self._whole = (key, self._reading.group(plan, self._reading.rows(plan)))
-            return bounded(self._whole[1], self.config.timeout)
+            return bounded(self._whole[1], self._config.timeout)
 
     def __iter__(self) -> Iterator[Batch]:
         """A pass over the batches of the epoch, from the loaded position (or batch 0).
@@ -646,60 +673,39 @@ class StreamLoader:
         if live is not None and not live.closed:
             live.superseded = True
         self._end_pass()
-        self._sync()
-        if self._deferred is not None:  # a pass left before its end, then the epoch set
-            self._next_chosen()
-        elif self._position.started and not self._chosen:  # a pass left before its end
-            self._epoch, self._position = self._epoch + 1, Position(0)
-        loaded = self._position  # a loaded position is used up by the first batch delivered
-        self._position = Position(loaded.next if loaded.pending else 0, loaded.pending)
-        it = self._open_pass(self._position)
+        self._cursor = self._cursor.pass_opened()  # (a pass left early: the next epoch)
+        it = self._open_pass(self._cursor.next)
         self._active = weakref.ref(it)
         return it
 
-    def _open_pass(self, position: Position) -> Pass:
-        """A pass from ``position``: read here, or by workers (new or persistent)."""
+    def _open_pass(self, start: int) -> Pass:
+        """A pass from batch ``start``: read here, or by workers (new or persistent)."""
         trial = self._trial_now()
-        config, plan, latest = self.config, self.plan(), self._latest
-        stop, running = plan.length, self._newer_running
+        config, plan = self._config, self.plan()
         size = self.spec.batch_size * self._reading.steps  # steps a batch holds (stats)
         workers = trial.now() if trial is not None else config.num_workers
         setup = functools.partial(
             read_with, config, self._reading, self._workers, self._epochs, plan
         )
-        here = self._in_process() if workers == 0 else None
-        batches, groups, prefetchers, failed, timings = setup(workers, here)
-        meter = Meter(plan.epoch, size, timings)
+        opened = setup(workers, self._in_process() if workers == 0 else None)
         return Pass(
-            position,
-            batches,
-            stop,
-            groups,
-            prefetchers,
-            running,
-            failed,
-            meter,
-            latest,
-            trial,
-            None if trial is None else setup,
+            start=start,
+            stop=plan.length,
+            opened=opened,
+            moved=self._moved,
+            newer_running=self._newer_running,
+            meter=Meter(plan.epoch, size, opened[4]),
+            latest=self._latest,
+            trial=trial,
+            reopen=None if trial is None else setup,
         )
 
     def _trial_now(self) -> Trial | None:
         """The ``num_workers="auto"`` trial still running, if any; else its choice applied."""
         trial = self._trial
-        if trial is None:
-            return None
-        if trial.chosen is None:
+        if trial is None or trial.chosen is None:
             return trial
-        chosen = trial.chosen
-        self.config = dataclasses.replace(
-            self.config,
-            num_workers=chosen,
-            auto=False,
-            persistent_workers=self.config.persistent_workers and chosen > 0,
-        )
-        self._workers.config = self.config
-        self._trial = None
+        self._config, self._trial = self._config.with_workers(trial.chosen), None
         return None
 
     @property
@@ -712,7 +718,7 @@ class StreamLoader:
         this process, then by the workers tried: :attr:`workers_in_use` tells which.
         """
         self._trial_now()
-        return "auto" if self.config.auto else self.config.num_workers
+        return "auto" if self._config.auto else self._config.num_workers
 
     @property
     def workers_in_use(self) -> int:
@@ -729,7 +735,7 @@ class StreamLoader:
             2
         """
         trial = self._trial_now()
-        count = trial.now() if trial is not None else self.config.num_workers
+        count = trial.now() if trial is not None else self._config.num_workers
         return min(count, self.spec.batch_size)
 
     def _newer_running(self, it: Pass) -> bool:

@@ -35,8 +35,8 @@ from ..workers.processes import Shared
 from ..workers.slots import Slots
 from ..zip_batch import ZipBatch
 from .config import LoaderConfig
+from .first_step import FirstStepSpec as DataSpec
 from .run import Setup
-from .spec import DataSpec
 
 
 class Reading:

@@ -7,7 +7,7 @@ import numpy as np
 from .packing import capped_end, row_spans
 from .rows import assign_rows, balanced_rows, shuffle_rows
 
-#: the planning algorithms :func:`epoch_plan` knows
+#: the planning algorithms :func:`epoch_rows` knows
 PLAN_VERSIONS = (1, 2)
 
 
@@ -52,7 +52,7 @@ def start_order(
     """Every stream, in the order the plan starts reading them: by first step, then by row.
 
     Streams the plan does not hold (empty ones) come last, in index order. With a plan of
-    :func:`epoch_plan` ``version=2`` this is the epoch's order of the streams, the one the
+    :func:`epoch_rows` ``version=2`` this is the epoch's order of the streams, the one the
     rest of an epoch resumed on other rows takes its untouched streams in
     (:func:`~streamseq.plan.progress.rest_of_epoch`).
 
@@ -89,7 +89,7 @@ def num_batches(chunks: np.ndarray, pad: str) -> int:
     return int(chunks.min() if pad == "drop" else chunks.max())
 
 
-def epoch_plan(
+def epoch_rows(
     lengths: np.ndarray,
     num_rows: int,
     tbins: int,
@@ -129,15 +129,15 @@ def epoch_plan(
         ValueError: an unknown ``version``.
 
     Example:
-        >>> rows, n = epoch_plan(np.array([5, 2, 3]), 2, 2, "zeros")
+        >>> rows, n = epoch_rows(np.array([5, 2, 3]), 2, 2, "zeros")
         >>> [r.tolist() for r in rows], n
         ([[0], [1, 2]], 3)
-        >>> rows, n = epoch_plan(np.array([5, 2, 3, 4]), 2, 2, "zeros", version=2)
+        >>> rows, n = epoch_rows(np.array([5, 2, 3, 4]), 2, 2, "zeros", version=2)
         >>> [r.tolist() for r in rows], n
         ([[0, 1], [2, 3]], 4)
         >>> lengths = np.random.default_rng(0).integers(1, 100, 29)
         >>> def batches(version):
-        ...     return sorted({epoch_plan(lengths, 4, 16, "zeros", shuffle=True, seed=1,
+        ...     return sorted({epoch_rows(lengths, 4, 16, "zeros", shuffle=True, seed=1,
         ...                               epoch=e, version=version)[1] for e in range(10)})
         >>> batches(1), batches(2)
         ([29, 30, 32], [28])

@@ -2,7 +2,7 @@
 
 A fresh epoch reads every unit (stream or segment) whole; an epoch resumed on other rows
 reads what was left of it (:func:`~streamseq.plan.progress.rest_of_epoch`). The units of
-an epoch of a mixture are those it draws (:mod:`~streamseq.plan.mix`): a unit may occur
+an epoch of a mixture are those it draws (:mod:`~streamseq.plan.draws`): a unit may occur
 several times, and the plan deals out occurrences.
 """
 
@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from .epoch import epoch_plan, start_order
+from .._checks import check_int
+from .epoch import epoch_rows, start_order
 from .packing import most_chunks
 from .progress import Pieces, Progress, rest_of_epoch, whole_units
 from .rows import stream_order
@@ -30,7 +31,7 @@ def epoch_units(spec: PlanSpec, epoch: int, draw: np.ndarray | None = None) -> U
     ``draw``: the unit of every occurrence, instead of the epoch's own draw.
 
     Example:
-        >>> from streamseq.plan.mix import MixSpec
+        >>> from streamseq.plan.draws import MixSpec
         >>> mix = MixSpec(("a", "b"), (0, 1, 2), (2.0, 0.0))
         >>> spec = PlanSpec(np.array([3, 4]), 1, 2, mixture=mix)
         >>> [a.tolist() for a in epoch_units(spec, 0)]
@@ -123,7 +124,7 @@ def plan_epoch(spec: PlanSpec, epoch: int, rest: Progress | None = None) -> Epoc
     else:
         pieces = rest_of_epoch(rest, lengths, epoch_order(spec, epoch, draw))
         order = np.arange(len(pieces[0]))
-    assignment, n = epoch_plan(
+    assignment, n = epoch_rows(
         pieces[2],
         spec.rows,
         spec.tbins,
@@ -163,7 +164,7 @@ def epoch_order(spec: PlanSpec, epoch: int, draw: np.ndarray | None = None) -> n
         assignment = plan_epoch(spec, epoch).assignment
     else:  # the units drawn anew, planned as a fresh epoch would be
         kw = dict(shuffle=spec.shuffle, seed=spec.seed, epoch=epoch, version=2, cap=cap)
-        assignment = epoch_plan(lengths, spec.rows, spec.tbins, spec.pad, **kw)[0]
+        assignment = epoch_rows(lengths, spec.rows, spec.tbins, spec.pad, **kw)[0]
     return start_order(lengths, assignment, spec.tbins, pack=pack, cap=cap)
 
 
@@ -245,3 +246,54 @@ class Epochs:
         state = self.__dict__.copy()
         state["_last"] = None
         return state
+
+
+def planned(source: Any, epoch: int | EpochPlan | None = None) -> tuple[PlanSpec, EpochPlan]:
+    """The settings and the plan of an epoch, from a :class:`PlanSpec` or what holds one.
+
+    What summaries and pictures of a plan take (:meth:`streamseq.Mixture.summary`,
+    :func:`streamseq.plot_plan`), so that they never need the loader's module.
+
+    Args:
+        source: the plan's settings (a :class:`PlanSpec`, such as ``loader.spec``); or
+            anything with ``spec``, ``epoch`` and ``plan()`` (a loader), whose own plan
+            is taken for the epoch it stands in: it may be the rest of an epoch resumed
+            on other rows or with other weights.
+        epoch: the epoch, planned from its start; or its plan, taken as it is; None:
+            epoch 0, or the epoch a loader stands in (``loader.epoch``).
+
+    Returns:
+        ``(spec, plan)``.
+
+    Raises:
+        TypeError: ``source`` is neither settings nor holds them; an ``epoch`` that is
+            not an integer.
+        ValueError: a negative ``epoch``.
+
+    Example:
+        >>> spec = PlanSpec(np.array([5, 2, 3]), batch_size=2, tbins=2)
+        >>> planned(spec, 1)[1].epoch, planned(spec)[1].length
+        (1, 3)
+        >>> planned([5, 2, 3])  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        TypeError: expected a plan's settings (a PlanSpec, ...) or a loader, got list
+    """
+    if isinstance(source, PlanSpec):
+        spec, own, current = source, None, 0
+    else:
+        spec, own = getattr(source, "spec", None), getattr(source, "plan", None)
+        if not isinstance(spec, PlanSpec) or not callable(own):
+            raise TypeError(
+                "expected a plan's settings (a PlanSpec, such as loader.spec) or a loader, "
+                f"got {type(source).__name__}"
+            )
+        current = int(source.epoch)
+    if isinstance(epoch, EpochPlan):
+        return spec, epoch
+    wanted = current if epoch is None else int(check_int(epoch, "epoch", 0))
+    if own is not None and wanted == current:
+        plan = own()
+        if plan.epoch == wanted:
+            return spec, plan
+    return spec, plan_epoch(spec, wanted)

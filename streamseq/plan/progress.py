@@ -47,7 +47,7 @@ class Progress:
         row: the global row that was reading each, -1 for one not being read (its row
             moved on when the epoch was planned anew).
         draw: the unit of every occurrence of a mixture's epoch when it was drawn anew
-            (its weights changed on resuming, see :func:`~streamseq.plan.mix.reweigh`);
+            (its weights changed on resuming, see :func:`~streamseq.plan.reweigh.reweigh`);
             None: the epoch's own units. ``done`` and ``begun`` then index occurrences.
     """
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from .draws import _REWEIGH, MixSpec, delivered_steps
 from .fields import short
 from .identities import Identities
-from .mix import _REWEIGH, MixSpec, delivered_steps
 from .progress import Progress
 from .spec import PlanSpec
 

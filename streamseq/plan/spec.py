@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from .draws import Draws, MixSpec
 from .identities import Identities, as_identities
-from .mix import Draws, MixSpec
 from .segments import segments
 
 
@@ -36,10 +36,10 @@ class PlanSpec:
         sources: what names each stream across runs (file paths, or types), as
             :class:`~streamseq.plan.identities.Identities` (a tuple of strings is
             taken as well).
-        version: the planning algorithm (:func:`~streamseq.plan.epoch.epoch_plan`): 2,
+        version: the planning algorithm (:func:`~streamseq.plan.epoch.epoch_rows`): 2,
             rows balanced once and shuffled every epoch, so that every epoch has the same
             number of batches; 1, the plan of states saved by streamseq 0.2.
-        mixture: the groups of a mixture and their weights (:mod:`~streamseq.plan.mix`),
+        mixture: the groups of a mixture and their weights (:mod:`~streamseq.plan.draws`),
             or None.
         max_streams_per_chunk: with ``pad="pack"``, the most streams one chunk may pack
             (:mod:`~streamseq.plan.packing`), or None.
@@ -83,7 +83,7 @@ class PlanSpec:
     @cached_property
     def draws(self) -> Draws | None:
         """The units every epoch of a mixture draws (None without a mixture)."""
-        return None if self.mixture is None else Draws(self)
+        return None if self.mixture is None else Draws(self.mixture, self.seed, self.units)
 
     @cached_property
     def key(self) -> dict[str, Any]:

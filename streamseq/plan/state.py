@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from .cursor import Cursor
+from .draws import decode_draw, encode_draw
 from .epoch import PLAN_VERSIONS
 from .fields import integer, require, short
-from .mix import decode_draw, encode_draw
 from .planner import EpochPlan, Epochs, epoch_units, plan_epoch
 from .progress import Progress, progress_at
 from .reweigh import HOW, mixture_differences, reweigh, spec_of_state
@@ -419,8 +420,9 @@ def _reweighed(old: PlanSpec, spec: PlanSpec, state: dict[str, Any], per_epoch: 
         draw = np.arange(len(old.units[2]), dtype=np.int64)
     progress = Progress.from_state(state["progress"], old.units[2][draw])
     b, w, rows = checked.batch_size, checked.world_size, checked.rows
-    if int(state["next_batch"]) >= int(state["length"]):  # (both checked)
-        return Resumed(epoch + 1, 0, None, rows, b, w, Epochs(spec, None, per_epoch))
+    cursor = Cursor.from_state(epoch, int(state["next_batch"]), int(state["length"]))
+    if cursor.epoch != epoch:  # saved at the end of its epoch (both fields checked)
+        return Resumed(cursor.epoch, cursor.next, None, rows, b, w, Epochs(spec, None, per_epoch))
     rest = reweigh(old, spec, epoch, progress, draw)
     done = checked.before + nxt
     epochs = Epochs(spec, (epoch, rest), per_epoch, before=done)

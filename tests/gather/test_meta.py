@@ -5,14 +5,15 @@ from hypothesis import strategies as st
 from streamseq import interleave_streams, tbin
 from streamseq.gather import meta
 from streamseq.gather.positions import packed_pieces
-from streamseq.gather.writer import Table
+from streamseq.gather.writer import BatchWriter
 
 
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.integers(0, 12), min_size=1, max_size=6), st.integers(1, 4), st.integers(1, 5))
 def test_the_tables_of_steps_give_what_computing_them_gives(lengths, rows, tbins):
     streams = [np.arange(n) for n in lengths]
-    table = Table([tbin(r, tbins) for r in interleave_streams(streams, rows)], "zeros", tbins)
+    parts = [tbin(r, tbins) for r in interleave_streams(streams, rows)]
+    table = BatchWriter(parts, "zeros", tbins)
     computed = meta.StepTables(tbins, 0, segmented=True)
     computed.ramps = computed.masks = None
     for i in range(int(table.counts.max(initial=0))):

@@ -72,9 +72,9 @@ def test_a_failed_first_read_is_the_writers_error_in_row_order(monkeypatch):
 
 def test_shared_sources_are_left_to_the_writer():
     from streamseq import interleave_streams, tbin
-    from streamseq.gather.writer import Table
+    from streamseq.gather.writer import BatchWriter
 
     one = Slow(np.arange(8))
     rows = interleave_streams([one, one], 2)
-    table = Table([tbin(r, 2) for r in rows], "zeros", 2)
+    table = BatchWriter([tbin(r, 2) for r in rows], "zeros", 2)
     assert warm.first_reads(table.rows, table.first_list, table.positions(0, 1), 0) == {}

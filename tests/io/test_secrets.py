@@ -342,3 +342,32 @@ def test_reprs_name_no_password(originals, server):
     for obj in shown:
         assert "***@" in repr(obj)
         assert_hidden([repr(obj), str(obj)], PASSWORD)
+
+
+@pytest.mark.parametrize("kind", ["tokens", "video"])
+def test_debug_logs_of_the_remote_filesystems_name_no_password(originals, server, kind):
+    """fsspec logs the URLs it reads at DEBUG: shown to a user who turns its logs on."""
+    secret = MARKS[0] + "pa55:w@rd" + MARKS[1]
+    name = f"log{next(_NAMES)}"
+    shutil.copytree(originals, server.folder + "/" + name)
+    url, options = where(secret, "userinfo", name, server, FILES[kind])
+    records = Records()
+    logging.getLogger().addHandler(records)
+    formatted = logging.StreamHandler(__import__("io").StringIO())
+    formatted.setFormatter(logging.Formatter("%(name)s %(message)s"))
+    logging.getLogger().addHandler(formatted)
+    saved = {n: logging.getLogger(n).level for n in ("fsspec", "fsspec.http")}
+    for n in saved:
+        logging.getLogger(n).setLevel(logging.DEBUG)
+    try:
+        loader = StreamLoader(make(kind, url, options), 1, 4)
+        for _ in loader:
+            pass
+        loader.close()
+    finally:
+        for n, level in saved.items():
+            logging.getLogger(n).setLevel(level)
+        logging.getLogger().removeHandler(records)
+        logging.getLogger().removeHandler(formatted)
+    assert records.texts, "fsspec logged nothing at DEBUG: the test tests nothing"
+    assert_hidden(records.texts + [formatted.stream.getvalue()], secret)

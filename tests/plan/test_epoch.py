@@ -4,14 +4,14 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamseq.plan.epoch import epoch_plan, row_chunks
+from streamseq.plan.epoch import epoch_rows, row_chunks
 from streamseq.testing import layouts
 
 
 @given(layouts(max_streams=30), st.sampled_from(["zeros", "drop", "wrap"]), st.integers(0, 5))
 def test_every_stream_once_and_rows_balanced(layout, pad, epoch):
     lengths = np.array(layout.lengths)
-    rows, n = epoch_plan(lengths, layout.batch_size, layout.tbins, pad, shuffle=True, epoch=epoch)
+    rows, n = epoch_rows(lengths, layout.batch_size, layout.tbins, pad, shuffle=True, epoch=epoch)
     placed = np.sort(np.concatenate(rows))
     assert placed.tolist() == np.flatnonzero(lengths).tolist()  # each non-empty once
     totals = [int(lengths[r].sum()) for r in rows]

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamseq.plan.epoch import epoch_plan, row_chunks, start_order
+from streamseq.plan.epoch import epoch_rows, row_chunks, start_order
 from streamseq.plan.progress import progress_at, rest_of_epoch, whole_units
 from streamseq.plan.rows import (
     assign_rows,
@@ -70,7 +70,7 @@ def test_epoch_plan_v2_holds_every_nonempty_stream_once(
     lengths, num_rows, tbins, pad, shuffle, seed
 ):
     for epoch in range(4):
-        rows, _ = epoch_plan(
+        rows, _ = epoch_rows(
             lengths, num_rows, tbins, pad, shuffle=shuffle, seed=seed, epoch=epoch, version=2
         )
         assert len(rows) == num_rows
@@ -85,7 +85,7 @@ def test_epoch_plan_v2_holds_every_nonempty_stream_once(
 def test_every_epoch_has_the_same_number_of_batches(lengths, num_rows, tbins, pad, seed):
     first = None
     for epoch in range(30):
-        rows, n = epoch_plan(
+        rows, n = epoch_rows(
             lengths, num_rows, tbins, pad, shuffle=True, seed=seed, epoch=epoch, version=2
         )
         chunks = row_chunks(lengths, rows, tbins, pack=pad == "pack")
@@ -96,9 +96,9 @@ def test_every_epoch_has_the_same_number_of_batches(lengths, num_rows, tbins, pa
 
 def test_token_streams_fixed_length_while_version_1_varies():
     lengths = token_lengths()
-    v1 = {epoch_plan(lengths, 4, 16, "zeros", shuffle=True, seed=1, epoch=e)[1] for e in range(20)}
+    v1 = {epoch_rows(lengths, 4, 16, "zeros", shuffle=True, seed=1, epoch=e)[1] for e in range(20)}
     v2 = {
-        epoch_plan(lengths, 4, 16, "zeros", shuffle=True, seed=1, epoch=e, version=2)[1]
+        epoch_rows(lengths, 4, 16, "zeros", shuffle=True, seed=1, epoch=e, version=2)[1]
         for e in range(20)
     }
     assert len(v1) > 1
@@ -110,8 +110,8 @@ def test_token_streams_fixed_length_while_version_1_varies():
 def test_no_more_batches_than_a_typical_version_1_epoch(pad):
     rng = np.random.default_rng(0)
     lengths = np.clip(rng.lognormal(np.log(300), 1.2, 400), 10, 10_000).astype(np.int64)
-    v1 = [epoch_plan(lengths, 32, 64, pad, shuffle=True, seed=0, epoch=e)[1] for e in range(50)]
-    v2 = epoch_plan(lengths, 32, 64, pad, shuffle=True, seed=0, version=2)[1]
+    v1 = [epoch_rows(lengths, 32, 64, pad, shuffle=True, seed=0, epoch=e)[1] for e in range(50)]
+    v2 = epoch_rows(lengths, 32, 64, pad, shuffle=True, seed=0, version=2)[1]
     if pad == "drop":  # drop stops at the shortest row: more batches is better
         assert v2 >= np.median(v1)
     else:
@@ -159,7 +159,7 @@ def test_epochs_are_shuffled(lengths, num_rows, tbins, pad, seed):
         return  # one stream: a single arrangement
     pack = pad == "pack"
     plans = [
-        epoch_plan(lengths, num_rows, tbins, pad, shuffle=True, seed=seed, epoch=e, version=2)[0]
+        epoch_rows(lengths, num_rows, tbins, pad, shuffle=True, seed=seed, epoch=e, version=2)[0]
         for e in range(40)
     ]
     # where the streams start changes (each of 40 epochs alike: odds below 2**-39)
@@ -176,7 +176,7 @@ def test_streams_move_over_rows_and_positions():
     opened = {s: 0 for s in range(len(lengths))}
     epochs = 400
     for e in range(epochs):
-        rows, _ = epoch_plan(lengths, 4, 16, "zeros", shuffle=True, seed=1, epoch=e, version=2)
+        rows, _ = epoch_rows(lengths, 4, 16, "zeros", shuffle=True, seed=1, epoch=e, version=2)
         for r, row in enumerate(rows):
             for s in row.tolist():
                 seen_rows[s].add(r)
@@ -203,7 +203,7 @@ def test_shuffle_rows_keeps_each_rows_streams():
 )
 def test_same_inputs_same_plan(lengths, num_rows, tbins, pad, shuffle, seed, epoch):
     def plan():
-        rows, n = epoch_plan(
+        rows, n = epoch_rows(
             lengths.copy(), num_rows, tbins, pad, shuffle=shuffle, seed=seed, epoch=epoch,
             version=2,
         )  # fmt: skip
@@ -216,10 +216,10 @@ def test_same_inputs_same_plan(lengths, num_rows, tbins, pad, shuffle, seed, epo
 def test_unshuffled_is_balanced_and_ignores_seed_and_epoch(
     lengths, num_rows, tbins, pad, seed, epoch
 ):
-    rows, n = epoch_plan(lengths, num_rows, tbins, pad, seed=seed, epoch=epoch, version=2)
+    rows, n = epoch_rows(lengths, num_rows, tbins, pad, seed=seed, epoch=epoch, version=2)
     expected = balanced_rows(lengths, num_rows, tbins=tbins, pack=pad == "pack")
     assert as_lists(rows) == as_lists(expected)
-    plain, m = epoch_plan(lengths, num_rows, tbins, pad, version=2)  # seed 0, epoch 0
+    plain, m = epoch_rows(lengths, num_rows, tbins, pad, version=2)  # seed 0, epoch 0
     assert (as_lists(rows), n) == (as_lists(plain), m)
 
 
@@ -241,8 +241,8 @@ def test_seed_orders_streams_of_equal_cost():
     lengths_st, rows_st, tbins_st, st.sampled_from(PADS), st.booleans(), seeds, st.integers(0, 9)
 )
 def test_version_1_is_assign_rows(lengths, num_rows, tbins, pad, shuffle, seed, epoch):
-    rows, n = epoch_plan(lengths, num_rows, tbins, pad, shuffle=shuffle, seed=seed, epoch=epoch)
-    again, m = epoch_plan(
+    rows, n = epoch_rows(lengths, num_rows, tbins, pad, shuffle=shuffle, seed=seed, epoch=epoch)
+    again, m = epoch_rows(
         lengths, num_rows, tbins, pad, shuffle=shuffle, seed=seed, epoch=epoch, version=1
     )
     expected = assign_rows(lengths, num_rows, shuffle=shuffle, seed=seed, epoch=epoch)
@@ -255,17 +255,17 @@ def test_version_1_plans_as_before():
     # plans of version 1, as saved states know them
     lengths = np.array([5, 2, 0, 2, 4, 9, 1, 7])
     assert stream_order(8, shuffle=True, seed=1, epoch=2).tolist() == [6, 0, 7, 5, 1, 4, 3, 2]
-    rows, n = epoch_plan(lengths, 3, 2, "zeros", shuffle=True, seed=1, epoch=2)
+    rows, n = epoch_rows(lengths, 3, 2, "zeros", shuffle=True, seed=1, epoch=2)
     assert (as_lists(rows), n) == ([[6, 5], [0, 1, 4], [7, 3]], 6)
-    rows, n = epoch_plan(lengths, 3, 2, "pack")
+    rows, n = epoch_rows(lengths, 3, 2, "pack")
     assert (as_lists(rows), n) == ([[0, 6, 7], [1, 4], [3, 5]], 7)
 
 
 @given(lengths_st, rows_st, tbins_st, st.sampled_from(PADS), st.data())
 def test_explicit_order_deals_as_version_1(lengths, num_rows, tbins, pad, data):
     order = np.array(data.draw(st.permutations(range(len(lengths)))), dtype=np.int64)
-    v1 = epoch_plan(lengths, num_rows, tbins, pad, order=order)
-    v2 = epoch_plan(lengths, num_rows, tbins, pad, order=order, shuffle=True, seed=5, version=2)
+    v1 = epoch_rows(lengths, num_rows, tbins, pad, order=order)
+    v2 = epoch_rows(lengths, num_rows, tbins, pad, order=order, shuffle=True, seed=5, version=2)
     assert (as_lists(v1[0]), v1[1]) == (as_lists(v2[0]), v2[1])
     # the first pieces of the order start rows 0, 1, ... (begun pieces of a resumed rest)
     first = order[lengths[order] > 0][:num_rows]
@@ -274,13 +274,13 @@ def test_explicit_order_deals_as_version_1(lengths, num_rows, tbins, pad, data):
 
 def test_unknown_version():
     with pytest.raises(ValueError, match="plan version"):
-        epoch_plan(np.array([3]), 1, 2, "zeros", version=3)
+        epoch_rows(np.array([3]), 1, 2, "zeros", version=3)
 
 
 @given(lengths_st, rows_st, tbins_st, st.sampled_from(PADS), seeds, st.data())
 def test_rest_of_a_balanced_epoch_on_other_rows(lengths, num_rows, tbins, pad, seed, data):
     pack = pad == "pack"
-    rows, n = epoch_plan(lengths, num_rows, tbins, pad, shuffle=True, seed=seed, version=2)
+    rows, n = epoch_rows(lengths, num_rows, tbins, pad, shuffle=True, seed=seed, version=2)
     order = start_order(lengths, rows, tbins, pack)
     assert sorted(order.tolist()) == list(range(len(lengths)))
     firsts = [int(r[0]) for r in rows if len(r)]
@@ -289,7 +289,7 @@ def test_rest_of_a_balanced_epoch_on_other_rows(lengths, num_rows, tbins, pad, s
     progress = progress_at(lengths, whole_units(lengths), rows, tbins, pack, batches)
     unit, offset, length = rest_of_epoch(progress, lengths, order)
     new_rows = data.draw(st.integers(1, 9))
-    rest, _ = epoch_plan(
+    rest, _ = epoch_rows(
         length, new_rows, tbins, pad, order=np.arange(len(unit)), shuffle=True, version=2
     )
     begun = min(len(progress.begun), new_rows)

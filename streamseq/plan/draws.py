@@ -1,4 +1,4 @@
-"""Weighted mixtures in the plan: the units every epoch draws from groups of streams.
+"""The draws of a mixture: the units every epoch reads from groups of weighted streams.
 
 A mixture splits the streams into named groups (consecutive ranges of stream indices)
 with a weight each. Weights are shares of the epoch's steps: group ``g`` is given
@@ -31,7 +31,7 @@ import math
 import zlib
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -41,7 +41,6 @@ from .rows import row_cost
 
 if TYPE_CHECKING:
     from .progress import Progress
-    from .spec import PlanSpec
 
 #: mixed into the seed of the draws, so that they differ from the shuffle's generator
 _DRAW = 0x6D6978
@@ -146,11 +145,28 @@ def fractional_knapsack(steps: np.ndarray, cost: np.ndarray, budget: float, most
     return got
 
 
+class Shape(Protocol):
+    """What :meth:`Draws.epoch_length` takes of the plan's settings (a ``PlanSpec``)."""
+
+    pad: str
+    tbins: int
+    max_streams_per_chunk: int | None
+
+    @property
+    def rows(self) -> int:
+        """Global rows (all ranks)."""
+        ...
+
+
 class Draws:
     """The draws of a mixture's epochs (see the module), and the epochs' length.
 
+    Made by :attr:`PlanSpec.draws <streamseq.plan.spec.PlanSpec.draws>`.
+
     Args:
-        spec: the plan's settings, with a ``mixture``.
+        mix: the groups and their weights.
+        seed: the seed of the plan.
+        units: ``(source, start, length)`` of every unit the groups' streams give.
 
     Raises:
         ValueError: a group with a positive weight has no steps (naming it).
@@ -166,11 +182,9 @@ class Draws:
         [0, 1, 2]
     """
 
-    def __init__(self, spec: PlanSpec):
-        mix = spec.mixture
-        assert mix is not None
-        self.mix, self.seed = mix, spec.seed
-        source, _, length = spec.units
+    def __init__(self, mix: MixSpec, seed: int, units: tuple[np.ndarray, ...]):
+        self.mix, self.seed = mix, seed
+        source, _, length = units
         self.length = length
         self.group = mix.group_of(source)
         self.units = [np.flatnonzero(self.group == g) for g in range(len(mix.names))]
@@ -281,7 +295,7 @@ class Draws:
         more = whole < len(chosen) and rng.random() * float(self.length[chosen[whole]]) < left
         return chosen[: whole + int(more)]
 
-    def epoch_length(self, spec: PlanSpec) -> int:
+    def epoch_length(self, spec: Shape) -> int:
         """Batches of every fresh epoch when draws differ by epoch: a bound on any draw's plan.
 
         The rows are balanced longest first (:func:`~streamseq.plan.rows.balanced_rows`):

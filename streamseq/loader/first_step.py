@@ -1,4 +1,7 @@
-"""The data's dtype and step shape, read from one step of the first stream, with a timeout."""
+"""The data's step spec (dtype and step shape), read from one step of the first stream.
+
+The read has a timeout. What costs no read is :func:`streamseq.read.step_spec.step_spec`.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import numpy as np
 from .._tree import leaves, tree_map
 from ..deliver.torch import torch_dtype
 from ..read.ref import StreamRef
+from ..read.step_spec import step_spec_of
 from ..read.transform import Transform
 from ..workers.inline import in_thread
 
@@ -22,10 +26,7 @@ def zero_steps(a: Any) -> np.ndarray:
         >>> zero_steps(np.zeros((5, 2), ">f4")).dtype, zero_steps(np.zeros((5, 2))).shape
         (dtype('float32'), (0, 2))
     """
-    a = np.asarray(a)
-    # a native dtype is kept as it is: the table checks streams by dtype identity first
-    native = a.dtype if a.dtype.isnative else a.dtype.newbyteorder("=")
-    return np.empty((0, *a.shape[1:]), native)
+    return step_spec_of(a, native=True)
 
 
 def read_spec(ref: StreamRef, transform: Transform | None) -> Any:
@@ -69,8 +70,8 @@ def call_with_timeout(fn: Callable[[], Any], timeout: float, ref: StreamRef, wha
     return value
 
 
-class DataSpec:
-    """Zero-step arrays with the dtype and step shape of the data (or a tree of them).
+class FirstStepSpec:
+    """The data's step spec: zero-step arrays with its dtype and step shape (or a tree).
 
     Read on first need, from one step of the first non-empty stream (transformed, when
     there is a transform: once per epoch then); every other stream must match it. The
@@ -87,7 +88,7 @@ class DataSpec:
 
     Example:
         >>> from streamseq.read.ref import as_refs
-        >>> spec = DataSpec(as_refs([np.zeros((3, 2), np.int16)]), np.array([3]))
+        >>> spec = FirstStepSpec(as_refs([np.zeros((3, 2), np.int16)]), np.array([3]))
         >>> spec.of(0).dtype, spec.of(0).shape
         (dtype('int16'), (0, 2))
     """
@@ -105,7 +106,7 @@ class DataSpec:
         self._kept: tuple[int, Any] | None = None
 
     def of(self, epoch: int) -> Any:
-        """The data spec of ``epoch`` (the same for every epoch without a transform)."""
+        """The step spec of ``epoch`` (the same for every epoch without a transform)."""
         key = epoch if self.transform is not None else 0
         if self._kept is None or self._kept[0] != key:
             ref = self.refs[int(np.flatnonzero(self.lengths)[0])]

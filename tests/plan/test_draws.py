@@ -7,8 +7,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from streamseq.plan.draws import MixSpec, decode_draw, encode_draw, nearest_prefix
 from streamseq.plan.epoch import row_chunks
-from streamseq.plan.mix import MixSpec, decode_draw, encode_draw, nearest_prefix
 from streamseq.plan.planner import plan_epoch
 from streamseq.plan.spec import PlanSpec
 

@@ -1,0 +1,80 @@
+"""The logs of the libraries that read URLs, cleaned of credentials before any handler.
+
+fsspec (and the clients under it) log the URLs they read at DEBUG, user information and
+signed query strings included: whoever turns those logs on to see what is slow would
+write passwords to their log files. :func:`hide_in_logs` puts a filter on the loggers of
+those libraries that rewrites each record with :func:`~streamseq._redact.redact` (its
+message, its exception text and its stack) before any handler sees it, hiding the
+secrets of every URL and ``storage_options`` this process opened.
+
+A filter of a logger sees the records logged on that logger only, not those of its
+children: the filter goes on every logger of these libraries that exists when a URL is
+opened (a library creates its loggers when it is imported, before it reads).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+
+from ._redact import redact
+
+#: the libraries whose loggers name the URLs they read
+LIBRARIES = ("fsspec", "s3fs", "gcsfs", "adlfs", "aiobotocore", "botocore", "aiohttp", "urllib3")
+
+
+class _Hidden(logging.Filter):
+    """Rewrites every record with the secrets known so far hidden (never drops one)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.secrets: frozenset[str] = frozenset()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        secrets = self.secrets
+        try:
+            message = record.getMessage()
+        except Exception:  # a record whose arguments do not fit its message: as logging does
+            return True
+        record.msg, record.args = redact(message, secrets), ()
+        if record.exc_info:
+            text = record.exc_text or logging.Formatter().formatException(record.exc_info)
+            record.exc_info, record.exc_text = None, redact(text, secrets)
+        elif record.exc_text:
+            record.exc_text = redact(record.exc_text, secrets)
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info, secrets)
+        return True
+
+
+_FILTER = _Hidden()
+_LOCK = threading.Lock()
+_SEEN = [0]  # loggers that existed at the last look
+
+
+def hide_in_logs(secrets: Iterable[str]) -> None:
+    """Hide ``secrets`` (and every URL's user information) in the libraries' logs.
+
+    Cheap when nothing is new: call it wherever a URL is opened.
+
+    Example:
+        >>> log = logging.getLogger("fsspec.example")
+        >>> hide_in_logs({"pa55word"})
+        >>> record = log.makeRecord("fsspec.example", logging.DEBUG, "f", 1,
+        ...                         "get %s", ("https://me:pa55word@host/a",), None)
+        >>> log.filter(record), record.getMessage()
+        (True, 'get https://***@host/a')
+    """
+    secrets = frozenset(secrets)
+    loggers = logging.Logger.manager.loggerDict
+    if secrets <= _FILTER.secrets and len(loggers) == _SEEN[0]:
+        return
+    with _LOCK:
+        _FILTER.secrets = _FILTER.secrets | secrets
+        _SEEN[0] = len(loggers)
+        for name in list(loggers):
+            if name.split(".", 1)[0] in LIBRARIES:
+                logger = logging.getLogger(name)
+                if _FILTER not in logger.filters:
+                    logger.addFilter(_FILTER)

@@ -1,0 +1,85 @@
+"""The loader's settings: every constructor argument read back, none written."""
+
+import inspect
+import warnings
+
+import numpy as np
+import pytest
+
+from streamseq import StreamLoader
+
+pytestmark = pytest.mark.timeout(60)
+
+STREAMS = [np.arange(n) for n in (9, 7, 6, 5)]
+
+
+def shift(steps, info):
+    """A picklable transform (its identity is what the loader gives back)."""
+    return steps
+
+
+# a value other than the default for every parameter, valid together
+GIVEN = {
+    "streams": STREAMS,
+    "batch_size": 2,
+    "tbins": 3,
+    "num_workers": 2,
+    "shuffle": True,
+    "seed": 7,
+    "pad": "pack",
+    "pin_memory": True,
+    "lengths": [9, 7, 6, 5],
+    "rank": 1,
+    "world_size": 2,
+    "time_major": True,
+    "method": "thread",
+    "max_buffered": 3,
+    "timeout": 5.0,
+    "transform": shift,
+    "persistent_workers": True,
+    "segment_length": 4,
+    "max_streams_per_chunk": 2,
+    "lookahead": 1,
+}
+
+
+def made():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (lookahead with pack and segments: warned)
+        return StreamLoader(**GIVEN)
+
+
+def test_every_setting_reads_back_as_given():
+    params = inspect.signature(StreamLoader).parameters
+    named = [p.name for p in params.values() if p.kind is not p.VAR_KEYWORD]
+    assert sorted(named) == sorted(GIVEN)  # a new argument needs a value here
+    loader = made()
+    assert [name for name in named if not hasattr(loader, name)] == []
+    for name in named:
+        given, got = GIVEN[name], getattr(loader, name)
+        if name == "lengths":
+            assert got.tolist() == given, name
+        else:
+            assert got is given or got == given, name
+    for name in named:
+        default = params[name].default
+        assert default is inspect.Parameter.empty or GIVEN[name] != default, name
+    loader.close()
+
+
+@pytest.mark.parametrize(
+    "name", ["batch_size", "tbins", "num_workers", "lookahead", "seed", "config"]
+)
+def test_a_setting_cannot_be_written(name):
+    loader = StreamLoader(STREAMS, 2, 3)
+    before = len(loader)
+    with pytest.raises(AttributeError):
+        setattr(loader, name, 1)
+    assert len(loader) == before and getattr(loader, name) != 1
+
+
+def test_an_unknown_attribute_is_an_attribute_error():
+    loader = StreamLoader(STREAMS, 2, 3)
+    with pytest.raises(AttributeError, match="max_stream_per_chunk"):
+        loader.max_stream_per_chunk  # noqa: B018
+    assert not hasattr(loader, "units_")
