@@ -15,6 +15,7 @@ from .prefetch import prefetch
 from .read.transform import StepInfo
 from .split import split_by_worker
 from .store import materialize
+from .stream_table import StreamTable
 from .tbin import tbin
 from .zip_batch import zip_batch
 from .zip_streams import zip_streams
@@ -44,6 +45,7 @@ __all__ = [
     "StepInfo",
     "StreamError",
     "StreamLoader",
+    "StreamTable",
     "WorkerError",
     "WorkerTimeout",
     "assemble",
