@@ -40,6 +40,8 @@ from streamseq.io.video import _CHANNELS, video
 from streamseq.plan.identities import BLOCK, Identities
 from streamseq.stream_table import StreamTable
 
+#: what starts a URL (``protocol://``)
+_URL = r"^[A-Za-z][A-Za-z0-9+.\-]*://"
 #: the readers a manifest's rows can be read with
 READERS = {"audio": audio, "events": events, "tokens": tokens, "video": video}
 #: the kinds whose ``start``/``stop`` are the reader's own (seconds), not steps of the file
@@ -375,10 +377,7 @@ def _resolve(paths: Any, folder: str) -> Any:
     import pyarrow.compute as pc
 
     paths = paths.cast(pa.large_string())
-    kept = pc.or_(
-        pc.starts_with(paths, "/"),
-        pc.match_substring_regex(paths, r"^[A-Za-z][A-Za-z0-9+.\-]*://"),
-    )
+    kept = pc.or_(pc.starts_with(paths, "/"), pc.match_substring_regex(paths, _URL))
     prefix = folder if folder.endswith(os.sep) else folder + os.sep
     sep = pa.scalar("", pa.large_string())
     joined = pc.binary_join_element_wise(pa.scalar(prefix, pa.large_string()), paths, sep)
@@ -480,6 +479,7 @@ def manifest(
         >>> files.identities[0] == os.path.join(folder, "a.bin"), files.step_spec()
         (True, (dtype('uint16'), ()))
     """
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     _check_options(kind, options)
@@ -511,9 +511,12 @@ def manifest(
     files = _Paths(_nul_joined(resolved), reading)
     starts_at, stops_at = files.bounds()
     named = files
-    if pc.any(pc.match_substring(resolved, "://")).as_py():  # URLs: their secrets hidden
-        text = redact_urls(files.data.tobytes().decode())
-        named = _Paths(np.frombuffer(text.encode(), np.uint8).copy())
+    urls = pc.match_substring_regex(resolved, _URL)
+    if pc.any(urls).as_py():  # their secrets hidden, as identity() hides them
+        shown = [redact_urls(u) for u in resolved.filter(urls).to_pylist()]
+        if shown != resolved.filter(urls).to_pylist():
+            public = pc.replace_with_mask(resolved, urls, pa.array(shown, resolved.type))
+            named = _Paths(_nul_joined(public))
     ids = PathIdentities(named, *named.bounds()) if named is not files else None
     columns = [starts_at, stops_at]
     if starts is None:
