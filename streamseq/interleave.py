@@ -16,7 +16,7 @@ from .plan.planner import plan_epoch
 from .plan.rows import assign_rows
 from .plan.spec import PlanSpec
 from .read.handle import ProcessLocal
-from .read.ref import StreamRef, as_refs
+from .read.ref import StreamRef, as_refs, indices_of, lengths_of
 from .read.transform import StepInfo, Transform
 
 
@@ -225,7 +225,7 @@ def interleave_streams(
     if lengths is not None:  # declared: no need to ask every stream
         sizes = np.asarray(lengths, dtype=np.int64)
     else:
-        sizes = np.fromiter((len(r) for r in refs), np.int64, len(refs))
+        sizes = lengths_of(refs)
     mixture = getattr(streams, "spec", None)
     if isinstance(mixture, MixSpec) and mixture.weights is not None:
         return _mixed_rows(
@@ -303,7 +303,7 @@ def make_rows(
         >>> [r.stream_ids.tolist() for r in make_rows(refs, np.array([3, 2]), [[1], [0]])]
         [[1], [0]]
     """
-    ids = np.fromiter((r.index for r in refs), np.int64, len(refs))
+    ids = indices_of(refs)
     assignment = [np.asarray(m, dtype=np.int64) for m in assignment]
     if units is not None:
         source, start = units

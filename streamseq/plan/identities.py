@@ -60,6 +60,11 @@ class Identities(Sequence):
         return cls(tuple(index), codes.astype(np.min_scalar_type(len(index) - 1)), len(codes))
 
     @classmethod
+    def empty(cls) -> Identities:
+        """No stream."""
+        return cls((), None, 0)
+
+    @classmethod
     def repeat(cls, name: str, count: int) -> Identities:
         """``count`` streams that all have the identity ``name``."""
         return cls((name,), None, count) if count else cls((), None, 0)
@@ -131,19 +136,22 @@ class Identities(Sequence):
 
     def sha256(self) -> Any:
         """``hashlib.sha256`` of the identities joined by NUL characters, in blocks."""
-        h = hashlib.sha256()
-        if self.codes is None and self.count:
-            one = self.names[0].encode()
-            whole = (one + b"\0") * min(self.count, BLOCK)
-            for a in range(0, self.count, BLOCK):
-                n = min(BLOCK, self.count - a)
-                part = whole if n == BLOCK else (one + b"\0") * n
-                h.update(part if a + n < self.count else part[:-1])
+        return self.feed(hashlib.sha256())
+
+    def feed(self, h: Any) -> Any:
+        """Update the hash ``h`` with the identities joined by NUL characters; return it."""
+        if self.codes is None:
+            if self.count:
+                one = self.names[0].encode() + b"\0"
+                whole = one * min(self.count, BLOCK)
+                for a in range(0, self.count, BLOCK):
+                    n = min(BLOCK, self.count - a)
+                    part = whole if n == BLOCK else one * n
+                    h.update(part if a + n < self.count else part[:-1])
             return h
         names = [n.encode() for n in self.names]
         for a in range(0, self.count, BLOCK):
-            b = min(a + BLOCK, self.count)
-            codes = self.codes[a:b].tolist()  # type: ignore[index]
+            codes = self.codes[a : a + BLOCK].tolist()
             got = [names[codes[0]]] if len(codes) == 1 else operator.itemgetter(*codes)(names)
             if a:
                 h.update(b"\0")
