@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import math
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -217,7 +218,8 @@ class _Paths:
 
     def bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """Where every path starts and stops (its NUL) in the buffer."""
-        stops = np.flatnonzero(self.data == 0).astype(np.int64)
+        small = len(self.data) < np.iinfo(np.int32).max
+        stops = np.flatnonzero(self.data == 0).astype(np.int32 if small else np.int64)
         starts = np.empty_like(stops)
         starts[:1] = 0
         starts[1:] = stops[:-1] + 1
@@ -239,18 +241,22 @@ class _Paths:
         return self.data[index]
 
 
-def _make_row(
-    paths: _Paths, start: int, stop: int, first: float, last: float, length: int
-) -> _Row:
-    """Row ``start:stop`` of the path buffer as a stream (``first``/``last``: NaN, none)."""
+def _make_row(paths: _Paths, start: int, stop: int, *window: float) -> _Row:
+    """Row ``start:stop`` of the path buffer as a stream.
+
+    ``window`` is the row's length, after its ``start`` and ``stop`` (NaN: none) when the
+    manifest has them.
+    """
     reading = paths.reading
     assert reading is not None
+    *bounds, length = window
+    first, last = bounds or (math.nan, math.nan)
     a: float | None = None if first != first else first  # (NaN: no start)
     b: float | None = None if last != last else last
     if reading.kind not in _WINDOWED:
         a = None if a is None else int(a)
         b = None if b is None else int(b)
-    return _Row(reading, paths.path(start, stop), length, a, b)
+    return _Row(reading, paths.path(start, stop), int(length), a, b)
 
 
 class PathIdentities(Identities):
@@ -518,13 +524,12 @@ def manifest(
             public = pc.replace_with_mask(resolved, urls, pa.array(shown, resolved.type))
             named = _Paths(_nul_joined(public))
     ids = PathIdentities(named, *named.bounds()) if named is not files else None
-    columns = [starts_at, stops_at]
-    if starts is None:
-        starts = stops = np.full(len(lengths), np.nan)
+    columns = [starts_at, stops_at] + ([] if starts is None else [starts, stops])
+    pa.default_memory_pool().release_unused()  # (the table read, now freed)
     return StreamTable(
         functools.partial(_make_row, files),
         lengths,
-        [*columns, starts, stops],
+        columns,
         step_spec=reading.step_spec(),
         identities=ids if ids is not None else PathIdentities(files, starts_at, stops_at),
     )
