@@ -324,7 +324,7 @@ class PathIdentities(Identities):
         return h
 
 
-def _read_table(source: Any, format: str | None) -> tuple[Any, str, str]:
+def _read_table(source: Any, format: str | None, path_column: str) -> tuple[Any, str, str]:
     """The pyarrow table of a manifest, its name in errors and the folder of its paths."""
     import pyarrow as pa
 
@@ -342,7 +342,8 @@ def _read_table(source: Any, format: str | None) -> tuple[Any, str, str]:
         if fmt == "csv":
             import pyarrow.csv as pacsv
 
-            table = pacsv.read_csv(path)
+            paths_are_text = pacsv.ConvertOptions(column_types={path_column: pa.string()})
+            table = pacsv.read_csv(path, convert_options=paths_are_text)
         else:
             import pyarrow.parquet as pq
 
@@ -489,7 +490,7 @@ def manifest(
     import pyarrow.compute as pc
 
     _check_options(kind, options)
-    table, where, folder = _read_table(path_or_table, format)
+    table, where, folder = _read_table(path_or_table, format, path_column)
     folder = folder if root is None else os.fspath(root)
     missing = [c for c in (path_column, length_column) if c not in table.column_names]
     if missing:

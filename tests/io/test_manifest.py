@@ -182,6 +182,15 @@ def test_bad_manifests_are_refused_when_read(tmp_path, columns, kwargs, error, m
         assert "m.parquet" in str(caught.value)
 
 
+def test_csv_paths_that_look_like_numbers_stay_paths(token_files, tmp_path):
+    folder, names, _ = token_files
+    os.symlink(folder / names[0], tmp_path / "0001")
+    (tmp_path / "m.csv").write_text("path,length\n0001,13\n")
+    table = manifest(tmp_path / "m.csv", "tokens", dtype=np.uint16)
+    assert table.identities[0] == os.path.join(tmp_path, "0001")
+    assert table[0][:].tolist() == list(range(13))
+
+
 def test_unreadable_manifest_files(tmp_path):
     with pytest.raises(SourceError, match="no such manifest"):
         manifest(tmp_path / "none.parquet", "tokens")
