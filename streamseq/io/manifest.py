@@ -98,7 +98,7 @@ class _Reading:
         options = dict(self.options)
         if self.kind in _WINDOWED:
             options.update(start=start, stop=stop)
-        if not self.check_length and self.kind != "tokens" and "fps" not in options:
+        if not self.check_length and self.kind != "tokens" and options.get("fps") is None:
             options["length"] = length + (0 if start is None or self.kind in _WINDOWED else start)
         return READERS[self.kind](path, **options)
 
@@ -400,6 +400,10 @@ def _check_options(kind: str, options: Mapping[str, Any]) -> None:
     columns = given & _COLUMN_OPTIONS
     if columns:
         raise ValueError(f"{sorted(columns)} come from the manifest's columns, not from options")
+    parameters = inspect.signature(READERS[kind]).parameters.values()
+    needed = {p.name for p in parameters if p.kind is p.KEYWORD_ONLY and p.default is p.empty}
+    if needed - given:
+        raise TypeError(f"io.{kind} needs the options {sorted(needed - given)}")
     unknown = given - taken
     if unknown:
         raise TypeError(

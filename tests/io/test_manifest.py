@@ -165,6 +165,7 @@ def test_a_wrong_declared_length_names_the_stream_the_file_and_the_steps(token_f
         ({"path": ["a"], "length": [1]}, {"kind": "pictures"}, ValueError, "unknown kind"),
         ({"path": ["a"], "length": [1]}, {"sizes": (2, 2)}, TypeError, "no option"),
         ({"path": ["a"], "length": [1]}, {"length": 3}, ValueError, "columns"),
+        ({"path": ["a"], "length": [1]}, {"kind": "events"}, TypeError, "needs the options"),
         (
             {"path": pa.array([], pa.string()), "length": pa.array([], pa.int64())},
             {},
@@ -259,3 +260,21 @@ def test_identities_of_any_selection_hash_as_the_list(names, data):
     assert list(table.identities) == [
         n if n.startswith("/") or "://" in n else os.path.join("/r", n) for n in names
     ]
+
+
+def test_events_manifest(tmp_path):
+    from streamseq.io import EVENT_DTYPE, events
+
+    paths, lengths = [], []
+    for i, n in enumerate([30, 80]):
+        ev = np.zeros(n, EVENT_DTYPE)
+        ev["t"] = np.arange(n) * 7
+        ev["x"], ev["y"], ev["p"] = np.arange(n) % 4, i, np.arange(n) % 2
+        np.save(tmp_path / f"e{i}.npy", ev)
+        paths.append(f"e{i}.npy")
+        lengths.append(len(events(tmp_path / paths[-1], window_us=50, height=2, width=4)))
+    where = write(pa.table({"path": paths, "length": lengths}), tmp_path / "events.parquet")
+    table = manifest(where, "events", window_us=50, height=2, width=4)
+    assert table.step_spec() == (np.dtype(np.float32), (2, 2, 4))
+    same = [events(tmp_path / p, window_us=50, height=2, width=4) for p in paths]
+    assert_same(batches(table), batches(same))
