@@ -16,7 +16,14 @@ from .plan.planner import plan_epoch
 from .plan.rows import assign_rows
 from .plan.spec import PlanSpec
 from .read.handle import ProcessLocal
-from .read.ref import StreamRef, as_refs, indices_of, lengths_of
+from .read.ref import (
+    StreamRef,
+    TableRefs,
+    _collector_paused,
+    as_refs,
+    indices_of,
+    lengths_of,
+)
 from .read.transform import StepInfo, Transform
 
 
@@ -305,14 +312,15 @@ def make_rows(
     """
     ids = indices_of(refs)
     assignment = [np.asarray(m, dtype=np.int64) for m in assignment]
-    if units is not None:
-        source, start = units
-        rows = [
-            Row(_pick(refs, source[m]), sizes[m], ids[source[m]], None, start[m])
-            for m in assignment
-        ]
-    else:
-        rows = [Row(_pick(refs, m), sizes[m], ids[m]) for m in assignment]
+    with _collector_paused():  # a row's references: many objects without cycles
+        if units is not None:
+            source, start = units
+            rows = [
+                Row(_pick(refs, source[m]), sizes[m], ids[source[m]], None, start[m])
+                for m in assignment
+            ]
+        else:
+            rows = [Row(_pick(refs, m), sizes[m], ids[m]) for m in assignment]
     for row, c in zip(rows, carried or (), strict=False):
         row.carried = c >= 0
     if transform is not None:
@@ -364,6 +372,8 @@ def _pick(items: list[Any], indices: np.ndarray) -> list[Any]:
     """``[items[i] for i in indices]``, at C speed."""
     if len(indices) == 0:
         return []
+    if isinstance(items, TableRefs):  # references made together
+        return items.pick(indices)
     if len(indices) == 1:
         return [items[int(indices[0])]]
     return list(operator.itemgetter(*indices.tolist())(items))

@@ -461,6 +461,24 @@ class TableRefs(Sequence):
         for i in range(len(self)):
             yield self[i]
 
+    def pick(self, index: np.ndarray) -> list[StreamRef]:
+        """``[self[i] for i in index]``, the streams of each table made together."""
+        index = np.asarray(index, dtype=np.int64)
+        if len(self.parts) == 1 and not isinstance(self.parts[0], list):
+            return _table_refs_at(self.parts[0], index, index)
+        part = np.searchsorted(self.starts, index, side="right") - 1
+        out: list[Any] = [None] * len(index)
+        for p in np.unique(part).tolist():  # (parts, not streams)
+            where = np.flatnonzero(part == p)
+            at = index[where] - self.starts[p]
+            if isinstance(self.parts[p], list):
+                got = [self.parts[p][i] for i in at.tolist()]
+            else:
+                got = _table_refs_at(self.parts[p], at, index[where])
+            for w, ref in zip(where.tolist(), got, strict=True):
+                out[w] = ref
+        return out
+
     def __repr__(self) -> str:
         return f"TableRefs({len(self)} streams in {len(self.parts)} parts)"
 
@@ -470,6 +488,40 @@ class TableRefs(Sequence):
         return Identities.concat(
             [p.identities if not isinstance(p, list) else _list_identities(p) for p in self.parts]
         )
+
+
+def _table_refs_at(table: Any, at: np.ndarray, index: np.ndarray) -> list[StreamRef]:
+    """References to streams ``at`` of ``table``, numbered ``index`` in the user's list."""
+    lengths = table.lengths[at].tolist()
+    with _collector_paused():  # many objects without cycles: no collection in between
+        streams = table.streams(at)
+        kinds = set(map(type, streams))
+        make = _bare_ref if len(kinds) == 1 and _nothing_to_check(streams[0]) else StreamRef
+        return list(map(make, index.tolist(), streams, lengths))
+
+
+def _nothing_to_check(stream: Any) -> bool:
+    """Whether a :class:`StreamRef` of ``stream`` (and of its type) checks nothing.
+
+    A stream that is not an array, a list, a dict or tuple, has no ``shape`` and no
+    ``known_length``: it is referenced as it is, its length the table's (a read of
+    fewer steps is an error, as for every stream).
+    """
+    kind = type(stream)
+    plain = (np.ndarray, list, tuple, dict, ArrayTree, str, bytes, os.PathLike)
+    return (
+        not issubclass(kind, plain)
+        and is_stream(stream)
+        and not hasattr(stream, "shape")
+        and getattr(kind, "known_length", None) is None
+    )
+
+
+def _bare_ref(index: int, source: Any, length: int) -> StreamRef:
+    """``StreamRef(index, source, length)`` for a source with nothing to check."""
+    ref = object.__new__(StreamRef)
+    ref.index, ref.source, ref.length, ref._opened = index, source, length, None
+    return ref
 
 
 def _part_lengths(part: Any) -> np.ndarray:
