@@ -41,8 +41,8 @@ from streamseq.io.video import _CHANNELS, video
 from streamseq.plan.identities import BLOCK, Identities
 from streamseq.stream_table import StreamTable
 
-#: what starts a URL (``protocol://``)
-_URL = r"^[A-Za-z][A-Za-z0-9+.\-]*://"
+#: what starts a URL (``protocol://``), as :func:`streamseq.io.remote.is_url` tells
+_URL = remote._URL.pattern
 #: the readers a manifest's rows can be read with
 READERS = {"audio": audio, "events": events, "tokens": tokens, "video": video}
 #: the kinds whose ``start``/``stop`` are the reader's own (seconds), not steps of the file

@@ -17,6 +17,7 @@ from media import write_audio, write_video
 from streamseq import StreamLoader, StreamTable
 from streamseq.errors import SourceError, StreamError
 from streamseq.io import audio, manifest, tokens, video
+from streamseq.io.remote import is_url
 from streamseq.plan.identities import Identities
 from streamseq.read.ref import identity
 
@@ -258,7 +259,7 @@ def test_identities_of_any_selection_hash_as_the_list(names, data):
         assert expected == [ids[i] for i in range(len(ids))]
         assert ids.digest() == Identities.of(expected).digest()
     assert list(table.identities) == [
-        n if n.startswith("/") or "://" in n else os.path.join("/r", n) for n in names
+        n if n.startswith("/") or is_url(n) else os.path.join("/r", n) for n in names
     ]
 
 
