@@ -296,6 +296,7 @@ def make_rows(
     epoch: int = 0,
     units: tuple[np.ndarray, np.ndarray] | None = None,
     carried: Sequence[int] | None = None,
+    unread: bool = False,
 ) -> list[Row]:
     """The rows of a plan: row r reads ``refs[assignment[r]]``, transformed if asked.
 
@@ -303,7 +304,9 @@ def make_rows(
     :func:`streamseq.plan.segments.segments`), the assignment and ``sizes`` index
     segments, and row r reads segment ``m`` from ``refs[source[m]]`` at ``start[m]``.
     ``carried[r] >= 0`` marks a row whose first stream goes on from a resumed state's row
-    (see :meth:`streamseq.plan.planner.EpochPlan.continued`).
+    (see :meth:`streamseq.plan.planner.EpochPlan.continued`). ``unread`` rows are for
+    their plan only (lengths, stream ids: a picture of the plan): no stream is referenced
+    in them, and they cannot be read.
 
     Example:
         >>> refs = as_refs([np.arange(3), np.arange(2)])
@@ -312,6 +315,8 @@ def make_rows(
     """
     ids = indices_of(refs)
     assignment = [np.asarray(m, dtype=np.int64) for m in assignment]
+    if unread:
+        refs = _Unread(len(refs))
     with _collector_paused():  # a row's references: many objects without cycles
         if units is not None:
             source, start = units
@@ -368,10 +373,26 @@ def map_steps(
     return Row(row.refs, row.lengths, row.stream_ids, transform, row.starts, row.carried)
 
 
-def _pick(items: list[Any], indices: np.ndarray) -> list[Any]:
+class _Unread:
+    """In place of the references of rows that are never read: one that reads nothing."""
+
+    def __init__(self, count: int):
+        self.count = count
+
+    def __len__(self) -> int:
+        return self.count
+
+
+#: what an unread row holds in place of every stream: a stream with no step
+_NOTHING = StreamRef(-1, np.zeros(0))
+
+
+def _pick(items: Any, indices: np.ndarray) -> list[Any]:
     """``[items[i] for i in indices]``, at C speed."""
     if len(indices) == 0:
         return []
+    if isinstance(items, _Unread):
+        return [_NOTHING] * len(indices)
     if isinstance(items, TableRefs):  # references made together
         return items.pick(indices)
     if len(indices) == 1:

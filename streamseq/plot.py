@@ -165,6 +165,7 @@ def global_rows(loader: StreamLoader, plan: EpochPlan) -> list[Row]:
         plan.assignment,
         units=plan.units_of(spec),
         carried=carried,
+        unread=True,  # (a picture of the plan: no stream is referenced)
     )
 
 

@@ -96,6 +96,12 @@ class _Document(Source):
         return _map(self.key)
 
     def _read(self, handle: Any, a: int, b: int) -> np.ndarray:
+        if self.start + b > len(handle) and b > a:  # a range past the end of the file
+            raise SourceError(
+                self.key[0],
+                f"tokens {self.start + a}:{self.start + b} are past the end of the file "
+                f"({len(handle)} tokens)",
+            )
         return handle[self.start + a : self.start + b]
 
     def _empty(self) -> np.ndarray:

@@ -88,6 +88,17 @@ def _deal_run(totals: np.ndarray, c: int, k: int) -> np.ndarray:
     left = k - int(taken.sum())
     at_lo = np.flatnonzero((totals <= lo) & ((lo - totals) % c == 0))[:left]
     taken[at_lo] += 1
+    # pair j of row r is (q + j) * c + m for t = q * c + m: in round q + j, the rows
+    # come in the order of (m, r), the same in every round
+    q, m = np.divmod(totals, c)
+    first_round = int(q[taken > 0].min())
+    rounds = int((q + taken).max()) - first_round
+    if rounds * len(totals) <= 4 * k + 4096:
+        by = np.lexsort((np.arange(len(totals)), m))
+        g = np.arange(first_round, first_round + rounds)[:, None]
+        inside = (q[by] <= g) & (g < (q + taken)[by])
+        totals += taken * c
+        return np.broadcast_to(by, inside.shape)[inside].astype(np.int64)
     rows = np.repeat(np.arange(len(totals), dtype=np.int64), taken)
     first = np.concatenate([[0], np.cumsum(taken)[:-1]])
     j = np.arange(k, dtype=np.int64) - np.repeat(first, taken)
@@ -207,14 +218,33 @@ def balanced_rows(
         candidates = np.arange(len(cost), dtype=np.int64)
     else:
         candidates = np.random.default_rng([seed]).permutation(len(cost))
-    order = candidates[np.argsort(-cost[candidates], kind="stable")]
-    order = order[cost[order] > 0]
-    row_of = deal(cost[order], num_rows)
-    _even_out(row_of, cost[order], num_rows)
+    drawn = cost[candidates]
+    by_cost = _descending(drawn)
+    placed = int(np.count_nonzero(drawn))  # the empty streams come last: left out
+    order = candidates[by_cost[:placed]]
+    if int(drawn.max(initial=0)) <= 4 * len(drawn) + 65536:  # from the count of each
+        counts = np.bincount(drawn)[::-1][:-1]  # of every cost > 0, the largest first
+        sorted_cost = np.repeat(np.arange(len(counts), 0, -1, dtype=np.int64), counts)
+    else:
+        sorted_cost = drawn[by_cost[:placed]]
+    row_of = deal(sorted_cost, num_rows)
+    _even_out(row_of, sorted_cost, num_rows)
     ordered, bounds = _by_row(order, row_of, num_rows, len(cost))
     rows = [ordered[bounds[r] : bounds[r + 1]] for r in range(num_rows)]
     # rows in the order of their first stream (empty ones last): row 0 starts stream 0
     return sorted(rows, key=lambda m: int(m[0]) if len(m) else len(cost))
+
+
+def _descending(values: np.ndarray) -> np.ndarray:
+    """A stable argsort of ``values`` (integers >= 0), largest first.
+
+    Example:
+        >>> _descending(np.array([1, 3, 1, 3])).tolist()
+        [1, 3, 0, 2]
+    """
+    top = int(values.max(initial=0))
+    small = np.uint16 if top < 1 << 16 else np.int64  # (a radix sort: no comparisons)
+    return np.argsort((top - values).astype(small), kind="stable")
 
 
 def _by_row(
@@ -229,13 +259,14 @@ def _by_row(
         >>> ordered.tolist(), bounds.tolist()
         ([0, 1, 2, 4], [0, 2, 4])
     """
-    small = np.uint16 if num_rows <= 1 << 16 else np.int64
-    row_at = np.full(count, num_rows, dtype=np.int64)
+    small = np.uint16 if num_rows < 1 << 16 else np.int64  # (a radix sort)
+    row_at = np.full(count, num_rows, dtype=small)
     row_at[items] = row_of
     kept = np.flatnonzero(row_at < num_rows)
-    rows = row_at[kept].astype(small)
+    rows = row_at[kept]
     by_row = np.argsort(rows, kind="stable")
-    bounds = np.searchsorted(rows[by_row], np.arange(num_rows + 1))
+    sizes = np.bincount(row_of, minlength=num_rows)
+    bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     return kept[by_row], bounds
 
 
