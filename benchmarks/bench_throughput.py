@@ -508,6 +508,8 @@ def measure(job: dict) -> dict:
 
             streamseq.read.writer._fill = None
         loader = streamseq_loader(sources, workers, video)
+    elif kind == "streamseq-lookahead":
+        loader = lookahead_loader(sources, workers, job["lookahead"])
     elif kind == "psd":
         loader = psd_loader(sources, workers, video)
     else:
@@ -615,6 +617,54 @@ def run_child(job: dict) -> dict:
     return result
 
 
+# -- look-ahead ----------------------------------------------------------------------------
+
+
+def lookahead_loader(sources: list[Any], workers: int, lookahead: int) -> Any:
+    """streamseq on the tokens with ``lookahead`` steps after every chunk (as ``tokens``)."""
+    import streamseq
+
+    return streamseq.StreamLoader(
+        sources, B_TOKENS, T_TOKENS, num_workers=workers, lookahead=lookahead
+    )
+
+
+def lookahead_configs(lookahead: int | None, workers: int) -> list[tuple[str, int, dict]]:
+    """The rows ``--lookahead K`` adds to the tokens workload: K, in-process and ``workers``.
+
+    The plain streamseq rows of the same run are the rows of ``lookahead=0``.
+    """
+    if not lookahead:
+        return []
+    return [("streamseq-lookahead", k, {"lookahead": lookahead}) for k in (0, workers)]
+
+
+def lookahead_ratios(rows: list[tuple[dict, list[dict]]]) -> str:
+    """``lookahead=K / lookahead=0`` of the same number of workers: medians and per repeat.
+
+    Tokens per second count the streams' tokens (the look-ahead steps, delivered a second
+    time, are not counted): the ratio is what the look-ahead costs.
+    """
+    zero = {j["workers"]: rs for j, rs in rows if j["loader"] == "streamseq" and plain(j)}
+    out = []
+    for job, results in rows:
+        other = zero.get(job["workers"])
+        if job["loader"] != "streamseq-lookahead" or other is None:
+            continue
+        a = [r["steps_per_s"] for r in results]
+        b = [r["steps_per_s"] for r in other]
+        each = " ".join(f"{x / y:.2f}" for x, y in zip(a, b, strict=True))
+        cpu = statistics.median(r["cpu_per_step"] for r in results) / statistics.median(
+            r["cpu_per_step"] for r in other
+        )
+        rate = statistics.median(a) / statistics.median(b)
+        out.append(f"{label(job):44s} {rate:8.2f} {cpu:9.2f}   {each}")
+    if not out:
+        return ""
+    head = f"{'lookahead=K / lookahead=0':44s} {'steps/s':>8s} {'CPU/step':>9s}   per repeat"
+    return "\n".join(["", head, *out])
+
+
 # -- report --------------------------------------------------------------------------------
 
 LABELS = {
@@ -623,6 +673,7 @@ LABELS = {
     "memcpy": {"tokens": "memcpy of whole batches (data only)"},
     "streamseq": "streamseq",
     "streamseq-numpy": "streamseq, numpy path",
+    "streamseq-lookahead": "streamseq, lookahead={k}",
     "psd": "pytorch-stream-dataloader 1.0",
     "multistream": "DataLoader per group, zipped",
 }
@@ -632,6 +683,7 @@ def label(job: dict) -> str:
     name = LABELS[job["loader"]]
     if isinstance(name, dict):
         return name[job["workload"]].format(w=job["workers"])
+    name = name.format(k=job.get("lookahead"))
     if job.get("baseline"):
         name += f" (baseline {job['baseline']})"
     text = f"{name}, {job['workers'] or 'in-process'}" + (" workers" if job["workers"] else "")
@@ -930,6 +982,13 @@ def main() -> None:
         help="only these, comma-separated (limit, pyav-defaults, memcpy, streamseq, "
         "streamseq-numpy, psd, multistream); the limit always runs",
     )
+    parser.add_argument(
+        "--lookahead",
+        type=int,
+        metavar="K",
+        help="also time the tokens with lookahead=K (in-process and --compare-workers), "
+        "beside the rows of lookahead=0, and their ratios",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -998,6 +1057,7 @@ def main() -> None:
             if args.persistent_workers:
                 configs += [("streamseq", w, {"transform": "mix", "persistent": True})]
             configs += [("psd", w, {}), ("multistream", w, {})]
+            configs += lookahead_configs(args.lookahead, w)
         if args.loaders:
             keep = {"limit", *loaders}
             configs = [c for c in configs if c[0] in keep]
@@ -1013,6 +1073,8 @@ def main() -> None:
         head = f"{machine()}; {at_start} at start, {load()} at end; {repeats} repeats"
         if not sweep:
             print(table(workload, results[workload], unit, head), flush=True)
+            if args.lookahead:
+                print(lookahead_ratios(results[workload]), flush=True)
     if sweep:
         head = f"{machine()}; {start_load} at start, {load()} at end; {repeats} repeats"
         print(scaling_table(results, counts, head))

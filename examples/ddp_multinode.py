@@ -47,7 +47,13 @@ from models import Predictor, process_group  # noqa: E402
 def run(args: argparse.Namespace) -> dict:
     streams = make_streams(args.streams, args.min_len, args.max_len)  # the same on every node
     loader = streamseq.StreamLoader(
-        streams, args.batch_size, args.tbins, num_workers=args.workers, shuffle=True, seed=5
+        streams,
+        args.batch_size,
+        args.tbins,
+        num_workers=args.workers,
+        shuffle=True,
+        seed=5,
+        lookahead=1,  # the step after each chunk: the chunk's last step predicts it
     )
     rank, world = loader.rank, loader.world_size
     torch.manual_seed(0)
@@ -71,8 +77,8 @@ def run(args: argparse.Namespace) -> dict:
     for batch in loader:
         h = h.detach()
         h[:, batch.reset] = 0  # rows that start a stream; moved rows have no reset here
-        pred, h = model(batch.data[:, :-1], h)
-        loss = masked_mse(pred, batch.data[:, 1:], batch.valid[:, 1:])
+        pred, h = model(batch.data[:, :-1], h)  # the chunk's tbins steps: h after the last
+        loss = masked_mse(pred, batch.data[:, 1:], batch.target_mask())
         optimizer.zero_grad()
         loss.backward()  # an all-reduce: every rank gets here as often
         optimizer.step()
@@ -98,11 +104,14 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def delivered(batch: streamseq.Batch) -> list[list]:
-    """Each row of ``batch``: ``[reset, [[stream, step], ...]]`` over its valid steps."""
-    rows = []
+    """Each row of ``batch``: ``[reset, [[stream, step], ...]]`` over the chunk's valid steps.
+
+    (Not the look-ahead step after the chunk: it is the first step of the next chunk.)
+    """
+    rows, t = [], batch.valid.shape[1] - batch.lookahead
     for r in range(batch.valid.shape[0]):
-        v = batch.valid[r]
-        pairs = zip(batch.stream[r][v].tolist(), batch.step[r][v].tolist(), strict=True)
+        v = batch.valid[r, :t]
+        pairs = zip(batch.stream[r, :t][v].tolist(), batch.step[r, :t][v].tolist(), strict=True)
         rows.append([bool(batch.reset[r]), [list(p) for p in pairs]])
     return rows
 

@@ -76,7 +76,13 @@ def train(args: argparse.Namespace) -> dict:
     streams = make_streams(args.streams, args.min_len, args.max_len)  # the same on every rank
     # rank and world_size come from torch.distributed when it is initialised
     loader = streamseq.StreamLoader(
-        streams, args.batch_size, args.tbins, num_workers=args.workers, shuffle=True, seed=1
+        streams,
+        args.batch_size,
+        args.tbins,
+        num_workers=args.workers,
+        shuffle=True,
+        seed=1,
+        lookahead=1,  # the step after each chunk: the chunk's last step predicts it
     )
     rank, world = loader.rank, loader.world_size
     torch.manual_seed(0)
@@ -95,15 +101,15 @@ def train(args: argparse.Namespace) -> dict:
         for batch in loader:
             h = h.detach()  # truncated backpropagation through time
             h[:, batch.reset] = 0  # rows that start a new stream forget the last one
-            x = batch.data[:, :-1]
-            pred, h = model(x, h)
-            loss = masked_mse(pred, batch.data[:, 1:], batch.valid[:, 1:])
+            pred, h = model(batch.data[:, :-1], h)  # the chunk's tbins steps: h after the last
+            mask = batch.target_mask()  # step t + 1 of the same stream
+            loss = masked_mse(pred, batch.data[:, 1:], mask)
             optimizer.zero_grad()
             loss.backward()  # an all-reduce: every rank must get here as often
             optimizer.step()
             seen.update(batch.stream[batch.valid].unique().tolist())
             record["losses"].append(loss.item())
-            record["valid"].append(int(batch.valid[:, 1:].sum()))
+            record["valid"].append(int(mask.sum()))  # the targets
             count += 1
         record["batches"].append(count)
         record["streams"].append(sorted(seen))  # this rank's streams in this epoch
@@ -120,7 +126,7 @@ def train(args: argparse.Namespace) -> dict:
 
 
 def epoch_loss(record: dict, epoch: int) -> float:
-    """Mean loss of one epoch, weighted by the number of valid steps."""
+    """Mean loss of one epoch, weighted by the number of targets."""
     start = sum(record["batches"][:epoch])
     stop = start + record["batches"][epoch]
     losses = np.array(record["losses"][start:stop])

@@ -5,14 +5,17 @@ rank for a few batches, then writes a checkpoint: the model, the optimizer, the 
 state and the GRU's hidden state of all 6 global rows (gathered from both ranks). A new
 run on one process with 4 rows loads it: the loader plans the rest of the epoch on its
 4 rows from where every stream stands, and :meth:`~streamseq.StreamLoader.row_map` says
-which old row each new row continues, so its hidden state moves with it. Every step of
-every stream is trained on exactly once over the two runs::
+which old row each new row continues, so its hidden state moves with it. With
+``lookahead=1`` every row also holds the step after its chunk: the GRU reads the chunk's
+``tbins`` steps and predicts the steps one later (``batch.target_mask()``). Over the two
+runs, every step of every stream is read as an input exactly once, in order, and every
+step but the first of every stream is a target exactly once::
 
     torchrun --nproc_per_node=2 examples/elastic_resume.py --out /tmp/elastic --stop 6
     python examples/elastic_resume.py --out /tmp/elastic --resume --batch-size 4
 
-Each run writes what it saw (stream and step of every valid step) to
-``seen-<phase>-<rank>.json`` in ``--out``.
+Each run writes what it read and predicted (stream and step of every input, and of every
+target) to ``seen-<phase>-<rank>.json`` in ``--out``.
 """
 
 from __future__ import annotations
@@ -53,7 +56,9 @@ def moved(old: torch.Tensor, rows: list[int]) -> torch.Tensor:
 
 def run(args: argparse.Namespace) -> dict:
     streams = make_streams(args.streams, args.min_len, args.max_len)
-    loader = streamseq.StreamLoader(streams, args.batch_size, args.tbins, shuffle=True, seed=3)
+    loader = streamseq.StreamLoader(
+        streams, args.batch_size, args.tbins, shuffle=True, seed=3, lookahead=1
+    )
     torch.manual_seed(0)
     model = Predictor(args.hidden)
     if loader.world_size > 1:
@@ -69,21 +74,27 @@ def run(args: argparse.Namespace) -> dict:
         loader.load_state_dict(checkpoint["loader"])
         h = moved(checkpoint["hidden"], rows)
         print(f"resumed epoch {loader.epoch} on {args.batch_size} rows; they continue {rows}")
-    seen: list[tuple[int, int]] = []
-    count = 0
+    seen: list[tuple[int, int]] = []  # inputs
+    targets: list[tuple[int, int]] = []
+    count, t = 0, args.tbins
     for batch in loader:
         h = h.detach()
         # rows that start a stream forget the last one; after resuming, the rows that go
         # on with a begun stream (row_map) have no reset: they keep the state moved here
         h[:, batch.reset] = 0
-        pred, h = model(batch.data[:, :-1], h)
-        loss = masked_mse(pred, batch.data[:, 1:], batch.valid[:, 1:])
+        pred, h = model(batch.data[:, :-1], h)  # the chunk's tbins steps: h after the last
+        mask = batch.target_mask()  # step t + 1 of the same stream
+        loss = masked_mse(pred, batch.data[:, 1:], mask)
+        # (a rank whose batch is all padding still steps: its zero gradient is averaged
+        # with the others', and every rank of DistributedDataParallel must take part)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        stream, step = batch.stream, batch.step
         for r in range(batch.valid.shape[0]):
-            v = batch.valid[r]
-            seen += zip(batch.stream[r][v].tolist(), batch.step[r][v].tolist(), strict=True)
+            v, m = batch.valid[r, :t], mask[r]
+            seen += zip(stream[r, :t][v].tolist(), step[r, :t][v].tolist(), strict=True)
+            targets += zip(stream[r, 1:][m].tolist(), step[r, 1:][m].tolist(), strict=True)
         count += 1
         if not args.resume and count == args.stop:
             break
@@ -100,21 +111,32 @@ def run(args: argparse.Namespace) -> dict:
         dist.barrier()  # no rank tears the group down while rank 0 still writes
     phase = "resume" if args.resume else "first"
     with open(os.path.join(args.out, f"seen-{phase}-{loader.rank}.json"), "w") as f:
-        json.dump(seen, f)
-    print(f"{phase} run, rank {loader.rank}/{loader.world_size}: {count} batches")
-    return {"batches": count, "seen": seen, "lengths": [len(s) for s in streams]}
+        json.dump({"inputs": seen, "targets": targets}, f)
+    print(
+        f"{phase} run, rank {loader.rank}/{loader.world_size}: {count} batches, "
+        f"{len(seen)} steps read as inputs, {len(targets)} used as targets"
+    )
+    return {
+        "batches": count,
+        "seen": seen,
+        "targets": targets,
+        "lengths": [len(s) for s in streams],
+    }
 
 
-def check(out: str, lengths: list[int]) -> bool:
-    """Whether the runs in ``out`` trained on every step of every stream once, in order."""
+def check(out: str, lengths: list[int], key: str = "inputs", first: int = 0) -> bool:
+    """Whether the runs in ``out`` read every step of every stream once, in order.
+
+    ``key="targets", first=1``: whether they predicted every step but the first once.
+    """
     steps: dict[int, list[int]] = {}
     for phase in ("first", "resume"):
         for name in sorted(os.listdir(out)):
             if name.startswith(f"seen-{phase}-"):
                 with open(os.path.join(out, name)) as f:
-                    for s, k in json.load(f):
+                    for s, k in json.load(f)[key]:
                         steps.setdefault(s, []).append(k)
-    return all(steps.get(s, []) == list(range(n)) for s, n in enumerate(lengths))
+    return all(steps.get(s, []) == list(range(first, n)) for s, n in enumerate(lengths))
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -136,7 +158,9 @@ def main(argv: list[str] | None = None) -> dict:
         result = run(args)
     if args.resume:
         result["exactly_once"] = check(args.out, result["lengths"])
-        print(f"every step trained on once, in order: {result['exactly_once']}")
+        result["targets_once"] = check(args.out, result["lengths"], "targets", first=1)
+        print(f"every step read as an input once, in order: {result['exactly_once']}")
+        print(f"every step but the first a target once, in order: {result['targets_once']}")
     result["total"] = int(np.sum(result["lengths"]))
     return result
 

@@ -9,10 +9,18 @@ keeps the GRU's hidden state from one ``training_step`` to the next:
   that follows its chunk, the GRU reads the ``tbins`` steps of the chunk and predicts the
   steps one later (``batch.target_mask()``), so every step is an input once and every step
   but the first of a stream a target once;
-- zeroed in the rows where ``batch.reset`` is set (they start a new stream);
+- zeroed where a row starts a new stream: where ``batch.reset`` is set, and, with
+  ``pad="pack"``, at step 0 of a stream inside a chunk (the GRU reads the pieces between);
 - saved in every checkpoint (``on_save_checkpoint``) and restored from it
-  (``on_load_checkpoint``), so that after resuming the rows that continue a stream go on
-  with the state they had.
+  (``on_load_checkpoint``), then moved to the rows that continue each stream
+  (:meth:`streamseq.StreamLoader.row_map`: the run may resume with another batch size),
+  so that after resuming the rows that continue a stream go on with the state they had.
+
+The module optimises by hand (``automatic_optimization = False``): one optimizer step per
+batch that has a target. A batch of padding alone (a rank whose rows have ended before
+the others') returns None from ``training_step``: no step (its loss is 0, but Adam would
+still move the weights), counted nowhere. A batch with inputs but no target is read for
+the state, without a step.
 
 The :class:`streamseq.StreamLoader` is passed to ``trainer.fit`` as it is: every epoch has
 the same number of batches, every pass over the loader reads the next epoch (a new
@@ -51,9 +59,27 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from resume_run import make_streams  # noqa: E402
 
 
-def make_loader(batch_size: int = 4, tbins: int = 16, workers: int = 0) -> streamseq.StreamLoader:
+def make_loader(
+    batch_size: int = 4,
+    tbins: int = 16,
+    workers: int = 0,
+    streams: list[np.ndarray] | None = None,
+    **kw: Any,
+) -> streamseq.StreamLoader:
+    """The sine waves in rows of ``batch_size``, each row also holding the step after its chunk.
+
+    ``streams``: others than :func:`make_streams`'; ``kw`` goes to the loader (``pad``,
+    ``rank``, ``world_size``, ...).
+    """
     return streamseq.StreamLoader(
-        make_streams(), batch_size, tbins, num_workers=workers, shuffle=True, seed=7, lookahead=1
+        make_streams() if streams is None else streams,
+        batch_size,
+        tbins,
+        num_workers=workers,
+        shuffle=True,
+        seed=7,
+        lookahead=1,
+        **kw,
     )
 
 
@@ -62,33 +88,98 @@ def cells(stream: torch.Tensor, step: torch.Tensor, mask: torch.Tensor) -> list[
     return list(zip(stream[mask].tolist(), step[mask].tolist(), strict=True))
 
 
-class TBPTT(lightning.LightningModule):
-    """A GRU that carries its hidden state from batch to batch, and through checkpoints."""
+def scan(gru: nn.GRU, x: torch.Tensor, h: torch.Tensor, starts: torch.Tensor) -> tuple:
+    """The GRU over ``x`` ``[B, T, F]`` from ``h``, zeroing a row's state where it starts a stream.
 
-    def __init__(self, batch_size: int, hidden: int = 16, lr: float = 0.02) -> None:
+    ``starts`` ``[B, T]``: where a row starts a stream (``pad="pack"`` starts them inside
+    a chunk too). The chunk is cut at those steps and each piece read at once.
+
+    Returns the outputs ``[B, T, H]`` and the state after the last step.
+    """
+    cuts = [0, *sorted(set(torch.nonzero(starts[:, 1:])[:, 1].add(1).tolist())), x.shape[1]]
+    outs = []
+    for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+        h = h * (~starts[:, a]).to(h.dtype)[None, :, None]
+        out, h = gru(x[:, a:b], h)
+        outs.append(out)
+    return torch.cat(outs, 1), h
+
+
+class TBPTT(lightning.LightningModule):
+    """A GRU that carries its hidden state from batch to batch, and through checkpoints.
+
+    Manual optimisation: one optimizer step per batch that has a target; a batch of
+    padding alone returns None (no step, counted nowhere).
+    """
+
+    def __init__(
+        self,
+        batch_size: int,
+        hidden: int = 16,
+        lr: float = 0.02,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
         super().__init__()
-        self.gru = nn.GRU(1, hidden, batch_first=True)
-        self.head = nn.Linear(hidden, 1)
+        self.automatic_optimization = False
+        self.rows = batch_size  # of every batch of this process
+        self.gru = nn.GRU(1, hidden, batch_first=True, dtype=dtype)
+        self.head = nn.Linear(hidden, 1, dtype=dtype)
         self.lr = lr
-        self.hidden = torch.zeros(1, batch_size, hidden)  # [layers, B, H], one row a row
+        self.hidden = torch.zeros(1, batch_size, hidden, dtype=dtype)  # [layers, B, H]
         # what every training step read and predicted: (epoch, (stream, step) cells)
         self.trained: list[tuple[int, list[tuple[int, int]]]] = []  # inputs
         self.targets: list[tuple[int, list[tuple[int, int]]]] = []
+        self.losses: list[tuple[int, float]] = []  # (epoch, summed squared error)
+        self.skipped = 0  # batches of padding alone
         self.resumed_hidden: torch.Tensor | None = None  # the state a checkpoint gave
+        self.resumed_state: dict[str, Any] | None = None  # the loader's, for row_map
 
-    def training_step(self, batch: streamseq.Batch, index: int) -> torch.Tensor:
+    def training_step(self, batch: streamseq.Batch, index: int) -> torch.Tensor | None:
+        if not batch.valid.any():  # padding alone: loss 0, but Adam would move the weights
+            self.skipped += 1
+            return None
+        if self.resumed_state is not None:  # the first batch after resuming: move the rows
+            self.hidden = self.moved(self.resumed_state)
+            self.resumed_state = None
+        tbins = batch.valid.shape[1] - batch.lookahead
+        x, valid = batch.data.to(self.gru.weight_hh_l0.dtype), batch.valid[:, :tbins]
+        starts = valid & (batch.step[:, :tbins] == 0)
+        starts[:, 0] |= batch.reset  # rows that start a stream: their state zeroed
         h = self.hidden.to(self.device).detach()  # gradients stop at the batch boundary
-        h[:, batch.reset] = 0  # rows that start a new stream
-        out, h = self.gru(batch.data[:, :-1], h)  # the chunk: tbins steps (then look-ahead)
+        out, h = scan(self.gru, x[:, :tbins], h, starts)  # the chunk: tbins steps
         self.hidden = h.detach()  # after the chunk's last step, for the next batch
         mask = batch.target_mask()  # [B, tbins]: step t + 1 of the same stream
-        err = ((self.head(out) - batch.data[:, 1:]) ** 2).mean(-1)
-        loss = (err * mask).sum() / mask.sum().clamp(min=1)  # 0 if no target
-        self.log("loss", loss, batch_size=batch.data.shape[0])
-        epoch, inputs = self.current_epoch, batch.valid[:, :-1]
-        self.trained.append((epoch, cells(batch.stream[:, :-1], batch.step[:, :-1], inputs)))
+        total = (((self.head(out) - x[:, 1:]) ** 2).sum(-1) * mask).sum()
+        n = int(mask.sum())
+        if n:  # (a batch may hold inputs but no target: read for the state, no step)
+            optimiser = self.optimizers()
+            optimiser.zero_grad()
+            self.manual_backward(total / n)
+            optimiser.step()
+            self.log("loss", total.detach() / n, batch_size=batch.data.shape[0])
+        epoch = self.current_epoch
+        self.trained.append((epoch, cells(batch.stream[:, :tbins], batch.step[:, :tbins], valid)))
         self.targets.append((epoch, cells(batch.stream[:, 1:], batch.step[:, 1:], mask)))
-        return loss
+        self.losses.append((epoch, float(total.detach())))
+        return total.detach()
+
+    def moved(self, state: dict[str, Any]) -> torch.Tensor:
+        """The saved state of every row, moved to the row that continues it (zeros: a new one).
+
+        The loader resumed may have another batch size:
+        :meth:`~streamseq.StreamLoader.row_map` tells which old row each row continues.
+        """
+        rows = torch.tensor(self.trainer.train_dataloader.row_map(state))
+        old = self.hidden
+        h = torch.zeros(old.shape[0], len(rows), old.shape[2], dtype=old.dtype)
+        h[:, rows >= 0] = old[:, rows[rows >= 0]]
+        return h
+
+    def on_train_batch_start(self, batch: streamseq.Batch, index: int) -> None:
+        # Lightning reads len(loader) once, at the start; after a resume on other rows the
+        # loader's len is what was left of the resumed epoch, then the length of an epoch
+        # of the new rows (read here, once the pass has begun)
+        self.trainer.fit_loop.max_batches = len(self.trainer.train_dataloader)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.parameters(), lr=self.lr)
@@ -99,6 +190,17 @@ class TBPTT(lightning.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.hidden = checkpoint["hidden"].clone()
         self.resumed_hidden = checkpoint["hidden"].clone()
+        loops = checkpoint["loops"]["fit_loop"]
+        loaders = loops["state_dict"].get("combined_loader")
+        self.resumed_state = loaders[0] if loaders else None
+        state = self.resumed_state
+        rows = self.rows * self.trainer.world_size  # the global rows of this run
+        if state is not None and state["batch_size"] * state["world_size"] != rows:
+            # other rows: the loader's len is then the batches left in the epoch, so its
+            # batches are counted from 0 (Lightning would stop after len - next_batch)
+            current = loops["epoch_loop.batch_progress"]["current"]
+            for key in current:  # (saved before "completed" counts the last batch)
+                current[key] -= state["next_batch"]
 
 
 class Crash(Exception):
@@ -136,6 +238,9 @@ def run(
     tbins: int = 16,
     workers: int = 0,
     accelerator: str = "auto",
+    lr: float = 0.02,
+    dtype: torch.dtype = torch.float32,
+    **loader_kw: Any,
 ) -> dict[str, Any]:
     """One ``trainer.fit`` with a new module and a new loader, resumed from ``ckpt_path``.
 
@@ -143,8 +248,8 @@ def run(
     started, the checkpoints written (by step) and whether the run crashed.
     """
     torch.manual_seed(0)
-    loader = make_loader(batch_size, tbins, workers)
-    model = TBPTT(batch_size)
+    loader = make_loader(batch_size, tbins, workers, **loader_kw)
+    model = TBPTT(batch_size, lr=lr, dtype=dtype)
     callbacks: list[lightning.Callback] = []
     if save_every:
         callbacks.append(
@@ -230,6 +335,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"resumed from step {step}: epoch {state['epoch']}, batch {state['next_batch']}; "
             f"{len(second['model'].trained)} steps"
         )
+        for epoch, (inputs, used) in enumerate(zip(per_epoch, targets_per_epoch, strict=True)):
+            print(
+                f"epoch {epoch}: {sum(inputs.values())} steps read as inputs, "
+                f"{sum(used.values())} used as targets"
+            )
         print(f"every step of every stream an input once per epoch: {once}")
         print(f"every step but the first of every stream a target once per epoch: {targets_once}")
         print(f"hidden state restored from the checkpoint: {same_hidden}")

@@ -56,7 +56,7 @@ class Run:
 def new_run(batch_size: int, tbins: int, workers: int) -> Run:
     torch.manual_seed(0)
     loader = streamseq.StreamLoader(
-        make_streams(), batch_size, tbins, num_workers=workers, shuffle=True, seed=7
+        make_streams(), batch_size, tbins, num_workers=workers, shuffle=True, seed=7, lookahead=1
     )
     model = Predictor()
     optimizer = torch.optim.Adam(model.parameters(), lr=0.02)
@@ -112,8 +112,8 @@ def train(
         for batch in loader:
             h = run.hidden.detach()
             h[:, batch.reset] = 0
-            pred, run.hidden = run.model(batch.data[:, :-1], h)
-            mask = batch.valid[:, 1:].unsqueeze(-1).float()
+            pred, run.hidden = run.model(batch.data[:, :-1], h)  # the chunk's tbins steps
+            mask = batch.target_mask().unsqueeze(-1).float()  # step t + 1 of the same stream
             loss = ((pred - batch.data[:, 1:]) ** 2 * mask).sum() / mask.sum().clamp(min=1)
             run.optimizer.zero_grad()
             loss.backward()
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"  identical final parameters: {same_params}")
 
     # a checkpoint does not load into a run with another plan (here: other tbins)
-    other = streamseq.StreamLoader(make_streams(), args.batch_size, args.tbins + 1)
+    other = streamseq.StreamLoader(make_streams(), args.batch_size, args.tbins + 1, lookahead=1)
     try:
         other.load_state_dict(state)
         refused = ""

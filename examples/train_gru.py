@@ -165,12 +165,13 @@ def main(argv: list[str] | None = None) -> dict:
         optimiser = torch.optim.Adam(model.parameters(), lr=args.lr)
         chance = math.log(args.vocab)
         print(f"{len(streams)} files, {len(loader)} batches an epoch, chance loss {chance:.3f}")
-        losses, batch_losses, starts = [], [], []
+        losses, batch_losses, starts, counts = [], [], [], []
+        lengths = [len(s) for s in streams]
         for epoch in range(args.epochs):
             starts.append(len(batch_losses))  # where each epoch starts (every one is as long)
             loader.set_epoch(epoch)  # a new order of the files
             h = torch.zeros(1, args.batch_size, args.hidden)
-            total, count = 0.0, 0
+            total, count, inputs = 0.0, 0, 0
             for batch in loader:
                 x = batch.data.long()  # [B, T + 1]: the chunk and the token after it
                 h = h.detach()  # truncated BPTT: no gradient into the previous batch
@@ -188,15 +189,27 @@ def main(argv: list[str] | None = None) -> dict:
                     optimiser.step()
                 total += float(loss_sum.detach())
                 count += n
+                inputs += int(batch.valid[:, :-1].sum())  # the chunk's tokens, read
                 if n:
                     batch_losses.append(float(loss_sum.detach()) / n)
             losses.append(total / count)
-            print(f"epoch {epoch}: loss {losses[-1]:.3f}")
+            counts.append((inputs, count))
+            print(
+                f"epoch {epoch}: loss {losses[-1]:.3f}; {inputs} tokens read as inputs, "
+                f"{count} used as targets"
+            )
     os.makedirs(args.out, exist_ok=True)
     picture = os.path.join(args.out, "train_gru.png")
     plot(batch_losses, starts, losses, chance, picture)
     print(f"wrote {picture}")
-    return {"losses": losses, "batch_losses": batch_losses, "starts": starts, "picture": picture}
+    return {
+        "losses": losses,
+        "batch_losses": batch_losses,
+        "starts": starts,
+        "picture": picture,
+        "counts": counts,
+        "lengths": lengths,
+    }
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from .plot import plot_plan
 from .read.transform import StepInfo
 from .split import split_by_worker
 from .store import materialize
+from .stream_table import StreamTable
 from .tbin import tbin
 from .workers.prefetched import prefetch
 from .zip_batch import zip_batch
@@ -44,6 +45,7 @@ __all__ = [
     "StepInfo",
     "StreamError",
     "StreamLoader",
+    "StreamTable",
     "WorkerError",
     "WorkerTimeout",
     "assemble",

@@ -16,7 +16,14 @@ from .plan.planner import plan_epoch
 from .plan.rows import assign_rows
 from .plan.spec import PlanSpec
 from .read.handle import ProcessLocal
-from .read.ref import StreamRef, as_refs
+from .read.ref import (
+    StreamRef,
+    TableRefs,
+    _collector_paused,
+    as_refs,
+    indices_of,
+    lengths_of,
+)
 from .read.transform import StepInfo, Transform
 
 
@@ -190,7 +197,9 @@ def interleave_streams(
     ``num_rows`` rows (``batch_size * world_size``) with these settings, stream for stream.
 
     Args:
-        streams: streams or zero-argument openers.
+        streams: streams or zero-argument openers, or a table of streams
+            (:class:`~streamseq.StreamTable`: its lengths one array, nothing made per
+            stream to plan).
         num_rows: number of rows (the batch size).
         lengths: declared lengths, sparing the probe of openers (each opener is otherwise
             opened once, in this process, to measure it).
@@ -225,7 +234,7 @@ def interleave_streams(
     if lengths is not None:  # declared: no need to ask every stream
         sizes = np.asarray(lengths, dtype=np.int64)
     else:
-        sizes = np.fromiter((len(r) for r in refs), np.int64, len(refs))
+        sizes = lengths_of(refs)
     mixture = getattr(streams, "spec", None)
     if isinstance(mixture, MixSpec) and mixture.weights is not None:
         return _mixed_rows(
@@ -289,6 +298,7 @@ def make_rows(
     epoch: int = 0,
     units: tuple[np.ndarray, np.ndarray] | None = None,
     carried: Sequence[int] | None = None,
+    unread: bool = False,
 ) -> list[Row]:
     """The rows of a plan: row r reads ``refs[assignment[r]]``, transformed if asked.
 
@@ -296,23 +306,28 @@ def make_rows(
     :func:`streamseq.plan.segments.segments`), the assignment and ``sizes`` index
     segments, and row r reads segment ``m`` from ``refs[source[m]]`` at ``start[m]``.
     ``carried[r] >= 0`` marks a row whose first stream goes on from a resumed state's row
-    (see :meth:`streamseq.plan.planner.EpochPlan.continued`).
+    (see :meth:`streamseq.plan.planner.EpochPlan.continued`). ``unread`` rows are for
+    their plan only (lengths, stream ids: a picture of the plan): no stream is referenced
+    in them, and they cannot be read.
 
     Example:
         >>> refs = as_refs([np.arange(3), np.arange(2)])
         >>> [r.stream_ids.tolist() for r in make_rows(refs, np.array([3, 2]), [[1], [0]])]
         [[1], [0]]
     """
-    ids = np.fromiter((r.index for r in refs), np.int64, len(refs))
+    ids = indices_of(refs)
     assignment = [np.asarray(m, dtype=np.int64) for m in assignment]
-    if units is not None:
-        source, start = units
-        rows = [
-            Row(_pick(refs, source[m]), sizes[m], ids[source[m]], None, start[m])
-            for m in assignment
-        ]
-    else:
-        rows = [Row(_pick(refs, m), sizes[m], ids[m]) for m in assignment]
+    if unread:
+        refs = _Unread(len(refs))
+    with _collector_paused():  # a row's references: many objects without cycles
+        if units is not None:
+            source, start = units
+            rows = [
+                Row(_pick(refs, source[m]), sizes[m], ids[source[m]], None, start[m])
+                for m in assignment
+            ]
+        else:
+            rows = [Row(_pick(refs, m), sizes[m], ids[m]) for m in assignment]
     for row, c in zip(rows, carried or (), strict=False):
         row.carried = c >= 0
     if transform is not None:
@@ -360,10 +375,28 @@ def map_steps(
     return Row(row.refs, row.lengths, row.stream_ids, transform, row.starts, row.carried)
 
 
-def _pick(items: list[Any], indices: np.ndarray) -> list[Any]:
+class _Unread:
+    """In place of the references of rows that are never read: one that reads nothing."""
+
+    def __init__(self, count: int):
+        self.count = count
+
+    def __len__(self) -> int:
+        return self.count
+
+
+#: what an unread row holds in place of every stream: a stream with no step
+_NOTHING = StreamRef(-1, np.zeros(0))
+
+
+def _pick(items: Any, indices: np.ndarray) -> list[Any]:
     """``[items[i] for i in indices]``, at C speed."""
     if len(indices) == 0:
         return []
+    if isinstance(items, _Unread):
+        return [_NOTHING] * len(indices)
+    if isinstance(items, TableRefs):  # references made together
+        return items.pick(indices)
     if len(indices) == 1:
         return [items[int(indices[0])]]
     return list(operator.itemgetter(*indices.tolist())(items))

@@ -21,6 +21,7 @@ from ._checks import check_int
 from .plan.draws import MixSpec
 from .plan.planner import EpochPlan, planned
 from .plan.spec import PlanSpec
+from .stream_table import StreamTable
 
 
 class GroupShare(NamedTuple):
@@ -96,9 +97,11 @@ class Mixture(Sequence):
         spec: the groups' ranges and weights, as the plan takes them.
     """
 
-    def __init__(self, streams: list[Any], spec: MixSpec):
+    def __init__(self, streams: list[Any], spec: MixSpec, parts: list[Any] | None = None):
         self._streams, self.spec = streams, spec
         self.names = spec.names
+        #: every group's streams (a list or a table of streams), when a group is a table
+        self.parts = parts
 
     def __repr__(self) -> str:
         parts = [f"{n}: {c}" for n, c in zip(self.names, self.spec.counts, strict=True)]
@@ -106,14 +109,20 @@ class Mixture(Sequence):
         return f"Mixture({{{', '.join(parts)}}}{weights})"
 
     def __len__(self) -> int:
-        return len(self._streams)
+        return self.spec.bounds[-1] if self.parts is not None else len(self._streams)
 
     @overload
     def __getitem__(self, i: int) -> Any: ...
     @overload
     def __getitem__(self, i: slice) -> list[Any]: ...
     def __getitem__(self, i: int | slice) -> Any:
-        return self._streams[i]
+        if self.parts is None:
+            return self._streams[i]
+        if isinstance(i, slice):
+            return [self[j] for j in range(len(self))[i]]
+        n = range(len(self))[i]  # (the IndexError of a list, negatives)
+        g = int(np.searchsorted(np.asarray(self.spec.bounds[1:]), n, side="right"))
+        return self.parts[g][n - self.spec.bounds[g]]
 
     @property
     def weights(self) -> dict[str, float] | None:
@@ -340,7 +349,8 @@ def mix(
     (the same draw and rows for the same seed and epoch).
 
     Args:
-        groups: a name for every list of streams (arrays, sources or openers).
+        groups: a name for every list of streams (arrays, sources or openers), or
+            table of streams (:class:`~streamseq.StreamTable`, kept as it is).
         weights: a number >= 0 for every group (any real number: int, float,
             ``Fraction``, ``Decimal``, numpy scalars; kept as floats, ``-0.0`` taken
             as 0; only their ratios count); None: every stream once.
@@ -373,9 +383,15 @@ def mix(
         steps = check_int(steps, "steps", 1)
     streams: list[Any] = []
     bounds = [0]
-    for name in names:
-        streams += list(groups[name])
-        bounds.append(len(streams))
-    if not streams:
+    if any(isinstance(groups[name], StreamTable) for name in names):  # kept as they are
+        parts = [g if isinstance(g, StreamTable) else list(g) for g in groups.values()]
+        for part in parts:
+            bounds.append(bounds[-1] + len(part))
+    else:
+        parts = None
+        for name in names:
+            streams += list(groups[name])
+            bounds.append(len(streams))
+    if bounds[-1] == 0:
         raise ValueError(f"the groups {list(names)} hold no streams")
-    return Mixture(streams, MixSpec(names, tuple(bounds), checked, steps))
+    return Mixture(streams, MixSpec(names, tuple(bounds), checked, steps), parts)

@@ -24,7 +24,8 @@ from .gather.positions import Positions
 from .interleave import Row, make_rows
 from .plan.planner import EpochPlan, planned
 from .plan.spec import PlanSpec
-from .read.ref import StreamRef
+from .read.ref import as_refs
+from .stream_table import StreamTable
 from .tbin import tbin
 
 if TYPE_CHECKING:
@@ -163,14 +164,13 @@ def global_rows(spec: PlanSpec, plan: EpochPlan) -> list[Row]:
     carried = []
     for rank in range(spec.world_size):
         carried += plan.continued(spec.replace(rank=rank))
-    lengths = np.asarray(spec.lengths, dtype=np.int64).tolist()
-    refs = [StreamRef(i, range(n), n) for i, n in enumerate(lengths)]
     return make_rows(
-        refs,
+        as_refs(StreamTable(range, spec.lengths)),  # (no object per stream)
         plan.pieces[2],
         plan.assignment,
         units=plan.units_of(spec),
         carried=carried,
+        unread=True,  # (a picture of the plan: no stream is referenced)
     )
 
 

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from ._index import slice_bounds, step_index
 from ._tree import leaves, num_steps
 from .read.handle import ProcessLocal
 from .read.ref import describe, is_stream, known_length
 from .read.stream import _is_array_tree
+from .stream_table import StreamTable
 
 
 class _Opened:
@@ -167,7 +171,7 @@ def zip_streams(
     streams: Mapping[Any, Any] | Sequence[Any],
     *,
     length: int | None = None,
-) -> _Zip:
+) -> _Zip | StreamTable:
     """Put streams of one length side by side: one stream whose steps hold a step of each.
 
     The streams of one recording (its video, the rows of its table, its labels) become one
@@ -189,7 +193,9 @@ def zip_streams(
 
     Returns:
         A stream of ``len`` the parts' length, of dict (or tuple) steps. A loader's
-        declared length (``lengths=``) is checked against it.
+        declared length (``lengths=``) is checked against it. Tables of streams
+        (:class:`~streamseq.StreamTable`) of the same lengths give a table: its stream
+        ``i`` zips stream ``i`` of each.
 
     Raises:
         ValueError: no part given, a part of another length than the first (or than
@@ -208,6 +214,9 @@ def zip_streams(
         ...
         ValueError: zip_streams: stream 1 has 3 steps, stream 0 has 4
     """
+    tables = streams.values() if isinstance(streams, Mapping) else streams
+    if tables and all(isinstance(t, StreamTable) for t in tables):
+        return _zip_tables(streams, length)
     if isinstance(streams, Mapping):
         given: list[tuple[Any, Any]] = list(dict(streams).items())
         name = repr
@@ -238,3 +247,41 @@ def zip_streams(
     if isinstance(streams, Mapping):
         return _Zip(dict(items), size)
     return _Zip(tuple(stream for _, stream in items), size)
+
+
+def _zip_tables(tables: Mapping[Any, Any] | Sequence[Any], length: int | None) -> StreamTable:
+    """The table whose stream ``i`` zips stream ``i`` of every table (of equal lengths)."""
+    if length is not None:
+        raise ValueError("zip_streams: tables of streams have their lengths; give no length")
+    if isinstance(tables, Mapping):
+        keys: tuple | None = tuple(tables)
+        parts = tuple(tables.values())
+        name = repr
+    else:
+        keys, parts = None, tuple(tables)
+        name = "stream {}".format  # noqa: UP032 - applied to each key
+    first = parts[0]
+    for j, part in enumerate(parts[1:], 1):
+        key, first_key = (keys[j], keys[0]) if keys is not None else (j, 0)
+        if len(part) != len(first):
+            raise ValueError(
+                f"zip_streams: table {name(key)} has {len(part)} streams, "
+                f"{name(first_key)} has {len(first)}"
+            )
+        differ = np.flatnonzero(part.lengths != first.lengths)
+        if len(differ):
+            i = int(differ[0])
+            raise ValueError(
+                f"zip_streams: stream {i} of table {name(key)} has {int(part.lengths[i])} "
+                f"steps, that of {name(first_key)} has {int(first.lengths[i])}"
+            )
+    make = functools.partial(_zipped, keys, parts)
+    return StreamTable(make, first.lengths, [np.arange(len(first), dtype=np.int64)])
+
+
+def _zipped(keys: tuple | None, parts: tuple, i: int, length: int) -> _Zip:
+    """Stream ``i`` of every table of ``parts``, zipped (under ``keys``, when a dict)."""
+    streams = [part[i] for part in parts]
+    if keys is None:
+        return zip_streams(tuple(streams), length=length)  # type: ignore[return-value]
+    return zip_streams(dict(zip(keys, streams, strict=True)), length=length)  # type: ignore[return-value]

@@ -216,6 +216,7 @@ def test_a_resumed_row_map_keeps_the_look_ahead():
 @settings(max_examples=20)
 @given(st.lists(st.integers(1, 12), min_size=2, max_size=6), st.integers(1, 3), st.integers(0, 2))
 def test_mixtures_make_every_delivered_step_a_target(lengths, k, epoch):
+    k = min(k, max(lengths))  # (a longer look-ahead is refused)
     streams = coded_streams(lengths)
     half = len(streams) // 2
     m = mix({"a": streams[:half], "b": streams[half:]}, {"a": 3.0, "b": 1.0})
@@ -390,3 +391,66 @@ def test_segments_that_end_inside_a_chunk_warn_of_the_targets_they_lose(
     assert bool(said) == warned, said
     if warned:
         assert "lookahead=2" in said[0] and f"segment_length={segment_length}" in said[0]
+
+
+def mask_targets(batches):
+    """(delivered, targets) by the library's ``target_mask``; each target checked to be step
+    t + 1 of input t's stream (never padding, never another stream)."""
+    delivered, targets = Counter(), Counter()
+    for b in batches:
+        v, s, k = (np.asarray(f) for f in (b.valid, b.stream, b.step))
+        t = v.shape[1] - b.lookahead
+        m = np.asarray(b.target_mask())
+        for cell in zip(s[:, :t][v[:, :t]].tolist(), k[:, :t][v[:, :t]].tolist(), strict=True):
+            delivered[cell] += 1
+        assert v[:, 1 : t + 1][m].all() and v[:, :t][m].all()
+        assert (s[:, 1 : t + 1][m] == s[:, :t][m]).all(), "a target of another stream"
+        assert (k[:, 1 : t + 1][m] == k[:, :t][m] + 1).all()
+        for cell in zip(s[:, 1 : t + 1][m].tolist(), k[:, 1 : t + 1][m].tolist(), strict=True):
+            targets[cell] += 1
+    return delivered, targets
+
+
+@settings(max_examples=5, deadline=None)
+@given(
+    layouts(max_streams=6, max_length=20, max_batch=3, max_tbins=5),
+    st.integers(1, 3),
+    st.sampled_from(["zeros", "pack"]),
+    st.sampled_from([None, 5]),
+    st.booleans(),
+    st.integers(0, 3),
+    st.integers(1, 4),
+)
+def test_with_workers_every_step_is_a_target_of_its_own_stream_once(
+    layout, k, pad, seg, mixture, cut, wider
+):
+    """Workers, mixtures, segments, packing and a resume on another batch size: by
+    ``target_mask``, every delivered step but a stream's first is a target as often as it
+    is delivered (once, but for a mixture's repeats), always of its own stream."""
+    lengths, t = list(layout.lengths), layout.tbins
+    k = min(k, max(lengths))
+    streams = coded_streams(lengths)
+    source = streams
+    if mixture and len(streams) > 1:
+        half = len(streams) // 2
+        source = mix({"a": streams[:half], "b": streams[half:]}, {"a": 2.0, "b": 1.0})
+    kw = dict(pad=pad, segment_length=seg, lookahead=k, shuffle=True, seed=2, num_workers=2)
+    run = quiet(source, layout.batch_size, t, **kw)
+    cut = min(cut, len(run) - 1)
+    it = iter(run)
+    before = [b for _, b in zip(range(cut), it, strict=False)]
+    state = run.state_dict()
+    it.close()
+    again = quiet(source, wider, t, **kw)
+    again.load_state_dict(state)
+    batches = before + list(again)
+    for b in batches:
+        assert_coded(b)
+    delivered, targets = mask_targets(batches)
+    if not mixture:
+        assert sorted(delivered) == [(s, a) for s, n in enumerate(lengths) for a in range(n)]
+        assert set(delivered.values()) <= {1}
+    firsts = set()
+    if seg is not None and (pad == "pack" or seg % t):  # segment starts after a padded chunk
+        firsts = {(s, a) for s, n in enumerate(lengths) for a in range(seg, n, seg)}
+    assert_targets(delivered, targets, firsts)

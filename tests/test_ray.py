@@ -124,4 +124,4 @@ def test_the_example_agrees(run):
     assert summary["exactly_once"], summary
     assert [a["world_size"] for a in summary["attempts"]] == [2, 1]
     assert [a["committed"] for a in summary["attempts"]] == [EVERY, None]
-    assert "every step trained on once, in order: True" in text
+    assert "every step read as an input once, in order: True" in text

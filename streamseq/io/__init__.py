@@ -1,4 +1,4 @@
-"""Sources: recordings on disk (video, audio, tokens, events) and procedural streams.
+"""Sources: files on disk (video, audio, tokens, events), manifests of them, procedural streams.
 
 Each function returns a stream, a lazy sequence of timesteps: ``len(s)`` is its number of
 steps and ``s[a:b]`` an array whose first axis has ``b - a`` steps (slices are clamped
@@ -11,6 +11,7 @@ from streamseq.io.audio import audio
 from streamseq.io.corpus import token_corpus
 from streamseq.io.events import EVENT_DTYPE, events, synthetic_events
 from streamseq.io.lerobot import lerobot
+from streamseq.io.manifest import manifest
 from streamseq.io.probe import probe_lengths
 from streamseq.io.procedural import texture, virtual_camera
 from streamseq.io.recording import recording
@@ -23,6 +24,7 @@ __all__ = [
     "audio",
     "events",
     "lerobot",
+    "manifest",
     "probe_lengths",
     "recording",
     "synthetic_events",

@@ -3,16 +3,18 @@
 A corpus file (nanoGPT's ``.bin``: flat ``uint16`` tokens with an end-of-document token
 after each document; a ``.npy`` array; Megatron's ``.bin`` with its ``.idx``) holds many
 documents back to back. :func:`token_corpus` finds their boundaries once, with numpy
-(never a Python loop over tokens), and returns one small stream per document: the file's
-key and the document's token range. A document maps nothing of its own: every document of
-a file reads through one memory map per process, made on the first read in that process
-(a :class:`~streamseq.read.handle.SharedHandles` of this module, by file), so a
-hundred thousand documents cost a hundred thousand small objects, and pickle to their
-ranges.
+(never a Python loop over tokens), and returns them as a table of streams
+(:class:`~streamseq.StreamTable`): the documents' starts and lengths as two arrays, a
+document made only when it is indexed (the file's key and its token range). A document
+maps nothing of its own: every document of a file reads through one memory map per
+process, made on the first read in that process (a
+:class:`~streamseq.read.handle.SharedHandles` of this module, by file), so ten million
+documents cost two arrays, and pickle to them.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 from typing import Any
@@ -25,7 +27,8 @@ from streamseq.errors import SourceError
 from streamseq.io._base import Source
 from streamseq.io._npy import read_npy_header
 from streamseq.read.handle import ProcessLocal, SharedHandles
-from streamseq.read.ref import _collector_paused
+from streamseq.read.ref import identity
+from streamseq.stream_table import StreamTable
 
 _NPY_MAGIC = b"\x93NUMPY"
 #: tokens compared with ``eod`` at a time (bounds the temporary boolean array)
@@ -93,6 +96,12 @@ class _Document(Source):
         return _map(self.key)
 
     def _read(self, handle: Any, a: int, b: int) -> np.ndarray:
+        if self.start + b > len(handle) and b > a:  # a range past the end of the file
+            raise SourceError(
+                self.key[0],
+                f"tokens {self.start + a}:{self.start + b} are past the end of the file "
+                f"({len(handle)} tokens)",
+            )
         return handle[self.start + a : self.start + b]
 
     def _empty(self) -> np.ndarray:
@@ -104,6 +113,11 @@ class _Document(Source):
 
     def close(self) -> None:
         """Leave the file's map open: every document of the file in this process uses it."""
+
+
+def _document(key: _Key, start: int, length: int) -> _Document:
+    """The document of ``length`` tokens at ``start`` of the file ``key`` names."""
+    return _Document(key, start, start + length)
 
 
 def _layout(path: str, dtype: npt.DTypeLike | None, size: int) -> tuple[np.dtype, int, int]:
@@ -232,8 +246,8 @@ def token_corpus(
     dtype: npt.DTypeLike | None = None,
     eod: int | None = None,
     index: npt.ArrayLike | str | os.PathLike | None = None,
-) -> list[_Document]:
-    """Split one token file into documents: one memory-mapped stream per document.
+) -> StreamTable:
+    """Split one token file into documents: a table of memory-mapped streams, one a document.
 
     The documents come either from an end-of-document token, ``eod`` (nanoGPT's layout:
     each document followed by it), found by one vectorised pass over the file, or from an
@@ -250,7 +264,8 @@ def token_corpus(
     skips them), so that document ``i`` is the ``i``-th of the index.
 
     Every document reads the file through one memory map per process, made on the first
-    read in that process; documents pickle to their file and token range, never tokens.
+    read in that process; the table pickles to its file and two arrays (the starts and
+    lengths of the documents), never tokens nor an object per document.
 
     Args:
         path: the token file: flat binary (``.bin``) or ``.npy`` (a 1-d integer array).
@@ -262,8 +277,10 @@ def token_corpus(
             or the path of a Megatron ``.idx`` file (ending in ``.idx``).
 
     Returns:
-        A list of streams, one per document, in file order: ``len(doc)`` is its number
-        of tokens and ``doc[a:b]`` a read-only view of the memory map.
+        A :class:`~streamseq.StreamTable` of the documents, in file order (a sequence of
+        streams: ``docs[i]`` is document ``i``, ``len(doc)`` its number of tokens and
+        ``doc[a:b]`` a read-only view of the memory map; ``docs.lengths`` all their
+        lengths, one array; ``docs[a:b]`` a smaller table).
 
     Raises:
         ValueError: neither or both of ``eod`` and ``index``, or a ``dtype`` that
@@ -279,8 +296,10 @@ def token_corpus(
         >>> docs = token_corpus(path, eod=0)
         >>> [d[:].tolist() for d in docs], len(docs[2])
         ([[5, 6, 0], [7, 0], [8, 9]], 2)
-        >>> [len(d) for d in token_corpus(path, index=[0, 3, 3])]
+        >>> token_corpus(path, index=[0, 3, 3]).lengths.tolist()
         [3, 0, 4]
+        >>> docs[1:].lengths.tolist(), len(docs)
+        ([2, 2], 3)
     """
     if (eod is None) == (index is None):
         raise ValueError("give either eod (the end-of-document token) or index (the offsets)")
@@ -302,7 +321,11 @@ def token_corpus(
             starts, stops = _eod_bounds(_MAPS.of(key).get(lambda: _map(key)), int(eod))
         else:
             starts, stops = _index_bounds(path, index, count)
-    handle = _MAPS.of(key)
-    with _collector_paused():  # 100k objects without cycles: no collection in between
-        bounds = zip(starts.tolist(), stops.tolist(), strict=True)
-        return [_Document(key, a, b, handle) for a, b in bounds]
+    starts = np.asarray(starts, np.int64)
+    return StreamTable(
+        functools.partial(_document, key),
+        np.asarray(stops, np.int64) - starts,
+        [starts],
+        step_spec=(file_dtype, ()),
+        identities=identity(_Document(key, 0, 0)),
+    )

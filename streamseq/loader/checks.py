@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from operator import attrgetter
 from typing import Any
 
@@ -13,7 +13,8 @@ from .._warn import warn
 from ..deliver.torch import torch_dtype
 from ..gather import spec_mismatch
 from ..plan.spec import PlanSpec
-from ..read.ref import StreamRef, describe
+from ..read.ref import StreamRef, TableRefs, describe
+from ..read.step_spec import step_spec, zero_step
 
 
 def check_rows(spec: PlanSpec) -> None:
@@ -108,15 +109,50 @@ def _holdable(spec: Any) -> bool:
     return True
 
 
+def _known_specs(refs: Sequence[StreamRef], lengths: np.ndarray, at: int = 0) -> Iterator:
+    """``(index, spec)`` of the non-empty streams whose spec is known for free.
+
+    Only the first of many numpy arrays that share one dtype and step shape.
+    """
+    used = np.flatnonzero(lengths)
+    sources = list(map(attrgetter("source"), refs))
+    if len(used) < len(sources):
+        sources = [sources[i] for i in used.tolist()]
+    if not sources:
+        return
+    if set(map(type, sources)) == {np.ndarray} and _same_arrays(sources, lengths[used]):
+        yield at + int(used[0]), step_spec(sources[0])  # (no call per stream)
+        return
+    for i in used.tolist():
+        spec = refs[i].step_spec()
+        if spec is not None and _holdable(spec):  # reading tells what tensors cannot hold
+            yield at + i, spec
+
+
+def _table_specs(refs: TableRefs) -> Iterator:
+    """``(index, spec)`` of every table's first non-empty stream, and of lists' streams."""
+    for part, at in zip(refs.parts, refs.starts.tolist(), strict=False):  # (parts)
+        if isinstance(part, list):
+            yield from _known_specs(part, refs.lengths[at : at + len(part)], at)
+            continue
+        used = np.flatnonzero(part.lengths)
+        known = part.step_spec()
+        if len(used) and known is not None:
+            spec = zero_step(*known)
+            if _holdable(spec):
+                yield at + int(used[0]), spec
+
+
 def check_step_specs(refs: Sequence[StreamRef], lengths: np.ndarray) -> None:
     """Refuse streams whose steps differ in dtype or shape, where that is known for free.
 
     Every stream of a loader must give steps of one dtype (up to byte order) and one
     step shape, or of one layout of them (a dict or tuple of arrays). What is known
     without reading is compared (see :meth:`StreamRef.step_spec`: arrays, headers read
-    when the sources were made, probes already done); the other streams are checked as
-    they are read. Empty streams are never read and not compared. A million arrays of
-    one or two axes cost a few passes over attributes that make no new object.
+    when the sources were made, probes already done; a table of streams tells it once
+    for all its streams); the other streams are checked as they are read. Empty
+    streams are never read and not compared. A million arrays of one or two axes cost
+    a few passes over attributes that make no new object; a table, nothing per stream.
 
     Args:
         refs: the streams.
@@ -134,19 +170,9 @@ def check_step_specs(refs: Sequence[StreamRef], lengths: np.ndarray) -> None:
         ...
         streamseq.errors.StreamError: stream 1 (...): dtype float32 differs from ... (stream 0, ...
     """
-    used = np.flatnonzero(lengths)
-    sources = list(map(attrgetter("source"), refs))
-    if len(used) < len(sources):
-        sources = [sources[i] for i in used.tolist()]
-    if not sources:
-        return
-    if set(map(type, sources)) == {np.ndarray} and _same_arrays(sources, lengths[used]):
-        return
+    known = _table_specs(refs) if isinstance(refs, TableRefs) else _known_specs(refs, lengths)
     first: tuple[int, object] | None = None
-    for i in used.tolist():
-        spec = refs[i].step_spec()
-        if spec is None or not _holdable(spec):  # reading tells what tensors cannot hold
-            continue
+    for i, spec in known:
         if first is None:
             first = (i, spec)
             continue

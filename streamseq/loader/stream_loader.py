@@ -9,8 +9,6 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-import numpy as np
-
 from .._checks import check_cap, check_int, check_pad
 from .._warn import warn
 from ..batch import Batch
@@ -21,7 +19,7 @@ from ..plan.planner import EpochPlan, Epochs
 from ..plan.spec import PlanSpec
 from ..plan.state import Resumed, make_state, read_state, row_map
 from ..read.handle import ProcessLocal
-from ..read.ref import as_refs, identity
+from ..read.ref import as_refs, identities_of, lengths_of
 from ..read.transform import StepInfo
 from ..workers.inline import bounded
 from ..workers.pool import WorkerPool
@@ -206,7 +204,7 @@ class StreamLoader:
         seed, pad = check_int(seed, "seed", 0), check_pad(pad)
         rank, world_size = resolve_rank(rank, world_size)
         self.refs = as_refs(streams, lengths)
-        lengths_ = np.array([len(r) for r in self.refs], dtype=np.int64)
+        lengths_ = lengths_of(self.refs)
         if not lengths_.any():
             raise ValueError(f"all {len(self.refs)} streams are empty")
         if segment_length is not None:
@@ -222,7 +220,7 @@ class StreamLoader:
             segment_length,
             rank,
             world_size,
-            tuple(identity(r.source) for r in self.refs),
+            identities_of(self.refs),
             mixture=streams.spec if isinstance(streams, Mixture) else None,
             max_streams_per_chunk=cap,
         )

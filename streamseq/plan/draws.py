@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from .fields import short
+from .identities import as_identities
 from .rows import row_cost
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ class MixSpec:
         """The group of each stream index."""
         return np.searchsorted(np.asarray(self.bounds[1:]), streams, side="right")
 
-    def key(self, lengths: np.ndarray, sources: tuple[str, ...]) -> dict[str, Any]:
+    def key(self, lengths: np.ndarray, sources: Any) -> dict[str, Any]:
         """What names the mixture in a state: every group's streams and weight.
 
         Example:
@@ -89,7 +90,7 @@ class MixSpec:
         for g, name in enumerate(self.names):
             a, b = self.bounds[g], self.bounds[g + 1]
             h = hashlib.sha256(np.ascontiguousarray(lengths[a:b], np.int64).tobytes())
-            s = hashlib.sha256("\0".join(sources[a:b]).encode()) if sources else None
+            s = as_identities(sources)[a:b].sha256() if sources else None
             groups.append(
                 {
                     "name": name,

@@ -32,7 +32,8 @@ def whole_units(lengths: np.ndarray) -> Pieces:
         [[0, 1, 2], [0, 0, 0], [3, 0, 2]]
     """
     lengths = np.asarray(lengths, dtype=np.int64)
-    return np.arange(len(lengths), dtype=np.int64), np.zeros_like(lengths), lengths
+    # (zeros of np.zeros are pages the system gives on first write: none resident)
+    return np.arange(len(lengths), dtype=np.int64), np.zeros(len(lengths), np.int64), lengths
 
 
 @dataclass(frozen=True)

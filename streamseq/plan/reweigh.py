@@ -17,6 +17,7 @@ import numpy as np
 
 from .draws import _REWEIGH, MixSpec, delivered_steps
 from .fields import short
+from .identities import Identities
 from .progress import Progress
 from .spec import PlanSpec
 
@@ -97,12 +98,12 @@ def spec_of_state(spec: PlanSpec, saved: dict[str, Any]) -> PlanSpec:
     groups = _groups(saved)
     assert groups is not None
     names = list(groups)
-    lengths, sources, bounds = [], [], [0]
+    lengths, sources, bounds = [], [], [0]  # (a list per group)
     for name in names:
         g = mix.names.index(name)
         a, b = mix.bounds[g], mix.bounds[g + 1]
         lengths.append(spec.lengths[a:b])
-        sources += spec.sources[a:b]
+        sources.append(spec.sources[a:b])
         bounds.append(bounds[-1] + b - a)
     weights = [groups[n]["weight"] for n in names]
     old = MixSpec(
@@ -113,7 +114,7 @@ def spec_of_state(spec: PlanSpec, saved: dict[str, Any]) -> PlanSpec:
     )
     return spec.replace(
         lengths=np.concatenate(lengths).astype(np.int64),
-        sources=tuple(sources),
+        sources=Identities.concat(sources),
         mixture=old,
     )
 

@@ -23,23 +23,94 @@ def stream_order(
     return np.arange(count)
 
 
+#: runs of equal costs shorter than this are dealt one item at a time
+RUN = 64
+
+
 def deal(costs: np.ndarray, num_rows: int) -> np.ndarray:
     """The row each item goes to, in turn, each to the row of least cost so far.
 
-    Ties go to the lowest row index.
+    Ties go to the lowest row index. A run of items of one cost is dealt at once: row
+    ``r`` at total ``t`` takes them at totals ``t, t + c, t + 2c, ...``, so the run goes
+    to the first of these ``(total, row)`` pairs, in order (:func:`_deal_run`).
 
     Example:
         >>> deal(np.array([5, 2, 2, 4]), 2).tolist()
         [0, 1, 1, 1]
+        >>> deal(np.array([3] + [1] * 100), 4)[:8].tolist()
+        [0, 1, 2, 3, 1, 2, 3, 1]
     """
+    costs = np.asarray(costs, dtype=np.int64)
     row_of = np.empty(len(costs), dtype=np.int64)
-    heap = [(0, r) for r in range(num_rows)]
+    totals = np.zeros(num_rows, dtype=np.int64)
+    if not len(costs):
+        return row_of
+    cut = np.flatnonzero(np.diff(costs)) + 1
+    starts = np.concatenate([[0], cut]).tolist()
+    stops = np.concatenate([cut, [len(costs)]]).tolist()
+    heap: list[tuple[int, int]] | None = None
     replace = heapq.heapreplace
-    for k, c in enumerate(np.asarray(costs).tolist()):
-        total, r = heap[0]
-        row_of[k] = r
-        replace(heap, (total + c, r))
+    for a, b in zip(starts, stops, strict=True):  # (runs of one cost, not items)
+        c = int(costs[a])
+        if b - a >= RUN and c > 0:
+            if heap is not None:
+                totals[[r for _, r in heap]] = [t for t, _ in heap]
+                heap = None
+            row_of[a:b] = _deal_run(totals, c, b - a)
+            continue
+        if heap is None:
+            heap = list(zip(totals.tolist(), range(num_rows), strict=True))
+            heapq.heapify(heap)
+        for k in range(a, b):
+            total, r = heap[0]
+            row_of[k] = r
+            replace(heap, (total + c, r))
     return row_of
+
+
+def _deal_run(totals: np.ndarray, c: int, k: int) -> np.ndarray:
+    """Deal ``k`` items of cost ``c > 0`` as the heap would; update ``totals`` in place.
+
+    Example:
+        >>> totals = np.array([2, 0, 1])
+        >>> _deal_run(totals, 1, 5).tolist(), totals.tolist()
+        ([1, 1, 2, 0, 1], [3, 3, 2])
+    """
+    # the smallest value v with k pairs of a total <= v
+    lo, hi = int(totals.min()), int(totals.min()) + c * k
+    while lo < hi:
+        v = (lo + hi) // 2
+        if _pairs_upto(totals, c, v).sum() >= k:
+            hi = v
+        else:
+            lo = v + 1
+    taken = _pairs_upto(totals, c, lo - 1)  # every pair below lo
+    left = k - int(taken.sum())
+    at_lo = np.flatnonzero((totals <= lo) & ((lo - totals) % c == 0))[:left]
+    taken[at_lo] += 1
+    # pair j of row r is (q + j) * c + m for t = q * c + m: in round q + j, the rows
+    # come in the order of (m, r), the same in every round
+    q, m = np.divmod(totals, c)
+    first_round = int(q[taken > 0].min())
+    rounds = int((q + taken).max()) - first_round
+    if rounds * len(totals) <= 4 * k + 4096:
+        by = np.lexsort((np.arange(len(totals)), m))
+        g = np.arange(first_round, first_round + rounds)[:, None]
+        inside = (q[by] <= g) & (g < (q + taken)[by])
+        totals += taken * c
+        return np.broadcast_to(by, inside.shape)[inside].astype(np.int64)
+    rows = np.repeat(np.arange(len(totals), dtype=np.int64), taken)
+    first = np.concatenate([[0], np.cumsum(taken)[:-1]])
+    j = np.arange(k, dtype=np.int64) - np.repeat(first, taken)
+    values = totals[rows] + j * c
+    order = np.lexsort((rows, values))
+    totals += taken * c
+    return rows[order]
+
+
+def _pairs_upto(totals: np.ndarray, c: int, v: int) -> np.ndarray:
+    """How many of ``t, t + c, t + 2c, ...`` are at most ``v``, for every total ``t``."""
+    return np.where(totals <= v, (v - totals) // c + 1, 0)
 
 
 def assign_rows(
@@ -147,16 +218,56 @@ def balanced_rows(
         candidates = np.arange(len(cost), dtype=np.int64)
     else:
         candidates = np.random.default_rng([seed]).permutation(len(cost))
-    order = candidates[np.argsort(-cost[candidates], kind="stable")]
-    order = order[cost[order] > 0]
-    row_of = deal(cost[order], num_rows)
-    _even_out(row_of, cost[order], num_rows)
-    by_row = np.lexsort((order, row_of))
-    bounds = np.searchsorted(row_of[by_row], np.arange(num_rows + 1))
-    ordered = order[by_row]
+    drawn = cost[candidates]
+    by_cost = _descending(drawn)
+    placed = int(np.count_nonzero(drawn))  # the empty streams come last: left out
+    order = candidates[by_cost[:placed]]
+    if int(drawn.max(initial=0)) <= 4 * len(drawn) + 65536:  # from the count of each
+        counts = np.bincount(drawn)[::-1][:-1]  # of every cost > 0, the largest first
+        sorted_cost = np.repeat(np.arange(len(counts), 0, -1, dtype=np.int64), counts)
+    else:
+        sorted_cost = drawn[by_cost[:placed]]
+    row_of = deal(sorted_cost, num_rows)
+    _even_out(row_of, sorted_cost, num_rows)
+    ordered, bounds = _by_row(order, row_of, num_rows, len(cost))
     rows = [ordered[bounds[r] : bounds[r + 1]] for r in range(num_rows)]
     # rows in the order of their first stream (empty ones last): row 0 starts stream 0
     return sorted(rows, key=lambda m: int(m[0]) if len(m) else len(cost))
+
+
+def _descending(values: np.ndarray) -> np.ndarray:
+    """A stable argsort of ``values`` (integers >= 0), largest first.
+
+    Example:
+        >>> _descending(np.array([1, 3, 1, 3])).tolist()
+        [1, 3, 0, 2]
+    """
+    top = int(values.max(initial=0))
+    small = np.uint16 if top < 1 << 16 else np.int64  # (a radix sort: no comparisons)
+    return np.argsort((top - values).astype(small), kind="stable")
+
+
+def _by_row(
+    items: np.ndarray, row_of: np.ndarray, num_rows: int, count: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``items`` (distinct, below ``count``) sorted by row, then by index; row bounds.
+
+    As ``np.lexsort((items, row_of))``, in a stable sort of small integers.
+
+    Example:
+        >>> ordered, bounds = _by_row(np.array([4, 0, 2, 1]), np.array([1, 0, 1, 0]), 2, 5)
+        >>> ordered.tolist(), bounds.tolist()
+        ([0, 1, 2, 4], [0, 2, 4])
+    """
+    small = np.uint16 if num_rows < 1 << 16 else np.int64  # (a radix sort)
+    row_at = np.full(count, num_rows, dtype=small)
+    row_at[items] = row_of
+    kept = np.flatnonzero(row_at < num_rows)
+    rows = row_at[kept]
+    by_row = np.argsort(rows, kind="stable")
+    sizes = np.bincount(row_of, minlength=num_rows)
+    bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    return kept[by_row], bounds
 
 
 def _even_out(row_of: np.ndarray, cost: np.ndarray, num_rows: int) -> None:

@@ -21,7 +21,8 @@ def segments(
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     if segment_length is None:
-        return np.arange(len(lengths), dtype=np.int64), np.zeros_like(lengths), lengths
+        # (zeros of np.zeros are pages the system gives on first write: none resident)
+        return np.arange(len(lengths), dtype=np.int64), np.zeros(len(lengths), np.int64), lengths
     counts = -(-lengths // segment_length)
     source = np.repeat(np.arange(len(lengths), dtype=np.int64), counts)
     first = np.repeat(np.cumsum(counts) - counts, counts)

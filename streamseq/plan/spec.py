@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from .draws import Draws, MixSpec
+from .identities import Identities, as_identities
 from .segments import segments
 
 
@@ -32,7 +33,9 @@ class PlanSpec:
         segment_length: streams longer than this are planned as segments of it.
         rank: this process' rank.
         world_size: ranks sharing one global plan.
-        sources: what names each stream across runs (file paths, or types).
+        sources: what names each stream across runs (file paths, or types), as
+            :class:`~streamseq.plan.identities.Identities` (a tuple of strings is
+            taken as well).
         version: the planning algorithm (:func:`~streamseq.plan.epoch.epoch_rows`): 2,
             rows balanced once and shuffled every epoch, so that every epoch has the same
             number of batches; 1, the plan of states saved by streamseq 0.2.
@@ -58,10 +61,14 @@ class PlanSpec:
     segment_length: int | None = None
     rank: int = 0
     world_size: int = 1
-    sources: tuple[str, ...] = ()
+    sources: Identities = dataclasses.field(default_factory=Identities.empty)
     version: int = 2
     mixture: MixSpec | None = None
     max_streams_per_chunk: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.sources, Identities):
+            object.__setattr__(self, "sources", as_identities(self.sources))
 
     @property
     def rows(self) -> int:
@@ -87,7 +94,7 @@ class PlanSpec:
             >>> {k: key[k] for k in ("streams", "tbins", "pad", "shuffle", "seed")}
             {'streams': 1, 'tbins': 2, 'pad': 'zeros', 'shuffle': False, 'seed': 0}
         """
-        sources = hashlib.sha256("\0".join(self.sources).encode())
+        sources = self.sources.sha256()
         key = {
             "streams": len(self.lengths),
             "lengths": hashlib.sha256(self.lengths.tobytes()).hexdigest()[:16],

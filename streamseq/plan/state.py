@@ -48,7 +48,7 @@ MAX_ROWS = 2**20
 def legacy_fingerprint(spec: PlanSpec) -> str:
     """The fingerprint states of version 1 carry (it covered the batch and world size)."""
     h = hashlib.sha256(spec.lengths.tobytes())
-    h.update("\0".join(spec.sources).encode())
+    spec.sources.feed(h)
     key: tuple = (spec.batch_size, spec.tbins, spec.pad, spec.shuffle, spec.seed)
     key += (spec.world_size,)
     if spec.segment_length is not None:

@@ -21,9 +21,10 @@ from .._redact import describe as _describe
 from .._redact import redact_urls
 from .._tree import leaves, num_steps, tree_map
 from ..errors import StreamError
+from ..plan.identities import Identities
 from .handle import ProcessLocal, opening
 from .step_spec import step_spec
-from .stream import as_stream, describe, is_stream, known_length
+from .stream import ArrayTree, as_stream, describe, is_stream, known_length
 
 
 def _kind(source: Any) -> str:
@@ -296,37 +297,243 @@ def _collector_paused() -> Any:
             gc.enable()
 
 
-def as_refs(streams: Sequence[Any], lengths: Sequence[int] | None = None) -> list[StreamRef]:
+def _parts(streams: Any) -> list[Any] | None:
+    """The tables and lists of a table, or of a mixture holding a table; None otherwise."""
+    if getattr(streams, "lengths", None) is not None and hasattr(streams, "make"):
+        return [streams]  # a StreamTable
+    parts = getattr(streams, "parts", None)  # a Mixture
+    if parts is not None and any(_parts(p) is not None for p in parts):
+        return list(parts)
+    return None
+
+
+class TableRefs(Sequence):
+    """References to the streams of tables (and lists), each made when it is asked for.
+
+    The lengths are one array and the identities one value per table: nothing is made
+    per stream until a row reads it. Stream ``i`` of a table is
+    ``StreamRef(i, table[i - start], lengths[i])``; the streams of a list part are
+    referenced once, as :func:`as_refs` does.
+
+    Args:
+        parts: tables of streams, and lists of :class:`StreamRef` (indexed in order).
+
+    Example:
+        >>> from streamseq.stream_table import StreamTable
+        >>> table = StreamTable(np.zeros, [3, 2], step_spec=(np.float64, ()))
+        >>> refs = as_refs(table)
+        >>> len(refs), refs.lengths.tolist(), refs[1]
+        (2, [3, 2], StreamRef(1, ndarray(shape=(2,), dtype=float64)))
+    """
+
+    def __init__(self, parts: Sequence[Any]):
+        self.parts = list(parts)
+        sizes = np.array([len(p) for p in self.parts], np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        if len(self.parts) == 1:  # a table's lengths, not a copy
+            self.lengths = _part_lengths(self.parts[0])
+        else:
+            self.lengths = np.concatenate(
+                [_part_lengths(p) for p in self.parts] or [np.zeros(0, np.int64)]
+            ).astype(np.int64, copy=False)
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(len(self))[i]]
+        n = range(len(self))[i]  # (the IndexError of a list, negatives)
+        p = int(np.searchsorted(self.starts, n, side="right")) - 1
+        part, at = self.parts[p], n - int(self.starts[p])
+        if isinstance(part, list):
+            return part[at]
+        return StreamRef(n, part[at], int(part.lengths[at]))
+
+    def __iter__(self) -> Any:
+        for i in range(len(self)):
+            yield self[i]
+
+    def pick(self, index: np.ndarray) -> list[StreamRef]:
+        """``[self[i] for i in index]``, the streams of each table made together."""
+        index = np.asarray(index, dtype=np.int64)
+        if len(self.parts) == 1 and not isinstance(self.parts[0], list):
+            return _table_refs_at(self.parts[0], index, index)
+        part = np.searchsorted(self.starts, index, side="right") - 1
+        out: list[Any] = [None] * len(index)
+        for p in np.unique(part).tolist():  # (parts, not streams)
+            where = np.flatnonzero(part == p)
+            at = index[where] - self.starts[p]
+            if isinstance(self.parts[p], list):
+                got = [self.parts[p][i] for i in at.tolist()]
+            else:
+                got = _table_refs_at(self.parts[p], at, index[where])
+            for w, ref in zip(where.tolist(), got, strict=True):
+                out[w] = ref
+        return out
+
+    def __repr__(self) -> str:
+        return f"TableRefs({len(self)} streams in {len(self.parts)} parts)"
+
+    @property
+    def identities(self) -> Identities:
+        """What names every stream across runs."""
+        return Identities.concat(
+            [p.identities if not isinstance(p, list) else _list_identities(p) for p in self.parts]
+        )
+
+
+def _table_refs_at(table: Any, at: np.ndarray, index: np.ndarray) -> list[StreamRef]:
+    """References to streams ``at`` of ``table``, numbered ``index`` in the user's list."""
+    lengths = table.lengths[at].tolist()
+    with _collector_paused():  # many objects without cycles: no collection in between
+        streams = table.streams(at)
+        kinds = set(map(type, streams))
+        make = _bare_ref if len(kinds) == 1 and _nothing_to_check(streams[0]) else StreamRef
+        return list(map(make, index.tolist(), streams, lengths))
+
+
+def _nothing_to_check(stream: Any) -> bool:
+    """Whether a :class:`StreamRef` of ``stream`` (and of its type) checks nothing.
+
+    A stream that is not an array, a list, a dict or tuple, has no ``shape`` and no
+    ``known_length``: it is referenced as it is, its length the table's (a read of
+    fewer steps is an error, as for every stream).
+    """
+    kind = type(stream)
+    plain = (np.ndarray, list, tuple, dict, ArrayTree, str, bytes, os.PathLike)
+    return (
+        not issubclass(kind, plain)
+        and is_stream(stream)
+        and not hasattr(stream, "shape")
+        and getattr(kind, "known_length", None) is None
+    )
+
+
+def _bare_ref(index: int, source: Any, length: int) -> StreamRef:
+    """``StreamRef(index, source, length)`` for a source with nothing to check."""
+    ref = object.__new__(StreamRef)
+    ref.index, ref.source, ref.length, ref._opened = index, source, length, None
+    return ref
+
+
+def _part_lengths(part: Any) -> np.ndarray:
+    if isinstance(part, list):
+        return np.fromiter((len(r) for r in part), np.int64, len(part))
+    return np.asarray(part.lengths, np.int64)
+
+
+def _list_identities(refs: Sequence[StreamRef]) -> Identities:
+    return Identities.of(identity(r.source) for r in refs)
+
+
+def lengths_of(refs: Sequence[StreamRef]) -> np.ndarray:
+    """The length of every stream: one array (a table's), else ``len`` of every ref.
+
+    Example:
+        >>> lengths_of(as_refs([[1, 2], [3]])).tolist()
+        [2, 1]
+    """
+    if isinstance(refs, TableRefs):
+        return refs.lengths
+    return np.fromiter((len(r) for r in refs), np.int64, len(refs))
+
+
+def identities_of(refs: Sequence[StreamRef]) -> Identities:
+    """What names every stream across runs (:func:`identity`), as one value or array.
+
+    Example:
+        >>> list(identities_of(as_refs([[1, 2], np.arange(3)])))
+        ['list', 'ndarray']
+    """
+    if isinstance(refs, TableRefs):
+        return refs.identities
+    return _list_identities(refs)
+
+
+def indices_of(refs: Sequence[StreamRef]) -> np.ndarray:
+    """The index of every reference in the user's list (``ref.index``), as one array."""
+    if isinstance(refs, TableRefs):
+        return np.arange(len(refs), dtype=np.int64)
+    return np.fromiter((r.index for r in refs), np.int64, len(refs))
+
+
+def _checked_lengths(lengths: Any, count: int) -> list[int]:
+    given = np.asarray(lengths)
+    if given.dtype.kind in "iu":
+        out = given.tolist()
+    else:
+        out = [check_int(n, f"lengths[{i}]") for i, n in enumerate(lengths)]
+    if len(out) != count:
+        raise ValueError(f"{len(out)} lengths given for {count} streams")
+    bad = [i for i, n in enumerate(out) if n < 0]
+    if bad:
+        raise ValueError(f"negative length for stream {bad[0]}: {out[bad[0]]}")
+    return out
+
+
+def _table_refs(parts: list[Any], lengths: Any) -> TableRefs:
+    """:class:`TableRefs` of ``parts``, the declared ``lengths`` checked against tables."""
+    made, at = [], 0
+    for part in parts:
+        n = len(part)
+        if _parts(part) is None:  # a list: referenced as as_refs does
+            declared = None if lengths is None else lengths[at : at + n]
+            made.append(_refs_of(list(part), declared, at))
+        else:
+            if lengths is not None:
+                declared = np.asarray(lengths[at : at + n])
+                differ = np.flatnonzero(declared != part.lengths)
+                if len(differ):
+                    i = int(differ[0])
+                    raise StreamError(
+                        f"declared length {int(declared[i])} but the stream has "
+                        f"{int(part.lengths[i])} steps",
+                        at + i,
+                        describe(part[i]),
+                    )
+            made.append(part)
+        at += n
+    return TableRefs(made)
+
+
+def _refs_of(streams: list[Any], lengths: Any, offset: int = 0) -> list[StreamRef]:
+    if lengths is not None:
+        lengths = _checked_lengths(lengths, len(streams))
+    else:
+        lengths = [None] * len(streams)
+    with _collector_paused():
+        return [
+            s if isinstance(s, StreamRef) else StreamRef(offset + i, s, n)
+            for i, (s, n) in enumerate(zip(streams, lengths, strict=True))
+        ]
+
+
+def as_refs(streams: Sequence[Any], lengths: Sequence[int] | None = None) -> Sequence[StreamRef]:
     """Wrap the user's streams or openers (and optional declared lengths) in references.
+
+    A table of streams (:class:`~streamseq.StreamTable`, or a mixture with one among
+    its groups) gives :class:`TableRefs`: its lengths as they are, a reference made
+    only when a stream is asked for.
 
     Raises:
         ValueError: no streams, or ``lengths`` of the wrong size or negative.
         TypeError: a length that is not an integer.
-        StreamError: a declared length that differs from the length of an array, a list
-            or a dict or tuple of arrays.
+        StreamError: a declared length that differs from the length of an array, a list,
+            a dict or tuple of arrays, or a table's.
 
     Example:
         >>> [len(r) for r in as_refs([[1, 2], [3]])]
         [2, 1]
     """
+    parts = _parts(streams)
+    if parts is not None:
+        if not len(streams):
+            raise ValueError("no streams given")
+        if lengths is not None and len(lengths) != len(streams):
+            raise ValueError(f"{len(lengths)} lengths given for {len(streams)} streams")
+        return _table_refs(parts, lengths)
     streams = list(streams)
     if not streams:
         raise ValueError("no streams given")
-    if lengths is not None:
-        given = np.asarray(lengths)
-        if given.dtype.kind in "iu":
-            lengths = given.tolist()
-        else:
-            lengths = [check_int(n, f"lengths[{i}]") for i, n in enumerate(lengths)]
-        if len(lengths) != len(streams):
-            raise ValueError(f"{len(lengths)} lengths given for {len(streams)} streams")
-        bad = [i for i, n in enumerate(lengths) if n < 0]
-        if bad:
-            raise ValueError(f"negative length for stream {bad[0]}: {lengths[bad[0]]}")
-    else:
-        lengths = [None] * len(streams)  # type: ignore[list-item]
-    with _collector_paused():
-        return [
-            s if isinstance(s, StreamRef) else StreamRef(i, s, n)
-            for i, (s, n) in enumerate(zip(streams, lengths, strict=True))
-        ]
+    return _refs_of(streams, lengths)

@@ -1,6 +1,16 @@
 import json
 
 from runner import load
+from widths import read_widths  # noqa: F401
+
+
+def test_the_gru_reads_every_step_of_every_chunk(monkeypatch, tmp_path, request):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    module = load("ddp_multinode")
+    widths = request.getfixturevalue("read_widths")()
+    module.main(["--out", str(tmp_path), "--streams", "4", "--stop", "3"])
+    assert widths and set(widths) == {10}  # the chunk's last step too (lookahead=1)
 
 
 def test_stop_then_resume_on_other_rows_in_one_process(monkeypatch, tmp_path, capsys):

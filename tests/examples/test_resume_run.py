@@ -1,5 +1,6 @@
 import pytest
 from runner import load
+from widths import read_widths  # noqa: F401
 
 
 @pytest.mark.parametrize(
@@ -17,3 +18,13 @@ def test_resumed_run_is_the_uninterrupted_run(argv, start, tmp_path, capsys):
     assert result["same_batches"] and result["same_params"]
     assert "differing in tbins" in result["refused"]
     assert "identical final parameters: True" in capsys.readouterr().out
+
+
+def test_the_gru_reads_every_step_of_every_chunk(tmp_path, request):
+    module = load("resume_run")
+    widths = request.getfixturevalue("read_widths")()
+    module.main(
+        ["--crash-at", "5", "--save-every", "4", "--epochs", "1"]
+        + ["--checkpoint", str(tmp_path / "c.pt")]
+    )
+    assert widths and set(widths) == {16}  # the chunk's last step too (lookahead=1)

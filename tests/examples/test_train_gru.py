@@ -14,6 +14,9 @@ def test_loss_falls(tmp_path, capsys):
     assert losses[0] < 2.9  # about chance (log 16 = 2.77) at first
     assert losses[-1] < 0.25 * losses[0] and losses[-1] < 0.3
     assert result["starts"][0] == 0 and result["starts"] == sorted(result["starts"])
+    lengths = result["lengths"]  # every token an input, all but a file's first a target
+    assert result["counts"] == [(sum(lengths), sum(lengths) - len(lengths))] * 6
+    assert f"{sum(lengths)} tokens read as inputs, {sum(lengths) - len(lengths)} used" in out
 
     picture = Image.open(result["picture"]).convert("RGB")
     assert picture.size == module.PLOT

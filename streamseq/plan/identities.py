@@ -1,0 +1,173 @@
+"""What names every stream across runs, as arrays: :class:`Identities`.
+
+A state keeps a hash of the streams' identities (file paths, or types) joined by
+NUL characters. Millions of streams mostly share a few identities (every document of a corpus
+is its file's), so they are kept as the distinct names and one code per stream (or no
+array at all when there is one name), and hashed in blocks, never as a string per
+stream.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import operator
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+#: streams hashed at a time (bounds the bytes joined at once)
+BLOCK = 1 << 16
+
+
+class Identities(Sequence):
+    r"""The identity of every stream: ``names[codes[i]]`` (``names[0]`` without codes).
+
+    Args:
+        names: the distinct identities.
+        codes: the index in ``names`` of every stream's identity, or None when every
+            stream has ``names[0]``.
+        count: the number of streams (the length of ``codes`` when given).
+
+    Example:
+        >>> ids = Identities.of(["a.bin", "ndarray", "a.bin"])
+        >>> len(ids), ids[2], list(ids[1:])
+        (3, 'a.bin', ['ndarray', 'a.bin'])
+        >>> Identities.repeat("a.bin", 3).digest() == ids.replace_all("a.bin").digest()
+        True
+        >>> Identities.of(["x", "y"]).digest() == hashlib.sha256(b"x\x00y").hexdigest()
+        True
+    """
+
+    __slots__ = ("codes", "count", "names")
+
+    def __init__(self, names: Sequence[str], codes: np.ndarray | None, count: int):
+        self.names = tuple(names)
+        self.codes = None if codes is None else np.asarray(codes)
+        self.count = int(count if codes is None else len(codes))
+        if self.count and not self.names:
+            raise ValueError("identities of streams need at least one name")
+
+    @classmethod
+    def of(cls, identities: Iterable[str]) -> Identities:
+        """The identities of a list of strings (one per stream)."""
+        if isinstance(identities, Identities):
+            return identities
+        index: dict[str, int] = {}
+        codes = np.fromiter((index.setdefault(s, len(index)) for s in identities), np.int64)
+        if len(index) <= 1:
+            return cls(tuple(index), None, len(codes))
+        return cls(tuple(index), codes.astype(np.min_scalar_type(len(index) - 1)), len(codes))
+
+    @classmethod
+    def empty(cls) -> Identities:
+        """No stream."""
+        return cls((), None, 0)
+
+    @classmethod
+    def repeat(cls, name: str, count: int) -> Identities:
+        """``count`` streams that all have the identity ``name``."""
+        return cls((name,), None, count) if count else cls((), None, 0)
+
+    @classmethod
+    def concat(cls, parts: Sequence[Identities]) -> Identities:
+        """The identities of ``parts``, one after another."""
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            return cls((), None, 0)
+        if len(parts) == 1:
+            return parts[0]
+        index: dict[str, int] = {}
+        codes = []
+        for p in parts:  # (a loop over parts, not streams)
+            remap = np.array([index.setdefault(n, len(index)) for n in p.names], np.int64)
+            codes.append(remap[p.codes] if p.codes is not None else np.full(p.count, remap[0]))
+        if len(index) == 1:
+            return cls(tuple(index), None, sum(p.count for p in parts))
+        joined = np.concatenate(codes).astype(np.min_scalar_type(len(index) - 1))
+        return cls(tuple(index), joined, len(joined))
+
+    def replace_all(self, name: str) -> Identities:
+        """As many streams, all with the identity ``name``."""
+        return Identities.repeat(name, self.count)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            if self.codes is None:
+                return Identities(self.names, None, len(range(*i.indices(self.count))))
+            return Identities(self.names, self.codes[i], 0)
+        if isinstance(i, (int, np.integer)):
+            n = range(self.count)[i]  # (the IndexError of a list)
+            return self.names[0 if self.codes is None else int(self.codes[n])]
+        index = np.asarray(i)
+        if self.codes is None:
+            return Identities(self.names, None, len(np.arange(self.count)[index]))
+        return Identities(self.names, self.codes[index], 0)
+
+    def __iter__(self) -> Iterator[str]:
+        for a in range(0, self.count, BLOCK):
+            yield from self._block(a, min(a + BLOCK, self.count))
+
+    def _block(self, a: int, b: int) -> list[str]:
+        if self.codes is None:
+            return [self.names[0]] * (b - a)
+        codes = self.codes[a:b].tolist()
+        if len(codes) == 1:
+            return [self.names[codes[0]]]
+        return list(operator.itemgetter(*codes)(self.names))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Identities):
+            return len(self) == len(other) and self.digest() == other.digest()
+        if isinstance(other, (tuple, list)):
+            return len(self) == len(other) and list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Identities({len(self.names)} names, {self.count} streams)"
+
+    def sha256(self) -> Any:
+        """``hashlib.sha256`` of the identities joined by NUL characters, in blocks."""
+        return self.feed(hashlib.sha256())
+
+    def feed(self, h: Any) -> Any:
+        """Update the hash ``h`` with the identities joined by NUL characters; return it."""
+        if self.codes is None:
+            if self.count:
+                one = self.names[0].encode() + b"\0"
+                whole = one * min(self.count, BLOCK)
+                for a in range(0, self.count, BLOCK):
+                    n = min(BLOCK, self.count - a)
+                    part = whole if n == BLOCK else one * n
+                    h.update(part if a + n < self.count else part[:-1])
+            return h
+        names = [n.encode() for n in self.names]
+        for a in range(0, self.count, BLOCK):
+            codes = self.codes[a : a + BLOCK].tolist()
+            got = [names[codes[0]]] if len(codes) == 1 else operator.itemgetter(*codes)(names)
+            if a:
+                h.update(b"\0")
+            h.update(b"\0".join(got))
+        return h
+
+    def digest(self) -> str:
+        """The hex digest of :meth:`sha256`."""
+        return self.sha256().hexdigest()
+
+
+def as_identities(sources: Any) -> Identities:
+    """``sources`` (a tuple of strings, as older code gave) as :class:`Identities`.
+
+    Example:
+        >>> as_identities(("a", "a")).names
+        ('a',)
+    """
+    return sources if isinstance(sources, Identities) else Identities.of(sources)

@@ -1,0 +1,208 @@
+"""A table of streams: many streams whose lengths are one array, made on access.
+
+Millions of streams (the documents of a corpus, the episodes of a dataset) cost one
+Python object each when given as a list, and a loader checks, measures and names them
+one by one. A :class:`StreamTable` holds them as arrays instead: the lengths as one
+``int64`` array, what makes stream ``i`` as columns of arrays and one picklable
+function, the dtype and step shape once, and what names the streams across runs as one
+value or one array. ``table[i]`` makes stream ``i`` when asked; slicing gives a smaller
+table (arrays sliced, no stream made); pickling sends the arrays (a memory map as its
+file and offset, so processes share its pages), never an object per stream.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .plan.identities import Identities
+from .read.ref import identity
+
+
+def _reopen(path: str, dtype: str, offset: int, shape: tuple[int, ...]) -> np.ndarray:
+    """A read-only memory map of ``shape`` items of ``dtype`` at ``offset`` of ``path``."""
+    if not shape[0]:
+        return np.zeros(shape, dtype)
+    return np.memmap(path, np.dtype(dtype), mode="r", offset=offset, shape=shape)
+
+
+def _file_place(array: np.ndarray) -> tuple[str, str, int, tuple[int, ...]] | None:
+    """(path, dtype, byte offset, shape) of a contiguous read-only memory map, or None."""
+    if not isinstance(array, np.memmap) or array.ndim != 1 or not array.flags.c_contiguous:
+        return None
+    m, path = getattr(array, "_mmap", None), getattr(array, "filename", None)
+    if m is None or path is None or array.flags.writeable or not len(array):
+        return None
+    base = np.frombuffer(m, np.uint8)  # the map starts at a multiple of the granularity
+    start = array.offset - array.offset % mmap.ALLOCATIONGRANULARITY
+    at = start + array.ctypes.data - base.ctypes.data
+    return os.fspath(path), array.dtype.str, int(at), array.shape
+
+
+def _column(array: np.ndarray) -> Any:
+    """What pickles ``array``: its file and offset when it is a read-only memory map."""
+    place = _file_place(array)
+    if place is not None:
+        return (_reopen, place)
+    return np.asarray(array)  # (a memory map that is not one: its values)
+
+
+def _loaded(column: Any) -> np.ndarray:
+    if isinstance(column, tuple):
+        return column[0](*column[1])
+    return column
+
+
+def _lengths(lengths: npt.ArrayLike) -> np.ndarray:
+    array = lengths if isinstance(lengths, np.ndarray) else np.asarray(lengths)
+    if array.ndim != 1 or (array.dtype.kind not in "iu" and len(array)):
+        raise ValueError(f"lengths must be a 1-d integer array, got {array.dtype} {array.shape}")
+    if array.dtype != np.int64:
+        array = array.astype(np.int64)
+    if len(array) and int(array.min()) < 0:
+        i = int(np.flatnonzero(array < 0)[0])
+        raise ValueError(f"negative length for stream {i}: {int(array[i])}")
+    return array
+
+
+class StreamTable(Sequence):
+    """Streams whose lengths are one array, made one at a time when indexed.
+
+    Stream ``i`` is ``make(*(column[i] for column in columns), lengths[i])`` (each value a
+    Python ``int`` or ``str``): ``make`` and the columns must be picklable (a module-level
+    function or a ``functools.partial`` of one; numpy arrays).
+
+    Args:
+        make: makes one stream from its row of the columns and its length.
+        lengths: the number of steps of every stream (any integer array; kept as int64).
+        columns: arrays with one value per stream, given to ``make``.
+        step_spec: ``(dtype, step shape)`` of every stream's steps, or None when unknown
+            (each stream is then asked, when it is read).
+        identities: what names the streams across runs: one string for all (a file
+            path), one string per stream, or :class:`~streamseq.plan.identities.Identities`.
+            By default, that of stream ``0`` (:func:`~streamseq.read.ref.identity`: its
+            file, else its type) for every stream: give them when the streams are of
+            several files, for a state to name them as a list of them would.
+
+    Raises:
+        ValueError: lengths that are not a 1-d array of non-negative integers, or columns
+            or identities of another size.
+
+    Example:
+        >>> import functools, numpy as np
+        >>> data = np.arange(10)
+        >>> def piece(data, start, length):
+        ...     return data[start : start + length]
+        >>> table = StreamTable(functools.partial(piece, data), [3, 0, 7], [np.array([0, 3, 3])],
+        ...                     step_spec=(data.dtype, ()), identities="data")
+        >>> len(table), table.lengths.tolist(), table[2].tolist()
+        (3, [3, 0, 7], [3, 4, 5, 6, 7, 8, 9])
+        >>> sub = table[::2]
+        >>> type(sub).__name__, sub.lengths.tolist(), [s.tolist() for s in sub]
+        ('StreamTable', [3, 7], [[0, 1, 2], [3, 4, 5, 6, 7, 8, 9]])
+    """
+
+    def __init__(
+        self,
+        make: Callable[..., Any],
+        lengths: npt.ArrayLike,
+        columns: Sequence[npt.ArrayLike] = (),
+        *,
+        step_spec: tuple[Any, tuple[int, ...]] | None = None,
+        identities: str | Sequence[str] | Identities | None = None,
+    ):
+        self.make = make
+        self.lengths = _lengths(lengths)
+        n = len(self.lengths)
+        self.columns = tuple(c if isinstance(c, np.ndarray) else np.asarray(c) for c in columns)
+        for j, c in enumerate(self.columns):
+            if c.shape[:1] != (n,):
+                raise ValueError(f"column {j} has {c.shape[:1]} values for {n} streams")
+        if step_spec is not None:
+            step_spec = (np.dtype(step_spec[0]), tuple(int(d) for d in step_spec[1]))
+        self._spec = step_spec
+        if identities is None:
+            identities = identity(self[0]) if n else ""
+        if isinstance(identities, str):
+            identities = Identities.repeat(identities, n)
+        elif not isinstance(identities, Identities):
+            identities = Identities.of(identities)
+        if len(identities) != n:
+            raise ValueError(f"{len(identities)} identities for {n} streams")
+        self.identities: Identities = identities
+
+    def step_spec(self) -> tuple[np.dtype, tuple[int, ...]] | None:
+        """``(dtype, step shape)`` of the steps of every stream, or None when unknown."""
+        return self._spec
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, (int, np.integer)):
+            n = range(len(self.lengths))[i]  # (the IndexError of a list, negatives)
+            row = [c[n].item() for c in self.columns]
+            return self.make(*row, int(self.lengths[n]))
+        if isinstance(i, slice):
+            index: Any = i
+        else:
+            index = np.asarray(i)
+            if index.dtype == bool:
+                if index.shape != self.lengths.shape:
+                    raise IndexError(f"a mask of {index.shape} for {len(self)} streams")
+                index = np.flatnonzero(index)
+            elif index.dtype.kind not in "iu" and len(index):
+                raise TypeError(f"tables are indexed by integers, not {index.dtype}")
+            index = index.astype(np.int64)
+        return self._sub(index)
+
+    def streams(self, index: npt.ArrayLike) -> list[Any]:
+        """The streams at ``index`` (integers), made together: ``[self[i] for i in index]``.
+
+        Example:
+            >>> StreamTable(np.zeros, [2, 1, 3]).streams([2, 0])
+            [array([0., 0., 0.]), array([0., 0.])]
+        """
+        index = np.asarray(index, dtype=np.int64)
+        rows = [c[index].tolist() for c in self.columns]
+        return list(map(self.make, *rows, self.lengths[index].tolist()))
+
+    def _sub(self, index: Any) -> StreamTable:
+        sub = object.__new__(StreamTable)
+        sub.make = self.make
+        sub.lengths = self.lengths[index]
+        sub.columns = tuple(c[index] for c in self.columns)
+        sub._spec = self._spec
+        sub.identities = self.identities[index]
+        return sub
+
+    def __iter__(self) -> Iterator[Any]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def __repr__(self) -> str:
+        spec = "" if self._spec is None else f", dtype={self._spec[0]}, step={self._spec[1]}"
+        return f"StreamTable({len(self)} streams{spec})"
+
+    def __reduce__(self) -> tuple:
+        arrays = (_column(self.lengths), *map(_column, self.columns))
+        return (_rebuilt, (self.make, arrays, self._spec, self.identities))
+
+
+def _rebuilt(make: Any, arrays: tuple, spec: Any, identities: Identities) -> StreamTable:
+    """A table from what :meth:`StreamTable.__reduce__` gave."""
+    table = object.__new__(StreamTable)
+    loaded = [_loaded(a) for a in arrays]
+    table.make, table.lengths, table.columns = make, loaded[0], tuple(loaded[1:])
+    table._spec, table.identities = spec, identities
+    return table
+
+
+def is_table(obj: Any) -> bool:
+    """Whether ``obj`` is a :class:`StreamTable`."""
+    return isinstance(obj, StreamTable)
