@@ -18,7 +18,7 @@ from . import meta
 from .ahead import widen
 from .check import put, spec_mismatch
 from .positions import Positions, packed_pieces
-from .warm import first_reads
+from .warm import first_reads, in_memory
 
 if TYPE_CHECKING:
     from ..interleave import Row
@@ -236,7 +236,8 @@ class Table:
             return True
         for r, p in zip(rows, at, strict=True):
             ref = self.rows[r].switch(p - first[r])
-            stream = streams[r] = ref.open()
+            made = ref.open()
+            stream = streams[r] = in_memory(made)
             if isinstance(stream, np.ndarray if is_array else ArrayTree):
                 other.discard(r)
                 if not is_array or stream.dtype is not dtype or stream.shape[1:] != shape:
@@ -244,7 +245,7 @@ class Table:
             else:
                 other.add(r)
             where[r] = p  # (after the check: a failed row opens and fails again)
-            if stream is not ref.source:
+            if made is not ref.source:
                 opened.add(r)
             elif opened:
                 opened.discard(r)

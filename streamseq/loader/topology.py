@@ -10,6 +10,7 @@ given.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import pickle
@@ -61,6 +62,21 @@ class Reading:
         self.spec, self.refs, self.transform, self.data = spec, refs, transform, data
         self.lookahead = lookahead
         self.steps = spec.tbins + lookahead  # per row of a batch
+
+    @functools.cached_property
+    def in_memory(self) -> bool:
+        """Whether every stream is arrays already mapped (a store's) and there is no transform.
+
+        Such streams are read in the calling process whatever the number of workers: a
+        batch of them is one compiled copy out of mapped pages, which workers could only
+        hand over again, at a cost (``docs/recipes/materialize.rst``).
+        """
+        refs = self.refs
+        return (
+            self.transform is None
+            and len(refs) > 0
+            and all(callable(getattr(type(r.source), "as_arrays", None)) for r in refs)
+        )
 
     def rows(self, plan: EpochPlan) -> list[Row]:
         """The rows of this rank in ``plan``'s epoch."""
@@ -330,7 +346,7 @@ def read_with(
     workers that run already are asked for the epoch (its rows are theirs to plan). It
     holds no reference to the loader (a pass switches with it, :class:`Trial`).
     """
-    count = min(count, reading.spec.batch_size)
+    count = 0 if reading.in_memory else min(count, reading.spec.batch_size)
     if count == 0:
         if here is None:
             here = bounded(reading.group(plan, reading.rows(plan)), config.timeout)
