@@ -23,11 +23,11 @@ from .._tree import leaves, nbytes, tree_map
 from ..batch import Batch
 from ..deliver.assemble import Assembled
 from ..interleave import Row, make_rows
+from ..plan.balance import balanced_groups, row_costs
 from ..plan.planner import EpochPlan, Epochs
 from ..plan.spec import PlanSpec
 from ..prefetch import Prefetched, close_together, prefetch
 from ..read.ref import StreamRef
-from ..split import split_by_worker
 from ..tbin import tbin
 from ..workers import shm
 from ..workers.blocks import Blocks, Layout, Unblocked, block_size
@@ -104,7 +104,12 @@ class Reading:
 
     def groups(self, plan: EpochPlan, rows: Sequence[Row], workers: int) -> list[ZipBatch]:
         """One group of ``rows`` per worker."""
-        return [self.group(plan, g) for g in split_by_worker(rows, workers)]
+        return [self.group(plan, g) for g in self.split(plan, rows, workers)]
+
+    def split(self, plan: EpochPlan, rows: Sequence[Row], workers: int) -> list[list[Row]]:
+        """``rows`` in ``workers`` contiguous groups of even cost (the steps they read)."""
+        costs = row_costs(rows, plan.length * self.spec.tbins)
+        return balanced_groups(rows, costs, workers)
 
 
 def micro_batch_bytes(spec: Any, rows: int, tbins: int) -> int:
@@ -211,7 +216,7 @@ class EpochBlocks:
         if self._group is None or self._group[0] != key:
             self.release()
             plan = self.epochs.plan(epoch)
-            rows = split_by_worker(self.reading.rows(plan), self.workers)[self.w]
+            rows = self.reading.split(plan, self.reading.rows(plan), self.workers)[self.w]
             self._group = (key, Blocks(self.reading.group(plan, rows), self.size))
         return self._group[1]
 
