@@ -57,8 +57,9 @@ class StoredStream:
 
     Made by :func:`~streamseq.materialize` and :func:`open_store`; small and picklable
     (the memory maps are opened on the first read in each process). ``s[a:b]`` returns
-    read-only memory-map slices (no copy); the loader writes them straight into its
-    batches (:meth:`read_into`).
+    read-only memory-map slices (no copy); the loader copies its batches straight out of
+    the memory maps (:meth:`as_arrays`), every row with one compiled pass, in the calling
+    process when every stream is stored and there is no ``transform``.
 
     Attributes:
         path: the store's folder.
