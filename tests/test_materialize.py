@@ -681,11 +681,12 @@ def test_a_store_with_a_transform_or_beside_other_streams_is_read_by_workers(tmp
         ]
     ),
     stop=st.integers(0, 5),
+    dtype=st.sampled_from(["<i4", ">f4", "u1"]),
 )
 def test_a_store_gives_the_sources_batches_and_resumes(
-    tmp_path_factory, lengths, batch, tbins, workers, options, stop
+    tmp_path_factory, lengths, batch, tbins, workers, options, stop, dtype
 ):
-    arrays = token_arrays(lengths)
+    arrays = [a.astype(dtype) for a in token_arrays(lengths)]
     stored = materialize(arrays, tmp_path_factory.mktemp("store"))
     want = batches_of(arrays, 0, batch, tbins, **options)
     loader = StreamLoader(stored, batch, tbins, num_workers=workers, **options)
@@ -696,3 +697,17 @@ def test_a_store_gives_the_sources_batches_and_resumes(
     again = StreamLoader(stored, batch, tbins, num_workers=workers, **options)
     again.load_state_dict(state)
     assert first + [_bytes(b) for b in again] == want
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_store_removed_before_it_was_mapped_is_an_error_naming_stream_and_steps(
+    tmp_path, workers
+):
+    import shutil
+
+    first = materialize(token_arrays((6, 9)), tmp_path / "a")
+    second = pickle.loads(pickle.dumps(materialize(token_arrays((4, 7)), tmp_path / "b")))
+    shutil.rmtree(tmp_path / "b")  # (these streams have not mapped its files)
+    loader = StreamLoader([*first, *second], 4, 3, num_workers=workers)
+    with pytest.raises(SourceError, match=r"stream [23] \(StoredStream.*steps 0:3: .*leaf-0"):
+        list(loader)

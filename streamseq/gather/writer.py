@@ -11,6 +11,7 @@ import numpy as np
 
 from .._tree import leaves, tree_map
 from ..batch import Batch
+from ..errors import StreamError
 from ..read.handle import ProcessLocal
 from ..read.ref import ArrayTree, StreamRef, describe
 from ..workers import shm as _shm
@@ -237,7 +238,12 @@ class Table:
         for r, p in zip(rows, at, strict=True):
             ref = self.rows[r].switch(p - first[r])
             made = ref.open()
-            stream = streams[r] = in_memory(made)
+            try:
+                stream = streams[r] = in_memory(made)
+            except StreamError as e:  # a store's files gone: name the stream and steps
+                a = int(blk.source_start[k, r])
+                ref.locate(e, (a, a + int(blk.count[k, r])))
+                raise
             if isinstance(stream, np.ndarray if is_array else ArrayTree):
                 other.discard(r)
                 if not is_array or stream.dtype is not dtype or stream.shape[1:] != shape:
