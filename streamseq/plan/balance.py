@@ -40,14 +40,16 @@ def balanced_sizes(costs: np.ndarray, groups: int) -> np.ndarray:
 
     Each cut between groups ``k - 1`` and ``k`` is placed where the costs before it come
     closest to ``k / groups`` of the total (ties: the earlier cut), never before the
-    cut before it. That split is kept when its costliest group costs less than the
-    costliest of the split into groups of as many rows each (:func:`even_split`);
-    otherwise, and for costs that are all equal, that split is.
+    cut before it, and never leaving a group without a row when there are as many
+    rows as groups (a worker reads at least one row). That split is kept when its
+    costliest group costs less than the costliest of the split into groups of as many
+    rows each (:func:`even_split`); otherwise, and for costs that are all equal, that
+    split is.
 
-    Guarantees (the property tests): the sizes add up to the rows; no group costs more
-    than with :func:`even_split`; with two groups, their costs differ by at most the
-    largest cost of a row; with any number, no group costs more than the total over
-    ``groups`` plus the largest cost of a row.
+    Guarantees (the property tests): the sizes add up to the rows; every group has a
+    row when there are as many rows as groups; no group costs more than with
+    :func:`even_split`; with two groups, their costs differ by at most the largest cost
+    of a row.
 
     Args:
         costs: what each row costs to read (non-negative; the steps it reads).
@@ -82,7 +84,13 @@ def balanced_sizes(costs: np.ndarray, groups: int) -> np.ndarray:
     left = np.maximum(right - 1, 0)
     right = np.minimum(right, len(costs))
     nearer = (goal - scaled[left]) <= (scaled[right] - goal)
-    cuts = np.maximum.accumulate(np.where(nearer, left, right))
+    cuts = np.where(nearer, left, right)
+    if len(costs) >= groups:  # every group keeps a row: cut k after row k at least
+        k = np.arange(1, groups, dtype=np.int64)
+        cuts = np.clip(cuts, k, len(costs) - groups + k)
+        cuts = np.maximum.accumulate(cuts - k) + k
+    else:
+        cuts = np.maximum.accumulate(cuts)
     bounds = np.concatenate([[0], cuts, [len(costs)]])
     sizes = np.diff(bounds).astype(np.int64)
     if _costliest(before, sizes) < _costliest(before, even):

@@ -26,13 +26,19 @@ def test_every_row_in_one_group_and_costs_even(costs, groups):
     assert [len(g) for g in split] == sizes.tolist()
     if not len(costs):
         return
+    if len(costs) >= groups:
+        assert sizes.min() >= 1  # every worker reads a row
     got = _group_costs(costs, sizes)
     even = _group_costs(costs, even_split(len(costs), groups))
     largest = int(costs.max())
     assert max(got) <= max(even)  # never worse than as many rows each
-    assert max(got) * groups <= int(costs.sum()) + largest * groups
     if groups == 2:
         assert abs(got[0] - got[1]) <= largest  # within one row's cost
+
+
+def test_a_row_costlier_than_a_share_leaves_no_group_empty():
+    sizes = balanced_sizes(np.array([1, 100, 1, 1, 1]), 4)
+    assert sizes.tolist() == [1, 1, 1, 2]
 
 
 def test_bad_arguments():
