@@ -28,6 +28,7 @@ from ..plan.planner import EpochPlan, Epochs
 from ..plan.spec import PlanSpec
 from ..prefetch import Prefetched, close_together, prefetch
 from ..read.ref import StreamRef
+from ..split import split_by_worker
 from ..tbin import tbin
 from ..workers import shm
 from ..workers.blocks import Blocks, Layout, Unblocked, block_size
@@ -102,14 +103,19 @@ class Reading:
         ]
         return ZipBatch(parts, pad=spec.pad, length=plan.length, spec=self.data.of(plan.epoch))
 
-    def groups(self, plan: EpochPlan, rows: Sequence[Row], workers: int) -> list[ZipBatch]:
-        """One group of ``rows`` per worker."""
-        return [self.group(plan, g) for g in self.split(plan, rows, workers)]
+    def groups(
+        self, plan: EpochPlan, rows: Sequence[Row], workers: int, balanced: bool = True
+    ) -> list[ZipBatch]:
+        """One group of ``rows`` per worker.
 
-    def split(self, plan: EpochPlan, rows: Sequence[Row], workers: int) -> list[list[Row]]:
-        """``rows`` in ``workers`` contiguous groups of even cost (the steps they read)."""
+        ``balanced``: contiguous groups of even cost, the steps their rows read in this
+        epoch (:mod:`~streamseq.plan.balance`); else of as many rows each, the groups of
+        persistent workers (their sizes hold for every epoch: the rows' costs do not).
+        """
+        if not balanced:
+            return [self.group(plan, g) for g in split_by_worker(rows, workers)]
         costs = row_costs(rows, plan.length * self.spec.tbins)
-        return balanced_groups(rows, costs, workers)
+        return [self.group(plan, g) for g in balanced_groups(rows, costs, workers)]
 
 
 def micro_batch_bytes(spec: Any, rows: int, tbins: int) -> int:
@@ -216,7 +222,7 @@ class EpochBlocks:
         if self._group is None or self._group[0] != key:
             self.release()
             plan = self.epochs.plan(epoch)
-            rows = self.reading.split(plan, self.reading.rows(plan), self.workers)[self.w]
+            rows = split_by_worker(self.reading.rows(plan), self.workers)[self.w]
             self._group = (key, Blocks(self.reading.group(plan, rows), self.size))
         return self._group[1]
 
@@ -362,7 +368,8 @@ def read_with(
     if config.persistent_workers and kept is not None and len(kept) == count:
         started = kept
     else:
-        started = workers.start(reading.groups(plan, reading.rows(plan), count), reading, epochs)
+        groups = reading.groups(plan, reading.rows(plan), count, not config.persistent_workers)
+        started = workers.start(groups, reading, epochs)
     size = workers.block_size
     prefetchers = started
     blocks: list[Any] = started

@@ -68,14 +68,23 @@ def test_workers_get_rows_of_even_cost_and_batches_stay_the_same(persistent):
     reading = loader._reading
     rows = reading.rows(plan)
     costs = [len(r) for r in rows]
-    groups = reading.groups(plan, rows, 2)
-    sizes = [g.num_rows for g in groups]
+    sizes = [g.num_rows for g in reading.groups(plan, rows, 2)]
     assert sum(sizes) == 6
     bounds = np.cumsum([0, *sizes])
     got = [sum(costs[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
     assert max(got) - min(got) <= max(costs)
     assert max(got) < max(sum(costs[:3]), sum(costs[3:]))  # better than 3 rows each
-    want = _bytes(StreamLoader(streams, 6, 4))
-    assert _bytes(loader) == want
-    assert _bytes(loader) == want  # (a second pass: persistent workers read it)
-    loader.close()
+    # persistent workers keep groups of as many rows each (their sizes hold every epoch)
+    assert [g.num_rows for g in reading.groups(plan, rows, 2, balanced=False)] == [3, 3]
+    shuffled = StreamLoader(
+        streams, 6, 4, num_workers=2, persistent_workers=persistent, shuffle=True
+    )
+    try:
+        assert _bytes(loader) == _bytes(StreamLoader(streams, 6, 4))
+        first, second = _bytes(shuffled), _bytes(shuffled)  # epochs 0 and 1
+        reference = StreamLoader(streams, 6, 4, shuffle=True)
+        assert first == _bytes(reference)  # epoch 0
+        assert second == _bytes(reference)  # epoch 1
+    finally:
+        loader.close()
+        shuffled.close()
