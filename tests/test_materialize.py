@@ -640,6 +640,23 @@ def test_a_store_is_read_in_this_process_whatever_the_workers(tmp_path, monkeypa
     assert [_bytes(b) for b in auto] == want
 
 
+def test_large_batches_of_a_store_are_read_by_the_workers(tmp_path, monkeypatch):
+    arrays = token_arrays((9, 0, 14, 3, 22, 6, 11))
+    stored = materialize(arrays, tmp_path / "s")
+    started = []
+    start = streamseq.loader.topology.Workers.start
+
+    def spy(self, groups, *args):
+        started.append(len(groups))
+        return start(self, groups, *args)
+
+    monkeypatch.setattr(streamseq.loader.topology.Workers, "start", spy)
+    monkeypatch.setattr(streamseq.loader.topology, "COPY_HERE_BYTES", 3 * 4 * 12 - 1)
+    want = batches_of(arrays, 0, 3, 4, shuffle=True, seed=1)
+    assert batches_of(stored, 2, 3, 4, shuffle=True, seed=1) == want
+    assert started == [2]
+
+
 def _noisy(x, info):
     """A random transform: per stream, per step (picklable)."""
     return x + info.rng("noise").integers(0, 100, size=x.shape).astype(x.dtype)

@@ -40,6 +40,11 @@ from .config import LoaderConfig
 from .run import Setup
 from .spec import DataSpec
 
+#: the largest batch of mapped arrays read in the calling process whatever the workers:
+#: its copy (0.1 to 0.4 ms at memory speed) costs that process no more than taking a
+#: batch over from workers (about 0.5 ms on 2 cores, ``docs/performance.rst``)
+COPY_HERE_BYTES = 2 << 20
+
 
 class Reading:
     """What reading a plan needs: its spec, the streams, the transform and the data spec.
@@ -66,18 +71,26 @@ class Reading:
 
     @functools.cached_property
     def in_memory(self) -> bool:
-        """Whether every stream is arrays already mapped (a store's) and there is no transform.
-
-        Such streams are read in the calling process whatever the number of workers: a
-        batch of them is one compiled copy out of mapped pages, which workers could only
-        hand over again, at a cost (``docs/recipes/materialize.rst``).
-        """
+        """Whether every stream is arrays already mapped (a store's) and there is no transform."""
         refs = self.refs
         return (
             self.transform is None
             and len(refs) > 0
             and all(callable(getattr(type(r.source), "as_arrays", None)) for r in refs)
         )
+
+    def read_here(self, plan: EpochPlan) -> bool:
+        """Whether ``plan``'s batches are read in the calling process whatever the workers.
+
+        So are streams that are all mapped arrays (a store's), with no transform, in
+        batches of at most :data:`COPY_HERE_BYTES`: such a batch is one compiled copy out
+        of mapped pages, which costs the calling process less than workers' hand-over of
+        it (``docs/recipes/materialize.rst``).
+        """
+        if not self.in_memory:
+            return False
+        spec = self.data.of(plan.epoch)
+        return micro_batch_bytes(spec, self.spec.batch_size, self.steps) <= COPY_HERE_BYTES
 
     def rows(self, plan: EpochPlan) -> list[Row]:
         """The rows of this rank in ``plan``'s epoch."""
@@ -357,7 +370,7 @@ def read_with(
     workers that run already are asked for the epoch (its rows are theirs to plan). It
     holds no reference to the loader (a pass switches with it, :class:`Trial`).
     """
-    count = 0 if reading.in_memory else min(count, reading.spec.batch_size)
+    count = 0 if reading.read_here(plan) else min(count, reading.spec.batch_size)
     if count == 0:
         if here is None:
             here = bounded(reading.group(plan, reading.rows(plan)), config.timeout)
