@@ -8,6 +8,7 @@ through :meth:`Reading.group_of`. :func:`read_with` sets a pass up either way.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import pickle
 from collections.abc import Callable, Sequence
@@ -15,6 +16,7 @@ from typing import Any
 
 from ..deliver.assemble import Assembled
 from ..interleave import Row, make_rows
+from ..plan.balance import balanced_groups, row_costs
 from ..plan.planner import EpochPlan, Epochs
 from ..plan.spec import PlanSpec
 from ..read.ref import StreamRef
@@ -23,10 +25,16 @@ from ..tbin import tbin
 from ..workers.config import WorkerConfig
 from ..workers.inline import bounded
 from ..workers.pool import WorkerPool
+from ..workers.sizing import micro_batch_bytes
 from ..zip_batch import ZipBatch
 from .config import LoaderConfig
 from .first_step import FirstStepSpec
 from .run import Setup
+
+#: the largest batch of mapped arrays read in the calling process whatever the workers:
+#: its copy (0.1 to 0.4 ms at memory speed) costs that process no more than taking a
+#: batch over from workers (about 0.5 ms on 2 cores, ``docs/performance.rst``)
+COPY_HERE_BYTES = 2 << 20
 
 
 class Reading:
@@ -51,6 +59,29 @@ class Reading:
         self.spec, self.refs, self.transform, self.data = spec, refs, transform, data
         self.lookahead = lookahead
         self.steps = spec.tbins + lookahead  # per row of a batch
+
+    @functools.cached_property
+    def in_memory(self) -> bool:
+        """Whether every stream is arrays already mapped (a store's) and there is no transform."""
+        refs = self.refs
+        return (
+            self.transform is None
+            and len(refs) > 0
+            and all(callable(getattr(type(r.source), "as_arrays", None)) for r in refs)
+        )
+
+    def read_here(self, plan: EpochPlan) -> bool:
+        """Whether ``plan``'s batches are read in the calling process whatever the workers.
+
+        So are streams that are all mapped arrays (a store's), with no transform, in
+        batches of at most :data:`COPY_HERE_BYTES`: such a batch is one compiled copy out
+        of mapped pages, which costs the calling process less than workers' hand-over of
+        it (``docs/recipes/materialize.rst``).
+        """
+        if not self.in_memory:
+            return False
+        spec = self.data.of(plan.epoch)
+        return micro_batch_bytes(spec, self.spec.batch_size, self.steps) <= COPY_HERE_BYTES
 
     def rows(self, plan: EpochPlan) -> list[Row]:
         """The rows of this rank in ``plan``'s epoch."""
@@ -80,9 +111,19 @@ class Reading:
         """The rows of this rank in ``plan``'s epoch, as one group (read in this process)."""
         return self.group(plan, self.rows(plan))
 
-    def groups(self, plan: EpochPlan, workers: int) -> list[ZipBatch]:
-        """The rows of this rank in ``plan``'s epoch, as one group per worker."""
-        return [self.group(plan, g) for g in split_by_worker(self.rows(plan), workers)]
+    def groups(self, plan: EpochPlan, workers: int, balanced: bool = True) -> list[ZipBatch]:
+        """The rows of this rank in ``plan``'s epoch, as one group per worker.
+
+        ``balanced``: contiguous groups of even cost, the steps their rows read in this
+        epoch (:mod:`~streamseq.plan.balance`); else of as many rows each, the groups of
+        persistent workers (:meth:`group_of`: their sizes hold for every epoch, the rows'
+        costs do not).
+        """
+        rows = self.rows(plan)
+        if not balanced:
+            return [self.group(plan, g) for g in split_by_worker(rows, workers)]
+        costs = row_costs(rows, plan.length * self.spec.tbins)
+        return [self.group(plan, g) for g in balanced_groups(rows, costs, workers)]
 
     def group_of(self, plan: EpochPlan, w: int, workers: int) -> ZipBatch:
         """Group ``w`` of ``workers`` groups of this rank's rows in ``plan``'s epoch.
@@ -147,7 +188,7 @@ def read_with(
     workers that run already are asked for the epoch (its rows are theirs to plan). It
     holds no reference to the loader (a pass switches with it, :class:`Trial`).
     """
-    count = min(count, reading.spec.batch_size)
+    count = 0 if reading.read_here(plan) else min(count, reading.spec.batch_size)
     if count == 0:
         if here is None:
             here = bounded(reading.whole(plan), config.timeout)
@@ -158,7 +199,7 @@ def read_with(
     if config.persistent_workers and kept is not None and len(kept) == count:
         started = kept
     else:
-        groups = reading.groups(plan, count)
+        groups = reading.groups(plan, count, balanced=not config.persistent_workers)
         if config.method == "process" and multiprocessing.get_start_method() != "fork":
             check_picklable(groups, config.transform, reading.refs)
         started = workers.start(groups, reading.steps, reading.group_of, epochs)
