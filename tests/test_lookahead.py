@@ -473,3 +473,22 @@ def test_a_time_major_batch_gives_its_target_mask_time_major(batch_size, kw):
             b.target_mask(time_major=False)
         with pytest.raises(ValueError, match="time_major"):
             plain[0].target_mask(time_major=True)
+
+
+@pytest.mark.parametrize("pad", ["zeros", "pack"])
+def test_a_worker_reading_only_first_segments_looks_past_their_end(pad):
+    """Row 0 reads segment 0:5 of the only stream, row 1 segment 5:6: a worker given
+    row 0 alone still reads step 5 as the look-ahead of step 4 (its source goes on)."""
+    streams = coded_streams([6])
+    kw = dict(segment_length=5, lookahead=1, pad=pad)
+    single = list(quiet(streams, 2, 1, num_workers=0, **kw))
+    for workers in (2, 1):
+        batches = list(quiet(streams, 2, 1, num_workers=workers, **kw))
+        assert len(batches) == len(single)
+        for b, want in zip(batches, single, strict=True):
+            for f in ("data", "valid", "stream", "step"):
+                np.testing.assert_array_equal(
+                    np.asarray(getattr(b, f)), np.asarray(getattr(want, f))
+                )
+    last = single[-1]
+    assert last.step[0].tolist() == [4, 5] and bool(last.target_mask()[0, 0])

@@ -31,15 +31,15 @@ if TYPE_CHECKING:
 def source_lengths(chunks: ChunkMap) -> np.ndarray:
     """Steps of the source of every stream of the chunks (a segment's whole source), made once.
 
-    Without segments (nor rests of resumed streams) every stream is its whole source: its
-    planned length, an array already; only segments ask their sources.
+    A stream planned whole is its source (its planned length); a segment, or the rest of
+    a resumed stream, is shorter. A first segment starts at step 0 like a whole stream
+    (a worker may read no other), so every stream's source is asked, once.
     """
-    if not chunks.segmented:
-        return chunks.lengths
     kept = getattr(chunks, "_source_lengths", None)
     if kept is None:
         refs = [ref for row in chunks.rows for ref in row.refs]
-        kept = chunks._source_lengths = np.array([len(ref) for ref in refs], np.int64)
+        kept = np.fromiter((len(ref) for ref in refs), np.int64, len(refs))
+        chunks._source_lengths = kept
     return kept
 
 
