@@ -492,3 +492,17 @@ def test_a_worker_reading_only_first_segments_looks_past_their_end(pad):
                 )
     last = single[-1]
     assert last.step[0].tolist() == [4, 5] and bool(last.target_mask()[0, 0])
+
+
+def test_check_continuity_names_a_lookahead_that_is_not_the_batches():
+    lengths = [9, 5, 7]
+    streams = coded_streams(lengths)
+    batches = list(StreamLoader(streams, 2, 4, lookahead=1))
+    assert check_continuity(batches, lengths, sources=streams, lookahead=1) == len(batches)
+    with pytest.raises(AssertionError, match=r"lookahead=2.*batch 0 holds lookahead=1"):
+        check_continuity(batches, lengths, sources=streams, lookahead=2)
+    with pytest.raises(AssertionError, match=r"lookahead=0.*batch 0 holds lookahead=1"):
+        check_continuity(batches, lengths, sources=streams)
+    for bad, error in ((True, TypeError), (1.0, TypeError), (-1, ValueError)):
+        with pytest.raises(error, match="lookahead"):
+            check_continuity(batches, lengths, lookahead=bad)
