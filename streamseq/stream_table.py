@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .plan.identities import Identities
+from .plan.identities import BLOCK, Identities
 from .read.ref import identity
 
 
@@ -126,15 +126,29 @@ class StreamTable(Sequence):
         if step_spec is not None:
             step_spec = (np.dtype(step_spec[0]), tuple(int(d) for d in step_spec[1]))
         self._spec = step_spec
+        self._identities: Identities | None = None
         if identities is None:
-            identities = identity(self[0]) if n else ""
+            return  # every stream's own, when asked (:attr:`identities`)
         if isinstance(identities, str):
             identities = Identities.repeat(identities, n)
         elif not isinstance(identities, Identities):
             identities = Identities.of(identities)
         if len(identities) != n:
             raise ValueError(f"{len(identities)} identities for {n} streams")
-        self.identities: Identities = identities
+        self._identities = identities
+
+    @property
+    def identities(self) -> Identities:
+        """What names every stream across runs (given, or every stream's own)."""
+        if self._identities is None:
+            self._identities = Identities.of(self._own_identities())
+        return self._identities
+
+    def _own_identities(self) -> Iterator[str]:
+        """:func:`~streamseq.read.ref.identity` of every stream, made a block at a time."""
+        for a in range(0, len(self), BLOCK):
+            index = np.arange(a, min(a + BLOCK, len(self)), dtype=np.int64)
+            yield from map(identity, self.streams(index))
 
     def step_spec(self) -> tuple[np.dtype, tuple[int, ...]] | None:
         """``(dtype, step shape)`` of the steps of every stream, or None when unknown."""
@@ -178,7 +192,8 @@ class StreamTable(Sequence):
         sub.lengths = self.lengths[index]
         sub.columns = tuple(c[index] for c in self.columns)
         sub._spec = self._spec
-        sub.identities = self.identities[index]
+        given = self._identities
+        sub._identities = None if given is None else given[index]
         return sub
 
     def __iter__(self) -> Iterator[Any]:
@@ -191,15 +206,15 @@ class StreamTable(Sequence):
 
     def __reduce__(self) -> tuple:
         arrays = (_column(self.lengths), *map(_column, self.columns))
-        return (_rebuilt, (self.make, arrays, self._spec, self.identities))
+        return (_rebuilt, (self.make, arrays, self._spec, self._identities))
 
 
-def _rebuilt(make: Any, arrays: tuple, spec: Any, identities: Identities) -> StreamTable:
+def _rebuilt(make: Any, arrays: tuple, spec: Any, identities: Identities | None) -> StreamTable:
     """A table from what :meth:`StreamTable.__reduce__` gave."""
     table = object.__new__(StreamTable)
     loaded = [_loaded(a) for a in arrays]
     table.make, table.lengths, table.columns = make, loaded[0], tuple(loaded[1:])
-    table._spec, table.identities = spec, identities
+    table._spec, table._identities = spec, identities
     return table
 
 

@@ -249,3 +249,37 @@ def test_zip_streams_of_tables_is_a_table():
     assert a.state_dict() == b.state_dict()
     with pytest.raises(ValueError, match="stream 2 of table 'label' has 5 steps"):
         zip_streams({"frame": frames, "label": array_table([4, 0, 5, 3])[0]})
+
+
+def token_source(path, length):
+    """``io.tokens`` of ``path`` (a table's ``make`` over a column of paths)."""
+    from streamseq.io import tokens
+
+    return tokens(path, np.uint16)
+
+
+def test_a_table_of_several_files_names_each_as_a_list_does(tmp_path):
+    paths = []
+    for k in range(4):
+        paths.append(str(tmp_path / f"f{k}.bin"))
+        np.arange(20, dtype=np.uint16).tofile(paths[-1])
+    other = str(tmp_path / "other.bin")
+    np.arange(20, dtype=np.uint16).tofile(other)
+    from streamseq.io import tokens
+
+    def table_of(files):
+        return StreamTable(token_source, [20] * 4, [np.array(files)], step_spec=(np.uint16, ()))
+
+    table = table_of(paths)
+    assert list(table.identities) == paths
+    assert list(table[1:3].identities) == paths[1:3]
+    assert list(pickle.loads(pickle.dumps(table))[::-1].identities) == paths[::-1]
+    kw = dict(batch_size=2, tbins=5)
+    listed = StreamLoader([tokens(p, np.uint16) for p in paths], **kw)
+    tabled = StreamLoader(table, **kw)
+    for loader in (listed, tabled):
+        next(iter(loader))
+    assert tabled.state_dict() == listed.state_dict()
+    elsewhere = StreamLoader(table_of(paths[:1] + [other] * 3), **kw)
+    with pytest.raises(ValueError, match="sources"):
+        elsewhere.load_state_dict(tabled.state_dict())
