@@ -60,18 +60,65 @@ def _map(key: _Key) -> np.ndarray:
     return np.memmap(path, np.dtype(dtype), mode="r", offset=offset, shape=(count,))
 
 
+#: what tells a file changed: its size, modification time and inode
+_Stamp = tuple[int, int, int]
+
+
+def _stamp(path: str) -> _Stamp:
+    """The size, modification time and inode of ``path`` now."""
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def _check_unchanged(path: str, stamp: _Stamp, a: int, b: int) -> None:
+    """Raise when ``path`` is no longer the file that was split (tokens ``a:b`` asked).
+
+    A memory map reads what the file holds now: a file truncated under it reads as zeros
+    (or kills the process), one rewritten in place gives other tokens. One ``stat``
+    before every read tells it, and the read is refused.
+    """
+    try:
+        now = _stamp(path)
+    except OSError as e:
+        raise SourceError(
+            path, f"the file changed since the corpus was read (tokens {a}:{b}): {e}"
+        ) from e
+    if now != stamp:
+        what = [
+            f"{name} {was} -> {new}"
+            for name, was, new in zip(("size", "mtime_ns", "inode"), stamp, now, strict=True)
+            if was != new
+        ]
+        raise SourceError(
+            path,
+            f"the file changed since the corpus was read ({', '.join(what)}): "
+            f"tokens {a}:{b} not read",
+        )
+
+
 class _Document(Source):
-    """Tokens ``start:stop`` of a file, read through the file's shared memory map."""
+    """Tokens ``start:stop`` of a file, read through the file's shared memory map.
 
-    __slots__ = ("_handle", "key", "start", "stop")
+    With ``stamp`` (what :func:`_stamp` gave when the corpus was split), every read first
+    checks that the file is unchanged.
+    """
 
-    def __init__(self, key: _Key, start: int, stop: int, handle: ProcessLocal | None = None):
+    __slots__ = ("_handle", "key", "stamp", "start", "stop")
+
+    def __init__(
+        self,
+        key: _Key,
+        start: int,
+        stop: int,
+        handle: ProcessLocal | None = None,
+        stamp: _Stamp | None = None,
+    ):
         # no Source.__init__: the handle is the file's, shared by all its documents
-        self.key, self.start, self.stop = key, start, stop
+        self.key, self.start, self.stop, self.stamp = key, start, stop, stamp
         self._handle = _MAPS.of(key) if handle is None else handle
 
     def __reduce__(self) -> tuple:
-        return (_Document, (self.key, self.start, self.stop))
+        return (_Document, (self.key, self.start, self.stop, None, self.stamp))
 
     def _new_handle(self) -> ProcessLocal[np.ndarray]:
         return _MAPS.of(self.key)  # a copy reads through the file's map too
@@ -93,9 +140,13 @@ class _Document(Source):
         return self.stop - self.start
 
     def _open(self) -> np.ndarray:
+        if self.stamp is not None:
+            _check_unchanged(self.key[0], self.stamp, self.start, self.stop)
         return _map(self.key)
 
     def _read(self, handle: Any, a: int, b: int) -> np.ndarray:
+        if self.stamp is not None:
+            _check_unchanged(self.key[0], self.stamp, self.start + a, self.start + b)
         if self.start + b > len(handle) and b > a:  # a range past the end of the file
             raise SourceError(
                 self.key[0],
@@ -115,9 +166,9 @@ class _Document(Source):
         """Leave the file's map open: every document of the file in this process uses it."""
 
 
-def _document(key: _Key, start: int, length: int) -> _Document:
+def _document(key: _Key, stamp: _Stamp | None, start: int, length: int) -> _Document:
     """The document of ``length`` tokens at ``start`` of the file ``key`` names."""
-    return _Document(key, start, start + length)
+    return _Document(key, start, start + length, None, stamp)
 
 
 def _layout(path: str, dtype: npt.DTypeLike | None, size: int) -> tuple[np.dtype, int, int]:
@@ -306,7 +357,8 @@ def token_corpus(
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise SourceError(path, "no such file")
-    size = os.path.getsize(path)
+    stamp = _stamp(path)
+    size = stamp[0]
     megatron = isinstance(index, (str, os.PathLike)) and os.fspath(index).endswith(".idx")
     if megatron:
         file_dtype, count, starts, stops = _megatron(path, os.fspath(index), dtype, size)  # type: ignore[arg-type]
@@ -323,7 +375,7 @@ def token_corpus(
             starts, stops = _index_bounds(path, index, count)
     starts = np.asarray(starts, np.int64)
     return StreamTable(
-        functools.partial(_document, key),
+        functools.partial(_document, key, stamp),
         np.asarray(stops, np.int64) - starts,
         [starts],
         step_spec=(file_dtype, ()),

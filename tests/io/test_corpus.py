@@ -1,4 +1,5 @@
 import multiprocessing
+import os
 import pickle
 import struct
 
@@ -212,3 +213,37 @@ def test_random_document_lengths(tmp_path_factory, lengths, seed):
         by_index = token_corpus(folder / "body.bin", index=bounds)
         assert [len(d) for d in by_index] == lengths
         assert all(d[:].tolist() == w.tolist() for d, w in zip(by_index, docs, strict=True))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("change", ["truncate", "rewrite"])
+def test_a_file_changed_under_the_loader_is_an_error_naming_it(tmp_path, workers, change):
+    path = tmp_path / "c.bin"
+    tokens = np.arange(100, dtype=np.uint16) + 1
+    tokens.tofile(path)
+    starts = [0, 10, 30, 60]
+    docs = token_corpus(path, index=starts)
+    loader = StreamLoader(docs, batch_size=2, tbins=5, num_workers=workers)
+    it = iter(loader)
+    next(it)
+    if change == "truncate":
+        with open(path, "r+b") as f:
+            f.truncate(40)
+    else:  # the same size, other tokens, written in place
+        np.zeros(100, np.uint16).tofile(path)
+        os.utime(path, ns=(1, 1))
+    error = None
+    try:
+        for batch in it:  # what was read before the change (workers read ahead) is right
+            valid = np.asarray(batch.valid)
+            at = (
+                np.asarray(starts)[np.asarray(batch.stream)[valid]] + np.asarray(batch.step)[valid]
+            )
+            np.testing.assert_array_equal(np.asarray(batch.data)[valid], tokens[at])
+    except SourceError as e:
+        error = e
+    if workers == 0:  # (read on demand: the next batch reads the changed file)
+        assert error is not None
+    if error is not None:
+        assert "changed" in str(error) and error.path == str(path)
+        assert error.index is not None and error.steps is not None
