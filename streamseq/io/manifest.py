@@ -391,6 +391,27 @@ def _resolve(paths: Any, folder: str) -> Any:
     return pc.if_else(kept, paths, joined)
 
 
+def _outside(paths: Any, root: str) -> np.ndarray:
+    """Which paths leave ``root``: a ``..`` among their parts, or absolute (or URLs) elsewhere.
+
+    Refused, not resolved: ``a/../b`` is refused although it stays inside (a manifest's
+    rows need no ``..``). For a URL root, a percent-encoded ``.`` or a backslash
+    (``%2e%2e%5c``) counts as what a server may decode it to.
+    """
+    import pyarrow.compute as pc
+
+    if remote.is_url(root):
+        parts = r"(?i)(^|/|\\|%5c)(\.|%2e){2}(/|\\|%5c|$)"
+        prefix = root.rstrip("/") + "/"
+    else:
+        parts = r"(^|/)\.\.(/|$)"
+        prefix = root if root.endswith(os.sep) else root + os.sep
+    kept = pc.or_(pc.starts_with(paths, "/"), pc.match_substring_regex(paths, _URL))
+    elsewhere = pc.and_(kept, pc.invert(pc.starts_with(paths, prefix)))
+    out = pc.or_(pc.match_substring_regex(paths, parts), elsewhere)
+    return pc.fill_null(out, False).to_numpy(zero_copy_only=False)
+
+
 def _check_options(kind: str, options: Mapping[str, Any]) -> None:
     """Refuse an unknown kind and options its reader does not take (or columns give)."""
     if kind not in READERS:
@@ -437,13 +458,18 @@ def manifest(
     (``length=``, which skips the measurement of a video or an audio file) and a file
     that ends early fails on the read that finds out.
 
-    **Paths.** A relative path is joined to the manifest's folder (``root`` when given),
-    as :func:`os.path.join` does: ``../`` is kept and may leave that folder (a manifest
-    is the user's own list of files; nothing is refused or dropped for it). Absolute
-    paths and URLs (``s3://...``; ``storage_options`` apply to every row) are kept as
-    they are. A stream's identity, which names it in states and plan keys, is that
-    joined path (a URL's credentials hidden), as ``io.<kind>(path)`` gives: a manifest
-    and the list of the same streams give the same batches and states.
+    **Paths.** A relative path is joined to the manifest's folder, as
+    :func:`os.path.join` does: ``../`` is kept and may leave that folder (a manifest is
+    then the user's own list of files). Absolute paths and URLs (``s3://...``;
+    ``storage_options`` apply to every row) are kept as they are. Given ``root`` (a
+    folder or a URL), relative paths are joined to it instead, and every row must stay
+    inside it: a path with a ``..`` part, or an absolute path or URL that does not start
+    with ``root``, is refused (a :class:`~streamseq.errors.SourceError` naming the row).
+    Pass ``root`` for a manifest that you did not write (a download): its rows then
+    cannot read ``/etc/passwd``, nor send the ``storage_options`` to another host.
+    A stream's identity, which names it in states and plan keys, is that joined path (a
+    URL's credentials hidden), as ``io.<kind>(path)`` gives: a manifest and the list of
+    the same streams give the same batches and states.
 
     **start and stop.** For ``video`` they are the reader's window, in seconds (``NaN``
     or empty: none). For the other kinds they are steps of the file: the stream is
@@ -455,7 +481,8 @@ def manifest(
         kind: ``"video"``, ``"audio"``, ``"tokens"`` or ``"events"``: the reader.
         path_column: the column of paths or URLs.
         length_column: the column of lengths (whole numbers >= 0).
-        root: the folder relative paths are joined to (default: the manifest's).
+        root: the folder (or URL) relative paths are joined to and every row must stay
+            in (default: the manifest's folder, which rows may leave).
         format: ``"parquet"`` or ``"csv"``; by default from the file's extension.
         check_length: measure each file when it is opened and compare (see above).
         **options: given to the reader of every row: ``size=``, ``fps=`` for video,
@@ -475,7 +502,7 @@ def manifest(
         streamseq.errors.SourceError: naming the manifest (and the row and its file): no
             such file or not readable, a missing column, no rows, a missing path or
             length, a negative or fractional length, ``start > stop``, a range of steps
-            that is not the length.
+            that is not the length, a row outside ``root``.
 
     Example:
         >>> import os, tempfile, numpy as np, pyarrow as pa, pyarrow.parquet as pq
@@ -517,6 +544,16 @@ def manifest(
     starts = stops = None
     if "start" in table.column_names or "stop" in table.column_names:
         starts, stops = _windows(table, kind, lengths, where, paths)
+    if root is not None:
+        outside = np.flatnonzero(_outside(paths, folder))
+        if len(outside):
+            raise _row_error(
+                where,
+                paths,
+                int(outside[0]),
+                f"outside the root {redact_urls(folder)!r}: refused (with root=, every row "
+                "is a path inside it, without '..')",
+            )
     resolved = _resolve(paths, folder)
     reading = _Reading(kind, options, check_length)
     files = _Paths(_nul_joined(resolved), reading)

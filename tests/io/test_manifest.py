@@ -248,7 +248,7 @@ def test_a_large_manifest_pickles_to_its_arrays(tmp_path):
 )
 def test_identities_of_any_selection_hash_as_the_list(names, data):
     rows = pa.table({"path": names, "length": [1] * len(names)})
-    table = manifest(rows, "tokens", root="/r")
+    table = manifest(rows, "tokens")  # (any path: no root to stay in)
     index = data.draw(st.lists(st.integers(0, len(names) - 1), max_size=10))
     for ids in (
         table.identities,
@@ -259,7 +259,7 @@ def test_identities_of_any_selection_hash_as_the_list(names, data):
         assert expected == [ids[i] for i in range(len(ids))]
         assert ids.digest() == Identities.of(expected).digest()
     assert list(table.identities) == [
-        n if n.startswith("/") or is_url(n) else os.path.join("/r", n) for n in names
+        n if n.startswith("/") or is_url(n) else os.path.join(os.getcwd(), n) for n in names
     ]
 
 
@@ -279,3 +279,28 @@ def test_events_manifest(tmp_path):
     assert table.step_spec() == (np.dtype(np.float32), (2, 2, 4))
     same = [events(tmp_path / p, window_us=50, height=2, width=4) for p in paths]
     assert_same(batches(table), batches(same))
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "../../../../../../etc/passwd",
+        "sub/../../outside.bin",
+        "..",
+        "/etc/passwd",
+        "https://user:pw@example.invalid/a.bin?token=s3cr3t",
+    ],
+)
+def test_a_root_keeps_every_row_inside_it(token_files, path):
+    folder, names, _ = token_files
+    rows = pa.table({"path": [names[0], path], "length": [13, 10]})
+    with pytest.raises(SourceError, match=r"row 1 .*outside the root") as info:
+        manifest(rows, "tokens", root=folder, dtype=np.uint8)
+    text = str(info.value)
+    assert "pw" not in text and "s3cr3t" not in text
+    inside = pa.table({"path": [names[0], str(folder / names[1]), "sub/./..x"], "length": [1] * 3})
+    assert list(manifest(inside, "tokens", root=folder, dtype=np.uint8).identities) == [
+        str(folder / names[0]),
+        str(folder / names[1]),
+        os.path.join(folder, "sub/./..x"),
+    ]
