@@ -375,6 +375,11 @@ def _integers(table: Any, column: str, where: str, paths: Any) -> np.ndarray:
         if len(bad):
             row = int(bad[0])
             raise _row_error(where, paths, row, f"{column} {array[row]} is not a whole number")
+    if array.dtype.kind in "fu":  # (an int64 holds every other one)
+        big = np.flatnonzero(array >= 2**63)
+        if len(big):
+            row = int(big[0])
+            raise _row_error(where, paths, row, f"{column} {array[row]} is too large")
     return array.astype(np.int64)
 
 

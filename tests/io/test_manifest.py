@@ -304,3 +304,12 @@ def test_a_root_keeps_every_row_inside_it(token_files, path):
         str(folder / names[1]),
         os.path.join(folder, "sub/./..x"),
     ]
+
+
+@pytest.mark.parametrize("length", ["1e300", "99999999999999999999", "inf", "9.3e18"])
+def test_a_length_past_int64_is_refused_as_too_large(token_files, length):
+    folder, names, _ = token_files
+    where = folder / "huge.csv"
+    where.write_text(f"path,length\n{names[0]},{length}\n")
+    with pytest.raises(SourceError, match=r"row 0 .*length .* (too large|whole number)"):
+        manifest(where, "tokens", dtype=np.uint16)
