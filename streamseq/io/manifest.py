@@ -528,6 +528,11 @@ def manifest(
     _check_options(kind, options)
     table, where, folder = _read_table(path_or_table, format, path_column)
     folder = folder if root is None else os.fspath(root)
+    for name in (path_column, length_column, "start", "stop"):
+        if table.column_names.count(name) > 1:
+            raise SourceError(
+                where, f"column {name!r} {table.column_names.count(name)} times: which one?"
+            )
     missing = [c for c in (path_column, length_column) if c not in table.column_names]
     if missing:
         raise SourceError(

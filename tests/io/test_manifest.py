@@ -306,6 +306,14 @@ def test_a_root_keeps_every_row_inside_it(token_files, path):
     ]
 
 
+def test_a_column_given_twice_names_the_manifest(token_files):
+    folder, names, _ = token_files
+    where = folder / "twice.csv"
+    where.write_text(f"path,length,length\n{names[0]},13,5\n")
+    with pytest.raises(SourceError, match=r"twice.csv: .*column 'length' 2 times"):
+        manifest(where, "tokens", dtype=np.uint16)
+
+
 @pytest.mark.parametrize("length", ["1e300", "99999999999999999999", "inf", "9.3e18"])
 def test_a_length_past_int64_is_refused_as_too_large(token_files, length):
     folder, names, _ = token_files
