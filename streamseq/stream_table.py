@@ -166,12 +166,19 @@ class StreamTable(Sequence):
             index: Any = i
         else:
             index = np.asarray(i)
+            if index.dtype.kind not in "iub" or index.ndim != 1:
+                if index.ndim == 1 and not len(index):
+                    return self._sub(index.astype(np.int64))  # ([]: no stream)
+                if index.dtype.kind in "iub":
+                    raise IndexError(f"tables are indexed by 1-d arrays, not {index.shape}")
+                raise TypeError(
+                    "tables are indexed by integers, slices, integer arrays or masks, "
+                    f"not {type(i).__name__} ({index.dtype})"
+                )
             if index.dtype == bool:
                 if index.shape != self.lengths.shape:
                     raise IndexError(f"a mask of {index.shape} for {len(self)} streams")
                 index = np.flatnonzero(index)
-            elif index.dtype.kind not in "iu" and len(index):
-                raise TypeError(f"tables are indexed by integers, not {index.dtype}")
             index = index.astype(np.int64)
         return self._sub(index)
 

@@ -283,3 +283,21 @@ def test_a_table_of_several_files_names_each_as_a_list_does(tmp_path):
     elsewhere = StreamLoader(table_of(paths[:1] + [other] * 3), **kw)
     with pytest.raises(ValueError, match="sources"):
         elsewhere.load_state_dict(tabled.state_dict())
+
+
+@pytest.mark.parametrize(
+    ("index", "error", "match"),
+    [
+        (np.array([[0, 1]]), IndexError, "1-d"),
+        (np.zeros((2, 2), bool), IndexError, "1-d|mask"),
+        (1.0, TypeError, "integers"),
+        ("a", TypeError, "integers"),
+        (None, TypeError, "integers"),
+        ([0.5], TypeError, "integers"),
+        ([0, 7], IndexError, "7"),
+    ],
+)
+def test_a_table_refuses_an_index_a_list_would_refuse(index, error, match):
+    table, _ = array_table([3, 1, 4, 1])
+    with pytest.raises(error, match=match):
+        table[index]
