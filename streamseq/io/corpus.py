@@ -223,6 +223,14 @@ def _index_bounds(path: str, index: Any, count: int) -> tuple[np.ndarray, np.nda
             "the index must be a non-empty 1-d array of integer offsets, "
             f"got {offsets.dtype} {offsets.shape}",
         )
+    if offsets.dtype == np.uint64:  # (past int64: out of range, before the cast wraps it)
+        big = np.flatnonzero(offsets > np.uint64(count))
+        if len(big):
+            bad = int(big[0])
+            raise SourceError(
+                path,
+                f"index[{bad}] = {int(offsets[bad])} is out of range for a file of {count} tokens",
+            )
     starts = np.asarray(offsets, np.int64)
     if starts[0] < 0 or starts[-1] > count:
         bad = int(np.flatnonzero((starts < 0) | (starts > count))[0])

@@ -95,6 +95,7 @@ def test_index_offsets(tmp_path):
         ([0, 5, 3], r"decreases: index\[1\] = 5 > index\[2\] = 3"),
         ([], "non-empty 1-d array"),
         ([0.5], "integer offsets"),
+        (np.array([0, 2**63 + 5], np.uint64), r"index\[1\] = 9223372036854775813 is out of range"),
     ],
 )
 def test_bad_index_names_the_file(tmp_path, index, match):
