@@ -15,6 +15,7 @@ documents cost two arrays, and pickle to them.
 from __future__ import annotations
 
 import functools
+import mmap
 import os
 import struct
 from typing import Any
@@ -62,6 +63,8 @@ def _map(key: _Key) -> np.ndarray:
 
 #: what tells a file changed: its size, modification time and inode
 _Stamp = tuple[int, int, int]
+#: the files a corpus reads through maps (its tokens, a mapped index) and their stamps
+_Files = tuple[tuple[str, _Stamp], ...]
 
 
 def _stamp(path: str) -> _Stamp:
@@ -70,13 +73,19 @@ def _stamp(path: str) -> _Stamp:
     return st.st_size, st.st_mtime_ns, st.st_ino
 
 
-def _check_unchanged(path: str, stamp: _Stamp, a: int, b: int) -> None:
-    """Raise when ``path`` is no longer the file that was split (tokens ``a:b`` asked).
+def _check_unchanged(files: _Files, a: int, b: int) -> None:
+    """Raise when one of ``files`` is no longer what was split (tokens ``a:b`` asked).
 
     A memory map reads what the file holds now: a file truncated under it reads as zeros
-    (or kills the process), one rewritten in place gives other tokens. One ``stat``
-    before every read tells it, and the read is refused.
+    (or kills the process), one rewritten in place gives other tokens (or, an index,
+    other documents). One ``stat`` a file before every read tells it, and the read is
+    refused.
     """
+    for path, stamp in files:
+        _check_file(path, stamp, a, b)
+
+
+def _check_file(path: str, stamp: _Stamp, a: int, b: int) -> None:
     try:
         now = _stamp(path)
     except OSError as e:
@@ -99,11 +108,11 @@ def _check_unchanged(path: str, stamp: _Stamp, a: int, b: int) -> None:
 class _Document(Source):
     """Tokens ``start:stop`` of a file, read through the file's shared memory map.
 
-    With ``stamp`` (what :func:`_stamp` gave when the corpus was split), every read first
-    checks that the file is unchanged.
+    With ``files`` (the files read through maps and what :func:`_stamp` gave of them when
+    the corpus was split), every read first checks that they are unchanged.
     """
 
-    __slots__ = ("_handle", "key", "stamp", "start", "stop")
+    __slots__ = ("_handle", "files", "key", "start", "stop")
 
     def __init__(
         self,
@@ -111,14 +120,14 @@ class _Document(Source):
         start: int,
         stop: int,
         handle: ProcessLocal | None = None,
-        stamp: _Stamp | None = None,
+        files: _Files = (),
     ):
         # no Source.__init__: the handle is the file's, shared by all its documents
-        self.key, self.start, self.stop, self.stamp = key, start, stop, stamp
+        self.key, self.start, self.stop, self.files = key, start, stop, files
         self._handle = _MAPS.of(key) if handle is None else handle
 
     def __reduce__(self) -> tuple:
-        return (_Document, (self.key, self.start, self.stop, None, self.stamp))
+        return (_Document, (self.key, self.start, self.stop, None, self.files))
 
     def _new_handle(self) -> ProcessLocal[np.ndarray]:
         return _MAPS.of(self.key)  # a copy reads through the file's map too
@@ -140,13 +149,12 @@ class _Document(Source):
         return self.stop - self.start
 
     def _open(self) -> np.ndarray:
-        if self.stamp is not None:
-            _check_unchanged(self.key[0], self.stamp, self.start, self.stop)
+        _check_unchanged(self.files, self.start, self.stop)
         return _map(self.key)
 
     def _read(self, handle: Any, a: int, b: int) -> np.ndarray:
-        if self.stamp is not None:
-            _check_unchanged(self.key[0], self.stamp, self.start + a, self.start + b)
+        if self.files:
+            _check_unchanged(self.files, self.start + a, self.start + b)
         if self.start + b > len(handle) and b > a:  # a range past the end of the file
             raise SourceError(
                 self.key[0],
@@ -166,9 +174,9 @@ class _Document(Source):
         """Leave the file's map open: every document of the file in this process uses it."""
 
 
-def _document(key: _Key, stamp: _Stamp | None, start: int, length: int) -> _Document:
+def _document(key: _Key, files: _Files, start: int, length: int) -> _Document:
     """The document of ``length`` tokens at ``start`` of the file ``key`` names."""
-    return _Document(key, start, start + length, None, stamp)
+    return _Document(key, start, start + length, None, files)
 
 
 def _layout(path: str, dtype: npt.DTypeLike | None, size: int) -> tuple[np.dtype, int, int]:
@@ -248,6 +256,16 @@ def _index_bounds(path: str, index: Any, count: int) -> tuple[np.ndarray, np.nda
         starts = starts[:-1]  # a final boundary at the end of the file, not an empty document
     stops = np.append(starts[1:], count)
     return starts, stops
+
+
+def _mapped(array: np.ndarray) -> bool:
+    """Whether ``array`` reads a memory map (a view of one, not a copy)."""
+    base: Any = array
+    while base is not None:
+        if isinstance(base, (np.memmap, mmap.mmap)):
+            return True
+        base = getattr(base, "base", None)
+    return False
 
 
 def _megatron(bin_path: str, idx_path: str, dtype: npt.DTypeLike | None, size: int) -> tuple:
@@ -376,14 +394,18 @@ def token_corpus(
     if count == 0:
         raise SourceError(path, "empty: no token")
     key: _Key = (path, file_dtype.str, offset, count)
+    files: _Files = ((path, stamp),)
     if not megatron:
         if eod is not None:
             starts, stops = _eod_bounds(_MAPS.of(key).get(lambda: _map(key)), int(eod))
         else:
             starts, stops = _index_bounds(path, index, count)
+            if isinstance(index, (str, os.PathLike)) and _mapped(starts):
+                where = os.fspath(index)  # the starts read the index's pages: check it too
+                files += ((where, _stamp(where)),)
     starts = np.asarray(starts, np.int64)
     return StreamTable(
-        functools.partial(_document, key, stamp),
+        functools.partial(_document, key, files),
         np.asarray(stops, np.int64) - starts,
         [starts],
         step_spec=(file_dtype, ()),

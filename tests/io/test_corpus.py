@@ -248,3 +248,16 @@ def test_a_file_changed_under_the_loader_is_an_error_naming_it(tmp_path, workers
     if error is not None:
         assert "changed" in str(error) and error.path == str(path)
         assert error.index is not None and error.steps is not None
+
+
+def test_an_index_file_rewritten_in_place_is_an_error_not_other_documents(tmp_path):
+    path, where = tmp_path / "c.bin", tmp_path / "offsets.npy"
+    np.arange(100, dtype=np.uint16).tofile(path)
+    np.save(where, np.array([0, 10, 30, 60], np.int64))
+    docs = token_corpus(path, index=where)
+    assert docs[1][:3].tolist() == [10, 11, 12]
+    np.save(where, np.array([0, 5, 7, 9], np.int64))  # the same file, other offsets
+    os.utime(where, ns=(1, 1))
+    with pytest.raises(SourceError, match="changed") as info:
+        docs[1][:3]
+    assert info.value.path == str(where)
