@@ -7,7 +7,8 @@ one by one. A :class:`StreamTable` holds them as arrays instead: the lengths as 
 function, the dtype and step shape once, and what names the streams across runs as one
 value or one array. ``table[i]`` makes stream ``i`` when asked; slicing gives a smaller
 table (arrays sliced, no stream made); pickling sends the arrays (a memory map as its
-file and offset, so processes share its pages), never an object per stream.
+file and offset, so processes share its pages; a file that changed in between is an
+error when it is reopened, not other values), never an object per stream.
 """
 
 from __future__ import annotations
@@ -20,19 +21,48 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .errors import SourceError
 from .plan.identities import BLOCK, Identities
 from .read.ref import identity
 
 
-def _reopen(path: str, dtype: str, offset: int, shape: tuple[int, ...]) -> np.ndarray:
-    """A read-only memory map of ``shape`` items of ``dtype`` at ``offset`` of ``path``."""
+def _stamp(path: str) -> tuple[int, int, int]:
+    """What tells that ``path`` changed: its size, modification time and inode."""
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def _reopen(
+    path: str,
+    dtype: str,
+    offset: int,
+    shape: tuple[int, ...],
+    stamp: tuple[int, int, int] | None = None,
+) -> np.ndarray:
+    """A read-only memory map of ``shape`` items of ``dtype`` at ``offset`` of ``path``.
+
+    Raises:
+        SourceError: ``path`` is no longer the file it was when pickled (``stamp``): its
+            map would give other values than the pickled table had.
+    """
+    if stamp is not None:
+        try:
+            now = _stamp(path)
+        except OSError as e:
+            raise SourceError(path, f"a table's column file changed since: {e}") from e
+        if now != tuple(stamp):
+            raise SourceError(
+                path,
+                "a table's column file changed since the table was pickled (size, time or "
+                "inode): its memory map would give other values",
+            )
     if not shape[0]:
         return np.zeros(shape, dtype)
     return np.memmap(path, np.dtype(dtype), mode="r", offset=offset, shape=shape)
 
 
-def _file_place(array: np.ndarray) -> tuple[str, str, int, tuple[int, ...]] | None:
-    """(path, dtype, byte offset, shape) of a contiguous read-only memory map, or None."""
+def _file_place(array: np.ndarray) -> tuple[str, str, int, tuple[int, ...], Any] | None:
+    """(path, dtype, byte offset, shape, stamp) of a contiguous read-only memory map."""
     if not isinstance(array, np.memmap) or array.ndim != 1 or not array.flags.c_contiguous:
         return None
     m, path = getattr(array, "_mmap", None), getattr(array, "filename", None)
@@ -41,7 +71,8 @@ def _file_place(array: np.ndarray) -> tuple[str, str, int, tuple[int, ...]] | No
     base = np.frombuffer(m, np.uint8)  # the map starts at a multiple of the granularity
     start = array.offset - array.offset % mmap.ALLOCATIONGRANULARITY
     at = start + array.ctypes.data - base.ctypes.data
-    return os.fspath(path), array.dtype.str, int(at), array.shape
+    path = os.fspath(path)
+    return path, array.dtype.str, int(at), array.shape, _stamp(path)
 
 
 def _column(array: np.ndarray) -> Any:

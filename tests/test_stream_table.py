@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamseq import StreamLoader, StreamTable, interleave_streams, mix
-from streamseq.errors import StreamError
+from streamseq.errors import SourceError, StreamError
 from streamseq.io import token_corpus
 from streamseq.plan.identities import Identities
 from streamseq.read.ref import StreamRef, TableRefs, as_refs
@@ -301,3 +301,13 @@ def test_a_table_refuses_an_index_a_list_would_refuse(index, error, match):
     table, _ = array_table([3, 1, 4, 1])
     with pytest.raises(error, match=match):
         table[index]
+
+
+def test_a_memory_map_whose_file_changed_is_not_reopened_as_other_values(tmp_path):
+    path = os.path.join(tmp_path, "lengths.npy")
+    np.save(path, np.arange(1000, dtype=np.int64) % 7)
+    data = pickle.dumps(StreamTable(np.zeros, np.load(path, mmap_mode="r")))
+    np.save(path, np.arange(1000, dtype=np.int64) % 5)  # rewritten before a worker reopens it
+    os.utime(path, ns=(1, 1))
+    with pytest.raises(SourceError, match=r"lengths.npy.*changed"):
+        pickle.loads(data)
