@@ -472,8 +472,32 @@ def _checked_lengths(lengths: Any, count: int) -> list[int]:
     return out
 
 
+def _declared_array(lengths: Any) -> np.ndarray:
+    """Declared lengths as int64, refused as :func:`_checked_lengths` refuses them.
+
+    Whole numbers (integers, or floats without a fraction) as one array; a fraction, a
+    NaN or a negative length is refused by its index, without a loop over the lengths.
+    """
+    given = np.asarray(lengths)
+    if given.dtype.kind == "f" and given.ndim == 1:
+        bad = np.flatnonzero(~np.isfinite(given) | (given != np.round(given)))
+        if len(bad):
+            i = int(bad[0])
+            raise TypeError(f"lengths[{i}] must be an integer, got {float(given[i])!r} (float)")
+        given = given.astype(np.int64)
+    if given.dtype.kind not in "iu" or given.ndim != 1:
+        given = np.array(_checked_lengths(lengths, len(lengths)), np.int64)
+    negative = np.flatnonzero(given < 0)
+    if len(negative):
+        i = int(negative[0])
+        raise ValueError(f"negative length for stream {i}: {int(given[i])}")
+    return given
+
+
 def _table_refs(parts: list[Any], lengths: Any) -> TableRefs:
     """:class:`TableRefs` of ``parts``, the declared ``lengths`` checked against tables."""
+    if lengths is not None:
+        lengths = _declared_array(lengths)
     made, at = [], 0
     for part in parts:
         n = len(part)
