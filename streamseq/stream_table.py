@@ -93,6 +93,11 @@ def _lengths(lengths: npt.ArrayLike) -> np.ndarray:
     array = lengths if isinstance(lengths, np.ndarray) else np.asarray(lengths)
     if array.ndim != 1 or (array.dtype.kind not in "iu" and len(array)):
         raise ValueError(f"lengths must be a 1-d integer array, got {array.dtype} {array.shape}")
+    if array.dtype == np.uint64 and len(array):  # (past int64, a cast would wrap it)
+        big = np.flatnonzero(array > np.iinfo(np.int64).max)
+        if len(big):
+            i = int(big[0])
+            raise ValueError(f"the length of stream {i}, {int(array[i])}, is too large")
     if array.dtype != np.int64:
         array = array.astype(np.int64)
     if len(array) and int(array.min()) < 0:
