@@ -314,5 +314,5 @@ def test_a_memory_map_whose_file_changed_is_not_reopened_as_other_values(tmp_pat
 
 
 def test_a_uint64_length_past_int64_is_too_large_not_negative():
-    with pytest.raises(ValueError, match=r"length of stream 1 .*18446744073709551615.* too large"):
+    with pytest.raises(ValueError, match=r"stream 1, 18446744073709551615, is too large"):
         StreamTable(np.zeros, np.array([1, 2**64 - 1], np.uint64))
