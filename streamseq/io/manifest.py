@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from streamseq._redact import redact_urls
+from streamseq._tree import leaves
 from streamseq.errors import SourceError
 from streamseq.io import remote
 from streamseq.io._base import Source
@@ -170,7 +171,16 @@ class _Row(Source):
 
     def _read(self, reader: Any, a: int, b: int) -> Any:
         off = self._offset
-        return reader[off + a : off + b]
+        data = reader[off + a : off + b]
+        if not self.reading.check_length:  # (checked when opened otherwise)
+            got = _steps(data)
+            if got is not None and got < b - a:
+                raise SourceError(
+                    self.path,
+                    f"the manifest declares {self.length} steps, the file has "
+                    f"{a + got}: steps {a}:{b} returned {got}",
+                )
+        return data
 
     def _empty(self) -> Any:
         return self._read(self._handle.get(self._open_checked), 0, 0)
@@ -185,6 +195,14 @@ class _Row(Source):
     def step_spec(self) -> tuple[np.dtype, tuple[int, ...]] | None:
         """What the manifest's options fix of a step (the same for every row)."""
         return self.reading.step_spec()
+
+
+def _steps(data: Any) -> int | None:
+    """The number of steps of what a reader returned (its first array's), or None."""
+    arrays = leaves(data)
+    first = arrays[0] if arrays else None
+    shape = getattr(first, "shape", None)
+    return int(shape[0]) if shape else None
 
 
 def _close(reader: Any) -> None:

@@ -321,3 +321,14 @@ def test_a_length_past_int64_is_refused_as_too_large(token_files, length):
     where.write_text(f"path,length\n{names[0]},{length}\n")
     with pytest.raises(SourceError, match=r"row 0 .*length .* (too large|whole number)"):
         manifest(where, "tokens", dtype=np.uint16)
+
+
+def test_a_file_shorter_than_declared_without_check_says_what_it_has(token_files):
+    folder, names, lengths = token_files
+    rows = pa.table({"path": [names[0]], "length": [lengths[0] + 5]})
+    table = manifest(rows, "tokens", root=folder, dtype=np.uint16, check_length=False)
+    with pytest.raises(StreamError) as info:
+        list(StreamLoader(table, batch_size=1, tbins=4))
+    text = str(info.value)
+    assert f"declares {lengths[0] + 5} steps" in text and names[0] in text
+    assert f"has {lengths[0]}" in text and "steps" in text
