@@ -316,3 +316,10 @@ def test_a_memory_map_whose_file_changed_is_not_reopened_as_other_values(tmp_pat
 def test_a_uint64_length_past_int64_is_too_large_not_negative():
     with pytest.raises(ValueError, match=r"stream 1, 18446744073709551615, is too large"):
         StreamTable(np.zeros, np.array([1, 2**64 - 1], np.uint64))
+
+
+def test_a_table_inside_a_list_is_refused_not_read_as_one_stream():
+    table, streams = array_table([3, 3])
+    for listed in ([table, table], [*streams, table]):
+        with pytest.raises(TypeError, match=r"stream \d \(StreamTable\(2 streams.*is a table"):
+            StreamLoader(listed, batch_size=2, tbins=2)

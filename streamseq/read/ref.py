@@ -28,11 +28,13 @@ from .stream import ArrayTree, as_stream, describe, is_stream, known_length
 
 
 def _kind(source: Any) -> str:
-    """What a source is: "path", "stream", "opener" or "neither"."""
+    """What a source is: "path", "table", "stream", "opener" or "neither"."""
     if type(source) is np.ndarray:  # the common case, in short
         return "stream"
     if isinstance(source, (str, bytes, os.PathLike)):
         return "path"
+    if _parts(source) is not None:
+        return "table"
     if is_stream(source):
         return "stream"
     return "opener" if callable(source) else "neither"
@@ -92,6 +94,12 @@ class StreamRef:
             raise TypeError(
                 f"stream {index} ({describe(source)}) is a path, not a stream: give a source such "
                 "as streamseq.io.video(path) or streamseq.io.tokens(path, dtype), or an opener"
+            )
+        if kind == "table":
+            raise TypeError(
+                f"stream {index} ({source!r}) is a table of streams, not a stream: give the "
+                "table itself as the streams, mix() to draw from several tables, or "
+                "list(table) to list its streams with others"
             )
         if kind == "neither":
             raise TypeError(
