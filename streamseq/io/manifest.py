@@ -564,6 +564,9 @@ def manifest(
     empty = pc.fill_null(pc.equal(pc.utf8_length(paths), 0), True).to_numpy(zero_copy_only=False)
     if empty.any():
         raise _row_error(where, paths, int(np.flatnonzero(empty)[0]), "no path")
+    nul = pc.fill_null(pc.match_substring(paths, "\0"), False).to_numpy(zero_copy_only=False)
+    if nul.any():  # (no file has one, and it ends a path in the buffer of paths)
+        raise _row_error(where, paths, int(np.flatnonzero(nul)[0]), "a NUL character in the path")
     lengths = _integers(table, length_column, where, paths)
     negative = np.flatnonzero(lengths < 0)
     if len(negative):

@@ -332,3 +332,9 @@ def test_a_file_shorter_than_declared_without_check_says_what_it_has(token_files
     text = str(info.value)
     assert f"declares {lengths[0] + 5} steps" in text and names[0] in text
     assert f"has {lengths[0]}" in text and "steps" in text
+
+
+def test_a_path_with_a_nul_character_names_its_row():
+    rows = pa.table({"path": ["a.bin", "b\0c.bin"], "length": [1, 2]})
+    with pytest.raises(SourceError, match=r"row 1 .*NUL"):
+        manifest(rows, "tokens", dtype=np.uint8)
