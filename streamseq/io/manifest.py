@@ -171,6 +171,7 @@ class _Row(Source):
 
     def _read(self, reader: Any, a: int, b: int) -> Any:
         off = self._offset
+        _check_mapped(self.reading, reader)
         data = reader[off + a : off + b]
         if not self.reading.check_length:  # (checked when opened otherwise)
             got = _steps(data)
@@ -190,11 +191,24 @@ class _Row(Source):
         with self._lock():
             reader = self._handle.get(self._open_checked)
         into = getattr(reader, "read_into", None)
-        return None if into is None else into(self._offset + start, self._offset + stop, out)
+        if into is None:
+            return None
+        _check_mapped(self.reading, reader)
+        return into(self._offset + start, self._offset + stop, out)
 
     def step_spec(self) -> tuple[np.dtype, tuple[int, ...]] | None:
         """What the manifest's options fix of a step (the same for every row)."""
         return self.reading.step_spec()
+
+
+def _check_mapped(reading: _Reading, reader: Any) -> None:
+    """Refuse to read a local token file that changed since its reader was made.
+
+    A local token file is read through a memory map, which shows what the file holds
+    now: truncated under a running loader, it would read as zeros. One ``stat`` a read.
+    """
+    if reading.kind == "tokens" and getattr(reader, "_remote", True) is None:
+        reader._check_unchanged()
 
 
 def _steps(data: Any) -> int | None:

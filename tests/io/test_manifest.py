@@ -338,3 +338,25 @@ def test_a_path_with_a_nul_character_names_its_row():
     rows = pa.table({"path": ["a.bin", "b\0c.bin"], "length": [1, 2]})
     with pytest.raises(SourceError, match=r"row 1 .*NUL"):
         manifest(rows, "tokens", dtype=np.uint8)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_token_file_truncated_under_the_loader_is_an_error(tmp_path, workers):
+    paths = [str(tmp_path / f"t{k}.bin") for k in range(2)]
+    for p in paths:
+        (np.arange(100, dtype=np.uint16) + 1).tofile(p)
+    table = manifest(pa.table({"path": paths, "length": [100, 100]}), "tokens", dtype=np.uint16)
+    it = iter(StreamLoader(table, batch_size=2, tbins=5, num_workers=workers))
+    next(it)
+    with open(paths[1], "r+b") as f:
+        f.truncate(40)
+    error = None
+    try:
+        for batch in it:  # what workers read before the truncation is right; never zeros
+            assert (np.asarray(batch.data)[np.asarray(batch.valid)] != 0).all()
+    except SourceError as e:
+        error = e
+    if workers == 0:
+        assert error is not None
+    if error is not None:
+        assert "changed" in str(error) and error.path == paths[1] and error.steps is not None
