@@ -7,7 +7,8 @@ one by one. A :class:`StreamTable` holds them as arrays instead: the lengths as 
 function, the dtype and step shape once, and what names the streams across runs as one
 value or one array. ``table[i]`` makes stream ``i`` when asked; slicing gives a smaller
 table (arrays sliced, no stream made); pickling sends the arrays (a memory map as its
-file and offset, so processes share its pages), never an object per stream.
+file and offset, so processes share its pages; a file that changed in between is an
+error when it is reopened, not other values), never an object per stream.
 """
 
 from __future__ import annotations
@@ -20,19 +21,48 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .plan.identities import Identities
+from .errors import SourceError
+from .plan.identities import BLOCK, Identities
 from .read.ref import identity
 
 
-def _reopen(path: str, dtype: str, offset: int, shape: tuple[int, ...]) -> np.ndarray:
-    """A read-only memory map of ``shape`` items of ``dtype`` at ``offset`` of ``path``."""
+def _stamp(path: str) -> tuple[int, int, int]:
+    """What tells that ``path`` changed: its size, modification time and inode."""
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def _reopen(
+    path: str,
+    dtype: str,
+    offset: int,
+    shape: tuple[int, ...],
+    stamp: tuple[int, int, int] | None = None,
+) -> np.ndarray:
+    """A read-only memory map of ``shape`` items of ``dtype`` at ``offset`` of ``path``.
+
+    Raises:
+        SourceError: ``path`` is no longer the file it was when pickled (``stamp``): its
+            map would give other values than the pickled table had.
+    """
+    if stamp is not None:
+        try:
+            now = _stamp(path)
+        except OSError as e:
+            raise SourceError(path, f"a table's column file changed since: {e}") from e
+        if now != tuple(stamp):
+            raise SourceError(
+                path,
+                "a table's column file changed since the table was pickled (size, time or "
+                "inode): its memory map would give other values",
+            )
     if not shape[0]:
         return np.zeros(shape, dtype)
     return np.memmap(path, np.dtype(dtype), mode="r", offset=offset, shape=shape)
 
 
-def _file_place(array: np.ndarray) -> tuple[str, str, int, tuple[int, ...]] | None:
-    """(path, dtype, byte offset, shape) of a contiguous read-only memory map, or None."""
+def _file_place(array: np.ndarray) -> tuple[str, str, int, tuple[int, ...], Any] | None:
+    """(path, dtype, byte offset, shape, stamp) of a contiguous read-only memory map."""
     if not isinstance(array, np.memmap) or array.ndim != 1 or not array.flags.c_contiguous:
         return None
     m, path = getattr(array, "_mmap", None), getattr(array, "filename", None)
@@ -41,7 +71,8 @@ def _file_place(array: np.ndarray) -> tuple[str, str, int, tuple[int, ...]] | No
     base = np.frombuffer(m, np.uint8)  # the map starts at a multiple of the granularity
     start = array.offset - array.offset % mmap.ALLOCATIONGRANULARITY
     at = start + array.ctypes.data - base.ctypes.data
-    return os.fspath(path), array.dtype.str, int(at), array.shape
+    path = os.fspath(path)
+    return path, array.dtype.str, int(at), array.shape, _stamp(path)
 
 
 def _column(array: np.ndarray) -> Any:
@@ -62,6 +93,11 @@ def _lengths(lengths: npt.ArrayLike) -> np.ndarray:
     array = lengths if isinstance(lengths, np.ndarray) else np.asarray(lengths)
     if array.ndim != 1 or (array.dtype.kind not in "iu" and len(array)):
         raise ValueError(f"lengths must be a 1-d integer array, got {array.dtype} {array.shape}")
+    if array.dtype == np.uint64 and len(array):  # (past int64, a cast would wrap it)
+        big = np.flatnonzero(array > np.iinfo(np.int64).max)
+        if len(big):
+            i = int(big[0])
+            raise ValueError(f"the length of stream {i}, {int(array[i])}, is too large")
     if array.dtype != np.int64:
         array = array.astype(np.int64)
     if len(array) and int(array.min()) < 0:
@@ -126,15 +162,29 @@ class StreamTable(Sequence):
         if step_spec is not None:
             step_spec = (np.dtype(step_spec[0]), tuple(int(d) for d in step_spec[1]))
         self._spec = step_spec
+        self._identities: Identities | None = None
         if identities is None:
-            identities = identity(self[0]) if n else ""
+            return  # every stream's own, when asked (:attr:`identities`)
         if isinstance(identities, str):
             identities = Identities.repeat(identities, n)
         elif not isinstance(identities, Identities):
             identities = Identities.of(identities)
         if len(identities) != n:
             raise ValueError(f"{len(identities)} identities for {n} streams")
-        self.identities: Identities = identities
+        self._identities = identities
+
+    @property
+    def identities(self) -> Identities:
+        """What names every stream across runs (given, or every stream's own)."""
+        if self._identities is None:
+            self._identities = Identities.of(self._own_identities())
+        return self._identities
+
+    def _own_identities(self) -> Iterator[str]:
+        """:func:`~streamseq.read.ref.identity` of every stream, made a block at a time."""
+        for a in range(0, len(self), BLOCK):
+            index = np.arange(a, min(a + BLOCK, len(self)), dtype=np.int64)
+            yield from map(identity, self.streams(index))
 
     def step_spec(self) -> tuple[np.dtype, tuple[int, ...]] | None:
         """``(dtype, step shape)`` of the steps of every stream, or None when unknown."""
@@ -152,12 +202,19 @@ class StreamTable(Sequence):
             index: Any = i
         else:
             index = np.asarray(i)
+            if index.dtype.kind not in "iub" or index.ndim != 1:
+                if index.ndim == 1 and not len(index):
+                    return self._sub(index.astype(np.int64))  # ([]: no stream)
+                if index.dtype.kind in "iub":
+                    raise IndexError(f"tables are indexed by 1-d arrays, not {index.shape}")
+                raise TypeError(
+                    "tables are indexed by integers, slices, integer arrays or masks, "
+                    f"not {type(i).__name__} ({index.dtype})"
+                )
             if index.dtype == bool:
                 if index.shape != self.lengths.shape:
                     raise IndexError(f"a mask of {index.shape} for {len(self)} streams")
                 index = np.flatnonzero(index)
-            elif index.dtype.kind not in "iu" and len(index):
-                raise TypeError(f"tables are indexed by integers, not {index.dtype}")
             index = index.astype(np.int64)
         return self._sub(index)
 
@@ -178,7 +235,8 @@ class StreamTable(Sequence):
         sub.lengths = self.lengths[index]
         sub.columns = tuple(c[index] for c in self.columns)
         sub._spec = self._spec
-        sub.identities = self.identities[index]
+        given = self._identities
+        sub._identities = None if given is None else given[index]
         return sub
 
     def __iter__(self) -> Iterator[Any]:
@@ -191,15 +249,15 @@ class StreamTable(Sequence):
 
     def __reduce__(self) -> tuple:
         arrays = (_column(self.lengths), *map(_column, self.columns))
-        return (_rebuilt, (self.make, arrays, self._spec, self.identities))
+        return (_rebuilt, (self.make, arrays, self._spec, self._identities))
 
 
-def _rebuilt(make: Any, arrays: tuple, spec: Any, identities: Identities) -> StreamTable:
+def _rebuilt(make: Any, arrays: tuple, spec: Any, identities: Identities | None) -> StreamTable:
     """A table from what :meth:`StreamTable.__reduce__` gave."""
     table = object.__new__(StreamTable)
     loaded = [_loaded(a) for a in arrays]
     table.make, table.lengths, table.columns = make, loaded[0], tuple(loaded[1:])
-    table._spec, table.identities = spec, identities
+    table._spec, table._identities = spec, identities
     return table
 
 

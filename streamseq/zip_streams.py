@@ -276,7 +276,9 @@ def _zip_tables(tables: Mapping[Any, Any] | Sequence[Any], length: int | None) -
                 f"steps, that of {name(first_key)} has {int(first.lengths[i])}"
             )
     make = functools.partial(_zipped, keys, parts)
-    return StreamTable(make, first.lengths, [np.arange(len(first), dtype=np.int64)])
+    index = [np.arange(len(first), dtype=np.int64)]
+    # every zip is named by its type (it has no file), as identity() names one of a list
+    return StreamTable(make, first.lengths, index, identities=_Zip.__name__)
 
 
 def _zipped(keys: tuple | None, parts: tuple, i: int, length: int) -> _Zip:

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamseq import StreamLoader, StreamTable, interleave_streams, mix
-from streamseq.errors import StreamError
+from streamseq.errors import SourceError, StreamError
 from streamseq.io import token_corpus
 from streamseq.plan.identities import Identities
 from streamseq.read.ref import StreamRef, TableRefs, as_refs
@@ -249,3 +249,77 @@ def test_zip_streams_of_tables_is_a_table():
     assert a.state_dict() == b.state_dict()
     with pytest.raises(ValueError, match="stream 2 of table 'label' has 5 steps"):
         zip_streams({"frame": frames, "label": array_table([4, 0, 5, 3])[0]})
+
+
+def token_source(path, length):
+    """``io.tokens`` of ``path`` (a table's ``make`` over a column of paths)."""
+    from streamseq.io import tokens
+
+    return tokens(path, np.uint16)
+
+
+def test_a_table_of_several_files_names_each_as_a_list_does(tmp_path):
+    paths = []
+    for k in range(4):
+        paths.append(str(tmp_path / f"f{k}.bin"))
+        np.arange(20, dtype=np.uint16).tofile(paths[-1])
+    other = str(tmp_path / "other.bin")
+    np.arange(20, dtype=np.uint16).tofile(other)
+    from streamseq.io import tokens
+
+    def table_of(files):
+        return StreamTable(token_source, [20] * 4, [np.array(files)], step_spec=(np.uint16, ()))
+
+    table = table_of(paths)
+    assert list(table.identities) == paths
+    assert list(table[1:3].identities) == paths[1:3]
+    assert list(pickle.loads(pickle.dumps(table))[::-1].identities) == paths[::-1]
+    kw = dict(batch_size=2, tbins=5)
+    listed = StreamLoader([tokens(p, np.uint16) for p in paths], **kw)
+    tabled = StreamLoader(table, **kw)
+    for loader in (listed, tabled):
+        next(iter(loader))
+    assert tabled.state_dict() == listed.state_dict()
+    elsewhere = StreamLoader(table_of(paths[:1] + [other] * 3), **kw)
+    with pytest.raises(ValueError, match="sources"):
+        elsewhere.load_state_dict(tabled.state_dict())
+
+
+@pytest.mark.parametrize(
+    ("index", "error", "match"),
+    [
+        (np.array([[0, 1]]), IndexError, "1-d"),
+        (np.zeros((2, 2), bool), IndexError, "1-d|mask"),
+        (1.0, TypeError, "integers"),
+        ("a", TypeError, "integers"),
+        (None, TypeError, "integers"),
+        ([0.5], TypeError, "integers"),
+        ([0, 7], IndexError, "7"),
+    ],
+)
+def test_a_table_refuses_an_index_a_list_would_refuse(index, error, match):
+    table, _ = array_table([3, 1, 4, 1])
+    with pytest.raises(error, match=match):
+        table[index]
+
+
+def test_a_memory_map_whose_file_changed_is_not_reopened_as_other_values(tmp_path):
+    path = os.path.join(tmp_path, "lengths.npy")
+    np.save(path, np.arange(1000, dtype=np.int64) % 7)
+    data = pickle.dumps(StreamTable(np.zeros, np.load(path, mmap_mode="r")))
+    np.save(path, np.arange(1000, dtype=np.int64) % 5)  # rewritten before a worker reopens it
+    os.utime(path, ns=(1, 1))
+    with pytest.raises(SourceError, match=r"lengths.npy.*changed"):
+        pickle.loads(data)
+
+
+def test_a_uint64_length_past_int64_is_too_large_not_negative():
+    with pytest.raises(ValueError, match=r"stream 1, 18446744073709551615, is too large"):
+        StreamTable(np.zeros, np.array([1, 2**64 - 1], np.uint64))
+
+
+def test_a_table_inside_a_list_is_refused_not_read_as_one_stream():
+    table, streams = array_table([3, 3])
+    for listed in ([table, table], [*streams, table]):
+        with pytest.raises(TypeError, match=r"stream \d \(StreamTable\(2 streams.*is a table"):
+            StreamLoader(listed, batch_size=2, tbins=2)

@@ -166,3 +166,20 @@ def test_declared_lengths_are_checked_against_the_parts():
         streamseq.StreamLoader([s], batch_size=1, tbins=3, lengths=[6])
     loader = streamseq.StreamLoader([s], batch_size=1, tbins=3, lengths=[9])
     assert sum(int(b.valid.sum()) for b in loader) == 9
+
+
+def test_zipped_tables_are_named_without_making_a_zip_per_stream():
+    from streamseq import StreamTable
+    from streamseq.read.ref import identity
+
+    made = []
+
+    def piece(length):
+        made.append(length)
+        return np.zeros(length)
+
+    table = StreamTable(piece, np.full(1000, 3), step_spec=(np.float64, ()))
+    zipped = zip_streams({"a": table, "b": table})
+    made.clear()
+    assert len(zipped.identities.digest()) == 64 and not made
+    assert list(zipped.identities[:2]) == [identity(zipped[0])] * 2  # as a list names them

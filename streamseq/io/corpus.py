@@ -15,6 +15,7 @@ documents cost two arrays, and pickle to them.
 from __future__ import annotations
 
 import functools
+import mmap
 import os
 import struct
 from typing import Any
@@ -60,18 +61,73 @@ def _map(key: _Key) -> np.ndarray:
     return np.memmap(path, np.dtype(dtype), mode="r", offset=offset, shape=(count,))
 
 
+#: what tells a file changed: its size, modification time and inode
+_Stamp = tuple[int, int, int]
+#: the files a corpus reads through maps (its tokens, a mapped index) and their stamps
+_Files = tuple[tuple[str, _Stamp], ...]
+
+
+def _stamp(path: str) -> _Stamp:
+    """The size, modification time and inode of ``path`` now."""
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def _check_unchanged(files: _Files, a: int, b: int) -> None:
+    """Raise when one of ``files`` is no longer what was split (tokens ``a:b`` asked).
+
+    A memory map reads what the file holds now: a file truncated under it reads as zeros
+    (or kills the process), one rewritten in place gives other tokens (or, an index,
+    other documents). One ``stat`` a file before every read tells it, and the read is
+    refused.
+    """
+    for path, stamp in files:
+        _check_file(path, stamp, a, b)
+
+
+def _check_file(path: str, stamp: _Stamp, a: int, b: int) -> None:
+    try:
+        now = _stamp(path)
+    except OSError as e:
+        raise SourceError(
+            path, f"the file changed since the corpus was read (tokens {a}:{b}): {e}"
+        ) from e
+    if now != stamp:
+        what = [
+            f"{name} {was} -> {new}"
+            for name, was, new in zip(("size", "mtime_ns", "inode"), stamp, now, strict=True)
+            if was != new
+        ]
+        raise SourceError(
+            path,
+            f"the file changed since the corpus was read ({', '.join(what)}): "
+            f"tokens {a}:{b} not read",
+        )
+
+
 class _Document(Source):
-    """Tokens ``start:stop`` of a file, read through the file's shared memory map."""
+    """Tokens ``start:stop`` of a file, read through the file's shared memory map.
 
-    __slots__ = ("_handle", "key", "start", "stop")
+    With ``files`` (the files read through maps and what :func:`_stamp` gave of them when
+    the corpus was split), every read first checks that they are unchanged.
+    """
 
-    def __init__(self, key: _Key, start: int, stop: int, handle: ProcessLocal | None = None):
+    __slots__ = ("_handle", "files", "key", "start", "stop")
+
+    def __init__(
+        self,
+        key: _Key,
+        start: int,
+        stop: int,
+        handle: ProcessLocal | None = None,
+        files: _Files = (),
+    ):
         # no Source.__init__: the handle is the file's, shared by all its documents
-        self.key, self.start, self.stop = key, start, stop
+        self.key, self.start, self.stop, self.files = key, start, stop, files
         self._handle = _MAPS.of(key) if handle is None else handle
 
     def __reduce__(self) -> tuple:
-        return (_Document, (self.key, self.start, self.stop))
+        return (_Document, (self.key, self.start, self.stop, None, self.files))
 
     def _new_handle(self) -> ProcessLocal[np.ndarray]:
         return _MAPS.of(self.key)  # a copy reads through the file's map too
@@ -93,9 +149,12 @@ class _Document(Source):
         return self.stop - self.start
 
     def _open(self) -> np.ndarray:
+        _check_unchanged(self.files, self.start, self.stop)
         return _map(self.key)
 
     def _read(self, handle: Any, a: int, b: int) -> np.ndarray:
+        if self.files:
+            _check_unchanged(self.files, self.start + a, self.start + b)
         if self.start + b > len(handle) and b > a:  # a range past the end of the file
             raise SourceError(
                 self.key[0],
@@ -115,9 +174,9 @@ class _Document(Source):
         """Leave the file's map open: every document of the file in this process uses it."""
 
 
-def _document(key: _Key, start: int, length: int) -> _Document:
+def _document(key: _Key, files: _Files, start: int, length: int) -> _Document:
     """The document of ``length`` tokens at ``start`` of the file ``key`` names."""
-    return _Document(key, start, start + length)
+    return _Document(key, start, start + length, None, files)
 
 
 def _layout(path: str, dtype: npt.DTypeLike | None, size: int) -> tuple[np.dtype, int, int]:
@@ -172,6 +231,14 @@ def _index_bounds(path: str, index: Any, count: int) -> tuple[np.ndarray, np.nda
             "the index must be a non-empty 1-d array of integer offsets, "
             f"got {offsets.dtype} {offsets.shape}",
         )
+    if offsets.dtype == np.uint64:  # (past int64: out of range, before the cast wraps it)
+        big = np.flatnonzero(offsets > np.uint64(count))
+        if len(big):
+            bad = int(big[0])
+            raise SourceError(
+                path,
+                f"index[{bad}] = {int(offsets[bad])} is out of range for a file of {count} tokens",
+            )
     starts = np.asarray(offsets, np.int64)
     if starts[0] < 0 or starts[-1] > count:
         bad = int(np.flatnonzero((starts < 0) | (starts > count))[0])
@@ -189,6 +256,16 @@ def _index_bounds(path: str, index: Any, count: int) -> tuple[np.ndarray, np.nda
         starts = starts[:-1]  # a final boundary at the end of the file, not an empty document
     stops = np.append(starts[1:], count)
     return starts, stops
+
+
+def _mapped(array: np.ndarray) -> bool:
+    """Whether ``array`` reads a memory map (a view of one, not a copy)."""
+    base: Any = array
+    while base is not None:
+        if isinstance(base, (np.memmap, mmap.mmap)):
+            return True
+        base = getattr(base, "base", None)
+    return False
 
 
 def _megatron(bin_path: str, idx_path: str, dtype: npt.DTypeLike | None, size: int) -> tuple:
@@ -306,7 +383,8 @@ def token_corpus(
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise SourceError(path, "no such file")
-    size = os.path.getsize(path)
+    stamp = _stamp(path)
+    size = stamp[0]
     megatron = isinstance(index, (str, os.PathLike)) and os.fspath(index).endswith(".idx")
     if megatron:
         file_dtype, count, starts, stops = _megatron(path, os.fspath(index), dtype, size)  # type: ignore[arg-type]
@@ -316,14 +394,18 @@ def token_corpus(
     if count == 0:
         raise SourceError(path, "empty: no token")
     key: _Key = (path, file_dtype.str, offset, count)
+    files: _Files = ((path, stamp),)
     if not megatron:
         if eod is not None:
             starts, stops = _eod_bounds(_MAPS.of(key).get(lambda: _map(key)), int(eod))
         else:
             starts, stops = _index_bounds(path, index, count)
+            if isinstance(index, (str, os.PathLike)) and _mapped(starts):
+                where = os.fspath(index)  # the starts read the index's pages: check it too
+                files += ((where, _stamp(where)),)
     starts = np.asarray(starts, np.int64)
     return StreamTable(
-        functools.partial(_document, key),
+        functools.partial(_document, key, files),
         np.asarray(stops, np.int64) - starts,
         [starts],
         step_spec=(file_dtype, ()),

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from streamseq._redact import redact_urls
+from streamseq._tree import leaves
 from streamseq.errors import SourceError
 from streamseq.io import remote
 from streamseq.io._base import Source
@@ -170,7 +171,17 @@ class _Row(Source):
 
     def _read(self, reader: Any, a: int, b: int) -> Any:
         off = self._offset
-        return reader[off + a : off + b]
+        _check_mapped(self.reading, reader)
+        data = reader[off + a : off + b]
+        if not self.reading.check_length:  # (checked when opened otherwise)
+            got = _steps(data)
+            if got is not None and got < b - a:
+                raise SourceError(
+                    self.path,
+                    f"the manifest declares {self.length} steps, the file has "
+                    f"{a + got}: steps {a}:{b} returned {got}",
+                )
+        return data
 
     def _empty(self) -> Any:
         return self._read(self._handle.get(self._open_checked), 0, 0)
@@ -180,11 +191,32 @@ class _Row(Source):
         with self._lock():
             reader = self._handle.get(self._open_checked)
         into = getattr(reader, "read_into", None)
-        return None if into is None else into(self._offset + start, self._offset + stop, out)
+        if into is None:
+            return None
+        _check_mapped(self.reading, reader)
+        return into(self._offset + start, self._offset + stop, out)
 
     def step_spec(self) -> tuple[np.dtype, tuple[int, ...]] | None:
         """What the manifest's options fix of a step (the same for every row)."""
         return self.reading.step_spec()
+
+
+def _check_mapped(reading: _Reading, reader: Any) -> None:
+    """Refuse to read a local token file that changed since its reader was made.
+
+    A local token file is read through a memory map, which shows what the file holds
+    now: truncated under a running loader, it would read as zeros. One ``stat`` a read.
+    """
+    if reading.kind == "tokens" and getattr(reader, "_remote", True) is None:
+        reader._check_unchanged()
+
+
+def _steps(data: Any) -> int | None:
+    """The number of steps of what a reader returned (its first array's), or None."""
+    arrays = leaves(data)
+    first = arrays[0] if arrays else None
+    shape = getattr(first, "shape", None)
+    return int(shape[0]) if shape else None
 
 
 def _close(reader: Any) -> None:
@@ -375,6 +407,11 @@ def _integers(table: Any, column: str, where: str, paths: Any) -> np.ndarray:
         if len(bad):
             row = int(bad[0])
             raise _row_error(where, paths, row, f"{column} {array[row]} is not a whole number")
+    if array.dtype.kind in "fu":  # (an int64 holds every other one)
+        big = np.flatnonzero(array >= 2**63)
+        if len(big):
+            row = int(big[0])
+            raise _row_error(where, paths, row, f"{column} {array[row]} is too large")
     return array.astype(np.int64)
 
 
@@ -389,6 +426,27 @@ def _resolve(paths: Any, folder: str) -> Any:
     sep = pa.scalar("", pa.large_string())
     joined = pc.binary_join_element_wise(pa.scalar(prefix, pa.large_string()), paths, sep)
     return pc.if_else(kept, paths, joined)
+
+
+def _outside(paths: Any, root: str) -> np.ndarray:
+    """Which paths leave ``root``: a ``..`` among their parts, or absolute (or URLs) elsewhere.
+
+    Refused, not resolved: ``a/../b`` is refused although it stays inside (a manifest's
+    rows need no ``..``). For a URL root, a percent-encoded ``.`` or a backslash
+    (``%2e%2e%5c``) counts as what a server may decode it to.
+    """
+    import pyarrow.compute as pc
+
+    if remote.is_url(root):
+        parts = r"(?i)(^|/|\\|%5c)(\.|%2e){2}(/|\\|%5c|$)"
+        prefix = root.rstrip("/") + "/"
+    else:
+        parts = r"(^|/)\.\.(/|$)"
+        prefix = root if root.endswith(os.sep) else root + os.sep
+    kept = pc.or_(pc.starts_with(paths, "/"), pc.match_substring_regex(paths, _URL))
+    elsewhere = pc.and_(kept, pc.invert(pc.starts_with(paths, prefix)))
+    out = pc.or_(pc.match_substring_regex(paths, parts), elsewhere)
+    return pc.fill_null(out, False).to_numpy(zero_copy_only=False)
 
 
 def _check_options(kind: str, options: Mapping[str, Any]) -> None:
@@ -437,13 +495,18 @@ def manifest(
     (``length=``, which skips the measurement of a video or an audio file) and a file
     that ends early fails on the read that finds out.
 
-    **Paths.** A relative path is joined to the manifest's folder (``root`` when given),
-    as :func:`os.path.join` does: ``../`` is kept and may leave that folder (a manifest
-    is the user's own list of files; nothing is refused or dropped for it). Absolute
-    paths and URLs (``s3://...``; ``storage_options`` apply to every row) are kept as
-    they are. A stream's identity, which names it in states and plan keys, is that
-    joined path (a URL's credentials hidden), as ``io.<kind>(path)`` gives: a manifest
-    and the list of the same streams give the same batches and states.
+    **Paths.** A relative path is joined to the manifest's folder, as
+    :func:`os.path.join` does: ``../`` is kept and may leave that folder (a manifest is
+    then the user's own list of files). Absolute paths and URLs (``s3://...``;
+    ``storage_options`` apply to every row) are kept as they are. Given ``root`` (a
+    folder or a URL), relative paths are joined to it instead, and every row must stay
+    inside it: a path with a ``..`` part, or an absolute path or URL that does not start
+    with ``root``, is refused (a :class:`~streamseq.errors.SourceError` naming the row).
+    Pass ``root`` for a manifest that you did not write (a download): its rows then
+    cannot read ``/etc/passwd``, nor send the ``storage_options`` to another host.
+    A stream's identity, which names it in states and plan keys, is that joined path (a
+    URL's credentials hidden), as ``io.<kind>(path)`` gives: a manifest and the list of
+    the same streams give the same batches and states.
 
     **start and stop.** For ``video`` they are the reader's window, in seconds (``NaN``
     or empty: none). For the other kinds they are steps of the file: the stream is
@@ -455,7 +518,8 @@ def manifest(
         kind: ``"video"``, ``"audio"``, ``"tokens"`` or ``"events"``: the reader.
         path_column: the column of paths or URLs.
         length_column: the column of lengths (whole numbers >= 0).
-        root: the folder relative paths are joined to (default: the manifest's).
+        root: the folder (or URL) relative paths are joined to and every row must stay
+            in (default: the manifest's folder, which rows may leave).
         format: ``"parquet"`` or ``"csv"``; by default from the file's extension.
         check_length: measure each file when it is opened and compare (see above).
         **options: given to the reader of every row: ``size=``, ``fps=`` for video,
@@ -475,7 +539,7 @@ def manifest(
         streamseq.errors.SourceError: naming the manifest (and the row and its file): no
             such file or not readable, a missing column, no rows, a missing path or
             length, a negative or fractional length, ``start > stop``, a range of steps
-            that is not the length.
+            that is not the length, a row outside ``root``.
 
     Example:
         >>> import os, tempfile, numpy as np, pyarrow as pa, pyarrow.parquet as pq
@@ -496,6 +560,11 @@ def manifest(
     _check_options(kind, options)
     table, where, folder = _read_table(path_or_table, format, path_column)
     folder = folder if root is None else os.fspath(root)
+    for name in (path_column, length_column, "start", "stop"):
+        if table.column_names.count(name) > 1:
+            raise SourceError(
+                where, f"column {name!r} {table.column_names.count(name)} times: which one?"
+            )
     missing = [c for c in (path_column, length_column) if c not in table.column_names]
     if missing:
         raise SourceError(
@@ -509,6 +578,9 @@ def manifest(
     empty = pc.fill_null(pc.equal(pc.utf8_length(paths), 0), True).to_numpy(zero_copy_only=False)
     if empty.any():
         raise _row_error(where, paths, int(np.flatnonzero(empty)[0]), "no path")
+    nul = pc.fill_null(pc.match_substring(paths, "\0"), False).to_numpy(zero_copy_only=False)
+    if nul.any():  # (no file has one, and it ends a path in the buffer of paths)
+        raise _row_error(where, paths, int(np.flatnonzero(nul)[0]), "a NUL character in the path")
     lengths = _integers(table, length_column, where, paths)
     negative = np.flatnonzero(lengths < 0)
     if len(negative):
@@ -517,6 +589,16 @@ def manifest(
     starts = stops = None
     if "start" in table.column_names or "stop" in table.column_names:
         starts, stops = _windows(table, kind, lengths, where, paths)
+    if root is not None:
+        outside = np.flatnonzero(_outside(paths, folder))
+        if len(outside):
+            raise _row_error(
+                where,
+                paths,
+                int(outside[0]),
+                f"outside the root {redact_urls(folder)!r}: refused (with root=, every row "
+                "is a path inside it, without '..')",
+            )
     resolved = _resolve(paths, folder)
     reading = _Reading(kind, options, check_length)
     files = _Paths(_nul_joined(resolved), reading)

@@ -28,11 +28,13 @@ from .stream import ArrayTree, as_stream, describe, is_stream, known_length
 
 
 def _kind(source: Any) -> str:
-    """What a source is: "path", "stream", "opener" or "neither"."""
+    """What a source is: "path", "table", "stream", "opener" or "neither"."""
     if type(source) is np.ndarray:  # the common case, in short
         return "stream"
     if isinstance(source, (str, bytes, os.PathLike)):
         return "path"
+    if _parts(source) is not None:
+        return "table"
     if is_stream(source):
         return "stream"
     return "opener" if callable(source) else "neither"
@@ -92,6 +94,12 @@ class StreamRef:
             raise TypeError(
                 f"stream {index} ({describe(source)}) is a path, not a stream: give a source such "
                 "as streamseq.io.video(path) or streamseq.io.tokens(path, dtype), or an opener"
+            )
+        if kind == "table":
+            raise TypeError(
+                f"stream {index} ({source!r}) is a table of streams, not a stream: give the "
+                "table itself as the streams, mix() to draw from several tables, or "
+                "list(table) to list its streams with others"
             )
         if kind == "neither":
             raise TypeError(
@@ -472,8 +480,32 @@ def _checked_lengths(lengths: Any, count: int) -> list[int]:
     return out
 
 
+def _declared_array(lengths: Any) -> np.ndarray:
+    """Declared lengths as int64, refused as :func:`_checked_lengths` refuses them.
+
+    Whole numbers (integers, or floats without a fraction) as one array; a fraction, a
+    NaN or a negative length is refused by its index, without a loop over the lengths.
+    """
+    given = np.asarray(lengths)
+    if given.dtype.kind == "f" and given.ndim == 1:
+        bad = np.flatnonzero(~np.isfinite(given) | (given != np.round(given)))
+        if len(bad):
+            i = int(bad[0])
+            raise TypeError(f"lengths[{i}] must be an integer, got {float(given[i])!r} (float)")
+        given = given.astype(np.int64)
+    if given.dtype.kind not in "iu" or given.ndim != 1:
+        given = np.array(_checked_lengths(lengths, len(lengths)), np.int64)
+    negative = np.flatnonzero(given < 0)
+    if len(negative):
+        i = int(negative[0])
+        raise ValueError(f"negative length for stream {i}: {int(given[i])}")
+    return given
+
+
 def _table_refs(parts: list[Any], lengths: Any) -> TableRefs:
     """:class:`TableRefs` of ``parts``, the declared ``lengths`` checked against tables."""
+    if lengths is not None:
+        lengths = _declared_array(lengths)
     made, at = [], 0
     for part in parts:
         n = len(part)

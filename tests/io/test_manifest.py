@@ -248,7 +248,7 @@ def test_a_large_manifest_pickles_to_its_arrays(tmp_path):
 )
 def test_identities_of_any_selection_hash_as_the_list(names, data):
     rows = pa.table({"path": names, "length": [1] * len(names)})
-    table = manifest(rows, "tokens", root="/r")
+    table = manifest(rows, "tokens")  # (any path: no root to stay in)
     index = data.draw(st.lists(st.integers(0, len(names) - 1), max_size=10))
     for ids in (
         table.identities,
@@ -259,7 +259,7 @@ def test_identities_of_any_selection_hash_as_the_list(names, data):
         assert expected == [ids[i] for i in range(len(ids))]
         assert ids.digest() == Identities.of(expected).digest()
     assert list(table.identities) == [
-        n if n.startswith("/") or is_url(n) else os.path.join("/r", n) for n in names
+        n if n.startswith("/") or is_url(n) else os.path.join(os.getcwd(), n) for n in names
     ]
 
 
@@ -279,3 +279,84 @@ def test_events_manifest(tmp_path):
     assert table.step_spec() == (np.dtype(np.float32), (2, 2, 4))
     same = [events(tmp_path / p, window_us=50, height=2, width=4) for p in paths]
     assert_same(batches(table), batches(same))
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "../../../../../../etc/passwd",
+        "sub/../../outside.bin",
+        "..",
+        "/etc/passwd",
+        "https://user:pw@example.invalid/a.bin?token=s3cr3t",
+    ],
+)
+def test_a_root_keeps_every_row_inside_it(token_files, path):
+    folder, names, _ = token_files
+    rows = pa.table({"path": [names[0], path], "length": [13, 10]})
+    with pytest.raises(SourceError, match=r"row 1 .*outside the root") as info:
+        manifest(rows, "tokens", root=folder, dtype=np.uint8)
+    text = str(info.value)
+    assert "pw" not in text and "s3cr3t" not in text
+    inside = pa.table({"path": [names[0], str(folder / names[1]), "sub/./..x"], "length": [1] * 3})
+    assert list(manifest(inside, "tokens", root=folder, dtype=np.uint8).identities) == [
+        str(folder / names[0]),
+        str(folder / names[1]),
+        os.path.join(folder, "sub/./..x"),
+    ]
+
+
+def test_a_column_given_twice_names_the_manifest(token_files):
+    folder, names, _ = token_files
+    where = folder / "twice.csv"
+    where.write_text(f"path,length,length\n{names[0]},13,5\n")
+    with pytest.raises(SourceError, match=r"twice.csv: .*column 'length' 2 times"):
+        manifest(where, "tokens", dtype=np.uint16)
+
+
+@pytest.mark.parametrize("length", ["1e300", "99999999999999999999", "inf", "9.3e18"])
+def test_a_length_past_int64_is_refused_as_too_large(token_files, length):
+    folder, names, _ = token_files
+    where = folder / "huge.csv"
+    where.write_text(f"path,length\n{names[0]},{length}\n")
+    with pytest.raises(SourceError, match=r"row 0 .*length .* (too large|whole number)"):
+        manifest(where, "tokens", dtype=np.uint16)
+
+
+def test_a_file_shorter_than_declared_without_check_says_what_it_has(token_files):
+    folder, names, lengths = token_files
+    rows = pa.table({"path": [names[0]], "length": [lengths[0] + 5]})
+    table = manifest(rows, "tokens", root=folder, dtype=np.uint16, check_length=False)
+    with pytest.raises(StreamError) as info:
+        list(StreamLoader(table, batch_size=1, tbins=4))
+    text = str(info.value)
+    assert f"declares {lengths[0] + 5} steps" in text and names[0] in text
+    assert f"has {lengths[0]}" in text and "steps" in text
+
+
+def test_a_path_with_a_nul_character_names_its_row():
+    rows = pa.table({"path": ["a.bin", "b\0c.bin"], "length": [1, 2]})
+    with pytest.raises(SourceError, match=r"row 1 .*NUL"):
+        manifest(rows, "tokens", dtype=np.uint8)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_token_file_truncated_under_the_loader_is_an_error(tmp_path, workers):
+    paths = [str(tmp_path / f"t{k}.bin") for k in range(2)]
+    for p in paths:
+        (np.arange(100, dtype=np.uint16) + 1).tofile(p)
+    table = manifest(pa.table({"path": paths, "length": [100, 100]}), "tokens", dtype=np.uint16)
+    it = iter(StreamLoader(table, batch_size=2, tbins=5, num_workers=workers))
+    next(it)
+    with open(paths[1], "r+b") as f:
+        f.truncate(40)
+    error = None
+    try:
+        for batch in it:  # what workers read before the truncation is right; never zeros
+            assert (np.asarray(batch.data)[np.asarray(batch.valid)] != 0).all()
+    except SourceError as e:
+        error = e
+    if workers == 0:
+        assert error is not None
+    if error is not None:
+        assert "changed" in str(error) and error.path == paths[1] and error.steps is not None

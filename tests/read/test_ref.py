@@ -288,3 +288,21 @@ def test_declared_lengths_are_used_only_when_they_are_the_lengths(kind, lengths,
         for s, k in zip(stream[stream >= 0].tolist(), step[stream >= 0].tolist(), strict=True):
             steps.setdefault(s, []).append(k)
     assert steps == {s: list(range(n)) for s, n in enumerate(lengths) if n}
+
+
+@pytest.mark.parametrize(
+    ("declared", "error", "match"),
+    [
+        ([3, 5.5], TypeError, r"lengths\[1\] must be an integer, got 5.5"),
+        ([3, np.nan], TypeError, r"lengths\[1\] must be an integer"),
+        ([3, -5], ValueError, "negative length for stream 1: -5"),
+    ],
+)
+def test_lengths_declared_for_a_table_are_checked_as_for_a_list(declared, error, match):
+    from streamseq.stream_table import StreamTable
+
+    streams = [np.zeros(3), np.zeros(5)]
+    table = StreamTable(np.zeros, [3, 5], step_spec=(np.float64, ()))
+    for streams_given in (streams, table):
+        with pytest.raises(error, match=match):
+            as_refs(streams_given, declared)
