@@ -7,6 +7,7 @@ found cut short, however large it is.
 
 from __future__ import annotations
 
+import base64
 import reprlib
 from typing import Any
 
@@ -104,3 +105,25 @@ def integers(value: Any, name: str, low: int = 0, high: int = MAX_INT) -> np.nda
         )
     out = [integer(x, f"{name}[{i}]", low, high) for i, x in enumerate(value)]
     return np.array(out, dtype=np.int64)
+
+
+def bits(value: Any, name: str, units: int) -> np.ndarray:
+    """One bit per unit from base64, as a bool array (as ``Progress.to_state`` writes them).
+
+    Example:
+        >>> bits("gA==", "state['progress']['done']", 3).tolist()
+        [True, False, False]
+        >>> bits("gA==", "state['progress']['done']", 9)
+        Traceback (most recent call last):
+        ...
+        ValueError: state['progress']['done'] is not one bit per unit in base64: 'gA=='
+    """
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a base64 string, got {short(value)}")
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except ValueError:
+        raw = None
+    if raw is None or len(raw) != -(-units // 8):
+        raise ValueError(f"{name} is not one bit per unit in base64: {short(value)}")
+    return np.unpackbits(np.frombuffer(raw, np.uint8), count=units).astype(bool)
