@@ -372,8 +372,8 @@ def _resumed_from(
     state: dict[str, Any], lengths: Sequence[int], segment_length: int | None
 ) -> tuple[dict[tuple[int, int], int], dict[tuple[int, int], int]]:
     """Units (stream, segment) a state saw done, and those begun with their next step."""
+    from .plan.fields import read_progress
     from .plan.progress import Progress
-    from .plan.saved import read_progress
     from .plan.segments import segments
 
     source, start, length = segments(np.asarray(lengths, np.int64), segment_length)

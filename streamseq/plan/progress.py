@@ -20,7 +20,7 @@ import numpy as np
 from .packing import row_spans
 
 if TYPE_CHECKING:
-    from .saved import SavedProgress
+    from .fields import SavedProgress
 
 #: ``(unit, offset, length)`` arrays: steps ``offset : offset + length`` of each unit
 Pieces = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -87,7 +87,7 @@ class Progress:
 
         Args:
             saved: the form, read and checked on its own
-                (:meth:`~streamseq.plan.saved.SavedState.parse`).
+                (:func:`~streamseq.plan.fields.read_progress`).
             lengths: steps of every unit.
             draw: the epoch's draw the form names (kept with it), or None.
 
@@ -95,7 +95,7 @@ class Progress:
             ValueError: the form does not fit ``lengths`` (names the field).
 
         Example:
-            >>> from streamseq.plan.saved import read_progress
+            >>> from streamseq.plan.fields import read_progress
             >>> lengths = np.array([3, 5])
             >>> saved = read_progress({"units": 2, "done": "gA==", "begun": [1], "next": [4],
             ...                        "row": [0]})

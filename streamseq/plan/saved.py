@@ -13,15 +13,13 @@ shows the value it found cut short.
 
 from __future__ import annotations
 
-import base64
-import zlib
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .epoch import PLAN_VERSIONS
-from .fields import bits, integer, integers, require, short
+from .fields import SavedProgress, integer, read_draw, read_progress, require, short
 
 #: 3: states name their plan's version (``plan_version``); 2: progress (plans of version 1)
 STATE_VERSION = 3
@@ -34,32 +32,8 @@ FIELDS = {
 }
 FIELDS[3] = FIELDS[2] + ("plan_version", "epoch_done")
 
-#: the fields of a saved progress (:meth:`~streamseq.plan.progress.Progress.to_state`)
-PROGRESS_FIELDS = ("units", "done", "begun", "next", "row")
-
 #: the most global rows a state may name (beyond a loader's own): planning them is refused
 MAX_ROWS = 2**20
-
-
-@dataclass(frozen=True, eq=False)
-class SavedProgress:
-    """A progress as a state saved it, checked on its own (not yet against the units).
-
-    Attributes:
-        name: what it is called in errors (``state['progress']``).
-        units: the units the state says its epoch has.
-        done: per unit, whether the state says it was delivered whole.
-        begun: the units begun and not finished (none repeated, none done).
-        next: the next step of each, at least 1 (one per begun unit).
-        row: the global row reading each, -1 for none (no row reads two).
-    """
-
-    name: str
-    units: int
-    done: np.ndarray
-    begun: np.ndarray
-    next: np.ndarray
-    row: np.ndarray
 
 
 @dataclass(frozen=True, eq=False)
@@ -171,8 +145,15 @@ class SavedState:
         done = integer(state.get("epoch_done", nxt), "state['epoch_done']")
         progress = read_progress(state["progress"], "state['progress']")
         resumed, draw = state["resumed"], None
-        if resumed is not None:
-            draw = _resumed(resumed, epoch, units)
+        if resumed is not None:  # where it names its epoch (older states do not): the state's
+            require(resumed, "state['resumed']", ())
+            at = integer(resumed.get("epoch", epoch), "state['resumed']['epoch']")
+            if at != epoch:
+                raise ValueError(
+                    f"state['resumed']['epoch']={short(at)} does not match state['epoch']={epoch}"
+                )
+            if "draw" in resumed:
+                draw = read_draw(resumed["draw"], "state['resumed']['draw']", units)
             resumed = read_progress(resumed, "state['resumed']")
         return cls(
             version,
@@ -192,76 +173,3 @@ class SavedState:
             None if draw is None else draw[0],
             0 if draw is None else draw[1],
         )
-
-
-def _resumed(value: Any, epoch: int, units: int) -> tuple[np.ndarray, int] | None:
-    """The epoch and the draw of ``state['resumed']`` checked: its draw, or None.
-
-    Where it names its epoch (older states of version 3 do not), that must be the state's.
-    """
-    require(value, "state['resumed']", ())
-    if "epoch" in value:
-        at = integer(value["epoch"], "state['resumed']['epoch']")
-        if at != epoch:
-            raise ValueError(
-                f"state['resumed']['epoch']={short(at)} does not match state['epoch']={epoch}"
-            )
-    if "draw" not in value:
-        return None
-    return _draw(value["draw"], units, "state['resumed']['draw']")
-
-
-def _draw(value: Any, most: int, name: str) -> tuple[np.ndarray, int]:
-    """A draw as :func:`~streamseq.plan.draws.encode_draw` wrote it: occurrences, units.
-
-    It counts at most ``most`` units (its number checked against the plan later).
-    """
-    if not isinstance(value, str):
-        raise ValueError(f"{name} must be a base64 string, got {short(value)}")
-    try:
-        raw = zlib.decompressobj().decompress(base64.b64decode(value, validate=True), 4 * most)
-    except (ValueError, zlib.error):
-        raw = b""
-    if len(raw) % 4 or (not raw and most):
-        raise ValueError(
-            f"{name} is not the count of each of at most {most} units: {short(value)}"
-        )
-    counts = np.frombuffer(raw, "<u4").astype(np.int64)
-    if counts.sum() > 64 * max(len(counts), 1):
-        raise ValueError(
-            f"{name} draws {counts.sum()} units, more than 64 rounds of {len(counts)}"
-        )
-    return np.repeat(np.arange(len(counts), dtype=np.int64), counts), len(counts)
-
-
-def read_progress(value: Any, name: str = "state['progress']") -> SavedProgress:
-    """A progress (:meth:`~streamseq.plan.progress.Progress.to_state`'s form) checked.
-
-    Example:
-        >>> read_progress({"units": 3, "done": "gA==", "begun": [1], "next": [2],
-        ...                "row": [0]}).begun.tolist()
-        [1]
-        >>> read_progress({"units": 3, "done": "gA==", "begun": [0], "next": [2],
-        ...                "row": [0]})
-        Traceback (most recent call last):
-        ...
-        ValueError: state['progress']['begun'] holds units marked done in state['progress']['done']
-    """
-    require(value, name, PROGRESS_FIELDS)
-    units = integer(value["units"], f"{name}['units']")
-    done = bits(value["done"], f"{name}['done']", units)
-    begun = integers(value["begun"], f"{name}['begun']", 0, units - 1)
-    if len(np.unique(begun)) != len(begun):
-        raise ValueError(f"{name}['begun'] repeats a unit: {short(begun.tolist())}")
-    if done[begun].any():
-        raise ValueError(f"{name}['begun'] holds units marked done in {name}['done']")
-    nxt = integers(value["next"], f"{name}['next']", 1)
-    if len(nxt) != len(begun):
-        raise ValueError(f"{name}['next'] has {len(nxt)} entries, the begun units {len(begun)}")
-    row = integers(value["row"], f"{name}['row']", -1)
-    if len(row) != len(begun):
-        raise ValueError(f"{name}['row'] has {len(row)} entries, {name}['begun'] {len(begun)}")
-    reading = row[row >= 0]
-    if len(np.unique(reading)) != len(reading):
-        raise ValueError(f"{name}['row'] gives one row two units: {short(row.tolist())}")
-    return SavedProgress(name, units, done, begun, nxt, row)

@@ -24,7 +24,7 @@ import numpy as np
 from .cursor import Cursor
 from .draws import encode_draw
 from .fields import short
-from .planner import EpochPlan, Epochs, epoch_units, plan_epoch
+from .planner import EpochPlan, Epochs, epoch_units
 from .progress import Progress, progress_at
 from .reweigh import HOW, mixture_differences, reweigh, spec_of_state
 from .saved import STATE_VERSION, SavedState
@@ -124,6 +124,7 @@ def make_state(
     resumed on other rows); the state's ``epoch_done`` counts them with ``next_batch``.
 
     Example:
+        >>> from streamseq.plan.planner import plan_epoch
         >>> spec = PlanSpec(np.array([6]), batch_size=1, tbins=2)
         >>> state = make_state(spec, plan_epoch(spec, 0), 1)
         >>> state["epoch"], state["next_batch"], state["length"], state["progress"]["next"]
@@ -183,6 +184,7 @@ def read_state(
         ValueError: what is wrong, naming the field (``state['progress']['next']``).
 
     Example:
+        >>> from streamseq.plan.planner import plan_epoch
         >>> spec = PlanSpec(np.array([6, 4]), batch_size=1, tbins=2)
         >>> state = make_state(spec, plan_epoch(spec, 0), 1)
         >>> read_state(spec, state).next_batch
@@ -195,10 +197,10 @@ def read_state(
     """
     saved = SavedState.parse(state, spec.rows, len(spec.units[2]))
     old = _plan_of(spec, saved, weights_changed)
-    resumed = _resume(old, saved, per_epoch)
+    resumed, progress = _resume(old, saved, per_epoch)
     if old is spec:
         return resumed
-    return _reweighed(old, spec, saved, resumed, per_epoch)
+    return _reweighed(old, spec, saved, resumed, progress, per_epoch)
 
 
 def _plan_of(spec: PlanSpec, saved: SavedState, weights_changed: bool) -> PlanSpec:
@@ -246,11 +248,14 @@ def _plan_of(spec: PlanSpec, saved: SavedState, weights_changed: bool) -> PlanSp
     return spec
 
 
-def _resume(spec: PlanSpec, saved: SavedState, per_epoch: bool) -> Resumed:
+def _resume(spec: PlanSpec, saved: SavedState, per_epoch: bool) -> tuple[Resumed, Progress]:
     """A state of ``spec``'s plan: its epoch planned on its rows, its position checked.
 
     The state's rows are ``spec``'s where it does not name them (version 1); its
     progress, where it has none (version 1), is where its plan stands at ``next_batch``.
+
+    Returns:
+        The resumed run, and where the units of the state's epoch stand.
     """
     epoch, nxt, done = saved.epoch, saved.next_batch, saved.epoch_done
     b = spec.batch_size if saved.batch_size is None else saved.batch_size
@@ -270,11 +275,10 @@ def _resume(spec: PlanSpec, saved: SavedState, per_epoch: bool) -> Resumed:
     if saved.progress is not None:
         progress = Progress.from_state(saved.progress, lengths, draw)
     same = old.rows == spec.rows and old.version == spec.version
-    if same:
-        epochs = Epochs(spec, None if rest is None else (epoch, rest), per_epoch, done - nxt)
-        plan = epochs.plan(epoch)  # the state's plan: kept for the pass that reads it
-    else:
-        plan = plan_epoch(old, epoch, rest)
+    # on the same rows, the loader's plans: the state's plan is kept for the pass reading it
+    at = None if rest is None else (epoch, rest)
+    planned = Epochs(spec if same else old, at, per_epoch, done - nxt)
+    plan = planned.plan(epoch)
     where = _where(saved, old)
     length = plan.length if saved.length is None else saved.length
     _check_position(length, nxt, plan.length, where)
@@ -284,10 +288,11 @@ def _resume(spec: PlanSpec, saved: SavedState, per_epoch: bool) -> Resumed:
     _check_progress(progress, expected, where)
     _check_epoch_done(done, nxt, rest, lengths)
     if same:
-        return Resumed(epoch, nxt, rest, old.rows, b, w, epochs, before=done - nxt)
+        return Resumed(epoch, nxt, rest, old.rows, b, w, planned, before=done - nxt), progress
     epochs = Epochs(spec, (epoch, progress), per_epoch, before=done)
     replan = old.version != spec.version
-    return Resumed(epoch, 0, progress, old.rows, b, w, epochs, replan=replan, before=done)
+    resumed = Resumed(epoch, 0, progress, old.rows, b, w, epochs, replan=replan, before=done)
+    return resumed, progress
 
 
 def _check_epoch_done(done: int, nxt: int, rest: Progress | None, lengths: np.ndarray) -> None:
@@ -369,9 +374,16 @@ def _check_progress(saved: Progress, expected: Progress, where: str) -> None:
 
 
 def _reweighed(
-    old: PlanSpec, spec: PlanSpec, saved: SavedState, checked: Resumed, per_epoch: bool
+    old: PlanSpec,
+    spec: PlanSpec,
+    saved: SavedState,
+    checked: Resumed,
+    progress: Progress,
+    per_epoch: bool,
 ) -> Resumed:
     """A state of ``old``'s mixture (``checked`` against it) resumed under ``spec``'s weights.
+
+    ``progress``: where the units of the state's epoch stand (checked).
 
     The rest of the state's epoch is drawn anew (:func:`~streamseq.plan.reweigh.reweigh`)
     and planned on ``spec``'s rows; a state saved at the end of its epoch starts the next.
@@ -380,14 +392,12 @@ def _reweighed(
     and its rest is drawn anew, as on the state's rows.
     """
     epoch, nxt = checked.epoch, checked.next_batch
-    assert saved.progress is not None and saved.length is not None  # (version 2 on)
-    rest = checked.rest
-    draw = None if rest is None else rest.draw
+    assert saved.length is not None  # (version 2 on)
+    draw = saved.draw
     if draw is None:
         draw = old.draws.of(epoch)  # type: ignore[union-attr]
     if draw is None:
         draw = np.arange(len(old.units[2]), dtype=np.int64)
-    progress = Progress.from_state(saved.progress, old.units[2][draw])
     b, w, rows = checked.batch_size, checked.world_size, checked.rows
     cursor = Cursor.from_state(epoch, saved.next_batch, saved.length)
     if cursor.epoch != epoch:  # saved at the end of its epoch (both fields checked)
