@@ -1,8 +1,9 @@
-"""Reading the fields of a saved state: strict integers, named in errors, shown short.
+"""Reading the fields of a saved state: strict integers, bits, a draw, a progress.
 
-A state comes from a file: any field may hold anything. Every reader here raises a
-ValueError that names the field (``state['progress']['next'][2]``) and shows the value it
-found cut short, however large it is.
+A state comes from a file: any field may hold anything. Every reader here takes a value
+and its name, and returns it checked or raises a ValueError that names the field
+(``state['progress']['next'][2]``) and shows the value it found cut short, however large
+it is. :meth:`~streamseq.plan.saved.SavedState.parse` reads a whole state with them.
 """
 
 from __future__ import annotations
@@ -151,11 +152,12 @@ def read_draw(value: Any, name: str, most: int) -> tuple[np.ndarray, int]:
     """
     if not isinstance(value, str):
         raise ValueError(f"{name} must be a base64 string, got {short(value)}")
-    try:
-        raw = zlib.decompressobj().decompress(base64.b64decode(value, validate=True), 4 * most)
+    inflate = zlib.decompressobj()
+    try:  # (never more than the counts of ``most`` units inflated)
+        raw = inflate.decompress(base64.b64decode(value, validate=True), 4 * most)
     except (ValueError, zlib.error):
-        raw = b""
-    if len(raw) % 4 or (not raw and most):
+        raw = None
+    if raw is None or len(raw) % 4 or not inflate.eof or inflate.unconsumed_tail:
         raise ValueError(
             f"{name} is not the count of each of at most {most} units: {short(value)}"
         )

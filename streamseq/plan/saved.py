@@ -48,7 +48,7 @@ class SavedState:
         fingerprint: the fingerprint of the state's plan (None: a state of version 1
             whose fingerprint is not a string, so that of no plan).
         length: batches of the state's epoch (None: a state of version 1 without it).
-        plan: the plan's settings, as saved (None for version 1).
+        plan: the plan's settings, as saved (a copy; None for version 1).
         batch_size: the state's batch size (None for version 1: its fingerprint covers
             the loader's).
         world_size: the state's world size (None for version 1, as ``batch_size``).
@@ -162,7 +162,7 @@ class SavedState:
             nxt,
             fingerprint,
             length,
-            plan,
+            dict(plan),
             b,
             w,
             planned,
