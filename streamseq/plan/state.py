@@ -7,10 +7,14 @@ global rows (``batch_size * world_size``) and where every stream of the epoch st
 A loader with the same global rows resumes at the next batch, identically; one with
 other rows plans the rest of the epoch from where every stream stands.
 
-A state is read from a file, so nothing in it is trusted: :func:`read_state` checks the
-type and range of every field, then its parts against each other. The plan of the state's
-epoch on the state's rows is made again, and its number of batches, ``next_batch`` and the
-progress after ``next_batch`` batches of it must be those the state holds.
+A state is read from a file, so nothing in it is trusted. :func:`read_state` reads it
+once, up front, into a checked record (:class:`~streamseq.plan.saved.SavedState`: the
+type and range of every field), then goes forward on the record alone: the plan it was
+made by must be the loader's; the plan of the state's epoch on the state's rows is made
+again, and its number of batches, ``next_batch`` and the progress after ``next_batch``
+batches of it must be those the state holds; then the rest of a mixture's epoch is
+reweighed if asked. A state of version 1 takes the same path: its rows are the loader's
+and its progress is where its plan stands.
 """
 
 from __future__ import annotations
