@@ -372,11 +372,12 @@ def _resumed_from(
     state: dict[str, Any], lengths: Sequence[int], segment_length: int | None
 ) -> tuple[dict[tuple[int, int], int], dict[tuple[int, int], int]]:
     """Units (stream, segment) a state saw done, and those begun with their next step."""
+    from .plan.fields import read_progress
     from .plan.progress import Progress
     from .plan.segments import segments
 
     source, start, length = segments(np.asarray(lengths, np.int64), segment_length)
-    progress = Progress.from_state(state["progress"], length)
+    progress = Progress.from_state(read_progress(state["progress"]), length)
 
     def unit(u: int) -> tuple[int, int]:
         seg = int(start[u]) // segment_length if segment_length else 0

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .fields import integer, integers, require, short
 from .packing import row_spans
+
+if TYPE_CHECKING:
+    from .fields import SavedProgress
 
 #: ``(unit, offset, length)`` arrays: steps ``offset : offset + length`` of each unit
 Pieces = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -79,82 +81,46 @@ class Progress:
 
     @classmethod
     def from_state(
-        cls,
-        state: Any,
-        lengths: np.ndarray,
-        name: str = "state['progress']",
-        draw: np.ndarray | None = None,
+        cls, saved: SavedProgress, lengths: np.ndarray, draw: np.ndarray | None = None
     ) -> Progress:
-        """Read :meth:`to_state`'s form back, checked against the units' ``lengths``.
+        """A progress a state saved (:meth:`to_state`'s form, read), checked against ``lengths``.
 
         Args:
-            state: the form.
+            saved: the form, read and checked on its own
+                (:func:`~streamseq.plan.fields.read_progress`).
             lengths: steps of every unit.
-            name: what the form is called in errors.
             draw: the epoch's draw the form names (kept with it), or None.
 
         Raises:
-            ValueError: the form is malformed or does not fit ``lengths`` (names the field).
+            ValueError: the form does not fit ``lengths`` (names the field).
 
         Example:
+            >>> from streamseq.plan.fields import read_progress
             >>> lengths = np.array([3, 5])
-            >>> Progress.from_state({"units": 2, "done": "gA==", "begun": [1], "next": [4],
-            ...                      "row": [0]}, lengths).next.tolist()
+            >>> saved = read_progress({"units": 2, "done": "gA==", "begun": [1], "next": [4],
+            ...                        "row": [0]})
+            >>> Progress.from_state(saved, lengths).next.tolist()
             [4]
-            >>> Progress.from_state({"units": 2, "done": "gA==", "begun": [1], "next": [5],
-            ...                      "row": [0]}, lengths)
+            >>> Progress.from_state(saved, np.array([3, 4]))
             Traceback (most recent call last):
             ...
-            ValueError: state['progress']['next'][0]=5 is out of range [1, 4] (unit 1 has 5 steps)
+            ValueError: state['progress']['next'][0]=4 is out of range [1, 3] (unit 1 has 4 steps)
         """
-        state = require(state, name, ("units", "done", "begun", "next", "row"))
         lengths = np.asarray(lengths, dtype=np.int64)
-        units = integer(state["units"], f"{name}['units']")
-        if units != len(lengths):
+        name = saved.name
+        if saved.units != len(lengths):
             raise ValueError(
-                f"{name}['units']: the state has {units} streams or segments, "
+                f"{name}['units']: the state has {saved.units} streams or segments, "
                 f"this loader {len(lengths)}"
             )
-        done = _bits(state["done"], f"{name}['done']", units)
-        begun = integers(state["begun"], f"{name}['begun']", 0, units - 1)
-        if len(np.unique(begun)) != len(begun):
-            raise ValueError(f"{name}['begun'] repeats a unit: {short(begun.tolist())}")
-        if done[begun].any():
-            raise ValueError(f"{name}['begun'] holds units marked done in {name}['done']")
-        nxt = _next_steps(state["next"], f"{name}['next']", begun, lengths)
-        row = integers(state["row"], f"{name}['row']", -1)
-        if len(row) != len(begun):
-            raise ValueError(f"{name}['row'] has {len(row)} entries, {name}['begun'] {len(begun)}")
-        reading = row[row >= 0]
-        if len(np.unique(reading)) != len(reading):
-            raise ValueError(f"{name}['row'] gives one row two units: {short(row.tolist())}")
-        return cls(done | (lengths == 0), begun, nxt, row, draw)
-
-
-def _bits(value: Any, name: str, units: int) -> np.ndarray:
-    """One bit per unit from base64 (as :meth:`Progress.to_state` writes them)."""
-    if not isinstance(value, str):
-        raise ValueError(f"{name} must be a base64 string, got {short(value)}")
-    try:
-        raw = base64.b64decode(value, validate=True)
-    except ValueError:
-        raw = None
-    if raw is None or len(raw) != -(-units // 8):
-        raise ValueError(f"{name} is not one bit per unit in base64: {short(value)}")
-    return np.unpackbits(np.frombuffer(raw, np.uint8), count=units).astype(bool)
-
-
-def _next_steps(value: Any, name: str, begun: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The next step of each begun unit: within it, neither its first step nor past it."""
-    nxt = integers(value, name, 1)
-    if len(nxt) != len(begun):
-        raise ValueError(f"{name} has {len(nxt)} entries, the begun units {len(begun)}")
-    for i in np.flatnonzero(nxt >= lengths[begun]).tolist():
-        unit, n = int(begun[i]), int(lengths[begun[i]])
-        raise ValueError(
-            f"{name}[{i}]={nxt[i]} is out of range [1, {n - 1}] (unit {unit} has {n} steps)"
-        )
-    return nxt
+        begun, nxt = saved.begun, saved.next
+        for i in np.flatnonzero(nxt >= lengths[begun]).tolist():
+            unit, n = int(begun[i]), int(lengths[begun[i]])
+            raise ValueError(
+                f"{name}['next'][{i}]={nxt[i]} is out of range [1, {n - 1}] "
+                f"(unit {unit} has {n} steps)"
+            )
+        return cls(saved.done | (lengths == 0), begun, nxt, saved.row, draw)
 
 
 def progress_at(

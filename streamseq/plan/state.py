@@ -7,10 +7,14 @@ global rows (``batch_size * world_size``) and where every stream of the epoch st
 A loader with the same global rows resumes at the next batch, identically; one with
 other rows plans the rest of the epoch from where every stream stands.
 
-A state is read from a file, so nothing in it is trusted: :func:`read_state` checks the
-type and range of every field, then its parts against each other. The plan of the state's
-epoch on the state's rows is made again, and its number of batches, ``next_batch`` and the
-progress after ``next_batch`` batches of it must be those the state holds.
+A state is read from a file, so nothing in it is trusted. :func:`read_state` reads it
+once, up front, into a checked record (:class:`~streamseq.plan.saved.SavedState`: the
+type and range of every field), then goes forward on the record alone: the plan it was
+made by must be the loader's; the plan of the state's epoch on the state's rows is made
+again, and its number of batches, ``next_batch`` and the progress after ``next_batch``
+batches of it must be those the state holds; then the rest of a mixture's epoch is
+reweighed if asked. A state of version 1 takes the same path: its rows are the loader's
+and its progress is where its plan stands.
 """
 
 from __future__ import annotations
@@ -22,27 +26,13 @@ from typing import Any
 import numpy as np
 
 from .cursor import Cursor
-from .draws import decode_draw, encode_draw
-from .epoch import PLAN_VERSIONS
-from .fields import integer, require, short
-from .planner import EpochPlan, Epochs, epoch_units, plan_epoch
+from .draws import encode_draw
+from .fields import short
+from .planner import EpochPlan, Epochs, epoch_units
 from .progress import Progress, progress_at
 from .reweigh import HOW, mixture_differences, reweigh, spec_of_state
+from .saved import STATE_VERSION, SavedState
 from .spec import PlanSpec
-
-#: 3: states name their plan's version (``plan_version``); 2: progress (plans of version 1)
-STATE_VERSION = 3
-
-#: the fields of a state, by version
-FIELDS = {
-    1: ("epoch", "next_batch", "fingerprint"),
-    2: ("epoch", "next_batch", "length", "fingerprint", "plan", "batch_size", "world_size")
-    + ("progress", "resumed"),
-}
-FIELDS[3] = FIELDS[2] + ("plan_version", "epoch_done")
-
-#: the most global rows a state may name (beyond a loader's own): planning them is refused
-MAX_ROWS = 2**20
 
 
 def legacy_fingerprint(spec: PlanSpec) -> str:
@@ -138,6 +128,7 @@ def make_state(
     resumed on other rows); the state's ``epoch_done`` counts them with ``next_batch``.
 
     Example:
+        >>> from streamseq.plan.planner import plan_epoch
         >>> spec = PlanSpec(np.array([6]), batch_size=1, tbins=2)
         >>> state = make_state(spec, plan_epoch(spec, 0), 1)
         >>> state["epoch"], state["next_batch"], state["length"], state["progress"]["next"]
@@ -178,10 +169,11 @@ def read_state(
 ) -> Resumed:
     """Check ``state`` against ``spec``, and its parts against each other.
 
-    Every field must have its type and range; the plan must be ``spec``'s; the state's
-    epoch planned again on the state's rows (from ``state['resumed']``) must have
+    The state is read once (:meth:`~streamseq.plan.saved.SavedState.parse`: every field
+    of its type and range), then checked forward: the plan must be ``spec``'s; the
+    state's epoch planned again on the state's rows (from ``state['resumed']``) must have
     ``state['length']`` batches, and after ``state['next_batch']`` of them its units must
-    stand where ``state['progress']`` says.
+    stand where ``state['progress']`` says; then the rest is reweighed if asked.
 
     Args:
         spec: the plan of the loader resuming.
@@ -196,6 +188,7 @@ def read_state(
         ValueError: what is wrong, naming the field (``state['progress']['next']``).
 
     Example:
+        >>> from streamseq.plan.planner import plan_epoch
         >>> spec = PlanSpec(np.array([6, 4]), batch_size=1, tbins=2)
         >>> state = make_state(spec, plan_epoch(spec, 0), 1)
         >>> read_state(spec, state).next_batch
@@ -206,95 +199,36 @@ def read_state(
         ...
         ValueError: state['progress']['next'] does not match state['next_batch']=2 of ...
     """
-    version = _version(state)
-    state = require(state, "state", FIELDS[version])
-    epoch = integer(state["epoch"], "state['epoch']")
-    nxt = integer(state["next_batch"], "state['next_batch']")
-    if version == 1:
-        return _legacy(spec, state, epoch, nxt, per_epoch)
-    old = _check_plan(spec, state, weights_changed)
-    if old is not spec:
-        return _reweighed(old, spec, state, per_epoch)
-    saved = _saved_spec(spec, state)
-    length = integer(state["length"], "state['length']")
-    rest = _resumed(state, epoch, spec)
-    draw = None if rest is None else rest.draw
-    lengths = epoch_units(spec, epoch, draw)[2]
-    progress = Progress.from_state(state["progress"], lengths, draw=draw)
-    done = integer(state.get("epoch_done", nxt), "state['epoch_done']")
-    b, w = saved.batch_size, saved.world_size
-    if saved.rows == spec.rows and saved.version == spec.version:
-        epochs = Epochs(spec, None if rest is None else (epoch, rest), per_epoch, done - nxt)
-        plan = epochs.plan(epoch)  # the state's plan: kept for the pass that reads it
-    else:
-        plan = plan_epoch(saved, epoch, rest)
-    where = _where(state, saved, rest is not None)
-    _check_position(length, nxt, plan.length, where)
-    _check_progress(progress, _progress_at(saved, plan, nxt), where)
-    _check_epoch_done(done, nxt, rest, lengths)
-    if saved.rows == spec.rows and saved.version == spec.version:
-        return Resumed(epoch, nxt, rest, saved.rows, b, w, epochs, before=done - nxt)
-    epochs = Epochs(spec, (epoch, progress), per_epoch, before=done)
-    replan = saved.version != spec.version
-    return Resumed(epoch, 0, progress, saved.rows, b, w, epochs, replan=replan, before=done)
+    saved = SavedState.parse(state, spec.rows, len(spec.units[2]))
+    old = _plan_of(spec, saved, weights_changed)
+    resumed, progress = _resume(old, saved, per_epoch)
+    if old is spec:
+        return resumed
+    return _reweighed(old, spec, saved, resumed, progress, per_epoch)
 
 
-def _version(state: Any) -> int:
-    """The state's version (1 when it names none)."""
-    if not isinstance(state, dict):
-        raise ValueError(f"not a StreamLoader state: {short(state)} ({type(state).__name__})")
-    version = integer(state.get("version", 1), "state['version']")
-    if version not in FIELDS:
-        raise ValueError(
-            f"state of version {version} (state['version']), "
-            f"this streamseq reads 1 to {STATE_VERSION}"
-        )
-    return version
-
-
-def _resumed(state: dict[str, Any], epoch: int, spec: PlanSpec) -> Progress | None:
-    """Where the state's epoch was resumed on other rows (``state['resumed']``), or None.
-
-    Where it names its epoch (older states of version 3 do not), that must be the state's.
-    A mixture's epoch resumed with other weights names the units it drew (``draw``).
-    """
-    resumed = state["resumed"]
-    if resumed is None:
-        return None
-    draw = None
-    if isinstance(resumed, dict) and "draw" in resumed:
-        if spec.mixture is None:
-            raise ValueError("state['resumed']['draw'] names units drawn by a mixture")
-        draw = decode_draw(resumed["draw"], len(spec.units[2]), "state['resumed']['draw']")
-    lengths = epoch_units(spec, epoch, draw)[2]
-    rest = Progress.from_state(resumed, lengths, "state['resumed']", draw)
-    if "epoch" in resumed:
-        at = integer(resumed["epoch"], "state['resumed']['epoch']")
-        if at != epoch:
-            raise ValueError(
-                f"state['resumed']['epoch']={short(at)} does not match state['epoch']={epoch}"
-            )
-    return rest
-
-
-def _check_plan(spec: PlanSpec, state: dict[str, Any], weights_changed: bool = False) -> PlanSpec:
-    """The state's plan settings must be ``spec``'s, and its fingerprint theirs.
+def _plan_of(spec: PlanSpec, saved: SavedState, weights_changed: bool) -> PlanSpec:
+    """The plan the state was made by: ``spec``'s settings, and its fingerprint theirs.
 
     Returns ``spec``, or with ``weights_changed`` the spec of the state's mixture when
     only its weights differ or groups were added.
     """
-    fingerprint, plan = state["fingerprint"], state["plan"]
-    if not isinstance(fingerprint, str):
-        raise ValueError(f"state['fingerprint'] must be a string, got {short(fingerprint)}")
-    if not isinstance(plan, dict):
-        raise ValueError(
-            f"state['plan'] must be a dict, got {short(plan)} ({type(plan).__name__})"
-        )
+    plan = saved.plan
+    if plan is None:  # (version 1: the fingerprint alone names the plan)
+        if saved.fingerprint != legacy_fingerprint(spec):
+            raise ValueError(
+                f"this state of version 1 ({_named_version(saved)}) was made by a loader "
+                "with other streams, lengths, batch size, tbins, pad, shuffle, seed or "
+                "world size, or its state['fingerprint'] is not theirs: resuming would "
+                "silently change the run"
+            )
+        return spec
     mixed, allowed = [], False
     if "mixture" in plan or spec.mixture is not None:
         mixed, allowed = mixture_differences(plan.get("mixture"), spec.key.get("mixture"))
-    if mixed and allowed and weights_changed:
-        return _check_plan(spec_of_state(spec, plan["mixture"]), state)
+        if mixed and allowed and weights_changed:
+            spec = spec_of_state(spec, plan["mixture"])
+            mixed, allowed = mixture_differences(plan.get("mixture"), spec.key.get("mixture"))
     differ = differences(plan, spec.key)
     if mixed:  # named by group: not again as the mixture's key or all the streams
         covered = ("mixture", "the number of streams", "the streams'")
@@ -310,31 +244,59 @@ def _check_plan(spec: PlanSpec, state: dict[str, Any], weights_changed: bool = F
             f"state['plan'] has the fields {sorted(short(k) for k in plan)}, "
             f"this streamseq's plans {sorted(spec.key)}"
         )
-    if fingerprint != spec.fingerprint:
+    if saved.fingerprint != spec.fingerprint:
         raise ValueError(
-            f"state['fingerprint']={short(fingerprint)} is not that of state['plan'] "
+            f"state['fingerprint']={short(saved.fingerprint)} is not that of state['plan'] "
             f"({spec.fingerprint!r}): resuming would silently change the run"
         )
     return spec
 
 
-def _saved_spec(spec: PlanSpec, state: dict[str, Any]) -> PlanSpec:
-    """``spec`` on the state's rows, planned by the state's plan version."""
-    b = integer(state["batch_size"], "state['batch_size']", 1)
-    w = integer(state["world_size"], "state['world_size']", 1)
-    limit = max(MAX_ROWS, spec.rows)
-    if b * w > limit:
+def _resume(spec: PlanSpec, saved: SavedState, per_epoch: bool) -> tuple[Resumed, Progress]:
+    """A state of ``spec``'s plan: its epoch planned on its rows, its position checked.
+
+    The state's rows are ``spec``'s where it does not name them (version 1); its
+    progress, where it has none (version 1), is where its plan stands at ``next_batch``.
+
+    Returns:
+        The resumed run, and where the units of the state's epoch stand.
+    """
+    epoch, nxt, done = saved.epoch, saved.next_batch, saved.epoch_done
+    b = spec.batch_size if saved.batch_size is None else saved.batch_size
+    w = spec.world_size if saved.world_size is None else saved.world_size
+    old = spec.replace(batch_size=b, world_size=w, rank=0, version=saved.plan_version)
+    draw = saved.draw
+    if draw is not None and spec.mixture is None:
+        raise ValueError("state['resumed']['draw'] names units drawn by a mixture")
+    if draw is not None and saved.draw_units != len(spec.units[2]):
         raise ValueError(
-            f"state['batch_size']={short(b)} x state['world_size']={short(w)}: more global "
-            f"rows than {limit}"
+            f"state['resumed']['draw'] is the count of each of {saved.draw_units} units, "
+            f"this plan has {len(spec.units[2])}"
         )
-    planned = integer(state.get("plan_version", 1), "state['plan_version']", 1)
-    if planned not in PLAN_VERSIONS:
-        raise ValueError(
-            f"state['plan_version']={short(planned)} is unknown: this streamseq plans "
-            f"versions {PLAN_VERSIONS}"
-        )
-    return spec.replace(batch_size=b, world_size=w, rank=0, version=planned)
+    lengths = epoch_units(spec, epoch, draw)[2]
+    rest = None if saved.resumed is None else Progress.from_state(saved.resumed, lengths, draw)
+    progress = None
+    if saved.progress is not None:
+        progress = Progress.from_state(saved.progress, lengths, draw)
+    same = old.rows == spec.rows and old.version == spec.version
+    # on the same rows, the loader's plans: the state's plan is kept for the pass reading it
+    at = None if rest is None else (epoch, rest)
+    planned = Epochs(spec if same else old, at, per_epoch, done - nxt)
+    plan = planned.plan(epoch)
+    where = _where(saved, old)
+    length = plan.length if saved.length is None else saved.length
+    _check_position(length, nxt, plan.length, where)
+    expected = _progress_at(old, plan, nxt)
+    if progress is None:
+        progress = expected
+    _check_progress(progress, expected, where)
+    _check_epoch_done(done, nxt, rest, lengths)
+    if same:
+        return Resumed(epoch, nxt, rest, old.rows, b, w, planned, before=done - nxt), progress
+    epochs = Epochs(spec, (epoch, progress), per_epoch, before=done)
+    replan = old.version != spec.version
+    resumed = Resumed(epoch, 0, progress, old.rows, b, w, epochs, replan=replan, before=done)
+    return resumed, progress
 
 
 def _check_epoch_done(done: int, nxt: int, rest: Progress | None, lengths: np.ndarray) -> None:
@@ -366,15 +328,29 @@ def _check_epoch_done(done: int, nxt: int, rest: Progress | None, lengths: np.nd
         )
 
 
-def _where(state: dict[str, Any], saved: PlanSpec, resumed: bool) -> str:
+def _named_version(saved: SavedState) -> str:
+    """How a state of version 1 names its version, in words."""
+    return "state['version']=1" if saved.named_version else "no state['version']"
+
+
+def _where(saved: SavedState, old: PlanSpec) -> str:
     """The plan a state's position is checked against, in words naming its fields."""
-    version = "state['plan_version']" if "plan_version" in state else "the state's version"
+    if saved.version == 1:
+        return (
+            f"state['next_batch']={saved.next_batch} of state['epoch']={saved.epoch} "
+            f"({_named_version(saved)})"
+        )
+    version = "state['plan_version']" if saved.named_plan_version else "the state's version"
     return (
-        f"state['next_batch']={state['next_batch']} of state['epoch']={state['epoch']}, "
-        f"planned on state['batch_size']={saved.batch_size} x "
-        f"state['world_size']={saved.world_size} global rows by plan version "
-        f"{saved.version} ({version}), "
-        + ("from state['resumed']" if resumed else "afresh (state['resumed'] is None)")
+        f"state['next_batch']={saved.next_batch} of state['epoch']={saved.epoch}, "
+        f"planned on state['batch_size']={old.batch_size} x "
+        f"state['world_size']={old.world_size} global rows by plan version "
+        f"{old.version} ({version}), "
+        + (
+            "from state['resumed']"
+            if saved.resumed is not None
+            else "afresh (state['resumed'] is None)"
+        )
     )
 
 
@@ -401,8 +377,17 @@ def _check_progress(saved: Progress, expected: Progress, where: str) -> None:
         raise ValueError(f"state['progress'][{field!r}] does not match {where}: {what}")
 
 
-def _reweighed(old: PlanSpec, spec: PlanSpec, state: dict[str, Any], per_epoch: bool) -> Resumed:
-    """A state of ``old``'s mixture resumed under ``spec``'s weights (checked against ``old``).
+def _reweighed(
+    old: PlanSpec,
+    spec: PlanSpec,
+    saved: SavedState,
+    checked: Resumed,
+    progress: Progress,
+    per_epoch: bool,
+) -> Resumed:
+    """A state of ``old``'s mixture (``checked`` against it) resumed under ``spec``'s weights.
+
+    ``progress``: where the units of the state's epoch stand (checked).
 
     The rest of the state's epoch is drawn anew (:func:`~streamseq.plan.reweigh.reweigh`)
     and planned on ``spec``'s rows; a state saved at the end of its epoch starts the next.
@@ -410,48 +395,21 @@ def _reweighed(old: PlanSpec, spec: PlanSpec, state: dict[str, Any], per_epoch: 
     the padding that ends a fresh epoch (every unit done, batches left) is not at its end,
     and its rest is drawn anew, as on the state's rows.
     """
-    checked = read_state(old, state, per_epoch)
     epoch, nxt = checked.epoch, checked.next_batch
-    rest = checked.rest
-    draw = None if rest is None else rest.draw
+    assert saved.length is not None  # (version 2 on)
+    draw = saved.draw
     if draw is None:
         draw = old.draws.of(epoch)  # type: ignore[union-attr]
     if draw is None:
         draw = np.arange(len(old.units[2]), dtype=np.int64)
-    progress = Progress.from_state(state["progress"], old.units[2][draw])
     b, w, rows = checked.batch_size, checked.world_size, checked.rows
-    cursor = Cursor.from_state(epoch, int(state["next_batch"]), int(state["length"]))
+    cursor = Cursor.from_state(epoch, saved.next_batch, saved.length)
     if cursor.epoch != epoch:  # saved at the end of its epoch (both fields checked)
         return Resumed(cursor.epoch, cursor.next, None, rows, b, w, Epochs(spec, None, per_epoch))
     rest = reweigh(old, spec, epoch, progress, draw)
     done = checked.before + nxt
     epochs = Epochs(spec, (epoch, rest), per_epoch, before=done)
     return Resumed(epoch, 0, rest, rows, b, w, epochs, replan=True, before=done)
-
-
-def _legacy(
-    spec: PlanSpec, state: dict[str, Any], epoch: int, nxt: int, per_epoch: bool
-) -> Resumed:
-    """A state of version 1 (no progress): the epoch as planned then, from batch ``nxt``."""
-    has = "state['version']=1" if "version" in state else "no state['version']"
-    if state["fingerprint"] != legacy_fingerprint(spec):
-        raise ValueError(
-            f"this state of version 1 ({has}) was made by a loader with other streams, "
-            "lengths, batch size, tbins, pad, shuffle, seed or world size, or its "
-            "state['fingerprint'] is not theirs: resuming would silently change the run"
-        )
-    old = spec.replace(version=1)
-    plan = plan_epoch(old, epoch)
-    where = f"state['next_batch']={nxt} of state['epoch']={epoch} ({has})"
-    if "length" in state:
-        _check_position(integer(state["length"], "state['length']"), nxt, plan.length, where)
-    _check_position(plan.length, nxt, plan.length, where)
-    rows, b, w = spec.rows, spec.batch_size, spec.world_size
-    if spec.version == old.version:
-        return Resumed(epoch, nxt, None, rows, b, w, Epochs(spec, None, per_epoch))
-    progress = _progress_at(old, plan, nxt)
-    epochs = Epochs(spec, (epoch, progress), per_epoch, before=nxt)
-    return Resumed(epoch, 0, progress, rows, b, w, epochs, replan=True, before=nxt)
 
 
 def row_map(spec: PlanSpec, resumed: Resumed) -> list[int]:
