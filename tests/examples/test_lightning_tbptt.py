@@ -228,6 +228,7 @@ record = dict(
     rank=rank,
     streams=sorted({{s for _, cells in model.trained for s, _ in cells}}),
     losses=model.losses,
+    trained=model.trained,
     steps=model.steps,
     skipped=model.skipped,
     global_step=model.trainer.global_step,
@@ -350,3 +351,26 @@ def test_two_ddp_ranks_resumed_on_one_process_with_more_rows_keep_the_loss(two_r
     before = sum(held(r["losses"], r["steps"], save) for r in ranks)
     want = whole_loss(reference(module), module.make_streams())
     assert abs(before + epoch_loss(one["model"]) - want) <= 1e-10 * want
+
+
+def test_two_ddp_ranks_resumed_on_fewer_rows_read_every_step_once_a_waiting_stream_afresh(
+    two_ranks, tmp_path
+):
+    module, ranks, save = two_ranks["module"], two_ranks["ranks"], two_ranks["save"]
+    path = ranks[0]["checkpoints"][str(save)]
+    one = module.run(str(tmp_path), ckpt_path=path, batch_size=3, **PARITY)  # 2 x 2 -> 3
+    # a stream begun in the row that is gone waits, then goes on mid-way with reset set
+    late = [b for b in one["loader"] if (b.reset & (b.step[:, 0] > 0)).any()]
+    assert late
+    before = [
+        cells
+        for r in ranks
+        for (_, cells), s in zip(r["trained"], r["steps"], strict=True)
+        if s < save
+    ]
+    inputs = Counter(tuple(c) for cells in before for c in cells)
+    inputs.update(c for _, cells in one["model"].trained for c in cells)
+    assert inputs == module.every_step(module.make_streams())  # every step once
+    got = sum(held(r["losses"], r["steps"], save) for r in ranks) + epoch_loss(one["model"])
+    want = whole_loss(reference(module), module.make_streams())
+    assert abs(got - want) > 1e-6 * want  # its state zeroed mid-way: not the whole streams'
