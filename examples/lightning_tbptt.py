@@ -11,18 +11,25 @@ keeps the GRU's hidden state from one ``training_step`` to the next:
   but the first of a stream a target once;
 - zeroed where a row starts a new stream: where ``batch.reset`` is set, and, with
   ``pad="pack"``, at step 0 of a stream inside a chunk (the GRU reads the pieces between);
-- saved in every checkpoint (``on_save_checkpoint``) and restored from it
-  (``on_load_checkpoint``), then moved to the rows that continue each stream
-  (:meth:`streamseq.StreamLoader.row_map`: the run may resume with another batch size),
-  so that after resuming the rows that continue a stream go on with the state they had.
+- saved in every checkpoint (``on_save_checkpoint``): the states of every rank gathered
+  (``all_gather``) in the order of the global rows (row ``i`` of rank ``r`` is global row
+  ``r * batch_size + i``), restored from it (``on_load_checkpoint``), then each row of
+  each rank given the state of the global row it continues
+  (:meth:`streamseq.StreamLoader.row_map`: the run may resume with another batch size or
+  another number of processes), so that after resuming the rows that continue a stream
+  go on with the state they had.
 
 The module optimises by hand (``automatic_optimization = False``): one optimizer step per
 batch that has a target. A batch of padding alone (a rank whose rows have ended before
 the others') returns None from ``training_step``: no step (its loss is 0, but Adam would
 still move the weights), counted nowhere. A batch with inputs but no target is read for
-the state, without a step.
+the state, without a step. On several processes (DDP) the ranks decide together: every
+rank steps when one of them has a target (a rank of padding alone adds zero gradients),
+none when none has.
 
-The :class:`streamseq.StreamLoader` is passed to ``trainer.fit`` as it is: every epoch has
+The :class:`streamseq.StreamLoader` is built in ``train_dataloader()``, where the
+trainer knows the ranks (built before ``trainer.fit``, every DDP process would read the
+rows of rank 0 of 1), and handed to Lightning as it is: every epoch has
 the same number of batches, every pass over the loader reads the next epoch (a new
 shuffle), and Lightning saves the loader's ``state_dict`` in its checkpoints and loads it
 when resuming, so a run resumed in the middle of an epoch trains on exactly the batches it
@@ -118,10 +125,15 @@ class TBPTT(lightning.LightningModule):
         hidden: int = 16,
         lr: float = 0.02,
         dtype: torch.dtype = torch.float32,
+        tbins: int = 16,
+        workers: int = 0,
+        **loader_kw: Any,
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
         self.rows = batch_size  # of every batch of this process
+        self.loader_args = (batch_size, tbins, workers, loader_kw)  # for train_dataloader
+        self.loader: streamseq.StreamLoader | None = None
         self.gru = nn.GRU(1, hidden, batch_first=True, dtype=dtype)
         self.head = nn.Linear(hidden, 1, dtype=dtype)
         self.lr = lr
@@ -135,10 +147,27 @@ class TBPTT(lightning.LightningModule):
         self.resumed_hidden: torch.Tensor | None = None  # the state a checkpoint gave
         self.resumed_state: dict[str, Any] | None = None  # the loader's, for row_map
 
+    def train_dataloader(self) -> streamseq.StreamLoader:
+        """The loader, built here: under DDP the ranks are known (not before ``fit``).
+
+        Each process reads the rows of its rank (``rank``, ``world_size`` of the trainer,
+        unless given); one process reads them all.
+        """
+        if self.loader is None:
+            batch_size, tbins, workers, kw = self.loader_args
+            if "rank" not in kw and "world_size" not in kw:
+                kw = dict(kw, rank=self.trainer.global_rank, world_size=self.trainer.world_size)
+            self.loader = make_loader(batch_size, tbins, workers, **kw)
+        return self.loader
+
     def training_step(self, batch: streamseq.Batch, index: int) -> torch.Tensor | None:
-        if not batch.valid.any():  # padding alone: loss 0, but Adam would move the weights
+        alone = not batch.valid.any()  # padding alone: loss 0, but Adam would move the weights
+        if alone:
             self.skipped += 1
-            return None
+            if self.trainer.world_size == 1:
+                return None
+            # several processes: this one still takes part in the backward and the step
+            # the others make (DDP reduces the gradients of every rank), with nothing to add
         if self.resumed_state is not None:  # the first batch after resuming: move the rows
             self.hidden = self.moved(self.resumed_state)
             self.resumed_state = None
@@ -152,13 +181,17 @@ class TBPTT(lightning.LightningModule):
         self.hidden = h.detach()  # after the chunk's last step, for the next batch
         mask = batch.target_mask()  # [B, tbins]: step t + 1 of the same stream
         total = (((self.head(out) - x[:, 1:]) ** 2).sum(-1) * mask).sum()
-        n = int(mask.sum())
+        n = self.targets_of_every_rank(int(mask.sum()))
         if n:  # (a batch may hold inputs but no target: read for the state, no step)
             optimiser = self.optimizers()
             optimiser.zero_grad()
-            self.manual_backward(total / n)
+            # DDP averages the gradients of the ranks: the mean over every rank's targets
+            self.manual_backward(total * self.trainer.world_size / n)
             optimiser.step()
-            self.log("loss", total.detach() / n, batch_size=batch.data.shape[0])
+            if not alone:
+                self.log("loss", total.detach() / n, batch_size=batch.data.shape[0])
+        if alone:
+            return None
         epoch = self.current_epoch
         self.steps.append(before)
         self.trained.append((epoch, cells(batch.stream[:, :tbins], batch.step[:, :tbins], valid)))
@@ -166,11 +199,25 @@ class TBPTT(lightning.LightningModule):
         self.losses.append((epoch, float(total.detach())))
         return total.detach()
 
-    def moved(self, state: dict[str, Any]) -> torch.Tensor:
-        """The saved state of every row, moved to the row that continues it (zeros: a new one).
+    def targets_of_every_rank(self, n: int) -> int:
+        """The targets of this batch on every rank (``n``: this rank's).
 
-        The loader resumed may have another batch size:
-        :meth:`~streamseq.StreamLoader.row_map` tells which old row each row continues.
+        Every rank steps, or none: one that stepped alone would wait forever for the
+        others' gradients.
+        """
+        if self.trainer.world_size == 1:
+            return n
+        count = torch.tensor(float(n), device=self.device)
+        return int(self.trainer.strategy.reduce(count, reduce_op="sum"))
+
+    def moved(self, state: dict[str, Any]) -> torch.Tensor:
+        """The saved state of every global row, moved to this rank's row that continues it.
+
+        The checkpoint holds the state of every global row of the run that saved it (row
+        ``i`` of rank ``r``: global row ``r * batch_size + i``); the run resumed may have
+        another batch size or number of processes:
+        :meth:`~streamseq.StreamLoader.row_map` tells which global row each row of this
+        rank continues (-1: a row that starts afresh, its state zeros).
         """
         rows = torch.tensor(self.trainer.train_dataloader.row_map(state))
         old = self.hidden
@@ -188,10 +235,17 @@ class TBPTT(lightning.LightningModule):
         return torch.optim.Adam(self.parameters(), lr=self.lr)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["hidden"] = self.hidden.detach().cpu()
+        # every rank runs this hook (rank 0 writes the file): the state of every rank's
+        # rows, gathered in the order of the global rows, [layers, world_size * B, H]
+        gathered = self.all_gather(self.hidden.detach().to(self.device))
+        if gathered.dim() == self.hidden.dim():  # one process: as it is
+            gathered = gathered[None]
+        layers, width = self.hidden.shape[0], self.hidden.shape[2]
+        rows = gathered.transpose(0, 1).reshape(layers, -1, width)
+        checkpoint["hidden"] = rows.cpu()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self.hidden = checkpoint["hidden"].clone()
+        self.hidden = checkpoint["hidden"].clone()  # every global row, for moved()
         self.resumed_hidden = checkpoint["hidden"].clone()
         loops = checkpoint["loops"]["fit_loop"]
         loaders = loops["state_dict"].get("combined_loader")
@@ -241,18 +295,21 @@ def run(
     tbins: int = 16,
     workers: int = 0,
     accelerator: str = "auto",
+    devices: int | str = "auto",
+    strategy: str | lightning.pytorch.strategies.Strategy = "auto",
     lr: float = 0.02,
     dtype: torch.dtype = torch.float32,
     **loader_kw: Any,
 ) -> dict[str, Any]:
     """One ``trainer.fit`` with a new module and a new loader, resumed from ``ckpt_path``.
 
-    Returns the module, the loader, the number of batches of every epoch the trainer
-    started, the checkpoints written (by step) and whether the run crashed.
+    ``devices`` and ``strategy`` go to the ``Trainer`` (``devices=2, strategy="ddp"``:
+    two processes, each reading its rank's rows). Returns the module, the loader, the
+    number of batches of every epoch the trainer started, the checkpoints written (by
+    step) and whether the run crashed.
     """
     torch.manual_seed(0)
-    loader = make_loader(batch_size, tbins, workers, **loader_kw)
-    model = TBPTT(batch_size, lr=lr, dtype=dtype)
+    model = TBPTT(batch_size, lr=lr, dtype=dtype, tbins=tbins, workers=workers, **loader_kw)
     callbacks: list[lightning.Callback] = []
     if save_every:
         callbacks.append(
@@ -266,6 +323,8 @@ def run(
     trainer = lightning.Trainer(
         max_epochs=epochs,
         accelerator=accelerator,
+        devices=devices,
+        strategy=strategy,
         callbacks=[*callbacks, lengths],
         enable_checkpointing=bool(save_every),
         default_root_dir=out,
@@ -276,7 +335,7 @@ def run(
     )
     crashed = None
     try:
-        trainer.fit(model, loader, ckpt_path=ckpt_path)
+        trainer.fit(model, ckpt_path=ckpt_path)  # the loader: model.train_dataloader()
     except Crash as e:
         crashed = str(e)
     checkpoints = {
@@ -285,7 +344,7 @@ def run(
     }
     return {
         "model": model,
-        "loader": loader,
+        "loader": model.loader,
         "lengths": lengths.seen,
         "checkpoints": checkpoints,
         "crashed": crashed,

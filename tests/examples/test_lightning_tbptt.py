@@ -1,12 +1,19 @@
 """The Lightning recipe: a plain Trainer, the loader as it is, checkpoints with the GRU's state."""
 
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 import warnings
 from collections import Counter
 
 import numpy as np
 import pytest
 import torch
-from runner import load
+import torch.distributed as dist
+from runner import EXAMPLES, load
 
 pytest.importorskip("lightning")
 
@@ -191,3 +198,179 @@ def test_the_printout_counts_what_the_checkpoint_holds_past_a_batch_without_targ
     assert result["once"] and result["targets_once"]
     out = capsys.readouterr().out
     assert "an input once per epoch: True" in out and "a target once per epoch: True" in out
+
+
+# Two processes: a real Trainer(accelerator="cpu", devices=2, strategy="ddp"), launched by
+# torchrun (Lightning started by pytest cannot launch its own copies of the test run).
+DRIVER = """
+import json, os, sys
+from datetime import timedelta
+
+import torch
+from lightning.pytorch.strategies import DDPStrategy
+
+sys.path.insert(0, {examples!r})
+import lightning_tbptt as module
+
+out, one_process, save = sys.argv[1], sys.argv[2], int(sys.argv[3])
+torch.set_num_threads(1)
+kw = dict(epochs=1, accelerator="cpu", devices=2, lr=0.0, dtype=torch.float64, batch_size=2)
+
+
+def ddp():  # "ddp" on gloo, a collective that waits too long fails instead of hanging
+    return DDPStrategy(process_group_backend="gloo", timeout=timedelta(seconds=60))
+
+
+whole = module.run(os.path.join(out, "whole"), save_every=save, strategy=ddp(), **kw)
+resumed = module.run(os.path.join(out, "resumed"), ckpt_path=one_process, strategy=ddp(), **kw)
+rank, model = whole["model"].global_rank, whole["model"]
+record = dict(
+    rank=rank,
+    streams=sorted({{s for _, cells in model.trained for s, _ in cells}}),
+    losses=model.losses,
+    trained=model.trained,
+    steps=model.steps,
+    skipped=model.skipped,
+    global_step=model.trainer.global_step,
+    checkpoints=whole["checkpoints"],
+    resumed=resumed["model"].losses,
+)
+with open(os.path.join(out, f"rank{{rank}}.json"), "w") as f:
+    json.dump(record, f)
+"""
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(command, env, timeout):
+    """Runs ``command`` in a session of its own, every process of it killed on timeout."""
+    with subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    ) as proc:
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+            pytest.fail(f"two ranks still running after {timeout} s:\n{out[-3000:]}")
+    return proc.returncode, out
+
+
+def reference(module):
+    """The module every run of the parity tests builds (the same seed, weights kept)."""
+    torch.manual_seed(0)
+    return module.TBPTT(2, dtype=torch.float64)
+
+
+def held(losses, steps, save):
+    """The loss of the batches a checkpoint after optimizer step ``save`` holds."""
+    return sum(loss for (_, loss), s in zip(losses, steps, strict=True) if s < save)
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """One process (3 rows) saves mid-epoch; two DDP ranks (2 rows each) train an epoch,
+    saving mid-epoch, and resume the one-process checkpoint."""
+    if not (dist.is_available() and dist.is_gloo_available()):
+        pytest.skip("needs gloo")
+    out = tmp_path_factory.mktemp("lightning_ddp")
+    module = load("lightning_tbptt")
+    n = len(module.make_loader(3))
+    one = module.run(
+        str(out / "one"), save_every=n // 2, crash_at=n // 2 + 2, batch_size=3, **PARITY
+    )
+    driver = out / "driver.py"
+    driver.write_text(DRIVER.format(examples=str(EXAMPLES)))
+    save = len(module.make_loader(2, rank=0, world_size=2)) // 2
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}",
+        str(driver),
+        str(out),
+        one["checkpoints"][n // 2],
+        str(save),
+    ]
+    root = str(EXAMPLES.parent)
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=path, PYTHONWARNINGS="ignore")
+    code, printed = launch(command, env, timeout=240)
+    assert code == 0, printed[-3000:]
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    return {"module": module, "one": one, "one_save": n // 2, "ranks": ranks, "save": save}
+
+
+def test_two_ddp_ranks_read_their_own_rows_and_give_the_loss_of_whole_streams(two_ranks):
+    module, ranks = two_ranks["module"], two_ranks["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1]
+    streams = [set(r["streams"]) for r in ranks]
+    assert not streams[0] & streams[1]  # disjoint rows of one plan, not rank 0's twice
+    assert streams[0] | streams[1] == set(range(len(module.make_streams())))
+    # rank 0 ends with a batch of padding alone: it steps with rank 1 (no hang, no drift)
+    assert [r["skipped"] for r in ranks] == [1, 0]
+    assert ranks[0]["global_step"] == ranks[1]["global_step"] > 0
+    want = whole_loss(reference(module), module.make_streams())
+    got = sum(loss for r in ranks for _, loss in r["losses"])
+    assert abs(got - want) <= 1e-10 * want
+
+
+def test_a_checkpoint_of_two_ranks_holds_the_state_of_every_global_row(two_ranks):
+    path = two_ranks["ranks"][0]["checkpoints"][str(two_ranks["save"])]
+    hidden = torch.load(path, weights_only=False)["hidden"]
+    assert hidden.shape == (1, 4, 16)  # [layers, world_size * batch_size, H]
+    assert hidden.abs().sum(-1).gt(0).all()  # rank 1's rows too, not zeros
+
+
+def test_one_process_resumed_on_two_ddp_ranks_keeps_the_loss_of_whole_streams(two_ranks):
+    module, one, ranks = two_ranks["module"], two_ranks["one"], two_ranks["ranks"]
+    before = held(one["model"].losses, one["model"].steps, two_ranks["one_save"])
+    got = before + sum(loss for r in ranks for _, loss in r["resumed"])  # 3 rows -> 2 x 2
+    want = whole_loss(reference(module), module.make_streams())
+    assert abs(got - want) <= 1e-10 * want
+
+
+def test_two_ddp_ranks_resumed_on_one_process_with_more_rows_keep_the_loss(two_ranks, tmp_path):
+    module, ranks, save = two_ranks["module"], two_ranks["ranks"], two_ranks["save"]
+    path = ranks[0]["checkpoints"][str(save)]
+    one = module.run(str(tmp_path), ckpt_path=path, batch_size=5, **PARITY)  # 2 x 2 -> 5
+    state = torch.load(path, weights_only=False)["loops"]["fit_loop"]["state_dict"]
+    rows = one["loader"].row_map(state["combined_loader"][0])
+    assert {2, 3} & set(rows)  # rows of rank 1 go on here, with the state rank 1 saved
+    before = sum(held(r["losses"], r["steps"], save) for r in ranks)
+    want = whole_loss(reference(module), module.make_streams())
+    assert abs(before + epoch_loss(one["model"]) - want) <= 1e-10 * want
+
+
+def test_two_ddp_ranks_resumed_on_fewer_rows_read_every_step_once_a_waiting_stream_afresh(
+    two_ranks, tmp_path
+):
+    module, ranks, save = two_ranks["module"], two_ranks["ranks"], two_ranks["save"]
+    path = ranks[0]["checkpoints"][str(save)]
+    one = module.run(str(tmp_path), ckpt_path=path, batch_size=3, **PARITY)  # 2 x 2 -> 3
+    # a stream begun in the row that is gone waits, then goes on mid-way with reset set
+    late = [b for b in one["loader"] if (b.reset & (b.step[:, 0] > 0)).any()]
+    assert late
+    before = [
+        cells
+        for r in ranks
+        for (_, cells), s in zip(r["trained"], r["steps"], strict=True)
+        if s < save
+    ]
+    inputs = Counter(tuple(c) for cells in before for c in cells)
+    inputs.update(c for _, cells in one["model"].trained for c in cells)
+    assert inputs == module.every_step(module.make_streams())  # every step once
+    got = sum(held(r["losses"], r["steps"], save) for r in ranks) + epoch_loss(one["model"])
+    want = whole_loss(reference(module), module.make_streams())
+    assert abs(got - want) > 1e-6 * want  # its state zeroed mid-way: not the whole streams'
