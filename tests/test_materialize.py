@@ -728,3 +728,36 @@ def test_a_store_removed_before_it_was_mapped_is_an_error_naming_stream_and_step
     loader = StreamLoader([*first, *second], 4, 3, num_workers=workers)
     with pytest.raises(SourceError, match=r"stream [23] \(StoredStream.*steps 0:3: .*leaf-0"):
         list(loader)
+
+
+_CUT_SHORT = """
+import glob, os, sys, numpy as np
+from streamseq import StreamLoader, materialize
+from streamseq.errors import SourceError
+arrays = [np.arange(n * 3000, dtype=np.int32).reshape(n, 3000) + i for i, n in enumerate([50, 40])]
+stored = materialize(arrays, sys.argv[1])
+it = iter(StreamLoader(stored, 2, 4, num_workers=int(sys.argv[2]), pad=sys.argv[3]))
+next(it)
+os.truncate(glob.glob(os.path.join(sys.argv[1], "leaf-0.*.bin"))[0], 4096)
+try:
+    list(it)
+except SourceError as e:
+    print("ERROR", e)
+"""
+
+
+@pytest.mark.parametrize(("workers", "pad"), [(0, "zeros"), (2, "zeros"), (0, "pack")])
+def test_a_data_file_cut_short_while_mapped_is_an_error_not_a_bus_error(tmp_path, workers, pad):
+    store = tmp_path / "s"
+    run = subprocess.run(
+        [sys.executable, "-c", _CUT_SHORT, str(store), str(workers), pad],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
+    assert "ERROR" in run.stdout, run.stdout
+    message = run.stdout.split("ERROR", 1)[1]
+    assert "leaf-0." in message and "cut short" in message, message
+    assert "stream 0" in message and "steps 4:8" in message, message
