@@ -761,3 +761,16 @@ def test_a_data_file_cut_short_while_mapped_is_an_error_not_a_bus_error(tmp_path
     message = run.stdout.split("ERROR", 1)[1]
     assert "leaf-0." in message and "cut short" in message, message
     assert "stream 0" in message and "steps 4:8" in message, message
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_workers_in_use_is_0_when_a_store_is_read_in_this_process(tmp_path, persistent):
+    stored = materialize(token_arrays((9, 0, 14, 3, 22, 6, 11)), tmp_path / "s")
+    loader = StreamLoader(stored, 3, 4, num_workers=2, persistent_workers=persistent)
+    assert loader.workers_in_use == 0
+    it = iter(loader)
+    next(it)
+    assert loader.workers_in_use == 0
+    assert loader.num_workers == 2  # (the setting stays as given)
+    with_transform = StreamLoader(stored, 3, 4, num_workers=2, transform=_noisy)
+    assert with_transform.workers_in_use == 2  # (a transform runs in the workers)

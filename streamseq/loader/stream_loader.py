@@ -726,9 +726,10 @@ class StreamLoader:
         """The workers reading the batches of the pass in progress, or of the next one.
 
         Always an int (0: the calling process reads). With a number of workers given,
-        that number (at most one a row: ``batch_size``); with ``num_workers="auto"``,
-        0 then the number tried while the trial runs, then the number chosen (equal to
-        :attr:`num_workers` from then on).
+        that number (at most one a row: ``batch_size``), or 0 for streams that are all
+        stored (:func:`~streamseq.materialize`) and read in this process; with
+        ``num_workers="auto"``, 0 then the number tried while the trial runs, then the
+        number chosen (equal to :attr:`num_workers` from then on).
 
         Example:
             >>> import numpy as np
@@ -737,6 +738,8 @@ class StreamLoader:
         """
         trial = self._trial_now()
         count = trial.now() if trial is not None else self._config.num_workers
+        if count and self._reading.read_here(self.plan()):
+            return 0  # a store's batches: copied in this process (Reading.read_here)
         return min(count, self.spec.batch_size)
 
     def _newer_running(self, it: Pass) -> bool:
