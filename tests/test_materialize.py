@@ -774,3 +774,16 @@ def test_workers_in_use_is_0_when_a_store_is_read_in_this_process(tmp_path, pers
     assert loader.num_workers == 2  # (the setting stays as given)
     with_transform = StreamLoader(stored, 3, 4, num_workers=2, transform=_noisy)
     assert with_transform.workers_in_use == 2  # (a transform runs in the workers)
+
+
+def test_auto_workers_are_not_tried_on_a_store_read_in_this_process(tmp_path, caplog):
+    arrays = token_arrays((200, 340, 90, 410, 150, 260))
+    stored = materialize(arrays, tmp_path / "s")
+    want = batches_of(arrays, 0, 3, 4)
+    loader = StreamLoader(stored, 3, 4, num_workers="auto")
+    with caplog.at_level("INFO", logger="streamseq"):
+        for _ in range(2):
+            assert [_bytes(b) for b in loader] == want
+            assert loader.workers_in_use == 0
+    assert loader.num_workers == "auto"  # (nothing was timed with workers)
+    assert "chose" not in caplog.text, caplog.text
