@@ -787,3 +787,15 @@ def test_auto_workers_are_not_tried_on_a_store_read_in_this_process(tmp_path, ca
             assert loader.workers_in_use == 0
     assert loader.num_workers == "auto"  # (nothing was timed with workers)
     assert "chose" not in caplog.text, caplog.text
+
+
+@pytest.mark.parametrize("names", [("manifest.json", "clip.mp4"), ("index.npy",), ("done.log",)])
+def test_a_folder_of_other_files_is_refused_and_left_as_it_is(tmp_path, names):
+    folder = tmp_path / "dataset"
+    folder.mkdir()
+    for name in names:
+        (folder / name).write_bytes(b'{"name": "my recordings"}')
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    with pytest.raises(SourceError, match=f"not a store.*{names[0]}"):
+        materialize(token_arrays((5, 3)), folder)
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.name != ".lock"} == before

@@ -188,6 +188,8 @@ def _build(
         "key": key,
     }
     found = _contents(folder, writable)
+    if found is None and writable:
+        _check_own(folder)
     plan = _reusable(refs, folder, found, config, records, on_change)
     pending = np.flatnonzero(~plan.done & (lengths > 0))
     empty = np.flatnonzero(~plan.done & (lengths == 0))
@@ -240,6 +242,25 @@ def _contents(folder: str, writable: bool) -> Contents | None:
             raise SourceError(folder, f"{e}, and the folder is not writable") from None
         log.warning("materialize: %s: %s; the store is made again", folder, e)
         return None
+
+
+def _check_own(folder: str) -> None:
+    """Raise a :class:`SourceError` when ``folder``, holding no store, holds other files.
+
+    A store is made in an empty folder or in a store's own: a build writes its
+    manifest and index and removes data files of other generations, which must never
+    be files the user keeps there (a folder of recordings given by mistake).
+    """
+    foreign = layout.foreign_names(folder)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (
+            f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        )
+        raise SourceError(
+            folder,
+            f"not a store, and not empty: it holds {shown}; a store is made in an empty "
+            "folder (or its own): give another path",
+        )
 
 
 def _first_step(refs: list[StreamRef], lengths: np.ndarray, fn: Transform | None) -> Any:
