@@ -799,3 +799,21 @@ def test_a_folder_of_other_files_is_refused_and_left_as_it_is(tmp_path, names):
     with pytest.raises(SourceError, match=f"not a store.*{names[0]}"):
         materialize(token_arrays((5, 3)), folder)
     assert {p.name: p.read_bytes() for p in folder.iterdir() if p.name != ".lock"} == before
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error"),
+    [
+        ({"lock_timeout": float("nan")}, ValueError),  # (a wait for the lock without end)
+        ({"lock_timeout": -1}, ValueError),
+        ({"lock_timeout": "60"}, TypeError),
+        ({"timeout": float("nan")}, ValueError),
+        ({"timeout": -5}, ValueError),
+        ({"timeout": "1"}, TypeError),
+    ],
+)
+def test_bad_timeouts_are_refused_before_anything_is_written(tmp_path, arguments, error):
+    name = next(iter(arguments))
+    with pytest.raises(error, match=name):
+        materialize([np.arange(3)], tmp_path / "s", **arguments)
+    assert not (tmp_path / "s").exists()

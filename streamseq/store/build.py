@@ -12,6 +12,7 @@ import ctypes
 import errno
 import logging
 import multiprocessing
+import numbers
 import os
 import shutil
 import signal
@@ -146,6 +147,8 @@ def materialize(
     if on_change not in ON_CHANGE:
         raise ValueError(f"on_change must be one of {ON_CHANGE}, got {on_change!r}")
     num_workers = check_int(num_workers, "num_workers", 0)
+    timeout = _seconds(timeout, "timeout", none=True)
+    lock_timeout = _seconds(lock_timeout, "lock_timeout", none=False)
     refs = as_refs(streams, lengths)
     folder = os.path.abspath(os.fspath(path))
     os.makedirs(folder, exist_ok=True)
@@ -155,6 +158,30 @@ def materialize(
     if isinstance(streams, Mixture):
         return Mixture(stored, streams.spec)
     return stored
+
+
+def _seconds(value: Any, name: str, none: bool) -> float | None:
+    """``value`` checked as seconds: a number, not NaN; ``timeout`` > 0 (or ``None``).
+
+    Example:
+        >>> _seconds(2, "timeout", True), _seconds(float("inf"), "lock_timeout", False)
+        (2.0, inf)
+        >>> _seconds(float("nan"), "lock_timeout", False)
+        Traceback (most recent call last):
+        ...
+        ValueError: lock_timeout must be >= 0 seconds (inf: no limit), got nan
+    """
+    if value is None and none:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        what = " (or None)" if none else ""
+        raise TypeError(f"{name} must be a number of seconds{what}, got {value!r}")
+    seconds = float(value)
+    if none and not seconds > 0:  # (NaN too)
+        raise ValueError(f"{name} must be > 0 seconds (None: no limit), got {value}")
+    if not seconds >= 0:
+        raise ValueError(f"{name} must be >= 0 seconds (inf: no limit), got {value}")
+    return seconds
 
 
 def _build(
