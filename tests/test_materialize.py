@@ -817,3 +817,12 @@ def test_bad_timeouts_are_refused_before_anything_is_written(tmp_path, arguments
     with pytest.raises(error, match=name):
         materialize([np.arange(3)], tmp_path / "s", **arguments)
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("key", [("resize", 64), 64, b"v1", object()])
+def test_a_key_that_is_not_text_is_refused(tmp_path, key):
+    with pytest.raises(TypeError, match="key must be text"):
+        materialize([np.arange(3)], tmp_path / "s", key=key)
+    stored = materialize([np.arange(3)], tmp_path / "s", key="resize 64")
+    again = materialize([np.arange(3)], tmp_path / "s", key="resize 64")
+    assert stored[0]._files.generation == again[0]._files.generation  # (not made again)

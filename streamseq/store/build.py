@@ -149,6 +149,12 @@ def materialize(
     num_workers = check_int(num_workers, "num_workers", 0)
     timeout = _seconds(timeout, "timeout", none=True)
     lock_timeout = _seconds(lock_timeout, "lock_timeout", none=False)
+    if key is not None and not isinstance(key, str):
+        raise TypeError(
+            f"key must be text (or None), got {type(key).__name__}: the manifest keeps "
+            "it as JSON, and a key that JSON gives back otherwise (a tuple) would make the "
+            "store again at every call"
+        )
     refs = as_refs(streams, lengths)
     folder = os.path.abspath(os.fspath(path))
     os.makedirs(folder, exist_ok=True)
