@@ -826,3 +826,32 @@ def test_a_key_that_is_not_text_is_refused(tmp_path, key):
     stored = materialize([np.arange(3)], tmp_path / "s", key="resize 64")
     again = materialize([np.arange(3)], tmp_path / "s", key="resize 64")
     assert stored[0]._files.generation == again[0]._files.generation  # (not made again)
+
+
+def _scaled(x, info, k=1):
+    return x * k
+
+
+class _Crop:
+    """A transform object with the default repr (its address changes every run)."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __call__(self, x, info):
+        return x[:, : self.n]
+
+
+def test_a_transform_is_known_by_its_arguments_not_its_address(tmp_path):
+    import functools
+
+    arrays = token_arrays((6, 4))
+    one, other = _Crop(2), _Crop(2)  # (two objects: two addresses)
+    first = materialize(arrays, tmp_path / "o", transform=one)
+    again = materialize(arrays, tmp_path / "o", transform=other)
+    assert again[0]._files.generation == first[0]._files.generation  # (not made again)
+    assert stored_bytes(again) == [a[:, :2].tobytes() for a in arrays]
+    twice = materialize(arrays, tmp_path / "p", transform=functools.partial(_scaled, k=2))
+    assert stored_bytes(twice) == [(a * 2).tobytes() for a in arrays]
+    thrice = materialize(arrays, tmp_path / "p", transform=functools.partial(_scaled, k=3))
+    assert stored_bytes(thrice) == [(a * 3).tobytes() for a in arrays]  # (not the stale x2)

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import logging
 import multiprocessing
 import numbers
 import os
+import re
 import shutil
 import signal
 import time
@@ -33,7 +35,12 @@ from streamseq.read.transform import StepInfo, Transform
 from streamseq.store import layout
 from streamseq.store.check import Contents, lengths_digest, make_index, read_store
 from streamseq.store.generation import Plan, start_generation
-from streamseq.store.identity import check_source, record_change, source_record
+from streamseq.store.identity import (
+    check_source,
+    content_digest,
+    record_change,
+    source_record,
+)
 from streamseq.store.layout import Damaged
 from streamseq.store.lock import build_lock
 from streamseq.store.stream import StoredStream, stored_streams
@@ -216,7 +223,7 @@ def _build(
         "lengths_sha256": lengths_digest(lengths),
         "steps": int(lengths.sum()),
         "spec": spec,
-        "transform": None if fn is None else fn.name,
+        "transform": None if fn is None else transform_name(fn.fn),
         "seed": None if fn is None else fn.seed,
         "key": key,
     }
@@ -255,6 +262,49 @@ def _build(
         _run(build, _tasks(pending, lengths, per_step, num_workers), num_workers, timeout)
     layout.write_manifest(folder, manifest)
     return stored_streams(folder, manifest, index)
+
+
+#: the address in a default ``repr`` (``<Crop object at 0x7f...>``): another every run
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def transform_name(fn: Callable[..., Any]) -> str:
+    """What names a transform in a store's manifest: the same every run, arguments and all.
+
+    A function by its qualified name; a ``functools.partial`` with its arguments; an
+    object with a ``repr`` of its own by that ``repr``, one with the default ``repr``
+    (its address, another every run) by its type and attributes. Arrays among them are
+    named by a digest of their bytes. Another name makes the store again.
+
+    Example:
+        >>> import functools
+        >>> class Crop:
+        ...     def __init__(self, n):
+        ...         self.n = n
+        >>> transform_name(Crop(8)), transform_name(functools.partial(np.clip, a_max=3))
+        ('Crop(n=8)', 'clip(a_max=3)')
+    """
+    if isinstance(fn, functools.partial):
+        args = [_stable(a) for a in fn.args]
+        args += [f"{k}={_stable(v)}" for k, v in sorted(fn.keywords.items())]
+        return f"{transform_name(fn.func)}({', '.join(args)})"
+    name = getattr(fn, "__qualname__", None)
+    if isinstance(name, str):
+        return name
+    text = repr(fn)
+    if not _ADDRESS.search(text):
+        return text
+    fields = sorted((getattr(fn, "__dict__", None) or {}).items())
+    return f"{type(fn).__qualname__}({', '.join(f'{k}={_stable(v)}' for k, v in fields)})"
+
+
+def _stable(value: Any) -> str:
+    """``value`` as text that is the same every run (see :func:`transform_name`)."""
+    if isinstance(value, np.ndarray):
+        return content_digest([value])
+    if callable(value):
+        return transform_name(value)
+    return _ADDRESS.sub("", repr(value))
 
 
 def _body(manifest: dict[str, Any]) -> dict[str, Any]:
