@@ -742,7 +742,7 @@ class StreamLoader:
         """
         trial = self._trial_now()
         count = trial.now() if trial is not None else self._config.num_workers
-        if count and self._reading.read_here(self.plan()):
+        if count and self._reading.in_memory and self._reading.read_here(self.plan()):
             return 0  # a store's batches: copied in this process (Reading.read_here)
         return min(count, self.spec.batch_size)
 
