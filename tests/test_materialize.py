@@ -732,10 +732,13 @@ def test_a_store_removed_before_it_was_mapped_is_an_error_naming_stream_and_step
 
 _CUT_SHORT = """
 import glob, os, sys, numpy as np
+import streamseq
 from streamseq import StreamLoader, materialize
 from streamseq.errors import SourceError
 arrays = [np.arange(n * 3000, dtype=np.int32).reshape(n, 3000) + i for i, n in enumerate([50, 40])]
 stored = materialize(arrays, sys.argv[1])
+if sys.argv[4] == "zip":
+    stored = [streamseq.zip_streams({"a": s, "b": s}) for s in stored]
 it = iter(StreamLoader(stored, 2, 4, num_workers=int(sys.argv[2]), pad=sys.argv[3]))
 next(it)
 os.truncate(glob.glob(os.path.join(sys.argv[1], "leaf-0.*.bin"))[0], 4096)
@@ -746,11 +749,16 @@ except SourceError as e:
 """
 
 
-@pytest.mark.parametrize(("workers", "pad"), [(0, "zeros"), (2, "zeros"), (0, "pack")])
-def test_a_data_file_cut_short_while_mapped_is_an_error_not_a_bus_error(tmp_path, workers, pad):
+@pytest.mark.parametrize(
+    ("workers", "pad", "zipped"),
+    [(0, "zeros", ""), (2, "zeros", ""), (0, "pack", ""), (0, "zeros", "zip")],
+)
+def test_a_data_file_cut_short_while_mapped_is_an_error_not_a_bus_error(
+    tmp_path, workers, pad, zipped
+):
     store = tmp_path / "s"
     run = subprocess.run(
-        [sys.executable, "-c", _CUT_SHORT, str(store), str(workers), pad],
+        [sys.executable, "-c", _CUT_SHORT, str(store), str(workers), pad, zipped or "-"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -173,6 +173,8 @@ class StoredStream:
 def store_files(sources: Sequence[Any]) -> list[_Files]:
     """The stores (their data files) that the :class:`StoredStream` among ``sources`` read.
 
+    Streams zipped (:func:`~streamseq.zip_streams`) are looked into.
+
     Example:
         >>> import tempfile
         >>> from streamseq.store import materialize
@@ -181,10 +183,17 @@ def store_files(sources: Sequence[Any]) -> list[_Files]:
         ...     len(store_files([*s, np.arange(4)]))
         1
     """
+    from streamseq.zip_streams import _Zip  # (zipped streams: their parts)
+
     found: dict[int, _Files] = {}
-    for source in sources:
+    todo = list(sources)
+    while todo:
+        source = todo.pop()
         if isinstance(source, StoredStream):
             found.setdefault(id(source._files), source._files)
+        elif isinstance(source, _Zip):
+            parts = source.streams
+            todo.extend(parts.values() if isinstance(parts, dict) else parts)
     return list(found.values())
 
 
