@@ -323,6 +323,7 @@ def _contents(folder: str, writable: bool) -> Contents | None:
     except Damaged as e:
         if not writable:
             raise SourceError(folder, f"{e}, and the folder is not writable") from None
+        _check_own(folder)  # (a manifest.json of another's is not a store to make again)
         log.warning("materialize: %s: %s; the store is made again", folder, e)
         return None
 
