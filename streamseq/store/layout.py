@@ -101,12 +101,14 @@ def foreign_names(folder: str) -> list[str]:
     """The names in ``folder`` that are not a store's (files a build must leave alone).
 
     ``manifest.json`` and ``index.npy`` are a store's only beside the files of a
-    generation: alone, they may be anyone's.
+    generation: alone, they may be anyone's. Hidden names (``.nfs*`` files of a
+    removed file still mapped on NFS, ``.DS_Store``) are nobody's concern: a build
+    neither writes nor removes them.
 
     Example:
         >>> import tempfile
         >>> with tempfile.TemporaryDirectory() as d:
-        ...     for name in ("index.npy", "clip.mp4", LOCK):
+        ...     for name in ("index.npy", "clip.mp4", LOCK, ".nfs0001"):
         ...         open(os.path.join(d, name), "w").close()
         ...     foreign_names(d)
         ['clip.mp4', 'index.npy']
@@ -114,7 +116,9 @@ def foreign_names(folder: str) -> list[str]:
     names = os.listdir(folder)
     generated = any(GENERATED.fullmatch(n) for n in names)
     ours = {LOCK, MANIFEST, INDEX} if generated else {LOCK}
-    return sorted(n for n in names if n not in ours and not GENERATED.fullmatch(n))
+    return sorted(
+        n for n in names if not n.startswith(".") and n not in ours and not GENERATED.fullmatch(n)
+    )
 
 
 def encode_spec(spec: Any) -> Any:
