@@ -106,7 +106,7 @@ def materialize(
     Args:
         streams: streams or openers (as for :class:`~streamseq.StreamLoader`), or a
             :class:`~streamseq.Mixture` (a mixture of the stored streams is returned).
-        path: the store's folder (made if needed).
+        path: the store's folder (made if needed): empty, or a store's.
         lengths: the streams' lengths, when known (else measured).
         transform: ``fn(steps, info)`` applied to the steps before they are stored; it
             must be deterministic (``info.epoch`` is always 0): it is applied once.
@@ -131,12 +131,15 @@ def materialize(
         SourceError: a source's file changed since the source was made, or since the
             store was made (with ``on_change="error"``); it names the stream and the file.
             Or the store's folder cannot be written and the store there is not complete,
-            or does not match the streams.
+            or does not match the streams; or it holds no store but other files.
         StreamError: a stream failed to read, or its steps differ in dtype or shape
             from the first stream's (named with the steps).
         TypeError: the steps are not arrays of numbers, text or bytes (objects,
-            structured arrays).
+            structured arrays); a ``key`` that is not text; a timeout that is not a
+            number.
         OSError: ``errno.ENOSPC`` when the steps left to write would not fit the disk.
+        ValueError: an ``on_change`` not known, streams all empty, a timeout that is
+            NaN or negative (``timeout`` 0).
         TimeoutError: another process held the store for ``lock_timeout``.
         WorkerError: a worker died (:class:`~streamseq.WorkerTimeout` after ``timeout``).
 
