@@ -728,3 +728,138 @@ def test_a_store_removed_before_it_was_mapped_is_an_error_naming_stream_and_step
     loader = StreamLoader([*first, *second], 4, 3, num_workers=workers)
     with pytest.raises(SourceError, match=r"stream [23] \(StoredStream.*steps 0:3: .*leaf-0"):
         list(loader)
+
+
+_CUT_SHORT = """
+import glob, os, sys, numpy as np
+import streamseq
+from streamseq import StreamLoader, materialize
+from streamseq.errors import SourceError
+arrays = [np.arange(n * 3000, dtype=np.int32).reshape(n, 3000) + i for i, n in enumerate([50, 40])]
+stored = materialize(arrays, sys.argv[1])
+if sys.argv[4] == "zip":
+    stored = [streamseq.zip_streams({"a": s, "b": s}) for s in stored]
+it = iter(StreamLoader(stored, 2, 4, num_workers=int(sys.argv[2]), pad=sys.argv[3]))
+next(it)
+os.truncate(glob.glob(os.path.join(sys.argv[1], "leaf-0.*.bin"))[0], 4096)
+try:
+    list(it)
+except SourceError as e:
+    print("ERROR", e)
+"""
+
+
+@pytest.mark.parametrize(
+    ("workers", "pad", "zipped"),
+    [(0, "zeros", ""), (2, "zeros", ""), (0, "pack", ""), (0, "zeros", "zip")],
+)
+def test_a_data_file_cut_short_while_mapped_is_an_error_not_a_bus_error(
+    tmp_path, workers, pad, zipped
+):
+    store = tmp_path / "s"
+    run = subprocess.run(
+        [sys.executable, "-c", _CUT_SHORT, str(store), str(workers), pad, zipped or "-"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
+    assert "ERROR" in run.stdout, run.stdout
+    message = run.stdout.split("ERROR", 1)[1]
+    assert "leaf-0." in message and "cut short" in message, message
+    assert "stream 0" in message and "steps 4:8" in message, message
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_workers_in_use_is_0_when_a_store_is_read_in_this_process(tmp_path, persistent):
+    stored = materialize(token_arrays((9, 0, 14, 3, 22, 6, 11)), tmp_path / "s")
+    loader = StreamLoader(stored, 3, 4, num_workers=2, persistent_workers=persistent)
+    assert loader.workers_in_use == 0
+    it = iter(loader)
+    next(it)
+    assert loader.workers_in_use == 0
+    assert loader.num_workers == 2  # (the setting stays as given)
+    with_transform = StreamLoader(stored, 3, 4, num_workers=2, transform=_noisy)
+    assert with_transform.workers_in_use == 2  # (a transform runs in the workers)
+
+
+def test_auto_workers_are_not_tried_on_a_store_read_in_this_process(tmp_path, caplog):
+    arrays = token_arrays((200, 340, 90, 410, 150, 260))
+    stored = materialize(arrays, tmp_path / "s")
+    want = batches_of(arrays, 0, 3, 4)
+    loader = StreamLoader(stored, 3, 4, num_workers="auto")
+    with caplog.at_level("INFO", logger="streamseq"):
+        for _ in range(2):
+            assert [_bytes(b) for b in loader] == want
+            assert loader.workers_in_use == 0
+    assert loader.num_workers == "auto"  # (nothing was timed with workers)
+    assert "chose" not in caplog.text, caplog.text
+
+
+@pytest.mark.parametrize("names", [("manifest.json", "clip.mp4"), ("index.npy",), ("done.log",)])
+def test_a_folder_of_other_files_is_refused_and_left_as_it_is(tmp_path, names):
+    folder = tmp_path / "dataset"
+    folder.mkdir()
+    for name in names:
+        (folder / name).write_bytes(b'{"name": "my recordings"}')
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    with pytest.raises(SourceError, match=f"not a store.*{names[0]}"):
+        materialize(token_arrays((5, 3)), folder)
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.name != ".lock"} == before
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error"),
+    [
+        ({"lock_timeout": float("nan")}, ValueError),  # (a wait for the lock without end)
+        ({"lock_timeout": -1}, ValueError),
+        ({"lock_timeout": "60"}, TypeError),
+        ({"timeout": float("nan")}, ValueError),
+        ({"timeout": -5}, ValueError),
+        ({"timeout": "1"}, TypeError),
+    ],
+)
+def test_bad_timeouts_are_refused_before_anything_is_written(tmp_path, arguments, error):
+    name = next(iter(arguments))
+    with pytest.raises(error, match=name):
+        materialize([np.arange(3)], tmp_path / "s", **arguments)
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("key", [("resize", 64), 64, b"v1", object()])
+def test_a_key_that_is_not_text_is_refused(tmp_path, key):
+    with pytest.raises(TypeError, match="key must be text"):
+        materialize([np.arange(3)], tmp_path / "s", key=key)
+    stored = materialize([np.arange(3)], tmp_path / "s", key="resize 64")
+    again = materialize([np.arange(3)], tmp_path / "s", key="resize 64")
+    assert stored[0]._files.generation == again[0]._files.generation  # (not made again)
+
+
+def _scaled(x, info, k=1):
+    return x * k
+
+
+class _Crop:
+    """A transform object with the default repr (its address changes every run)."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __call__(self, x, info):
+        return x[:, : self.n]
+
+
+def test_a_transform_is_known_by_its_arguments_not_its_address(tmp_path):
+    import functools
+
+    arrays = token_arrays((6, 4))
+    one, other = _Crop(2), _Crop(2)  # (two objects: two addresses)
+    first = materialize(arrays, tmp_path / "o", transform=one)
+    again = materialize(arrays, tmp_path / "o", transform=other)
+    assert again[0]._files.generation == first[0]._files.generation  # (not made again)
+    assert stored_bytes(again) == [a[:, :2].tobytes() for a in arrays]
+    twice = materialize(arrays, tmp_path / "p", transform=functools.partial(_scaled, k=2))
+    assert stored_bytes(twice) == [(a * 2).tobytes() for a in arrays]
+    thrice = materialize(arrays, tmp_path / "p", transform=functools.partial(_scaled, k=3))
+    assert stored_bytes(thrice) == [(a * 3).tobytes() for a in arrays]  # (not the stale x2)

@@ -15,12 +15,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..deliver.assemble import Assembled
+from ..errors import SourceError
 from ..interleave import Row, make_rows
 from ..plan.balance import balanced_groups, row_costs
 from ..plan.planner import EpochPlan, Epochs
 from ..plan.spec import PlanSpec
 from ..read.ref import StreamRef
 from ..split import split_by_worker
+from ..store.stream import store_files
 from ..tbin import tbin
 from ..workers.config import WorkerConfig
 from ..workers.inline import bounded
@@ -35,6 +37,32 @@ from .run import Setup
 #: its copy (0.1 to 0.4 ms at memory speed) costs that process no more than taking a
 #: batch over from workers (about 0.5 ms on 2 cores, ``docs/performance.rst``)
 COPY_HERE_BYTES = 2 << 20
+
+
+class _StoreChecked(ZipBatch):
+    """A group whose rows read stores: their data files are checked before each batch.
+
+    A data file cut short in place while mapped would kill the process that copies a
+    batch out of it (``SIGBUS``); checked first, it is a :class:`SourceError` naming the
+    file, the streams and the steps of the batch.
+    """
+
+    stores: list[Any] = []
+
+    def __getitem__(self, i: int) -> Any:
+        self._check(i)
+        return super().__getitem__(i)
+
+    def item(self, i: int, need_data: bool = True) -> Any:
+        self._check(i)
+        return super().item(i, need_data)
+
+    def _check(self, i: Any) -> None:
+        try:
+            for files in self.stores:
+                files.check()
+        except SourceError as e:
+            raise SourceError(e.path, f"{e.detail}; {self.describe_item(i)}") from None
 
 
 class Reading:
@@ -69,6 +97,11 @@ class Reading:
             and len(refs) > 0
             and all(callable(getattr(type(r.source), "as_arrays", None)) for r in refs)
         )
+
+    @functools.cached_property
+    def stores(self) -> list[Any]:
+        """The stores the streams read (checked before each batch: :class:`_StoreChecked`)."""
+        return store_files([r.source for r in self.refs])
 
     def read_here(self, plan: EpochPlan) -> bool:
         """Whether ``plan``'s batches are read in the calling process whatever the workers.
@@ -105,7 +138,12 @@ class Reading:
             tbin(r, spec.tbins, pack=pack, max_streams_per_chunk=cap, lookahead=self.lookahead)
             for r in rows
         ]
-        return ZipBatch(parts, pad=spec.pad, length=plan.length, spec=self.data.of(plan.epoch))
+        data, stores = self.data.of(plan.epoch), self.stores
+        if not stores:
+            return ZipBatch(parts, pad=spec.pad, length=plan.length, spec=data)
+        group = _StoreChecked(parts, pad=spec.pad, length=plan.length, spec=data)
+        group.stores = stores
+        return group
 
     def whole(self, plan: EpochPlan) -> ZipBatch:
         """The rows of this rank in ``plan``'s epoch, as one group (read in this process)."""

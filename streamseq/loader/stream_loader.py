@@ -683,6 +683,8 @@ class StreamLoader:
         """A pass from batch ``start``: read here, or by workers (new or persistent)."""
         trial = self._trial_now()
         config, plan = self._config, self.plan()
+        if trial is not None and self._reading.read_here(plan):
+            trial = None  # a store's batches are read here whatever the workers: no trial
         size = self.spec.batch_size * self._reading.steps  # steps a batch holds (stats)
         workers = trial.now() if trial is not None else config.num_workers
         setup = functools.partial(
@@ -717,6 +719,8 @@ class StreamLoader:
         have been timed both ways (:class:`~streamseq.loader.run.Trial`; with short
         epochs that may take more than one pass). Until then the batches are read in
         this process, then by the workers tried: :attr:`workers_in_use` tells which.
+        Streams that are all stored and read in this process whatever the workers
+        (:func:`~streamseq.materialize`) are not timed: the setting stays ``"auto"``.
         """
         self._trial_now()
         return "auto" if self._config.auto else self._config.num_workers
@@ -726,9 +730,10 @@ class StreamLoader:
         """The workers reading the batches of the pass in progress, or of the next one.
 
         Always an int (0: the calling process reads). With a number of workers given,
-        that number (at most one a row: ``batch_size``); with ``num_workers="auto"``,
-        0 then the number tried while the trial runs, then the number chosen (equal to
-        :attr:`num_workers` from then on).
+        that number (at most one a row: ``batch_size``), or 0 for streams that are all
+        stored (:func:`~streamseq.materialize`) and read in this process; with
+        ``num_workers="auto"``, 0 then the number tried while the trial runs, then the
+        number chosen (equal to :attr:`num_workers` from then on).
 
         Example:
             >>> import numpy as np
@@ -737,6 +742,8 @@ class StreamLoader:
         """
         trial = self._trial_now()
         count = trial.now() if trial is not None else self._config.num_workers
+        if count and self._reading.in_memory and self._reading.read_here(self.plan()):
+            return 0  # a store's batches: copied in this process (Reading.read_here)
         return min(count, self.spec.batch_size)
 
     def _newer_running(self, it: Pass) -> bool:

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import logging
 import multiprocessing
+import numbers
 import os
+import re
 import shutil
 import signal
 import time
@@ -32,7 +35,12 @@ from streamseq.read.transform import StepInfo, Transform
 from streamseq.store import layout
 from streamseq.store.check import Contents, lengths_digest, make_index, read_store
 from streamseq.store.generation import Plan, start_generation
-from streamseq.store.identity import check_source, record_change, source_record
+from streamseq.store.identity import (
+    check_source,
+    content_digest,
+    record_change,
+    source_record,
+)
 from streamseq.store.layout import Damaged
 from streamseq.store.lock import build_lock
 from streamseq.store.stream import StoredStream, stored_streams
@@ -98,7 +106,7 @@ def materialize(
     Args:
         streams: streams or openers (as for :class:`~streamseq.StreamLoader`), or a
             :class:`~streamseq.Mixture` (a mixture of the stored streams is returned).
-        path: the store's folder (made if needed).
+        path: the store's folder (made if needed): empty, or a store's.
         lengths: the streams' lengths, when known (else measured).
         transform: ``fn(steps, info)`` applied to the steps before they are stored; it
             must be deterministic (``info.epoch`` is always 0): it is applied once.
@@ -123,12 +131,15 @@ def materialize(
         SourceError: a source's file changed since the source was made, or since the
             store was made (with ``on_change="error"``); it names the stream and the file.
             Or the store's folder cannot be written and the store there is not complete,
-            or does not match the streams.
+            or does not match the streams; or it holds no store but other files.
         StreamError: a stream failed to read, or its steps differ in dtype or shape
             from the first stream's (named with the steps).
         TypeError: the steps are not arrays of numbers, text or bytes (objects,
-            structured arrays).
+            structured arrays); a ``key`` that is not text; a timeout that is not a
+            number.
         OSError: ``errno.ENOSPC`` when the steps left to write would not fit the disk.
+        ValueError: an ``on_change`` not known, streams all empty, a timeout that is
+            NaN or negative (``timeout`` 0).
         TimeoutError: another process held the store for ``lock_timeout``.
         WorkerError: a worker died (:class:`~streamseq.WorkerTimeout` after ``timeout``).
 
@@ -146,6 +157,14 @@ def materialize(
     if on_change not in ON_CHANGE:
         raise ValueError(f"on_change must be one of {ON_CHANGE}, got {on_change!r}")
     num_workers = check_int(num_workers, "num_workers", 0)
+    timeout = _seconds(timeout, "timeout", none=True)
+    lock_timeout = _seconds(lock_timeout, "lock_timeout", none=False)
+    if key is not None and not isinstance(key, str):
+        raise TypeError(
+            f"key must be text (or None), got {type(key).__name__}: the manifest keeps "
+            "it as JSON, and a key that JSON gives back otherwise (a tuple) would make the "
+            "store again at every call"
+        )
     refs = as_refs(streams, lengths)
     folder = os.path.abspath(os.fspath(path))
     os.makedirs(folder, exist_ok=True)
@@ -155,6 +174,30 @@ def materialize(
     if isinstance(streams, Mixture):
         return Mixture(stored, streams.spec)
     return stored
+
+
+def _seconds(value: Any, name: str, none: bool) -> float | None:
+    """``value`` checked as seconds: a number, not NaN; ``timeout`` > 0 (or ``None``).
+
+    Example:
+        >>> _seconds(2, "timeout", True), _seconds(float("inf"), "lock_timeout", False)
+        (2.0, inf)
+        >>> _seconds(float("nan"), "lock_timeout", False)
+        Traceback (most recent call last):
+        ...
+        ValueError: lock_timeout must be >= 0 seconds (inf: no limit), got nan
+    """
+    if value is None and none:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        what = " (or None)" if none else ""
+        raise TypeError(f"{name} must be a number of seconds{what}, got {value!r}")
+    seconds = float(value)
+    if none and not seconds > 0:  # (NaN too)
+        raise ValueError(f"{name} must be > 0 seconds (None: no limit), got {value}")
+    if not seconds >= 0:
+        raise ValueError(f"{name} must be >= 0 seconds (inf: no limit), got {value}")
+    return seconds
 
 
 def _build(
@@ -183,11 +226,13 @@ def _build(
         "lengths_sha256": lengths_digest(lengths),
         "steps": int(lengths.sum()),
         "spec": spec,
-        "transform": None if fn is None else fn.name,
+        "transform": None if fn is None else transform_name(fn.fn),
         "seed": None if fn is None else fn.seed,
         "key": key,
     }
     found = _contents(folder, writable)
+    if found is None and writable:
+        _check_own(folder)
     plan = _reusable(refs, folder, found, config, records, on_change)
     pending = np.flatnonzero(~plan.done & (lengths > 0))
     empty = np.flatnonzero(~plan.done & (lengths == 0))
@@ -222,6 +267,49 @@ def _build(
     return stored_streams(folder, manifest, index)
 
 
+#: the address in a default ``repr`` (``<Crop object at 0x7f...>``): another every run
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def transform_name(fn: Callable[..., Any]) -> str:
+    """What names a transform in a store's manifest: the same every run, arguments and all.
+
+    A function by its qualified name; a ``functools.partial`` with its arguments; an
+    object with a ``repr`` of its own by that ``repr``, one with the default ``repr``
+    (its address, another every run) by its type and attributes. Arrays among them are
+    named by a digest of their bytes. Another name makes the store again.
+
+    Example:
+        >>> import functools
+        >>> class Crop:
+        ...     def __init__(self, n):
+        ...         self.n = n
+        >>> transform_name(Crop(8)), transform_name(functools.partial(np.clip, a_max=3))
+        ('Crop(n=8)', 'clip(a_max=3)')
+    """
+    if isinstance(fn, functools.partial):
+        args = [_stable(a) for a in fn.args]
+        args += [f"{k}={_stable(v)}" for k, v in sorted(fn.keywords.items())]
+        return f"{transform_name(fn.func)}({', '.join(args)})"
+    name = getattr(fn, "__qualname__", None)
+    if isinstance(name, str):
+        return name
+    text = repr(fn)
+    if not _ADDRESS.search(text):
+        return text
+    fields = sorted((getattr(fn, "__dict__", None) or {}).items())
+    return f"{type(fn).__qualname__}({', '.join(f'{k}={_stable(v)}' for k, v in fields)})"
+
+
+def _stable(value: Any) -> str:
+    """``value`` as text that is the same every run (see :func:`transform_name`)."""
+    if isinstance(value, np.ndarray):
+        return content_digest([value])
+    if callable(value):
+        return transform_name(value)
+    return _ADDRESS.sub("", repr(value))
+
+
 def _body(manifest: dict[str, Any]) -> dict[str, Any]:
     """The manifest without its digest."""
     return {k: v for k, v in manifest.items() if k != "digest"}
@@ -238,8 +326,28 @@ def _contents(folder: str, writable: bool) -> Contents | None:
     except Damaged as e:
         if not writable:
             raise SourceError(folder, f"{e}, and the folder is not writable") from None
+        _check_own(folder)  # (a manifest.json of another's is not a store to make again)
         log.warning("materialize: %s: %s; the store is made again", folder, e)
         return None
+
+
+def _check_own(folder: str) -> None:
+    """Raise a :class:`SourceError` when ``folder``, holding no store, holds other files.
+
+    A store is made in an empty folder or in a store's own: a build writes its
+    manifest and index and removes data files of other generations, which must never
+    be files the user keeps there (a folder of recordings given by mistake).
+    """
+    foreign = layout.foreign_names(folder)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (
+            f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        )
+        raise SourceError(
+            folder,
+            f"not a store, and not empty: it holds {shown}; a store is made in an empty "
+            "folder (or its own): give another path",
+        )
 
 
 def _first_step(refs: list[StreamRef], lengths: np.ndarray, fn: Transform | None) -> Any:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import secrets
 from typing import Any
 
@@ -37,6 +38,11 @@ VERSION = 2
 #: what a record of ``done.log`` is checked with
 DONE_KEY = 0x5EA1ED5EA1ED
 MANIFEST, INDEX, LOCK = "manifest.json", "index.npy", ".lock"
+#: the names of the files of a generation, and of files written atomically (left by a crash)
+GENERATED = re.compile(
+    r"(leaf-\d+\.[0-9a-f]+\.bin|done\.[0-9a-f]+\.log)"
+    r"|(manifest\.json|index\.npy|done\.[0-9a-f]+\.log)\.tmp\d+"
+)
 
 
 class Damaged(ValueError):
@@ -87,11 +93,32 @@ def remove_other_generations(folder: str, keep: str) -> None:
     """
     for name in os.listdir(folder):
         parts = name.split(".")
-        ours = (parts[0].startswith("leaf-") and name.endswith(".bin")) or (
-            parts[0] == "done" and name.endswith(".log")
-        )
-        if ours and (len(parts) != 3 or parts[1] != keep):
+        if GENERATED.fullmatch(name) and len(parts) == 3 and parts[1] != keep:
             os.remove(os.path.join(folder, name))
+
+
+def foreign_names(folder: str) -> list[str]:
+    """The names in ``folder`` that are not a store's (files a build must leave alone).
+
+    ``manifest.json`` and ``index.npy`` are a store's only beside the files of a
+    generation: alone, they may be anyone's. Hidden names (``.nfs*`` files of a
+    removed file still mapped on NFS, ``.DS_Store``) are nobody's concern: a build
+    neither writes nor removes them.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     for name in ("index.npy", "clip.mp4", LOCK, ".nfs0001"):
+        ...         open(os.path.join(d, name), "w").close()
+        ...     foreign_names(d)
+        ['clip.mp4', 'index.npy']
+    """
+    names = os.listdir(folder)
+    generated = any(GENERATED.fullmatch(n) for n in names)
+    ours = {LOCK, MANIFEST, INDEX} if generated else {LOCK}
+    return sorted(
+        n for n in names if not n.startswith(".") and n not in ours and not GENERATED.fullmatch(n)
+    )
 
 
 def encode_spec(spec: Any) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -31,9 +32,32 @@ class _Files:
 
     def maps(self) -> Any:
         """The tree of read-only memory maps of the whole data files (this process's)."""
-        return self._maps.get(self._open)
+        return self._maps.get(self._open)[0]
 
-    def _open(self) -> Any:
+    def check(self) -> None:
+        """Raise a :class:`SourceError` when a data file this process mapped was cut short.
+
+        A mapped page past the end of a file cut short in place (``truncate``) kills
+        the process that touches it (``SIGBUS``, no Python error): the loader calls this
+        before each batch it reads from the store. The file's size is that of the file
+        mapped (an open file: a store made again, or removed, keeps it whole), so only a
+        file cut short where it is fails. Files not mapped in this process yet are
+        checked when they are.
+        """
+        opened = self._maps.peek()
+        for file, size in [] if opened is None else opened[1]:
+            got = os.fstat(file.fileno()).st_size
+            if got < size:
+                raise SourceError(
+                    file.name,
+                    f"the store's data file was cut short to {got} bytes while mapped "
+                    f"(it had {size}): its steps cannot be read; run materialize to "
+                    "make the store again",
+                )
+
+    def _open(self) -> tuple[Any, list[tuple[Any, int]]]:
+        files: list[tuple[Any, int]] = []  # (the open file, its size): see check
+
         def open_leaf(i: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
             path = os.path.join(self.folder, layout.leaf_file(i, self.generation))
             size = self.steps * dtype.itemsize * int(np.prod(shape, dtype=np.int64))
@@ -41,7 +65,9 @@ class _Files:
                 check_leaf(path, size)
                 if size == 0:
                     return np.zeros((self.steps, *shape), dtype)
-                return np.memmap(path, dtype, mode="r", shape=(self.steps, *shape))
+                file = open(path, "rb")  # noqa: SIM115 (kept open with the map: check)
+                files.append((file, size))
+                return np.memmap(file, dtype, mode="r", shape=(self.steps, *shape))
             except (Damaged, OSError, ValueError) as e:
                 raise SourceError(
                     path,
@@ -49,7 +75,7 @@ class _Files:
                     "or damaged since these streams were opened: open it again)",
                 ) from None
 
-        return layout.decode_spec(self.spec, open_leaf)
+        return layout.decode_spec(self.spec, open_leaf), files
 
 
 class StoredStream:
@@ -142,6 +168,33 @@ class StoredStream:
         b = max(a, b)
         out[: b - a] = self._files.maps()[self.offset + a : self.offset + b]
         return b - a
+
+
+def store_files(sources: Sequence[Any]) -> list[_Files]:
+    """The stores (their data files) that the :class:`StoredStream` among ``sources`` read.
+
+    Streams zipped (:func:`~streamseq.zip_streams`) are looked into.
+
+    Example:
+        >>> import tempfile
+        >>> from streamseq.store import materialize
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     s = materialize([np.arange(3), np.arange(2)], d)
+        ...     len(store_files([*s, np.arange(4)]))
+        1
+    """
+    from streamseq.zip_streams import _Zip  # (zipped streams: their parts)
+
+    found: dict[int, _Files] = {}
+    todo = list(sources)
+    while todo:
+        source = todo.pop()
+        if isinstance(source, StoredStream):
+            found.setdefault(id(source._files), source._files)
+        elif isinstance(source, _Zip):
+            parts = source.streams
+            todo.extend(parts.values() if isinstance(parts, dict) else parts)
+    return list(found.values())
 
 
 def stored_streams(folder: str, manifest: dict[str, Any], index: np.ndarray) -> list[StoredStream]:

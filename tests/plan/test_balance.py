@@ -1,5 +1,7 @@
 """balance: rows in contiguous groups of even cost; the loader's workers get them."""
 
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -88,3 +90,46 @@ def test_workers_get_rows_of_even_cost_and_batches_stay_the_same(persistent):
     finally:
         loader.close()
         shuffled.close()
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    lengths=st.lists(st.sampled_from([0, 1, 2, 5, 13, 40, 90]), min_size=1, max_size=9).filter(
+        any
+    ),
+    batch=st.integers(1, 6),
+    tbins=st.integers(1, 5),
+    workers=st.sampled_from([2, 3]),
+    method=st.sampled_from(["thread", "thread", "process"]),
+    options=st.sampled_from(
+        [
+            {},
+            {"lookahead": 1},
+            {"segment_length": 7},
+            {"pad": "pack"},
+            {"pad": "drop"},
+            {"shuffle": True, "seed": 5},
+            {"segment_length": 4, "lookahead": 1, "shuffle": True},
+        ]
+    ),
+)
+def test_balanced_groups_give_the_batches_of_0_workers(
+    lengths, batch, tbins, workers, method, options
+):
+    """Rows of cost 0 (all padding), more workers than rows, costs far apart: same bytes."""
+    if options.get("pad") == "drop" and batch > sum(map(bool, lengths)):
+        options = {}  # (pad="drop" needs a stream for every row)
+    if options.get("lookahead", 0) >= max(lengths):
+        options = {k: v for k, v in options.items() if k != "lookahead"}
+    streams = [
+        np.arange(n * 2, dtype=np.int32).reshape(n, 2) + 1000 * i for i, n in enumerate(lengths)
+    ]
+    with warnings.catch_warnings():  # (rows all padding are warned of)
+        warnings.simplefilter("ignore", UserWarning)
+        reference = StreamLoader(streams, batch, tbins, **options)
+        loader = StreamLoader(streams, batch, tbins, num_workers=workers, method=method, **options)
+    try:
+        for _ in range(2):  # epochs 0 and 1
+            assert _bytes(loader) == _bytes(reference)
+    finally:
+        loader.close()
