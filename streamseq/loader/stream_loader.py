@@ -9,6 +9,8 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
+
 from .._checks import check_cap, check_int, check_pad
 from .._warn import warn
 from ..batch import Batch
@@ -44,6 +46,18 @@ def _setting(path: str, doc: str) -> property:
         2
     """
     return property(operator.attrgetter(path), doc=doc)
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    """A view of ``array`` that cannot be written (the plan's arrays stay as planned).
+
+    Example:
+        >>> _read_only(np.arange(3)).flags.writeable
+        False
+    """
+    view = array.view()
+    view.flags.writeable = False
+    return view
 
 
 class StreamLoader:
@@ -277,8 +291,18 @@ class StreamLoader:
     )
     rank = _setting("spec.rank", "This process' rank (given, or torch.distributed's).")
     world_size = _setting("spec.world_size", "The number of ranks sharing one global plan.")
-    lengths = _setting("spec.lengths", "The steps of every stream (an int64 array).")
-    units = _setting("spec.units", "``(source, start, length)`` of every stream or segment.")
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """The steps of every stream (an int64 array, read-only: the plan's own)."""
+        return _read_only(self.spec.lengths)
+
+    @property
+    def units(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(source, start, length)`` of every stream or segment (read-only arrays)."""
+        source, start, length = self.spec.units
+        return _read_only(source), _read_only(start), _read_only(length)
+
     method = _setting("config.method", 'The workers: "process" or "thread".')
     max_buffered = _setting("config.max_buffered", "Hand-overs in flight per worker.")
     timeout = _setting("config.timeout", "Seconds a read may go without delivering, or None.")

@@ -1,6 +1,7 @@
 """The loader's settings: every constructor argument read back, none written."""
 
 import inspect
+import pickle
 import warnings
 
 import numpy as np
@@ -76,6 +77,20 @@ def test_a_setting_cannot_be_written(name):
     with pytest.raises(AttributeError):
         setattr(loader, name, 1)
     assert len(loader) == before and getattr(loader, name) != 1
+
+
+@pytest.mark.parametrize("copied", [False, True])
+def test_the_lengths_and_units_read_back_cannot_change_the_plan(copied):
+    loader = StreamLoader([np.arange(n) for n in (9, 3, 5, 2)], 2, 2, segment_length=4)
+    before = [b.data.tolist() for b in loader]
+    if copied:
+        loader = pickle.loads(pickle.dumps(loader))
+    for array in (loader.lengths, *loader.units):
+        with pytest.raises(ValueError, match="read-only"):
+            array[0] = 1
+    assert loader.lengths.tolist() == [9, 3, 5, 2]
+    loader.set_epoch(0)
+    assert [b.data.tolist() for b in loader] == before
 
 
 def test_an_unknown_attribute_is_an_attribute_error():
