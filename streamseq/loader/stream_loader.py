@@ -358,13 +358,12 @@ class StreamLoader:
     def _now(self) -> Cursor:
         """The cursor, the end of the last pass taken in (:meth:`Cursor.settled`).
 
-        Written only once that pass ended: a read from another thread (``loader[i]``)
-        never writes back a cursor the pass in progress has moved on from.
+        Only read, never written back: a read from another thread (``loader[i]``,
+        :attr:`progress`, :meth:`state_dict`) that a new pass overtakes between its read
+        and a write would move that pass back. Only passes, :meth:`set_epoch` and
+        :meth:`load_state_dict` write the cursor.
         """
-        cursor = self._cursor
-        if cursor.at_end:
-            cursor = self._cursor = cursor.settled()
-        return cursor
+        return self._cursor.settled()
 
     def _moved(self, move: Move) -> None:
         """A transition of the pass in progress (a batch delivered, the end reached)."""

@@ -98,3 +98,39 @@ def test_an_unknown_attribute_is_an_attribute_error():
     with pytest.raises(AttributeError, match="max_stream_per_chunk"):
         loader.max_stream_per_chunk  # noqa: B018
     assert not hasattr(loader, "units_")
+
+
+@pytest.mark.parametrize("set_epoch", [False, True])
+@pytest.mark.parametrize("read", ["progress", "epoch", "len", "index", "state_dict"])
+def test_a_read_from_another_thread_never_moves_the_pass_in_progress_back(
+    monkeypatch, set_epoch, read
+):
+    from streamseq.plan.cursor import Cursor
+
+    loader = StreamLoader([np.arange(n) for n in (9, 3, 5, 2)], 2, 2, shuffle=True)
+    if set_epoch:
+        loader.set_epoch(0)
+    list(loader)  # a pass read to its end (the loader not asked anything since)
+    epoch = 0 if set_epoch else 1
+    original, running = Cursor.settled, []
+
+    def settled_while_a_pass_starts(cursor):
+        # the reading thread is preempted here: the training thread starts the next pass
+        monkeypatch.setattr(Cursor, "settled", original)
+        running.append(iter(loader))
+        next(running[0])
+        return original(cursor)
+
+    monkeypatch.setattr(Cursor, "settled", settled_while_a_pass_starts)
+    {
+        "progress": lambda: loader.progress,
+        "epoch": lambda: loader.epoch,
+        "len": lambda: len(loader),
+        "index": lambda: loader[0],
+        "state_dict": loader.state_dict,
+    }[read]()
+    assert running, "the reader did not read the cursor"
+    state = loader.state_dict()
+    assert (state["epoch"], state["next_batch"]) == (epoch, 1)
+    assert loader.progress.done == 1 and loader.epoch == epoch
+    assert len(list(running[0])) == len(loader) - 1
