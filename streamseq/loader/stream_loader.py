@@ -26,7 +26,7 @@ from ..read.transform import StepInfo
 from ..workers.inline import bounded
 from ..workers.pool import WorkerPool
 from ..zip_batch import ZipBatch
-from .checks import check_rows, check_step_specs
+from .checks import check_rows, check_step_specs, check_switch
 from .config import LoaderConfig, check_keywords, resolve_rank
 from .first_step import FirstStepSpec
 from .reading import Reading, read_with, worker_config
@@ -159,7 +159,9 @@ class StreamLoader:
             ``"auto"``), an unknown pad mode or method, ``max_buffered`` too small for
             the method, a ``timeout`` that is not positive, or a bad rank.
         TypeError: an integer argument that is not an integer (``lookahead``: nor a
-            float), or a ``transform`` that is not callable.
+            float), a switch (``shuffle``, ``pin_memory``, ``time_major``,
+            ``persistent_workers``) that is not True or False (nor 1 or 0), or a
+            ``transform`` that is not callable.
         StreamError: an opener failed while its length was measured.
 
     Example:
@@ -229,7 +231,7 @@ class StreamLoader:
             int(batch_size),
             int(tbins),
             pad,
-            bool(shuffle),
+            check_switch(shuffle, "shuffle"),
             int(seed),
             segment_length,
             rank,

@@ -2,6 +2,7 @@
 
 import inspect
 import pickle
+import re
 import warnings
 
 import numpy as np
@@ -134,3 +135,15 @@ def test_a_read_from_another_thread_never_moves_the_pass_in_progress_back(
     assert (state["epoch"], state["next_batch"]) == (epoch, 1)
     assert loader.progress.done == 1 and loader.epoch == epoch
     assert len(list(running[0])) == len(loader) - 1
+
+
+@pytest.mark.parametrize("name", ["shuffle", "pin_memory", "time_major", "persistent_workers"])
+def test_a_switch_given_as_a_string_or_another_non_boolean_is_refused_by_name(name):
+    for given in ["no", "False", None, 2, 0.5, [0]]:
+        message = re.escape(f"{name} must be True or False, got {given!r}")
+        with pytest.raises(TypeError, match=message):
+            StreamLoader(STREAMS, 2, 3, num_workers=1, method="thread", **{name: given})
+    for given, meant in [(np.bool_(False), False), (1, True), (0, False)]:
+        loader = StreamLoader(STREAMS, 2, 3, num_workers=1, method="thread", **{name: given})
+        assert getattr(loader, name) is meant
+        loader.close()
