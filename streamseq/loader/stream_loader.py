@@ -219,14 +219,14 @@ class StreamLoader:
         )
         seed, pad = check_int(seed, "seed", 0), check_pad(pad)
         rank, world_size = resolve_rank(rank, world_size)
-        self.refs = as_refs(streams, lengths)
-        lengths_ = lengths_of(self.refs)
+        self._refs = refs = as_refs(streams, lengths)
+        lengths_ = lengths_of(refs)
         if not lengths_.any():
             raise ValueError(f"all {len(self.refs)} streams are empty")
         if segment_length is not None:
             segment_length = check_int(segment_length, "segment_length", 1)
         cap = check_cap(max_streams_per_chunk, pad)
-        self.spec = PlanSpec(
+        self._spec = PlanSpec(
             lengths_,
             int(batch_size),
             int(tbins),
@@ -332,6 +332,16 @@ class StreamLoader:
     def streams(self) -> Sequence[Any]:
         """The streams given (a sequence, or a :func:`mix` of groups)."""
         return self._streams
+
+    @property
+    def spec(self) -> PlanSpec:
+        """Everything that decides the plan (frozen): what summaries and pictures take."""
+        return self._spec
+
+    @property
+    def refs(self) -> Sequence[Any]:
+        """The streams as the loader reads them (a reference to each)."""
+        return self._refs
 
     @property
     def epoch(self) -> int:

@@ -94,6 +94,18 @@ def test_the_lengths_and_units_read_back_cannot_change_the_plan(copied):
     assert [b.data.tolist() for b in loader] == before
 
 
+@pytest.mark.parametrize("name", ["spec", "refs", "streams"])
+def test_the_plan_settings_and_streams_cannot_be_replaced(name):
+    loader = StreamLoader(STREAMS, 2, 3)
+    other = StreamLoader(STREAMS[:2], 1, 2)
+    before = [b.data.tolist() for b in loader]
+    with pytest.raises(AttributeError):
+        setattr(loader, name, getattr(other, name))
+    assert getattr(loader, name) is not getattr(other, name)
+    loader.set_epoch(0)
+    assert [b.data.tolist() for b in loader] == before
+
+
 def test_an_unknown_attribute_is_an_attribute_error():
     loader = StreamLoader(STREAMS, 2, 3)
     with pytest.raises(AttributeError, match="max_stream_per_chunk"):
