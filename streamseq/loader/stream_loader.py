@@ -17,6 +17,7 @@ from ..batch import Batch
 from ..deliver.assemble import Assembled
 from ..mix import Mixture
 from ..plan.cursor import Cursor
+from ..plan.fields import MAX_INT
 from ..plan.planner import EpochPlan, Epochs
 from ..plan.spec import PlanSpec
 from ..plan.state import Resumed, make_state, read_state, row_map
@@ -534,8 +535,14 @@ class StreamLoader:
             for epoch in range(loader.epoch, epochs):
                 loader.set_epoch(epoch)  # keeps the loaded position
                 for batch in loader: ...
+
+        Raises:
+            TypeError: ``epoch`` is not an integer.
+            ValueError: ``epoch`` is negative, or more than a state holds (2**63 - 1).
         """
         epoch, running = check_int(epoch, "epoch", 0), self._running()
+        if epoch > MAX_INT:  # (a state could not hold it)
+            raise ValueError(f"epoch must be <= 2**63 - 1, got {epoch}")
         if not running:
             self._end_pass()
         self._cursor = self._cursor.set_epoch(epoch, running=running)

@@ -159,3 +159,16 @@ def test_a_switch_given_as_a_string_or_another_non_boolean_is_refused_by_name(na
         loader = StreamLoader(STREAMS, 2, 3, num_workers=1, method="thread", **{name: given})
         assert getattr(loader, name) is meant
         loader.close()
+
+
+def test_an_epoch_a_state_cannot_hold_is_refused_by_set_epoch():
+    loader = StreamLoader(STREAMS, 2, 3, shuffle=True)
+    with pytest.raises(ValueError, match=r"epoch must be <= 2\*\*63 - 1"):
+        loader.set_epoch(2**64 + 5)
+    assert loader.epoch == 0
+    loader.set_epoch(2**63 - 1)  # the last epoch a state holds: saved and loaded
+    it = iter(loader)
+    next(it)
+    again = StreamLoader(STREAMS, 2, 3, shuffle=True)
+    again.load_state_dict(loader.state_dict())
+    assert again.epoch == 2**63 - 1 and again.state_dict()["next_batch"] == 1
