@@ -153,7 +153,9 @@ class Mixture(Sequence):
             raise IndexError(f"stream {i} out of range for a mixture of {len(self)} streams")
         return self.names[int(self.spec.group_of(np.array([i]))[0])]
 
-    def summary(self, spec: Any, epoch: int | EpochPlan | None = None) -> MixSummary:
+    def summary(
+        self, spec: Any = None, epoch: int | EpochPlan | None = None, *, loader: Any = None
+    ) -> MixSummary:
         """Every group's steps, streams, share and padding in an epoch, from the plan alone.
 
         Args:
@@ -164,7 +166,10 @@ class Mixture(Sequence):
                 on other rows or with other weights: then what is left of it).
             epoch: the epoch, planned from its start; or its plan
                 (:class:`~streamseq.plan.planner.EpochPlan`, such as ``loader.plan()``);
-                None: epoch 0, or the current epoch of a loader.
+                None: epoch 0, or for a loader the epoch where its run stands (that of
+                ``loader.plan()`` and of ``loader.state_dict()``).
+            loader: a loader, by the keyword of earlier versions
+                (``summary(loader=l)``): the same as giving it as ``spec``.
 
         Returns:
             A :class:`MixSummary` (printed, a table).
@@ -172,7 +177,8 @@ class Mixture(Sequence):
         Raises:
             ValueError: ``spec`` plans another mixture, or a negative ``epoch``.
             TypeError: ``spec`` is neither a plan's settings nor holds them
-                (:func:`~streamseq.plan.planner.planned`).
+                (:func:`~streamseq.plan.planner.planned`), or both ``spec`` and
+                ``loader`` are given (or neither).
 
         Example:
             >>> from streamseq.plan.spec import PlanSpec
@@ -189,7 +195,16 @@ class Mixture(Sequence):
             >>> m.summary(loader) == m.summary(loader.spec, loader.plan())
             True
         """
-        spec, plan = planned(spec, epoch)
+        if (spec is None) == (loader is None):
+            raise TypeError("summary takes a plan's settings or a loader (loader=), not both")
+        source = loader if spec is None else spec
+        if (
+            epoch is None
+            and not isinstance(source, PlanSpec)
+            and callable(getattr(source, "plan", None))
+        ):
+            epoch = source.plan()  # a loader: the epoch where its run stands
+        spec, plan = planned(source, epoch)
         if spec.mixture != self.spec:
             raise ValueError("this plan does not read this mixture")
         return _summary(spec, plan)

@@ -442,11 +442,12 @@ def _colour(stream: np.ndarray, padding: np.ndarray, palette: np.ndarray) -> np.
 
 
 def plot_plan(
-    spec: Any,
+    spec: Any = None,
     epoch: int | EpochPlan | None = None,
     ax: Axes | None = None,
     *,
     max_columns: int | None = None,
+    loader: Any = None,
 ) -> Figure:
     """Draw an epoch's plan: the stream every global row reads in every batch.
 
@@ -470,12 +471,15 @@ def plot_plan(
         ax: the axes to draw in; None for a new figure (``matplotlib.pyplot``).
         max_columns: the most columns of the image; None for the width of the axes in
             pixels (a column per pixel at most: nothing is lost to resampling).
+        loader: a loader, by the keyword of earlier versions (``plot_plan(loader=l)``):
+            the same as giving it as ``spec``.
 
     Returns:
         The figure.
 
     Raises:
         ImportError: matplotlib is not installed (``pip install streamseq[plot]``).
+        TypeError: both ``spec`` and ``loader`` given, or neither.
 
     Example:
         >>> import numpy as np
@@ -487,8 +491,10 @@ def plot_plan(
         >>> import matplotlib.pyplot as plt
         >>> plt.close(fig)
     """
+    if (spec is None) == (loader is None):
+        raise TypeError("plot_plan takes a plan's settings or a loader (loader=), not both")
     plt = _pyplot()
-    cells = plan_cells(spec, epoch)
+    cells = plan_cells(loader if spec is None else spec, epoch)
     if ax is None:
         rows = cells.shape[0]
         _, ax = plt.subplots(figsize=(8, min(6.0, 2.4 + 0.1 * rows)), layout="constrained")

@@ -819,3 +819,17 @@ def test_the_summary_takes_the_plan_not_the_loader():
     other = mix({"a": coded_streams([7, 3, 9]), "b": coded_streams([4] * 5)}, {"a": 2, "b": 1})
     with pytest.raises(ValueError, match="does not read this mixture"):
         other.summary(loader.spec, 0)
+
+
+def test_the_summary_of_a_loader_is_where_its_state_stands_and_takes_loader_by_keyword():
+    m = mix({"a": coded_streams([7, 3, 9]), "b": coded_streams([4] * 5)}, {"a": 1, "b": 2})
+    loader = StreamLoader(m, batch_size=2, tbins=3, shuffle=True)
+    next(iter(loader))  # a peek: the next pass reads epoch 1, a state resumes epoch 0
+    assert (loader.epoch, loader.state_dict()["epoch"]) == (1, 0)
+    assert m.summary(loader) == m.summary(loader.spec, loader.plan())
+    assert m.summary(loader).epoch == 0
+    assert m.summary(loader, 1) == m.summary(loader.spec, 1)
+    assert m.summary(loader=loader) == m.summary(loader)  # the keyword of 0.3
+    assert m.summary(loader=loader, epoch=2) == m.summary(loader.spec, 2)
+    with pytest.raises(TypeError, match="not both"):
+        m.summary(loader.spec, loader=loader)

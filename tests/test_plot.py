@@ -335,3 +335,16 @@ def test_a_plan_of_more_streams_than_colours_says_they_repeat():
     assert len(STREAMS) > len(PALETTE)
     assert legend[0] == f"a stream (colours repeat every {len(PALETTE)} streams)"
     assert short[0] == "a stream (a colour each)"
+
+
+def test_plot_plan_takes_the_loader_by_its_old_keyword():
+    loader = StreamLoader(STREAMS, batch_size=3, tbins=T, shuffle=True)
+    next(iter(loader))
+    for fig, epoch in [
+        (plot_plan(loader=loader), loader.epoch),
+        (plot_plan(loader=loader, epoch=3), 3),
+    ]:
+        assert fig.axes[0].get_title().startswith(f"epoch {epoch},")
+        plt.close(fig)
+    with pytest.raises(TypeError, match="not both"):
+        plot_plan(loader.spec, loader=loader)

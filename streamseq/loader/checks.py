@@ -17,6 +17,27 @@ from ..read.ref import StreamRef, TableRefs, describe
 from ..read.step_spec import step_spec, zero_step
 
 
+def check_switch(value: Any, name: str) -> bool:
+    """``value`` as a bool: True or False (numpy's too), or the integers 1 and 0.
+
+    A string (``shuffle="no"``), None or any other value is refused rather than taken
+    by its truth (``bool("no")`` is True).
+
+    Example:
+        >>> check_switch(1, "shuffle"), check_switch(np.bool_(False), "shuffle")
+        (True, False)
+        >>> check_switch("no", "shuffle")
+        Traceback (most recent call last):
+        ...
+        TypeError: shuffle must be True or False, got 'no' (str)
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)) and value in (0, 1):
+        return bool(value)
+    raise TypeError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
+
+
 def check_rows(spec: PlanSpec) -> None:
     """Refuse, or warn about, more rows than streams (or segments) to fill them.
 

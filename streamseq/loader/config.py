@@ -13,6 +13,7 @@ import torch
 from .._checks import check_int, check_timeout, check_workers
 from ..read.transform import Transform
 from ..tbin import check_lookahead
+from .checks import check_switch
 
 # DataLoader's keywords that do not apply here, and what to use instead
 DATALOADER_ONLY = {
@@ -157,9 +158,10 @@ class LoaderConfig:
             method=method,
             max_buffered=max_buffered,
             timeout=check_timeout(timeout),
-            pin_memory=bool(pin_memory),
-            time_major=bool(time_major),
-            persistent_workers=bool(persistent_workers) and num_workers > 0,
+            pin_memory=check_switch(pin_memory, "pin_memory"),
+            time_major=check_switch(time_major, "time_major"),
+            persistent_workers=check_switch(persistent_workers, "persistent_workers")
+            and num_workers > 0,
             transform=transform,
             auto=auto,
             lookahead=check_lookahead(lookahead),

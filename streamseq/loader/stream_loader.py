@@ -9,12 +9,15 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
+
 from .._checks import check_cap, check_int, check_pad
 from .._warn import warn
 from ..batch import Batch
 from ..deliver.assemble import Assembled
 from ..mix import Mixture
 from ..plan.cursor import Cursor
+from ..plan.fields import MAX_INT
 from ..plan.planner import EpochPlan, Epochs
 from ..plan.spec import PlanSpec
 from ..plan.state import Resumed, make_state, read_state, row_map
@@ -24,7 +27,7 @@ from ..read.transform import StepInfo
 from ..workers.inline import bounded
 from ..workers.pool import WorkerPool
 from ..zip_batch import ZipBatch
-from .checks import check_rows, check_step_specs
+from .checks import check_rows, check_step_specs, check_switch
 from .config import LoaderConfig, check_keywords, resolve_rank
 from .first_step import FirstStepSpec
 from .reading import Reading, read_with, worker_config
@@ -44,6 +47,18 @@ def _setting(path: str, doc: str) -> property:
         2
     """
     return property(operator.attrgetter(path), doc=doc)
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    """A view of ``array`` that cannot be written (the plan's arrays stay as planned).
+
+    Example:
+        >>> _read_only(np.arange(3)).flags.writeable
+        False
+    """
+    view = array.view()
+    view.flags.writeable = False
+    return view
 
 
 class StreamLoader:
@@ -145,7 +160,9 @@ class StreamLoader:
             ``"auto"``), an unknown pad mode or method, ``max_buffered`` too small for
             the method, a ``timeout`` that is not positive, or a bad rank.
         TypeError: an integer argument that is not an integer (``lookahead``: nor a
-            float), or a ``transform`` that is not callable.
+            float), a switch (``shuffle``, ``pin_memory``, ``time_major``,
+            ``persistent_workers``) that is not True or False (nor 1 or 0), or a
+            ``transform`` that is not callable.
         StreamError: an opener failed while its length was measured.
 
     Example:
@@ -203,19 +220,19 @@ class StreamLoader:
         )
         seed, pad = check_int(seed, "seed", 0), check_pad(pad)
         rank, world_size = resolve_rank(rank, world_size)
-        self.refs = as_refs(streams, lengths)
-        lengths_ = lengths_of(self.refs)
+        self._refs = refs = as_refs(streams, lengths)
+        lengths_ = lengths_of(refs)
         if not lengths_.any():
             raise ValueError(f"all {len(self.refs)} streams are empty")
         if segment_length is not None:
             segment_length = check_int(segment_length, "segment_length", 1)
         cap = check_cap(max_streams_per_chunk, pad)
-        self.spec = PlanSpec(
+        self._spec = PlanSpec(
             lengths_,
             int(batch_size),
             int(tbins),
             pad,
-            bool(shuffle),
+            check_switch(shuffle, "shuffle"),
             int(seed),
             segment_length,
             rank,
@@ -277,8 +294,18 @@ class StreamLoader:
     )
     rank = _setting("spec.rank", "This process' rank (given, or torch.distributed's).")
     world_size = _setting("spec.world_size", "The number of ranks sharing one global plan.")
-    lengths = _setting("spec.lengths", "The steps of every stream (an int64 array).")
-    units = _setting("spec.units", "``(source, start, length)`` of every stream or segment.")
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """The steps of every stream (an int64 array, read-only: the plan's own)."""
+        return _read_only(self.spec.lengths)
+
+    @property
+    def units(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(source, start, length)`` of every stream or segment (read-only arrays)."""
+        source, start, length = self.spec.units
+        return _read_only(source), _read_only(start), _read_only(length)
+
     method = _setting("config.method", 'The workers: "process" or "thread".')
     max_buffered = _setting("config.max_buffered", "Hand-overs in flight per worker.")
     timeout = _setting("config.timeout", "Seconds a read may go without delivering, or None.")
@@ -308,6 +335,16 @@ class StreamLoader:
         return self._streams
 
     @property
+    def spec(self) -> PlanSpec:
+        """Everything that decides the plan (frozen): what summaries and pictures take."""
+        return self._spec
+
+    @property
+    def refs(self) -> Sequence[Any]:
+        """The streams as the loader reads them (a reference to each)."""
+        return self._refs
+
+    @property
     def epoch(self) -> int:
         """The epoch of the pass in progress, else the epoch the next pass reads.
 
@@ -334,13 +371,12 @@ class StreamLoader:
     def _now(self) -> Cursor:
         """The cursor, the end of the last pass taken in (:meth:`Cursor.settled`).
 
-        Written only once that pass ended: a read from another thread (``loader[i]``)
-        never writes back a cursor the pass in progress has moved on from.
+        Only read, never written back: a read from another thread (``loader[i]``,
+        :attr:`progress`, :meth:`state_dict`) that a new pass overtakes between its read
+        and a write would move that pass back. Only passes, :meth:`set_epoch` and
+        :meth:`load_state_dict` write the cursor.
         """
-        cursor = self._cursor
-        if cursor.at_end:
-            cursor = self._cursor = cursor.settled()
-        return cursor
+        return self._cursor.settled()
 
     def _moved(self, move: Move) -> None:
         """A transition of the pass in progress (a batch delivered, the end reached)."""
@@ -499,8 +535,14 @@ class StreamLoader:
             for epoch in range(loader.epoch, epochs):
                 loader.set_epoch(epoch)  # keeps the loaded position
                 for batch in loader: ...
+
+        Raises:
+            TypeError: ``epoch`` is not an integer.
+            ValueError: ``epoch`` is negative, or more than a state holds (2**63 - 1).
         """
         epoch, running = check_int(epoch, "epoch", 0), self._running()
+        if epoch > MAX_INT:  # (a state could not hold it)
+            raise ValueError(f"epoch must be <= 2**63 - 1, got {epoch}")
         if not running:
             self._end_pass()
         self._cursor = self._cursor.set_epoch(epoch, running=running)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .._checks import check_timeout, check_workers
+from .._checks import check_int, check_timeout, check_workers
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,10 @@ class WorkerConfig:
     shm_size: int | None = None
 
     def __post_init__(self) -> None:
+        for name in ("num_workers", "max_buffered"):
+            object.__setattr__(self, name, check_int(getattr(self, name), name))
+        if self.shm_size is not None:
+            object.__setattr__(self, "shm_size", check_int(self.shm_size, "shm_size", 1))
         check_workers(self.num_workers, self.method, self.max_buffered)
         object.__setattr__(self, "timeout", check_timeout(self.timeout))
         object.__setattr__(self, "persistent_workers", bool(self.persistent_workers))

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from .._checks import check_int
 from .._tree import nbytes
 from .._warn import warn
 from ..errors import WorkerError, WorkerTimeout
@@ -266,7 +267,7 @@ class Prefetched:
                     self._start(i)
 
     def __getitem__(self, i: int) -> Any:
-        given, i = i, int(i)
+        given, i = i, check_int(i, "an item index")
         if i < 0 and self.length != ENDLESS:
             i += self.length
         if not 0 <= i < self.length:
@@ -461,9 +462,11 @@ def prefetch(
 
     Raises:
         ValueError: ``num_workers < 0``, an unknown method, too small ``max_buffered``,
-            or a ``timeout`` that is zero, negative or NaN.
-        TypeError: ``seq`` has no ``len`` (and no ``segment_end``), or ``timeout`` is
-            not a number.
+            a ``shm_size`` below 1, or a ``timeout`` that is zero, negative or NaN.
+        TypeError: ``seq`` has no ``len`` (and no ``segment_end``), ``timeout`` is
+            not a number, or ``num_workers``, ``max_buffered`` or ``shm_size`` is not an
+            integer. Indexing the result with anything but an integer (a slice, a
+            float with a fraction) is a TypeError too.
 
     Example:
         >>> import numpy as np

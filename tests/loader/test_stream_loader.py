@@ -1,6 +1,8 @@
 """The loader's settings: every constructor argument read back, none written."""
 
 import inspect
+import pickle
+import re
 import warnings
 
 import numpy as np
@@ -78,8 +80,95 @@ def test_a_setting_cannot_be_written(name):
     assert len(loader) == before and getattr(loader, name) != 1
 
 
+@pytest.mark.parametrize("copied", [False, True])
+def test_the_lengths_and_units_read_back_cannot_change_the_plan(copied):
+    loader = StreamLoader([np.arange(n) for n in (9, 3, 5, 2)], 2, 2, segment_length=4)
+    before = [b.data.tolist() for b in loader]
+    if copied:
+        loader = pickle.loads(pickle.dumps(loader))
+    for array in (loader.lengths, *loader.units):
+        with pytest.raises(ValueError, match="read-only"):
+            array[0] = 1
+    assert loader.lengths.tolist() == [9, 3, 5, 2]
+    loader.set_epoch(0)
+    assert [b.data.tolist() for b in loader] == before
+
+
+@pytest.mark.parametrize("name", ["spec", "refs", "streams"])
+def test_the_plan_settings_and_streams_cannot_be_replaced(name):
+    loader = StreamLoader(STREAMS, 2, 3)
+    other = StreamLoader(STREAMS[:2], 1, 2)
+    before = [b.data.tolist() for b in loader]
+    with pytest.raises(AttributeError):
+        setattr(loader, name, getattr(other, name))
+    assert getattr(loader, name) is not getattr(other, name)
+    loader.set_epoch(0)
+    assert [b.data.tolist() for b in loader] == before
+
+
 def test_an_unknown_attribute_is_an_attribute_error():
     loader = StreamLoader(STREAMS, 2, 3)
     with pytest.raises(AttributeError, match="max_stream_per_chunk"):
         loader.max_stream_per_chunk  # noqa: B018
     assert not hasattr(loader, "units_")
+
+
+@pytest.mark.parametrize("set_epoch", [False, True])
+@pytest.mark.parametrize("read", ["progress", "epoch", "len", "index", "state_dict"])
+def test_a_read_from_another_thread_never_moves_the_pass_in_progress_back(
+    monkeypatch, set_epoch, read
+):
+    from streamseq.plan.cursor import Cursor
+
+    loader = StreamLoader([np.arange(n) for n in (9, 3, 5, 2)], 2, 2, shuffle=True)
+    if set_epoch:
+        loader.set_epoch(0)
+    list(loader)  # a pass read to its end (the loader not asked anything since)
+    epoch = 0 if set_epoch else 1
+    original, running = Cursor.settled, []
+
+    def settled_while_a_pass_starts(cursor):
+        # the reading thread is preempted here: the training thread starts the next pass
+        monkeypatch.setattr(Cursor, "settled", original)
+        running.append(iter(loader))
+        next(running[0])
+        return original(cursor)
+
+    monkeypatch.setattr(Cursor, "settled", settled_while_a_pass_starts)
+    {
+        "progress": lambda: loader.progress,
+        "epoch": lambda: loader.epoch,
+        "len": lambda: len(loader),
+        "index": lambda: loader[0],
+        "state_dict": loader.state_dict,
+    }[read]()
+    assert running, "the reader did not read the cursor"
+    state = loader.state_dict()
+    assert (state["epoch"], state["next_batch"]) == (epoch, 1)
+    assert loader.progress.done == 1 and loader.epoch == epoch
+    assert len(list(running[0])) == len(loader) - 1
+
+
+@pytest.mark.parametrize("name", ["shuffle", "pin_memory", "time_major", "persistent_workers"])
+def test_a_switch_given_as_a_string_or_another_non_boolean_is_refused_by_name(name):
+    for given in ["no", "False", None, 2, 0.5, [0]]:
+        message = re.escape(f"{name} must be True or False, got {given!r}")
+        with pytest.raises(TypeError, match=message):
+            StreamLoader(STREAMS, 2, 3, num_workers=1, method="thread", **{name: given})
+    for given, meant in [(np.bool_(False), False), (1, True), (0, False)]:
+        loader = StreamLoader(STREAMS, 2, 3, num_workers=1, method="thread", **{name: given})
+        assert getattr(loader, name) is meant
+        loader.close()
+
+
+def test_an_epoch_a_state_cannot_hold_is_refused_by_set_epoch():
+    loader = StreamLoader(STREAMS, 2, 3, shuffle=True)
+    with pytest.raises(ValueError, match=r"epoch must be <= 2\*\*63 - 1"):
+        loader.set_epoch(2**64 + 5)
+    assert loader.epoch == 0
+    loader.set_epoch(2**63 - 1)  # the last epoch a state holds: saved and loaded
+    it = iter(loader)
+    next(it)
+    again = StreamLoader(STREAMS, 2, 3, shuffle=True)
+    again.load_state_dict(loader.state_dict())
+    assert again.epoch == 2**63 - 1 and again.state_dict()["next_batch"] == 1

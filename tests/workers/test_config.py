@@ -27,3 +27,19 @@ def test_prefetch_keeps_its_options_in_one_config():
         assert seq.config == WorkerConfig(1, "thread", 2, 5.0)
         assert (seq.num_workers, seq.method, seq.max_buffered, seq.timeout) == (1, "thread", 2, 5)
         assert list(seq) == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    "given, error, match",
+    [
+        ({"shm_size": -5}, ValueError, "shm_size must be >= 1, got -5"),
+        ({"shm_size": 0}, ValueError, "shm_size must be >= 1, got 0"),
+        ({"shm_size": 2.5}, TypeError, "shm_size must be an integer"),
+        ({"num_workers": True}, TypeError, "num_workers must be an integer"),
+        ({"num_workers": 1.5}, TypeError, "num_workers must be an integer"),
+        ({"max_buffered": "6"}, TypeError, "max_buffered must be an integer"),
+    ],
+)
+def test_a_size_or_count_that_is_not_a_positive_integer_is_named(given, error, match):
+    with pytest.raises(error, match=match):
+        prefetch(range(3), **{"num_workers": 2, **given})

@@ -451,3 +451,12 @@ def test_a_timeout_bounds_items_evaluated_in_the_calling_process():
             ahead[1]
     finally:
         release.set()
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+@pytest.mark.parametrize("index", [1.5, True, slice(1, 3), "1"])
+def test_an_index_that_is_not_an_integer_is_a_type_error_naming_it(workers, index):
+    with prefetch([np.full(2, i) for i in range(4)], workers, method="thread") as ahead:
+        with pytest.raises(TypeError, match="an item index must be an integer"):
+            ahead[index]
+        assert int(ahead[2.0][0]) == 2  # (an integral float is an integer)
