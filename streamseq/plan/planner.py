@@ -119,7 +119,9 @@ def plan_epoch(spec: PlanSpec, epoch: int, rest: Progress | None = None) -> Epoc
     draw = None if rest is None else rest.draw
     units = epoch_units(spec, epoch, draw)
     lengths = units[2]
-    if rest is None:
+    if rest is None and units is spec.units and spec.segment_length is None:
+        pieces, order = units, None  # (every stream whole: the units are the pieces)
+    elif rest is None:
         pieces, order = whole_units(lengths), None
     else:
         pieces = rest_of_epoch(rest, lengths, epoch_order(spec, epoch, draw))
