@@ -20,6 +20,9 @@ import numpy as np
 from .fields import integer, integers, require, short
 from .packing import row_spans
 
+#: pieces marked done at a time (bounds the memory of their indices)
+BLOCK = 1 << 20
+
 #: ``(unit, offset, length)`` arrays: steps ``offset : offset + length`` of each unit
 Pieces = tuple[np.ndarray, np.ndarray, np.ndarray]
 
@@ -187,30 +190,49 @@ def progress_at(
         ([False, True, False], [0, 2], [4, 2], [0, 1])
     """
     unit, offset, length = pieces
+    # (every temporary over all pieces is made in place or let go once used: a state is
+    # saved at any time of a run, next to the plan of every stream)
     sizes = np.array([len(a) for a in assignment], dtype=np.int64)
     flat = np.concatenate(assignment).astype(np.int64) if len(assignment) else np.zeros(0, int)
-    rows = np.repeat(np.arange(len(sizes)), sizes)
-    cost = length[flat] if pack else -(-length[flat] // tbins)
-    ends = np.cumsum(cost)
-    first = np.repeat(np.cumsum(sizes) - sizes, sizes)  # index of the row's first piece
-    end = ends - (ends - cost)[first] if len(flat) else ends
-    start = end - cost
+    bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     if pack and cap is not None:
         start, end = row_spans(length[flat], sizes, tbins, cap)
+    else:
+        start = length[flat]  # the cost of each piece, then where it starts
+        if not pack:
+            start += tbins - 1
+            start //= tbins
+        end = np.empty_like(start)
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):  # (rows)
+            np.cumsum(start[a:b], out=end[a:b])
+        np.subtract(end, start, out=start)
     budget = batches * tbins if pack else batches
     finished = end <= budget
-    begun = ~finished & (start < budget)
-    waiting = ~finished & ~begun & (offset[flat] > 0)  # begun earlier, not resumed yet
+    del end
+    begun = start < budget
+    begun &= ~finished
+    waiting = ~finished
+    waiting &= ~begun
+    resumed = np.zeros(len(offset), bool)  # pieces begun earlier, not from their start
+    resumed[np.flatnonzero(offset > 0)] = True
+    waiting &= resumed[flat]  # begun earlier, not resumed yet
+    del resumed
     done = np.asarray(lengths) == 0
     if done_before is not None:
         done = done | done_before
-    done[unit[flat[finished]]] = True
-    into = (budget - start[begun]) * (1 if pack else tbins)
+    for a in range(0, len(flat), BLOCK):  # (blocks of pieces, not pieces)
+        part = flat[a : a + BLOCK]
+        done[unit[part[finished[a : a + BLOCK]]]] = True
+    del finished
+    at = np.flatnonzero(begun)
+    into = (budget - start[at]) * (1 if pack else tbins)
+    del start
+    rows = np.searchsorted(bounds, at, side="right") - 1  # the row of each begun piece
     return Progress(
         done,
-        np.concatenate([unit[flat[begun]], unit[flat[waiting]]]),
-        np.concatenate([offset[flat[begun]] + into, offset[flat[waiting]]]),
-        np.concatenate([rows[begun], np.full(int(waiting.sum()), -1, np.int64)]),
+        np.concatenate([unit[flat[at]], unit[flat[waiting]]]),
+        np.concatenate([offset[flat[at]] + into, offset[flat[waiting]]]),
+        np.concatenate([rows, np.full(int(waiting.sum()), -1, np.int64)]),
     )
 
 
