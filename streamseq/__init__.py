@@ -11,12 +11,12 @@ from .interleave import Row, interleave_streams, map_steps
 from .loader import StreamLoader
 from .mix import Mixture, mix
 from .plot import plot_plan
-from .prefetch import prefetch
 from .read.transform import StepInfo
 from .split import split_by_worker
 from .store import materialize
 from .stream_table import StreamTable
 from .tbin import tbin
+from .workers.prefetched import prefetch
 from .zip_batch import zip_batch
 from .zip_streams import zip_streams
 

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 import streamseq
 from streamseq import StreamError, StreamLoader, WorkerError
-from streamseq.loader.topology import group_block_size
 from streamseq.workers.blocks import Layout
+from streamseq.workers.sizing import group_block_size
 
 pytestmark = pytest.mark.timeout(60)
 

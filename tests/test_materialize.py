@@ -579,3 +579,152 @@ def test_a_complete_store_whose_done_log_is_lost_is_made_again_in_new_files(tmp_
     assert layout.read_manifest(str(store))["generation"] != generation
     assert stored_bytes(stored) == [s.tobytes() for s in sources]
     np.testing.assert_array_equal(held, sources[3])
+
+
+# -- read as arrays, in this process -------------------------------------------------------
+
+
+def _count_reads(monkeypatch):
+    """Count the reads of stored streams other than copies out of their memory maps."""
+    reads = []
+    getitem = StoredStream.__getitem__
+
+    def counted(self, key):
+        reads.append(key)
+        return getitem(self, key)
+
+    def refuse(self, *args):
+        raise AssertionError(f"{self!r} read row by row, not copied as arrays")
+
+    monkeypatch.setattr(StoredStream, "read_into", refuse)
+    monkeypatch.setattr(StoredStream, "__getitem__", counted)
+    return reads
+
+
+def test_a_store_is_copied_from_its_memory_maps_not_read_row_by_row(tmp_path, monkeypatch):
+    arrays = token_arrays((9, 0, 14, 3, 22, 6))
+    trees = [{"a": a, "b": (a[:, 0].astype(np.float32),)} for a in arrays]
+    stored = [materialize(arrays, tmp_path / "s"), materialize(trees, tmp_path / "d")]
+    reads = _count_reads(monkeypatch)
+    for sources, streams in zip((arrays, trees), stored, strict=True):
+        for kwargs in ({}, {"shuffle": True, "seed": 2}, {"segment_length": 5}, {"pad": "drop"}):
+            want = batches_of(sources, 0, 3, 4, **kwargs)
+            reads.clear()
+            assert batches_of(streams, 0, 3, 4, **kwargs) == want, kwargs
+            assert len(reads) <= 1, (kwargs, reads)  # (one step: the data's dtype and shape)
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_store_is_read_in_this_process_whatever_the_workers(tmp_path, monkeypatch, persistent):
+    arrays = token_arrays((9, 0, 14, 3, 22, 6, 11))
+    stored = materialize(arrays, tmp_path / "s")
+
+    def no_workers(*args, **kwargs):
+        raise AssertionError("workers started for streams already in memory")
+
+    monkeypatch.setattr(streamseq.workers.pool.WorkerPool, "start", no_workers)
+    want = batches_of(arrays, 0, 3, 4, shuffle=True, seed=1)
+    kwargs = {"shuffle": True, "seed": 1, "persistent_workers": persistent}
+    loader = StreamLoader(stored, 3, 4, num_workers=2, **kwargs)
+    assert [_bytes(b) for b in loader] == want
+    assert loader.num_workers == 2  # (the setting stays as given)
+    loader = StreamLoader(stored, 3, 4, num_workers=2, **kwargs)
+    it = iter(loader)
+    first = [_bytes(next(it)) for _ in range(3)]
+    state = loader.state_dict()
+    del it
+    again = StreamLoader(stored, 3, 4, num_workers=2, **kwargs)
+    again.load_state_dict(state)
+    assert first + [_bytes(b) for b in again] == want
+    auto = StreamLoader(stored, 3, 4, num_workers="auto", shuffle=True, seed=1)
+    assert [_bytes(b) for b in auto] == want
+
+
+def test_large_batches_of_a_store_are_read_by_the_workers(tmp_path, monkeypatch):
+    arrays = token_arrays((9, 0, 14, 3, 22, 6, 11))
+    stored = materialize(arrays, tmp_path / "s")
+    started = []
+    start = streamseq.workers.pool.WorkerPool.start
+
+    def spy(self, groups, *args):
+        started.append(len(groups))
+        return start(self, groups, *args)
+
+    monkeypatch.setattr(streamseq.workers.pool.WorkerPool, "start", spy)
+    monkeypatch.setattr(streamseq.loader.reading, "COPY_HERE_BYTES", 3 * 4 * 12 - 1)
+    want = batches_of(arrays, 0, 3, 4, shuffle=True, seed=1)
+    assert batches_of(stored, 2, 3, 4, shuffle=True, seed=1) == want
+    assert started == [2]
+
+
+def _noisy(x, info):
+    """A random transform: per stream, per step (picklable)."""
+    return x + info.rng("noise").integers(0, 100, size=x.shape).astype(x.dtype)
+
+
+def test_a_store_with_a_transform_or_beside_other_streams_is_read_by_workers(tmp_path):
+    arrays = token_arrays((9, 4, 14, 3, 22, 6))
+    stored = materialize(arrays, tmp_path / "s")
+    want = batches_of(arrays, 0, 3, 4, transform=_noisy)
+    assert batches_of(stored, 2, 3, 4, transform=_noisy) == want
+    clips = [write_video(tmp_path / f"{i}.mp4", n) for i, n in enumerate((11, 7))]
+    videos = [video(p, size=(8, 8)) for p in clips]
+    frames = [np.ascontiguousarray(v[0 : len(v)]) for v in videos]
+    in_store = materialize(frames, tmp_path / "f")
+    groups = {"stored": list(in_store), "decoded": videos}
+    sources = {"stored": frames, "decoded": videos}
+    for epoch in (0, 1):
+        a = StreamLoader(mix(sources, {"stored": 1, "decoded": 2}), 2, 3, shuffle=True)
+        b = StreamLoader(
+            mix(groups, {"stored": 1, "decoded": 2}), 2, 3, shuffle=True, num_workers=2
+        )
+        a.set_epoch(epoch), b.set_epoch(epoch)
+        assert [_bytes(x) for x in b] == [_bytes(x) for x in a]
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 25), min_size=1, max_size=8).filter(any),
+    batch=st.integers(1, 4),
+    tbins=st.integers(1, 6),
+    workers=st.sampled_from([0, 2]),
+    options=st.sampled_from(
+        [
+            {},
+            {"shuffle": True, "seed": 4},
+            {"lookahead": 1},
+            {"segment_length": 7},
+            {"pad": "pack"},
+        ]
+    ),
+    stop=st.integers(0, 5),
+    dtype=st.sampled_from(["<i4", ">f4", "u1"]),
+)
+def test_a_store_gives_the_sources_batches_and_resumes(
+    tmp_path_factory, lengths, batch, tbins, workers, options, stop, dtype
+):
+    arrays = [a.astype(dtype) for a in token_arrays(lengths)]
+    stored = materialize(arrays, tmp_path_factory.mktemp("store"))
+    want = batches_of(arrays, 0, batch, tbins, **options)
+    loader = StreamLoader(stored, batch, tbins, num_workers=workers, **options)
+    it = iter(loader)
+    first = [_bytes(next(it)) for _ in range(min(stop, len(want) - 1))]
+    state = loader.state_dict()
+    del it
+    again = StreamLoader(stored, batch, tbins, num_workers=workers, **options)
+    again.load_state_dict(state)
+    assert first + [_bytes(b) for b in again] == want
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_store_removed_before_it_was_mapped_is_an_error_naming_stream_and_steps(
+    tmp_path, workers
+):
+    import shutil
+
+    first = materialize(token_arrays((6, 9)), tmp_path / "a")
+    second = pickle.loads(pickle.dumps(materialize(token_arrays((4, 7)), tmp_path / "b")))
+    shutil.rmtree(tmp_path / "b")  # (these streams have not mapped its files)
+    loader = StreamLoader([*first, *second], 4, 3, num_workers=workers)
+    with pytest.raises(SourceError, match=r"stream [23] \(StoredStream.*steps 0:3: .*leaf-0"):
+        list(loader)

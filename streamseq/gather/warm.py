@@ -85,6 +85,25 @@ def first_reads(rows: Sequence[Row], first: Sequence[int], blk: Positions, k: in
     return {w[0]: d for w, d in zip(reads, data, strict=True) if d is not None}
 
 
+def in_memory(stream: Any) -> Any:
+    """``stream`` as arrays when it is arrays already mapped (a store's), else itself.
+
+    A stream with an ``as_arrays`` method (:class:`~streamseq.store.stream.StoredStream`)
+    is read as the arrays that method returns: memory-map slices, copied into batches
+    as arrays are.
+
+    Example:
+        >>> in_memory(np.arange(3)).tolist()
+        [0, 1, 2]
+    """
+    as_arrays = getattr(type(stream), "as_arrays", None)
+    return stream if as_arrays is None else as_arrays(stream)
+
+
 def _waits(stream: Any) -> bool:
-    """Whether reading ``stream`` may wait (not an array in memory, nor a failed open)."""
-    return stream is not None and not isinstance(stream, (np.ndarray, ArrayTree))
+    """Whether reading ``stream`` may wait (not arrays in memory, nor a failed open)."""
+    return (
+        stream is not None
+        and not isinstance(stream, (np.ndarray, ArrayTree))
+        and getattr(type(stream), "as_arrays", None) is None
+    )

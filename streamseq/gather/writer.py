@@ -11,6 +11,7 @@ import numpy as np
 
 from .._tree import leaves, tree_map
 from ..batch import Batch
+from ..errors import StreamError
 from ..read.handle import ProcessLocal
 from ..read.ref import StreamRef, describe
 from ..read.stream import ArrayTree
@@ -20,7 +21,7 @@ from .ahead import widen
 from .check import put, spec_mismatch
 from .chunkmap import ChunkMap, Part
 from .positions import Positions, packed_pieces
-from .warm import first_reads
+from .warm import first_reads, in_memory
 
 try:  # the compiled batch assembly (built with the package; optional)
     from ._gather import fill
@@ -206,7 +207,13 @@ class BatchWriter(ChunkMap):
             return True
         for r, p in zip(rows, at, strict=True):
             ref = self.rows[r].switch(p - first[r])
-            stream = streams[r] = ref.open()
+            made = ref.open()
+            try:
+                stream = streams[r] = in_memory(made)
+            except StreamError as e:  # a store's files gone: name the stream and steps
+                a = int(blk.source_start[k, r])
+                ref.locate(e, (a, a + int(blk.count[k, r])))
+                raise
             if isinstance(stream, np.ndarray if is_array else ArrayTree):
                 other.discard(r)
                 if not is_array or stream.dtype is not dtype or stream.shape[1:] != shape:
@@ -214,7 +221,7 @@ class BatchWriter(ChunkMap):
             else:
                 other.add(r)
             where[r] = p  # (after the check: a failed row opens and fails again)
-            if stream is not ref.source:
+            if made is not ref.source:
                 opened.add(r)
             elif opened:
                 opened.discard(r)

@@ -13,7 +13,7 @@ from ..batch import Batch
 from ..deliver.assemble import Assembled, counted_from
 from ..deliver.background import Background
 from ..plan.cursor import Cursor
-from ..prefetch import Prefetched, close_together
+from ..workers.prefetched import Prefetched, close_together
 from .stats import Latest, Meter
 
 logger = logging.getLogger("streamseq")

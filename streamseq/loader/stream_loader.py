@@ -22,14 +22,15 @@ from ..read.handle import ProcessLocal
 from ..read.ref import as_refs, identities_of, lengths_of
 from ..read.transform import StepInfo
 from ..workers.inline import bounded
+from ..workers.pool import WorkerPool
 from ..zip_batch import ZipBatch
 from .checks import check_rows, check_step_specs
 from .config import LoaderConfig, check_keywords, resolve_rank
 from .first_step import FirstStepSpec
+from .reading import Reading, read_with, worker_config
 from .run import EpochProgress, Move, Pass, Trial
 from .sampler import EpochSampler
 from .stats import Latest, Meter, PassStats
-from .topology import Reading, Workers, read_with
 
 
 def _setting(path: str, doc: str) -> property:
@@ -247,7 +248,7 @@ class StreamLoader:
         data = FirstStepSpec(self.refs, lengths_, config.transform, self.spec.seed, config.timeout)
         self._reading = Reading(self.spec, self.refs, config.transform, data, config.lookahead)
         self._epochs = Epochs(self.spec, per_epoch=config.transform is not None)
-        self._workers = Workers(config, self.refs)
+        self._workers = WorkerPool(worker_config(config))
         self._trial = self._new_trial(self._workers)
         self._cursor = Cursor()  # where the run stands: the one owner of the position
         self._last_read: tuple[Any, Resumed] | None = None  # (see _read_state)
@@ -256,7 +257,7 @@ class StreamLoader:
         self._whole: tuple[Any, ZipBatch] | None = None
         self._lock = ProcessLocal(threading.RLock)  # plan and in-process reads; per process
 
-    def _new_trial(self, workers: Workers) -> Trial | None:
+    def _new_trial(self, workers: WorkerPool) -> Trial | None:
         """The ``num_workers="auto"`` trial of a loader (None: the number was given)."""
         config = self._config
         if not config.auto:
@@ -361,7 +362,7 @@ class StreamLoader:
         state["_active"], state["_whole"], state["_latest"] = None, None, Latest()
         self._trial_now()  # (a choice made is kept)
         state["_config"] = self._config
-        state["_workers"] = Workers(self._config, self.refs)
+        state["_workers"] = WorkerPool(worker_config(self._config))
         state["_trial"] = self._new_trial(state["_workers"])
         return state
 

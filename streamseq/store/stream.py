@@ -11,6 +11,7 @@ from streamseq._index import slice_bounds, step_index
 from streamseq._tree import tree_map
 from streamseq.errors import SourceError
 from streamseq.read.handle import ProcessLocal
+from streamseq.read.ref import ArrayTree
 from streamseq.store import layout
 from streamseq.store.check import check_leaf, read_store
 from streamseq.store.layout import Damaged
@@ -56,8 +57,9 @@ class StoredStream:
 
     Made by :func:`~streamseq.materialize` and :func:`open_store`; small and picklable
     (the memory maps are opened on the first read in each process). ``s[a:b]`` returns
-    read-only memory-map slices (no copy); the loader writes them straight into its
-    batches (:meth:`read_into`).
+    read-only memory-map slices (no copy); the loader copies its batches straight out of
+    the memory maps (:meth:`as_arrays`), every row with one compiled pass, in the calling
+    process when every stream is stored and there is no ``transform``.
 
     Attributes:
         path: the store's folder.
@@ -105,6 +107,26 @@ class StoredStream:
             return None
         ((dtype, shape),) = layout.leaf_layout(spec)
         return dtype, shape
+
+    def as_arrays(self) -> Any:
+        """The stream's steps as read-only memory-map slices (no copy, nothing read yet).
+
+        One array when the steps are arrays, else an
+        :class:`~streamseq.read.ref.ArrayTree` of them: the loader copies every row's
+        steps out of them with one compiled pass per batch, as it does for arrays.
+
+        Example:
+            >>> import tempfile
+            >>> from streamseq.store import materialize
+            >>> with tempfile.TemporaryDirectory() as d:
+            ...     s = materialize([np.arange(4), np.arange(3) * 10], d)
+            ...     a = s[1].as_arrays()
+            ...     type(a).__name__, a.tolist(), a.flags.writeable
+            ('memmap', [0, 10, 20], False)
+        """
+        sl = slice(self.offset, self.offset + self.length)
+        steps = tree_map(lambda m: m[sl], self._files.maps())
+        return steps if isinstance(steps, np.ndarray) else ArrayTree(steps)
 
     def read_into(self, start: int, stop: int, out: np.ndarray) -> int | None:
         """Copy steps ``start:stop`` into ``out`` (one copy, from the memory map).

@@ -1,21 +1,35 @@
-"""Workers behind :func:`streamseq.prefetch`: one loop, two transports, one shutdown.
+"""The workers: who evaluates items ahead, in which process or thread, and how they stop.
 
+Every module, in one line each:
+
+- :mod:`.prefetched`: :func:`~streamseq.prefetch` and the life of a set of workers
+  (start, restart, grow, close, :func:`~.prefetched.close_together`).
+- :mod:`.config`: :class:`~.config.WorkerConfig`, the frozen options of a set of workers.
+- :mod:`.pool`: :class:`~.pool.WorkerPool`, a loader's workers, one per group of rows.
+- :mod:`.epochs`: the blocks of every epoch that persistent workers read.
+- :mod:`.sizing`: sizes of micro-batches, blocks and slots; the one slot sizing rule.
+- :mod:`.blocks`: items handed over in blocks, given back one by one.
 - :mod:`.loop`: the worker loop, the same in a thread and in a process.
-- :mod:`.threads`, :mod:`.processes`: the transports (queues; pipes and shared-memory
-  slots, :mod:`.slots`, with what crosses the pipes in :mod:`.wire`).
+- :mod:`.threads`: the thread transport (queues).
+- :mod:`.processes`: the process transport (pipes, shared-memory slots).
+- :mod:`.slots`: the shared-memory slots, handed out and given back.
+- :mod:`.shm`: arrays allocated straight in the current slot.
+- :mod:`.placed`: each group's rows written in place in a slot shared by the groups.
+- :mod:`.wire`: what crosses the pipes.
 - :mod:`.window`: items evaluated ahead, delivered in order.
 - :mod:`.timing`: the seconds each worker spent reading and idle, sent with its results.
 - :mod:`.poll`: the one wait loop (deadline, liveness of the workers, cancel).
-- :mod:`.failures`: what the backends raise, as types; :mod:`.reaper`: joins exited
-  worker processes in the background.
+- :mod:`.inline`: an item evaluated in the calling process, under the timeout.
+- :mod:`.failures`: what the backends raise, as types.
+- :mod:`.reaper`: joins exited worker processes in the background.
 - :mod:`.forks`: a slot held at a fork is reused once the child has its own copy.
-- :mod:`.ownership`: only the process that started workers stops them (not a forked
-  child); :mod:`.watchdog`: a worker process ends when its parent is gone.
+- :mod:`.ownership`: only the process that started workers stops them (not a forked child).
+- :mod:`.watchdog`: a worker process ends when its parent is gone.
 
 Shutdown
 ========
 
-Every ``close()`` of :class:`~streamseq.prefetch.Prefetched`, its finalizer, a restart at
+Every ``close()`` of :class:`~.prefetched.Prefetched`, its finalizer, a restart at
 another index, and every error that ends the workers go through the backend's ``stop()``
 (or, for an object collected without it, the same ``end()`` from a
 :func:`weakref.finalize`), which does this, in this order:

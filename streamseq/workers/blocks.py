@@ -16,20 +16,6 @@ from typing import Any
 
 from .wire import dump_error, load_error
 
-#: bytes of items a hand-over should carry at least, and the most items it carries
-BLOCK_BYTES = 2 * 2**20
-MAX_BLOCK = 32
-
-
-def block_size(item_bytes: int) -> int:
-    """Items per hand-over for items of ``item_bytes``: about :data:`BLOCK_BYTES` a block.
-
-    Example:
-        >>> block_size(100_000), block_size(5_000_000), block_size(10)
-        (20, 1, 32)
-    """
-    return max(1, min(MAX_BLOCK, BLOCK_BYTES // max(1, int(item_bytes))))
-
 
 class Layout:
     """Which items each block holds: 1, 2, 4, ... items (below ``size``), then ``size``.

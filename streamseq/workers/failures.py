@@ -1,6 +1,6 @@
 """What the worker backends raise, as types: no message is ever matched by its text.
 
-The backends know how the workers failed; :class:`~streamseq.prefetch.Prefetched` knows
+The backends know how the workers failed; :class:`~.prefetched.Prefetched` knows
 which item was awaited and what it is, and turns the first three into the errors users
 see (with the exit codes, once the workers are joined, and the item's description).
 """

@@ -3,7 +3,7 @@
 Each worker has a job pipe and a result pipe. A job is ``(item, slot)``: the worker makes
 the slot current while it evaluates the item (:mod:`.slots`), pickles it with its buffers
 in the slot, and sends the pickle; what does not fit travels in the pickle (the item is
-larger than a slot: :class:`~streamseq.prefetch.Prefetched` grows the slots), with the
+larger than a slot: :class:`~.prefetched.Prefetched` grows the slots), with the
 seconds the worker spent reading it and waiting for its job (:mod:`.timing`). Jobs go
 round-robin, one write each (no feeder thread); a job submitted while every slot is held
 by delivered items is counted in ``pickled``. A dead worker is noticed from its result
@@ -42,42 +42,6 @@ logger = logging.getLogger("streamseq")
 
 GOODBYE = b"streamseq: worker done"
 POLL = 0.1  # seconds between liveness checks while waiting
-
-
-class Shared:
-    """``seq`` whose worker processes write rows ``rows`` of each batch in shared ``slots``.
-
-    What :class:`ProcessWorkers` is given (through :func:`~streamseq.prefetch`) to use
-    slots that outlive it, shared with the workers of the other groups of rows (see
-    :mod:`.placed`); everything else is ``seq``'s. Worker threads just read ``seq``.
-
-    Args:
-        seq: the sequence.
-        slots: the slots (:class:`~.slots.Slots`), kept by the loader.
-        rows: ``(first, total)``: the rows of every batch these workers write, from
-            ``first``, of ``total``.
-    """
-
-    def __init__(self, seq: Any, slots: Slots, rows: tuple[int, int]):
-        self.seq, self.slots, self.rows = seq, slots, rows
-
-    def __len__(self) -> int:
-        return len(self.seq)
-
-    def __getitem__(self, i: int) -> Any:
-        return self.seq[i]
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "seq":  # (not set yet: being unpickled)
-            raise AttributeError(name)
-        return getattr(self.seq, name)
-
-    def __reduce__(self) -> tuple:
-        return _unshared, (self.seq,)  # (a spawned worker thread or process gets seq)
-
-
-def _unshared(seq: Any) -> Any:
-    return seq
 
 
 class ProcessWorkers:
@@ -129,8 +93,6 @@ class ProcessWorkers:
         rows: tuple[int, int] | None = None,
     ):
         reaper.reap()
-        if isinstance(seq, Shared):
-            seq, shared, rows = seq.seq, seq.slots, seq.rows
         self.start_hook, self.timeout = start_hook, timeout
         self.timing = Timing() if timing is None else timing
         self.owner = os.getpid()  # the only process that may stop them (:mod:`.ownership`)

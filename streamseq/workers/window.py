@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 
-class Workers(Protocol):
+class Backend(Protocol):
     """What a window needs of a backend (:mod:`.threads`, :mod:`.processes`)."""
 
     def submit(self, item: int) -> None:
@@ -40,7 +40,7 @@ class Window:
         ((True, 30), (True, 40), 5)
     """
 
-    def __init__(self, workers: Workers, start: int, stop: int, depth: int):
+    def __init__(self, workers: Backend, start: int, stop: int, depth: int):
         self.workers, self.next, self.ahead, self.stop = workers, start, start, stop
         self.depth = depth
         self.done: dict[int, tuple[bool, Any]] = {}

@@ -3,7 +3,8 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamseq.workers.blocks import Blocks, Layout, Unblocked, block_size
+from streamseq.workers.blocks import Blocks, Layout, Unblocked
+from streamseq.workers.sizing import block_size
 
 
 @given(st.integers(1, 40), st.integers(0, 200))

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from streamseq import StreamLoader
-from streamseq.loader.topology import EpochBlocks
 from streamseq.workers.blocks import Layout
+from streamseq.workers.epochs import EpochBlocks
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -31,7 +31,7 @@ def test_persistent_workers_read_any_epoch(method):
 
 def test_epoch_blocks_have_no_end():
     loader = StreamLoader(STREAMS, 2, 4)
-    blocks = EpochBlocks(loader._reading, loader._epochs, 0, 2, size=2)
+    blocks = EpochBlocks(loader._reading.group_of, loader._epochs, 0, 2, size=2)
     item = EpochBlocks.first_item(2**70)
     assert blocks.segment_end(item) == item + len(Layout(2, len(loader)))
     assert [b.step.tolist() for b in blocks[item + 1]] == [[[4, 5, 6, 7]], [[8, 9, 10, 11]]]

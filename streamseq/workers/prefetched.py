@@ -1,4 +1,9 @@
-"""Evaluate a sequence ahead in worker processes or threads, in order."""
+"""Evaluate a sequence ahead in worker processes or threads, in order (:func:`prefetch`).
+
+The life of a set of workers: started at an index, restarted elsewhere (or kept, when
+persistent), grown when an item outgrows its slot, stopped by ``close()``, by an error,
+by the finalizer, or together with others (:func:`close_together`).
+"""
 
 from __future__ import annotations
 
@@ -7,12 +12,12 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from ._checks import check_timeout, check_workers
-from ._tree import nbytes
-from ._warn import warn
-from .errors import WorkerError, WorkerTimeout
-from .workers import inline, ownership
-from .workers.failures import (
+from .._tree import nbytes
+from .._warn import warn
+from ..errors import WorkerError, WorkerTimeout
+from . import inline, ownership
+from .config import WorkerConfig
+from .failures import (
     Cancelled,
     HookFailed,
     NoResult,
@@ -20,12 +25,14 @@ from .workers.failures import (
     describe_exits,
     describe_item,
 )
-from .workers.processes import GRACE, ProcessWorkers, stop_together
-from .workers.threads import ThreadWorkers
-from .workers.timing import Timing
-from .workers.window import Window
+from .processes import GRACE, ProcessWorkers, stop_together
+from .sizing import slot_size
+from .slots import Slots
+from .threads import ThreadWorkers
+from .timing import Timing
+from .window import Window
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("streamseq.prefetch")
 
 
 ENDLESS = float("inf")
@@ -47,26 +54,34 @@ def _length(seq: Any) -> int | float:
 
 
 class Prefetched:
-    """Items of ``seq`` evaluated ahead by workers; see :func:`prefetch`."""
+    """Items of ``seq`` evaluated ahead by workers; see :func:`prefetch`.
+
+    Args:
+        seq: the sequence.
+        config: how the workers run.
+        slots: shared-memory slots of someone else's for the worker processes to write
+            in, instead of slots of their own (a loader keeps its slots across passes
+            and shares them among its groups of rows: :class:`~.pool.WorkerPool`); they
+            are never grown here: an item larger than a slot travels pickled.
+        rows: with ``slots``, ``(first, total)``: the workers write rows ``first, ...``
+            of each batch of ``total`` rows (:mod:`.placed`).
+    """
 
     def __init__(
         self,
         seq: Sequence[Any],
-        num_workers: int,
-        method: str = "process",
-        max_buffered: int = 6,
-        start_hook: Callable[[int], Any] | None = None,
-        shm_size: int | None = None,
-        timeout: float | None = None,
-        persistent_workers: bool = False,
+        config: WorkerConfig,
+        slots: Slots | None = None,
+        rows: tuple[int, int] | None = None,
     ):
-        check_workers(num_workers, method, max_buffered)
-        self.persistent_workers = bool(persistent_workers)
-        self.timeout = check_timeout(timeout)
+        self.config = config
         self.length = _length(seq)
-        self.seq, self.num_workers, self.method = seq, num_workers, method
-        self.max_buffered, self.start_hook = max_buffered, start_hook
-        self.slot_size = None if shm_size is None else max(1, int(shm_size) // max_buffered)
+        self.seq, self.shared, self.rows = seq, slots, rows
+        self.slot_size: int | None = None
+        if slots is not None:
+            self.slot_size = slots.size
+        elif config.shm_size is not None:
+            self.slot_size = max(1, int(config.shm_size) // config.max_buffered)
         self._lock = threading.RLock()  # one caller at a time uses the workers
         self._workers: ProcessWorkers | ThreadWorkers | None = None
         self._window: Window | None = None
@@ -76,10 +91,35 @@ class Prefetched:
         self.timing = Timing()  # what the workers spent reading and idle, all along
         ownership.track(self)
 
+    @property
+    def num_workers(self) -> int:
+        """Worker processes or threads (0: items are evaluated in the calling process)."""
+        return self.config.num_workers
+
+    @property
+    def method(self) -> str:
+        """``"process"`` or ``"thread"``."""
+        return self.config.method
+
+    @property
+    def max_buffered(self) -> int:
+        """Items in flight plus delivered items still referenced."""
+        return self.config.max_buffered
+
+    @property
+    def timeout(self) -> float | None:
+        """Seconds the workers may go without delivering anything (None: no bound)."""
+        return self.config.timeout
+
+    @property
+    def persistent_workers(self) -> bool:
+        """Whether the workers are kept when an access restarts them elsewhere."""
+        return self.config.persistent_workers
+
     def forked(self) -> None:
         """In a forked child: let go of the parent's workers; the next access starts new ones.
 
-        The parent's workers are never stopped nor used from here (:mod:`.workers.ownership`):
+        The parent's workers are never stopped nor used from here (:mod:`.ownership`):
         their pipes and shared memory are the parent's.
         """
         workers, self._workers, self._window = self._workers, None, None
@@ -188,24 +228,26 @@ class Prefetched:
         self._stop()
         if i >= self.length:
             return
-        timing = self.timing
+        config, timing = self.config, self.timing
         timing.restart()
-        if self.method == "thread":
+        if config.method == "thread":
             workers: Any = ThreadWorkers(
-                self.seq, self.num_workers, self.start_hook, self.timeout, timing
+                self.seq, config.num_workers, config.start_hook, config.timeout, timing
             )
-            depth = self.max_buffered
+            depth = config.max_buffered
         else:
             workers = ProcessWorkers(
                 self.seq,
-                self.num_workers,
-                self.max_buffered,
+                config.num_workers,
+                config.max_buffered,
                 self.slot_size,
-                self.start_hook,
-                self.timeout,
+                config.start_hook,
+                config.timeout,
                 timing,
+                shared=self.shared,
+                rows=self.rows,
             )
-            depth = self.max_buffered - 2  # two slots stay free for the items being used
+            depth = config.max_buffered - 2  # two slots stay free for the items being used
         self._workers, self._window = workers, Window(workers, i, self._end(i), depth)
 
     def _ready(self) -> bool:
@@ -250,7 +292,7 @@ class Prefetched:
         value = self._here(i)
         with self._lock:
             if self.slot_size is None:
-                self.slot_size = int(nbytes(value) * 1.25) + 65536
+                self.slot_size = slot_size(nbytes(value))
                 if hasattr(self.seq, "release"):
                     self.seq.release()  # the workers open their own files
                 self._start(i + 1)
@@ -308,7 +350,7 @@ class Prefetched:
                 RuntimeWarning,
             )
         size = nbytes(value)
-        if size > self.slot_size:
+        if self.shared is None and size > self.slot_size:
             self.grown += 1
             logger.info(
                 "item %d (%d bytes) outgrew its shared-memory slot (%d bytes): growing",
@@ -316,7 +358,7 @@ class Prefetched:
                 size,
                 self.slot_size,
             )
-            self.slot_size = int(size * 1.5)
+            self.slot_size = slot_size(size)
             self._stop()
 
 
@@ -430,6 +472,7 @@ def prefetch(
         ...     [int(x[0]) for x in ahead]
         [0, 1, 2, 3, 4]
     """
-    return Prefetched(
-        seq, num_workers, method, max_buffered, start_hook, shm_size, timeout, persistent_workers
+    config = WorkerConfig(
+        num_workers, method, max_buffered, timeout, persistent_workers, start_hook, shm_size
     )
+    return Prefetched(seq, config)

@@ -1,0 +1,210 @@
+"""What a pass reads its batches from: this process, or the loader's worker pool.
+
+The rows of an epoch (:class:`Reading`) are split into one contiguous group per worker
+(:func:`~streamseq.split_by_worker`); the pool (:class:`~streamseq.workers.pool.WorkerPool`)
+reads each group in one worker, and persistent workers read any epoch of their group
+through :meth:`Reading.group_of`. :func:`read_with` sets a pass up either way.
+"""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing
+import pickle
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..deliver.assemble import Assembled
+from ..interleave import Row, make_rows
+from ..plan.balance import balanced_groups, row_costs
+from ..plan.planner import EpochPlan, Epochs
+from ..plan.spec import PlanSpec
+from ..read.ref import StreamRef
+from ..split import split_by_worker
+from ..tbin import tbin
+from ..workers.config import WorkerConfig
+from ..workers.inline import bounded
+from ..workers.pool import WorkerPool
+from ..workers.sizing import micro_batch_bytes
+from ..zip_batch import ZipBatch
+from .config import LoaderConfig
+from .first_step import FirstStepSpec
+from .run import Setup
+
+#: the largest batch of mapped arrays read in the calling process whatever the workers:
+#: its copy (0.1 to 0.4 ms at memory speed) costs that process no more than taking a
+#: batch over from workers (about 0.5 ms on 2 cores, ``docs/performance.rst``)
+COPY_HERE_BYTES = 2 << 20
+
+
+class Reading:
+    """What reading a plan needs: its spec, the streams, the transform and the data spec.
+
+    Args:
+        spec: the plan's settings.
+        refs: the streams.
+        transform: the user's transform, or None.
+        data: the data's dtype and step shape.
+        lookahead: steps after each chunk that every row also holds (not in the plan).
+    """
+
+    def __init__(
+        self,
+        spec: PlanSpec,
+        refs: Sequence[StreamRef],
+        transform: Callable[..., Any] | None,
+        data: FirstStepSpec,
+        lookahead: int = 0,
+    ):
+        self.spec, self.refs, self.transform, self.data = spec, refs, transform, data
+        self.lookahead = lookahead
+        self.steps = spec.tbins + lookahead  # per row of a batch
+
+    @functools.cached_property
+    def in_memory(self) -> bool:
+        """Whether every stream is arrays already mapped (a store's) and there is no transform."""
+        refs = self.refs
+        return (
+            self.transform is None
+            and len(refs) > 0
+            and all(callable(getattr(type(r.source), "as_arrays", None)) for r in refs)
+        )
+
+    def read_here(self, plan: EpochPlan) -> bool:
+        """Whether ``plan``'s batches are read in the calling process whatever the workers.
+
+        So are streams that are all mapped arrays (a store's), with no transform, in
+        batches of at most :data:`COPY_HERE_BYTES`: such a batch is one compiled copy out
+        of mapped pages, which costs the calling process less than workers' hand-over of
+        it (``docs/recipes/materialize.rst``).
+        """
+        if not self.in_memory:
+            return False
+        spec = self.data.of(plan.epoch)
+        return micro_batch_bytes(spec, self.spec.batch_size, self.steps) <= COPY_HERE_BYTES
+
+    def rows(self, plan: EpochPlan) -> list[Row]:
+        """The rows of this rank in ``plan``'s epoch."""
+        spec = self.spec
+        return make_rows(
+            self.refs,
+            plan.pieces[2],
+            plan.rows_of(spec),
+            self.transform,
+            seed=spec.seed,
+            epoch=plan.epoch,
+            units=plan.units_of(spec),
+            carried=plan.continued(spec),
+        )
+
+    def group(self, plan: EpochPlan, rows: Sequence[Row]) -> ZipBatch:
+        """The sequence of micro-batches of a group of rows of ``plan``'s epoch."""
+        spec = self.spec
+        pack, cap = spec.pad == "pack", spec.max_streams_per_chunk  # (a cap needs pack)
+        parts = [
+            tbin(r, spec.tbins, pack=pack, max_streams_per_chunk=cap, lookahead=self.lookahead)
+            for r in rows
+        ]
+        return ZipBatch(parts, pad=spec.pad, length=plan.length, spec=self.data.of(plan.epoch))
+
+    def whole(self, plan: EpochPlan) -> ZipBatch:
+        """The rows of this rank in ``plan``'s epoch, as one group (read in this process)."""
+        return self.group(plan, self.rows(plan))
+
+    def groups(self, plan: EpochPlan, workers: int, balanced: bool = True) -> list[ZipBatch]:
+        """The rows of this rank in ``plan``'s epoch, as one group per worker.
+
+        ``balanced``: contiguous groups of even cost, the steps their rows read in this
+        epoch (:mod:`~streamseq.plan.balance`); else of as many rows each, the groups of
+        persistent workers (:meth:`group_of`: their sizes hold for every epoch, the rows'
+        costs do not).
+        """
+        rows = self.rows(plan)
+        if not balanced:
+            return [self.group(plan, g) for g in split_by_worker(rows, workers)]
+        costs = row_costs(rows, plan.length * self.spec.tbins)
+        return [self.group(plan, g) for g in balanced_groups(rows, costs, workers)]
+
+    def group_of(self, plan: EpochPlan, w: int, workers: int) -> ZipBatch:
+        """Group ``w`` of ``workers`` groups of this rank's rows in ``plan``'s epoch.
+
+        What a persistent worker reads in each epoch
+        (:class:`~streamseq.workers.epochs.EpochBlocks`).
+        """
+        return self.group(plan, split_by_worker(self.rows(plan), workers)[w])
+
+
+def check_picklable(
+    groups: list[Any], transform: Callable[..., Any] | None, refs: Sequence[StreamRef]
+) -> None:
+    """Raise a TypeError naming what spawned workers could not receive, if anything."""
+    try:
+        pickle.dumps(groups)
+        return
+    except Exception as e:
+        error = e
+    hint = (
+        "spawned worker processes receive it pickled: use a module-level function or a "
+        'functools.partial of one (not a lambda or a local function), or method="thread"'
+    )
+    if transform is not None:
+        try:
+            pickle.dumps(transform)
+        except Exception as e:
+            raise TypeError(f"transform {transform!r} does not pickle ({e}): {hint}") from e
+    for ref in refs:
+        try:
+            pickle.dumps(ref.source)
+        except Exception as e:
+            raise ref.error(f"does not pickle ({type(e).__name__}: {e}): {hint}") from e
+    raise TypeError(f"the streams do not pickle ({error}): {hint}") from error
+
+
+def worker_config(config: LoaderConfig) -> WorkerConfig:
+    """How the worker of each group of rows runs, from the loader's configuration.
+
+    Example:
+        >>> worker_config(LoaderConfig(num_workers=3, method="thread"))
+        WorkerConfig(num_workers=1, method='thread', max_buffered=6, timeout=None, \
+persistent_workers=False, start_hook=None, shm_size=None)
+    """
+    return WorkerConfig(
+        1, config.method, config.max_buffered, config.timeout, config.persistent_workers
+    )
+
+
+def read_with(
+    config: LoaderConfig,
+    reading: Reading,
+    workers: WorkerPool,
+    epochs: Epochs,
+    plan: EpochPlan,
+    count: int,
+    here: Sequence[Any] | None = None,
+) -> Setup:
+    """What a pass reads ``plan``'s batches from: this process (``count`` 0), or workers.
+
+    ``here``: the rows read in this process, if the loader has them already. Persistent
+    workers that run already are asked for the epoch (its rows are theirs to plan). It
+    holds no reference to the loader (a pass switches with it, :class:`Trial`).
+    """
+    count = 0 if reading.read_here(plan) else min(count, reading.spec.batch_size)
+    if count == 0:
+        if here is None:
+            here = bounded(reading.whole(plan), config.timeout)
+        groups: list[Any] = [here]
+        batches = Assembled(groups, config.pin_memory, config.time_major, share=True)
+        return batches, groups, [], None, []
+    kept = workers.persistent
+    if config.persistent_workers and kept is not None and len(kept) == count:
+        started = kept
+    else:
+        groups = reading.groups(plan, count, balanced=not config.persistent_workers)
+        if config.method == "process" and multiprocessing.get_start_method() != "fork":
+            check_picklable(groups, config.transform, reading.refs)
+        started = workers.start(groups, reading.steps, reading.group_of, epochs)
+    prefetchers = [] if config.persistent_workers else started  # (the pool's, kept)
+    groups = workers.unblocked(started, plan.epoch, plan.length)
+    batches = Assembled(groups, config.pin_memory, config.time_major, share=False)
+    failed = workers.stop if config.persistent_workers else None
+    return batches, groups, prefetchers, failed, [pf.timing for pf in started]
