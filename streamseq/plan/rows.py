@@ -219,18 +219,20 @@ def balanced_rows(
     """
     # (each temporary is let go as soon as it is used: this runs on every stream at once)
     count = len(lengths)
-    if seed is None:
-        drawn = row_cost(lengths, tbins, pack, cap)
-        candidates = None
-    else:
+    drawn = row_cost(lengths, tbins, pack, cap)
+    top = int(drawn.max(initial=0))
+    if top < 1 << 16:  # (costs in 2 bytes: those of every stream, held while sorting)
+        drawn = drawn.astype(np.uint16)
+    candidates = None
+    if seed is not None:
         candidates = np.random.default_rng([seed]).permutation(count)
-        drawn = row_cost(lengths, tbins, pack, cap)[candidates]
+        drawn = drawn[candidates]
     by_cost = _descending(drawn)
     placed = int(np.count_nonzero(drawn))  # the empty streams come last: left out
     by_cost = by_cost[:placed]
     order = by_cost if candidates is None else candidates[by_cost]
     del candidates
-    if int(drawn.max(initial=0)) <= 4 * len(drawn) + 65536:  # from the count of each
+    if top <= 4 * len(drawn) + 65536:  # from the count of each
         counts = np.bincount(drawn)[::-1][:-1]  # of every cost > 0, the largest first
         del drawn, by_cost
         sorted_cost = np.repeat(np.arange(len(counts), 0, -1, dtype=np.int64), counts)
