@@ -193,30 +193,36 @@ def progress_at(
     # (every temporary over all pieces is made in place or let go once used: a state is
     # saved at any time of a run, next to the plan of every stream)
     sizes = np.array([len(a) for a in assignment], dtype=np.int64)
-    flat = np.concatenate(assignment).astype(np.int64) if len(assignment) else np.zeros(0, int)
+    flat = np.concatenate(assignment) if len(assignment) else np.zeros(0, np.int64)
+    flat = flat.astype(np.int64, copy=False)
     bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    budget = batches * tbins if pack else batches
     if pack and cap is not None:
         start, end = row_spans(length[flat], sizes, tbins, cap)
-    else:
-        start = length[flat]  # the cost of each piece, then where it starts
-        if not pack:
-            start += tbins - 1
-            start //= tbins
-        end = np.empty_like(start)
+        finished = end <= budget
+        del end
+        begun = start < budget
+        begun &= ~finished
+        begun_start = start[begun]
+        del start
+    else:  # row by row: no array of every piece's start or end at once
+        finished = np.empty(len(flat), bool)
+        begun = np.empty(len(flat), bool)
+        starts = [np.zeros(0, np.int64)]
         for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):  # (rows)
-            np.cumsum(start[a:b], out=end[a:b])
-        np.subtract(end, start, out=start)
-    budget = batches * tbins if pack else batches
-    finished = end <= budget
-    del end
-    begun = start < budget
-    begun &= ~finished
+            cost = length[flat[a:b]]
+            if not pack:
+                cost = -(-cost // tbins)
+            end = np.cumsum(cost)
+            start = end - cost
+            np.less_equal(end, budget, out=finished[a:b])
+            np.less(start, budget, out=begun[a:b])
+            begun[a:b] &= ~finished[a:b]
+            starts.append(start[begun[a:b]])
+        begun_start = np.concatenate(starts)
     waiting = ~finished
     waiting &= ~begun
-    resumed = np.zeros(len(offset), bool)  # pieces begun earlier, not from their start
-    resumed[np.flatnonzero(offset > 0)] = True
-    waiting &= resumed[flat]  # begun earlier, not resumed yet
-    del resumed
+    waiting &= (offset > 0)[flat]  # begun earlier, not resumed yet
     done = np.asarray(lengths) == 0
     if done_before is not None:
         done = done | done_before
@@ -225,8 +231,7 @@ def progress_at(
         done[unit[part[finished[a : a + BLOCK]]]] = True
     del finished
     at = np.flatnonzero(begun)
-    into = (budget - start[at]) * (1 if pack else tbins)
-    del start
+    into = (budget - begun_start) * (1 if pack else tbins)
     rows = np.searchsorted(bounds, at, side="right") - 1  # the row of each begun piece
     return Progress(
         done,
