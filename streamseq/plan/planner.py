@@ -9,6 +9,7 @@ several times, and the plan deals out occurrences.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,7 +120,9 @@ def plan_epoch(spec: PlanSpec, epoch: int, rest: Progress | None = None) -> Epoc
     draw = None if rest is None else rest.draw
     units = epoch_units(spec, epoch, draw)
     lengths = units[2]
-    if rest is None:
+    if rest is None and units is spec.units and spec.segment_length is None:
+        pieces, order = units, None  # (every stream whole: the units are the pieces)
+    elif rest is None:
         pieces, order = whole_units(lengths), None
     else:
         pieces = rest_of_epoch(rest, lengths, epoch_order(spec, epoch, draw))
@@ -166,6 +169,10 @@ def epoch_order(spec: PlanSpec, epoch: int, draw: np.ndarray | None = None) -> n
         kw = dict(shuffle=spec.shuffle, seed=spec.seed, epoch=epoch, version=2, cap=cap)
         assignment = epoch_rows(lengths, spec.rows, spec.tbins, spec.pad, **kw)[0]
     return start_order(lengths, assignment, spec.tbins, pack=pack, cap=cap)
+
+
+#: the last fresh plan :meth:`Epochs.plan` made for each spec (while the spec lives)
+RECENT: weakref.WeakKeyDictionary[PlanSpec, EpochPlan] = weakref.WeakKeyDictionary()
 
 
 class Epochs:
@@ -225,10 +232,22 @@ class Epochs:
         return plan if plan.epoch == epoch else dataclasses.replace(plan, epoch=epoch)
 
     def plan(self, epoch: int) -> EpochPlan:
-        """The plan of ``epoch`` (kept until another is asked for)."""
+        """The plan of ``epoch`` (kept until another is asked for).
+
+        A fresh plan is a pure function of the spec and the epoch: the last one made for
+        this very spec (:data:`RECENT`) is taken again, so that a loader resuming its own
+        state does not plan its epoch twice, nor hold two plans of it at once.
+        """
         plan = self.cached(epoch)
         if plan is None:
-            plan = plan_epoch(self.spec, epoch, self.rest_of(epoch))
+            rest = self.rest_of(epoch)
+            recent = RECENT.get(self.spec) if rest is None else None
+            if recent is not None and recent.epoch == epoch:
+                plan = recent
+            else:
+                plan = plan_epoch(self.spec, epoch, rest)
+                if rest is None:
+                    RECENT[self.spec] = plan
             self._last = (self.key(epoch), plan)
         return plan
 

@@ -22,6 +22,9 @@ from .packing import row_spans
 if TYPE_CHECKING:
     from .fields import SavedProgress
 
+#: pieces marked done at a time (bounds the memory of their indices)
+BLOCK = 1 << 20
+
 #: ``(unit, offset, length)`` arrays: steps ``offset : offset + length`` of each unit
 Pieces = tuple[np.ndarray, np.ndarray, np.ndarray]
 
@@ -153,30 +156,54 @@ def progress_at(
         ([False, True, False], [0, 2], [4, 2], [0, 1])
     """
     unit, offset, length = pieces
+    # (every temporary over all pieces is made in place or let go once used: a state is
+    # saved at any time of a run, next to the plan of every stream)
     sizes = np.array([len(a) for a in assignment], dtype=np.int64)
-    flat = np.concatenate(assignment).astype(np.int64) if len(assignment) else np.zeros(0, int)
-    rows = np.repeat(np.arange(len(sizes)), sizes)
-    cost = length[flat] if pack else -(-length[flat] // tbins)
-    ends = np.cumsum(cost)
-    first = np.repeat(np.cumsum(sizes) - sizes, sizes)  # index of the row's first piece
-    end = ends - (ends - cost)[first] if len(flat) else ends
-    start = end - cost
+    flat = np.concatenate(assignment) if len(assignment) else np.zeros(0, np.int64)
+    flat = flat.astype(np.int64, copy=False)
+    bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    budget = batches * tbins if pack else batches
     if pack and cap is not None:
         start, end = row_spans(length[flat], sizes, tbins, cap)
-    budget = batches * tbins if pack else batches
-    finished = end <= budget
-    begun = ~finished & (start < budget)
-    waiting = ~finished & ~begun & (offset[flat] > 0)  # begun earlier, not resumed yet
+        finished = end <= budget
+        del end
+        begun = start < budget
+        begun &= ~finished
+        begun_start = start[begun]
+        del start
+    else:  # row by row: no array of every piece's start or end at once
+        finished = np.empty(len(flat), bool)
+        begun = np.empty(len(flat), bool)
+        starts = [np.zeros(0, np.int64)]
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):  # (rows)
+            cost = length[flat[a:b]]
+            if not pack:
+                cost = -(-cost // tbins)
+            end = np.cumsum(cost)
+            start = end - cost
+            np.less_equal(end, budget, out=finished[a:b])
+            np.less(start, budget, out=begun[a:b])
+            begun[a:b] &= ~finished[a:b]
+            starts.append(start[begun[a:b]])
+        begun_start = np.concatenate(starts)
+    waiting = ~finished
+    waiting &= ~begun
+    waiting &= (offset > 0)[flat]  # begun earlier, not resumed yet
     done = np.asarray(lengths) == 0
     if done_before is not None:
         done = done | done_before
-    done[unit[flat[finished]]] = True
-    into = (budget - start[begun]) * (1 if pack else tbins)
+    for a in range(0, len(flat), BLOCK):  # (blocks of pieces, not pieces)
+        part = flat[a : a + BLOCK]
+        done[unit[part[finished[a : a + BLOCK]]]] = True
+    del finished
+    at = np.flatnonzero(begun)
+    into = (budget - begun_start) * (1 if pack else tbins)
+    rows = np.searchsorted(bounds, at, side="right") - 1  # the row of each begun piece
     return Progress(
         done,
-        np.concatenate([unit[flat[begun]], unit[flat[waiting]]]),
-        np.concatenate([offset[flat[begun]] + into, offset[flat[waiting]]]),
-        np.concatenate([rows[begun], np.full(int(waiting.sum()), -1, np.int64)]),
+        np.concatenate([unit[flat[at]], unit[flat[waiting]]]),
+        np.concatenate([offset[flat[at]] + into, offset[flat[waiting]]]),
+        np.concatenate([rows, np.full(int(waiting.sum()), -1, np.int64)]),
     )
 
 

@@ -45,7 +45,7 @@ def deal(costs: np.ndarray, num_rows: int) -> np.ndarray:
     totals = np.zeros(num_rows, dtype=np.int64)
     if not len(costs):
         return row_of
-    cut = np.flatnonzero(np.diff(costs)) + 1
+    cut = np.flatnonzero(costs[1:] != costs[:-1]) + 1  # (a mask: no int64 of differences)
     starts = np.concatenate([[0], cut]).tolist()
     stops = np.concatenate([cut, [len(costs)]]).tolist()
     heap: list[tuple[int, int]] | None = None
@@ -169,7 +169,11 @@ def row_cost(
     lengths = np.asarray(lengths, dtype=np.int64)
     if pack and cap is not None and cap > 1:
         return np.where(lengths > 0, lengths * (cap - 1) + tbins, 0)
-    return lengths.copy() if pack and cap is None else -(-lengths // tbins)
+    if pack and cap is None:
+        return lengths.copy()
+    chunks = lengths + (tbins - 1)  # ceil(n / tbins) of n >= 0, in one array
+    chunks //= tbins
+    return chunks
 
 
 def balanced_rows(
@@ -213,26 +217,36 @@ def balanced_rows(
         >>> [r.tolist() for r in balanced_rows(np.array([5, 2, 0, 2, 4]), 2, tbins=2)]
         [[0, 3], [1, 4]]
     """
-    cost = row_cost(lengths, tbins, pack, cap)
-    if seed is None:
-        candidates = np.arange(len(cost), dtype=np.int64)
-    else:
-        candidates = np.random.default_rng([seed]).permutation(len(cost))
-    drawn = cost[candidates]
+    # (each temporary is let go as soon as it is used: this runs on every stream at once)
+    count = len(lengths)
+    drawn = row_cost(lengths, tbins, pack, cap)
+    top = int(drawn.max(initial=0))
+    if top < 1 << 16:  # (costs in 2 bytes: those of every stream, held while sorting)
+        drawn = drawn.astype(np.uint16)
+    candidates = None
+    if seed is not None:
+        candidates = np.random.default_rng([seed]).permutation(count)
+        drawn = drawn[candidates]
     by_cost = _descending(drawn)
     placed = int(np.count_nonzero(drawn))  # the empty streams come last: left out
-    order = candidates[by_cost[:placed]]
-    if int(drawn.max(initial=0)) <= 4 * len(drawn) + 65536:  # from the count of each
+    by_cost = by_cost[:placed]
+    order = by_cost if candidates is None else candidates[by_cost]
+    del candidates
+    if top <= 4 * len(drawn) + 65536:  # from the count of each
         counts = np.bincount(drawn)[::-1][:-1]  # of every cost > 0, the largest first
+        del drawn, by_cost
         sorted_cost = np.repeat(np.arange(len(counts), 0, -1, dtype=np.int64), counts)
     else:
-        sorted_cost = drawn[by_cost[:placed]]
+        sorted_cost = drawn[by_cost]
+        del drawn, by_cost
     row_of = deal(sorted_cost, num_rows)
     _even_out(row_of, sorted_cost, num_rows)
-    ordered, bounds = _by_row(order, row_of, num_rows, len(cost))
+    del sorted_cost
+    ordered, bounds = _by_row(order, row_of, num_rows, count)
+    del order, row_of
     rows = [ordered[bounds[r] : bounds[r + 1]] for r in range(num_rows)]
     # rows in the order of their first stream (empty ones last): row 0 starts stream 0
-    return sorted(rows, key=lambda m: int(m[0]) if len(m) else len(cost))
+    return sorted(rows, key=lambda m: int(m[0]) if len(m) else count)
 
 
 def _descending(values: np.ndarray) -> np.ndarray:
@@ -244,7 +258,9 @@ def _descending(values: np.ndarray) -> np.ndarray:
     """
     top = int(values.max(initial=0))
     small = np.uint16 if top < 1 << 16 else np.int64  # (a radix sort: no comparisons)
-    return np.argsort((top - values).astype(small), kind="stable")
+    keys = values.astype(small)  # (in the small type: no temporary of int64)
+    np.subtract(small(top), keys, out=keys)
+    return np.argsort(keys, kind="stable")
 
 
 def _by_row(
@@ -264,7 +280,9 @@ def _by_row(
     row_at[items] = row_of
     kept = np.flatnonzero(row_at < num_rows)
     rows = row_at[kept]
+    del row_at
     by_row = np.argsort(rows, kind="stable")
+    del rows
     sizes = np.bincount(row_of, minlength=num_rows)
     bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     return kept[by_row], bounds

@@ -88,6 +88,9 @@ class StreamRef:
         (10, [20, 30, 40])
     """
 
+    # (no __dict__: a rank holds one reference per stream of its rows, millions)
+    __slots__ = ("_measured_spec", "_opened", "index", "length", "source")
+
     def __init__(self, index: int, source: Any, length: int | None = None):
         kind = _kind(source)
         if kind == "path":
@@ -123,6 +126,8 @@ class StreamRef:
         self.source = source
         self.length = length
         self._opened: ProcessLocal | None = None  # made on first open (a million refs)
+        #: the opener's stream's :func:`step_spec`, kept when its length was measured
+        self._measured_spec: Any = None
 
     def __repr__(self) -> str:
         return f"StreamRef({self.index}, {describe(self.source)})"
@@ -194,9 +199,6 @@ class StreamRef:
     def is_open(self) -> bool:
         """Whether this process holds the stream open."""
         return self._opened is not None and self._opened.peek() is not None
-
-    #: the opener's stream's :func:`step_spec`, kept when its length was measured
-    _measured_spec: Any = None
 
     def __len__(self) -> int:
         if self.length is None:
@@ -391,14 +393,26 @@ class TableRefs(Sequence):
         )
 
 
+#: references made at a time from a table (bounds the memory of their temporary lists)
+REFS_BLOCK = 1 << 14
+
+
 def _table_refs_at(table: Any, at: np.ndarray, index: np.ndarray) -> list[StreamRef]:
     """References to streams ``at`` of ``table``, numbered ``index`` in the user's list."""
-    lengths = table.lengths[at].tolist()
+    out: list[StreamRef] = []
     with _collector_paused():  # many objects without cycles: no collection in between
-        streams = table.streams(at)
-        kinds = set(map(type, streams))
-        make = _bare_ref if len(kinds) == 1 and _nothing_to_check(streams[0]) else StreamRef
-        return list(map(make, index.tolist(), streams, lengths))
+        # in blocks: the lists of each block's values are freed before the next block's
+        # references are made, so they take the same memory (not memory kept fragmented)
+        for a in range(0, len(at), REFS_BLOCK):  # (blocks of streams, not streams)
+            part = at[a : a + REFS_BLOCK]
+            lengths = table.lengths[part].tolist()
+            streams = table.streams(part)
+            kinds = set(map(type, streams))
+            plain = len(kinds) == 1 and _nothing_to_check(streams[0])
+            make = _bare_ref if plain else StreamRef
+            out.extend(map(make, index[a : a + REFS_BLOCK].tolist(), streams, lengths))
+            del lengths, streams
+    return out
 
 
 def _nothing_to_check(stream: Any) -> bool:
@@ -422,6 +436,7 @@ def _bare_ref(index: int, source: Any, length: int) -> StreamRef:
     """``StreamRef(index, source, length)`` for a source with nothing to check."""
     ref = object.__new__(StreamRef)
     ref.index, ref.source, ref.length, ref._opened = index, source, length, None
+    ref._measured_spec = None
     return ref
 
 
