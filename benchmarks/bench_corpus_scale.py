@@ -50,6 +50,9 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from worktrees import baseline_tree, git  # noqa: E402
+
 BATCH, TBINS, WORLD = 64, 256, 8
 #: documents of 1 to this many tokens (mean about 300)
 MAX_TOKENS = 600
@@ -291,26 +294,6 @@ def run_child(job: dict, timeout: float, max_rss: float, cmd: list[str] | None =
         result = json.loads(lines[-1]) if lines else {}
     result["sampled_peak"] = peak
     return result
-
-
-def git(*args: str, cwd: str = REPO) -> str:
-    cmd = ["git", "--no-optional-locks", "-C", cwd, *args]
-    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip()
-
-
-def baseline_tree(rev: str, data: str) -> str:
-    """A git worktree of ``rev`` in ``data``, its C extension built in place (kept)."""
-    commit = git("rev-parse", "--verify", f"{rev}^{{commit}}")
-    path = os.path.join(os.path.abspath(data), f"baseline-{commit[:12]}")
-    if not os.path.exists(os.path.join(path, ".git")):
-        os.makedirs(data, exist_ok=True)
-        git("worktree", "prune")
-        git("worktree", "add", "--detach", path, commit)
-    if git("rev-parse", "HEAD", cwd=path) != commit:
-        raise RuntimeError(f"{path} is not at {rev} ({commit})")
-    build = [sys.executable, "setup.py", "build_ext", "--inplace", "-q"]
-    subprocess.run(build, cwd=path, check=True, capture_output=True)
-    return path
 
 
 # -- the run ---------------------------------------------------------------------------------

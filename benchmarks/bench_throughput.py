@@ -97,7 +97,8 @@ SIZE = 224
 CROP = 160
 BASELINE = "327156d"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+from worktrees import baseline_tree, git  # noqa: E402
 
 # -- data ----------------------------------------------------------------------------------
 
@@ -308,32 +309,6 @@ def check_import(root: str) -> str:
         import streamseq._gather  # noqa: F401
 
     return where
-
-
-def git(*args: str) -> str:
-    cmd = ["git", "--no-optional-locks", "-C", REPO, *args]
-    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip()
-
-
-def baseline_tree(rev: str, data: str) -> str:
-    """A git worktree of ``rev`` in ``data``, its C extension built in place (kept for reuse).
-
-    Remove it with ``git worktree remove --force <path>``.
-    """
-    commit = git("rev-parse", "--verify", f"{rev}^{{commit}}")
-    path = os.path.join(os.path.abspath(data), f"baseline-{commit[:12]}")
-    if not os.path.exists(os.path.join(path, ".git")):
-        os.makedirs(data, exist_ok=True)
-        git("worktree", "prune")
-        git("worktree", "add", "--detach", path, commit)
-    head = subprocess.run(
-        ["git", "-C", path, "rev-parse", "HEAD"], check=True, capture_output=True, text=True
-    ).stdout.strip()
-    if head != commit:
-        raise RuntimeError(f"{path} is at {head}, not {rev} ({commit})")
-    build = [sys.executable, "setup.py", "build_ext", "--inplace", "-q"]
-    subprocess.run(build, cwd=path, check=True, capture_output=True)
-    return path
 
 
 def describe_current() -> str:
