@@ -130,6 +130,7 @@ class TBPTT(lightning.LightningModule):
         self.trained: list[tuple[int, list[tuple[int, int]]]] = []  # inputs
         self.targets: list[tuple[int, list[tuple[int, int]]]] = []
         self.losses: list[tuple[int, float]] = []  # (epoch, summed squared error)
+        self.steps: list[int] = []  # the optimizer steps made before each of those batches
         self.skipped = 0  # batches of padding alone
         self.resumed_hidden: torch.Tensor | None = None  # the state a checkpoint gave
         self.resumed_state: dict[str, Any] | None = None  # the loader's, for row_map
@@ -145,6 +146,7 @@ class TBPTT(lightning.LightningModule):
         x, valid = batch.data.to(self.gru.weight_hh_l0.dtype), batch.valid[:, :tbins]
         starts = valid & (batch.step[:, :tbins] == 0)
         starts[:, 0] |= batch.reset  # rows that start a stream: their state zeroed
+        before = self.trainer.global_step  # optimizer steps so far
         h = self.hidden.to(self.device).detach()  # gradients stop at the batch boundary
         out, h = scan(self.gru, x[:, :tbins], h, starts)  # the chunk: tbins steps
         self.hidden = h.detach()  # after the chunk's last step, for the next batch
@@ -158,6 +160,7 @@ class TBPTT(lightning.LightningModule):
             optimiser.step()
             self.log("loss", total.detach() / n, batch_size=batch.data.shape[0])
         epoch = self.current_epoch
+        self.steps.append(before)
         self.trained.append((epoch, cells(batch.stream[:, :tbins], batch.step[:, :tbins], valid)))
         self.targets.append((epoch, cells(batch.stream[:, 1:], batch.step[:, 1:], mask)))
         self.losses.append((epoch, float(total.detach())))
@@ -317,8 +320,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         path = first["checkpoints"][step]
         second = run(out, args.epochs, args.save_every, ckpt_path=path, workers=args.workers)
         saved = torch.load(path, weights_only=False)
-        trained = first["model"].trained[:step] + second["model"].trained
-        targets = first["model"].targets[:step] + second["model"].targets
+        # what the checkpoint holds: the batches before its optimizer step and that one (a
+        # batch without a target makes no step: there are more batches than steps)
+        held = sum(1 for s in first["model"].steps if s < step)
+        trained = first["model"].trained[:held] + second["model"].trained
+        targets = first["model"].targets[:held] + second["model"].targets
         expected, wanted = every_step(make_streams()), every_target(make_streams())
         per_epoch, targets_per_epoch = (
             [

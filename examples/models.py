@@ -145,7 +145,8 @@ def stream_starts(reset: torch.Tensor, valid: torch.Tensor, step: torch.Tensor) 
     """``[B, T]``: True where a row starts a stream (or a segment) at step t of a chunk.
 
     A row starts one at the chunk's first step where ``reset`` is set, and, with
-    ``pad="pack"``, wherever a valid step is step 0 of its stream.
+    ``pad="pack"``, wherever a valid step is step 0 of its stream. (A segment after the
+    first, packed inside a chunk, starts at another step: not marked here.)
 
     Example:
         >>> r = torch.tensor([True, False])

@@ -1,8 +1,8 @@
 """A training loop over several epochs: reshuffled passes, a one-cycle schedule, workers kept.
 
 Each pass over the loader reads a new epoch (a new shuffle), as a ``DataLoader`` does.
-With ``shuffle=True`` the epochs differ by a few batches, so a schedule over the whole run
-takes its number of steps from :meth:`~streamseq.StreamLoader.epoch_length` (computed
+Every epoch has the same number of batches, shuffled or not; a schedule over the whole
+run takes its number of steps from :meth:`~streamseq.StreamLoader.epoch_length` (computed
 from the plan, nothing read): ``OneCycleLR`` then ends exactly on the last batch. The
 workers are started once for the whole run (``persistent_workers=True``). The hidden state
 of a row is reset where the row starts a new stream, and the loss covers every step but

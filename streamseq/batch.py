@@ -92,6 +92,9 @@ class Batch(_Fields):
             ``lookahead``; 0 by default). Not a field: a batch is still the five fields
             above (``data, reset, valid, stream, step = batch``); it goes with the batch
             through :meth:`to`, pickling, pinning and the workers.
+        time_major: whether the batch is laid out ``[T, B, ...]`` (the loader's
+            ``time_major``; False by default). Not a field either, kept as ``lookahead``
+            is: :meth:`target_mask` reads it.
 
     With ``time_major=True`` the loader delivers ``data`` as ``[T, B, ...]`` and
     ``valid``, ``stream``, ``step`` as ``[T, B]``.
@@ -111,14 +114,24 @@ class Batch(_Fields):
     """
 
     lookahead: int = 0  # (an instance's own where not 0)
+    time_major: bool = False  # (an instance's own where True)
 
     def __new__(
-        cls, data: Any, reset: Any, valid: Any, stream: Any, step: Any, lookahead: int = 0
+        cls,
+        data: Any,
+        reset: Any,
+        valid: Any,
+        stream: Any,
+        step: Any,
+        lookahead: int = 0,
+        time_major: bool = False,
     ) -> Batch:
-        """The five fields, and ``lookahead`` (an integer >= 0) kept beside them."""
+        """The five fields, and ``lookahead`` (an integer >= 0) and ``time_major`` beside them."""
         self = super().__new__(cls, data, reset, valid, stream, step)
         if type(lookahead) is not int or lookahead:  # (a plain batch: no attribute of its own)
             self.lookahead = _check_lookahead(lookahead)
+        if time_major:
+            self.time_major = True
         return self
 
     def _replace(self, **fields: Any) -> Batch:
@@ -126,7 +139,7 @@ class Batch(_Fields):
         return self.like(super()._replace(**fields))
 
     def like(self, fields: Any) -> Batch:
-        """A :class:`Batch` of ``fields`` (five, in order) with this batch's ``lookahead``.
+        """A :class:`Batch` of ``fields`` (five, in order), ``lookahead`` and ``time_major`` kept.
 
         Example:
             >>> b = Batch(None, [False], [[True] * 3], [[0] * 3], [[0, 1, 2]], lookahead=1)
@@ -134,15 +147,20 @@ class Batch(_Fields):
             1
         """
         out = Batch._make(fields)
-        if self.lookahead:
-            out.lookahead = self.lookahead
+        own = getattr(self, "__dict__", None)
+        if own:
+            out.__dict__.update(own)
         return out
 
     def __repr__(self) -> str:
-        text = describe_fields(self)
-        return f"{text[:-1]}, lookahead={self.lookahead})" if self.lookahead else text
+        text = describe_fields(self)[:-1]
+        if self.lookahead:
+            text += f", lookahead={self.lookahead}"
+        if self.time_major:
+            text += ", time_major=True"
+        return text + ")"
 
-    def target_mask(self, lookahead: int | None = None, time_major: bool = False) -> Any:
+    def target_mask(self, lookahead: int | None = None, time_major: bool | None = None) -> Any:
         """Where step t + 1 is the next-step target of input t: ``[B, T]`` (``[T, B]``).
 
         For a batch with ``lookahead`` steps after its ``T = tbins`` steps (the loader's
@@ -158,15 +176,17 @@ class Batch(_Fields):
             lookahead: the look-ahead steps the batch holds: by default its own
                 :attr:`lookahead`; another value is refused (inputs counted twice, or a
                 real step taken for a look-ahead step).
-            time_major: the batch is laid out ``[T, B, ...]``.
+            time_major: the batch is laid out ``[T, B, ...]``; by default its own
+                :attr:`time_major` (the loader's ``time_major``).
 
         Returns:
             A bool array (or tensor) ``[B, T]``, ``[T, B]`` with ``time_major``.
 
         Raises:
             ValueError: the batch holds no look-ahead steps (build the loader with
-                ``lookahead=1`` or more), ``lookahead`` is not the batch's, or it leaves
-                no input.
+                ``lookahead=1`` or more), ``lookahead`` is not the batch's, it leaves
+                no input, or the shapes contradict ``time_major`` (``reset`` has one
+                entry a row).
 
         Example:
             >>> import numpy as np
@@ -201,7 +221,16 @@ class Batch(_Fields):
                 "last step of each chunk has no target here; build the loader with "
                 "lookahead=1 or more"
             )
-        steps = self.valid.shape[0 if time_major else 1]
+        if time_major is None:
+            time_major = self.time_major
+        rows, steps = self.valid.shape[:2][:: -1 if time_major else 1]
+        if len(self.reset) != rows:
+            raise ValueError(
+                f"target_mask(time_major={bool(time_major)}): valid is "
+                f"{describe_field(self.valid)} but reset has {len(self.reset)} rows: the "
+                f"batch is laid out {'[B, T]' if time_major else '[T, B]'}; pass "
+                f"time_major={not time_major}"
+            )
         if lookahead >= steps:
             raise ValueError(f"lookahead={lookahead} leaves no input in {steps} steps")
         t = steps - lookahead

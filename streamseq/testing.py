@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ._tree import leaves, tree_map
-from .batch import Batch
+from .batch import Batch, _check_lookahead
 from .read.ref import as_stream
 
 CODE = 1 << 32
@@ -124,13 +124,16 @@ def check_continuity(
             stream is a target as many times as it was delivered (exactly once), except
             the first step of a segment, or of the rest of a stream begun before
             ``state``, which is a target at most once (where the piece before it ended
-            at ``tbins - 1``, in its look-ahead).
+            at ``tbins - 1``, in its look-ahead). A :class:`~streamseq.Batch` that
+            holds its own ``lookahead`` (the loader's batches do) must hold this one.
 
     Returns:
         The number of batches checked.
 
     Raises:
         AssertionError: naming the first batch and row that break continuity.
+        TypeError: ``lookahead`` is not an integer.
+        ValueError: ``lookahead`` is negative.
 
     Example:
         >>> from streamseq import StreamLoader
@@ -143,6 +146,7 @@ def check_continuity(
         2
     """
     lengths = [int(n) for n in lengths]
+    lookahead = _check_lookahead(lookahead)
     if sources is not None:
         sources = [as_stream(source) for source in sources]
     n_ = segment_length
@@ -209,6 +213,11 @@ def check_continuity(
     targets: dict[tuple[int, int], int] = {}  # (stream, step) -> times a next-step target
     count = 0
     for i, raw in enumerate(batches):
+        own = getattr(raw, "lookahead", 0)  # (a Batch of the loader's holds its own)
+        assert not own or own == lookahead, (
+            f"check_continuity(lookahead={lookahead}): batch {i} holds lookahead={own} "
+            f"look-ahead steps; pass lookahead={own}"
+        )
         b = _batch_major(raw, time_major)
         if lookahead:
             b = _check_ahead(b, lookahead, lengths, sources, i, delivered, targets)

@@ -41,13 +41,16 @@ def assemble_parts(parts: Sequence[Batch], pin: bool = False, time_major: bool =
             return out
         return torch.from_numpy(_native(np.concatenate(arrays, axis=axis)))
 
-    return rebuilt(
+    out = rebuilt(
         parts[0],
         [
             combine(*fields) if type(fields[0]) is np.ndarray else tree_map(combine, *fields)
             for fields in zip(*parts, strict=True)
         ],
     )
+    if time_major and isinstance(out, Batch):
+        out.time_major = True  # (target_mask reads it)
+    return out
 
 
 class Assembled:

@@ -30,19 +30,14 @@ if TYPE_CHECKING:
     from .chunkmap import ChunkMap
 
 
-def source_lengths(chunks: ChunkMap) -> np.ndarray:
-    """Steps of the source of every stream of the chunks (a segment's whole source), made once.
+def source_ends(chunks: ChunkMap, r: list[int], p: list[int]) -> np.ndarray:
+    """Where each stream ``p`` (read in row ``r``) ends in its source: its source's length.
 
-    Without segments (nor rests of resumed streams) every stream is its whole source: its
-    planned length, an array already; only segments ask their sources.
+    Asked only for the pieces whose planned end is near: a segment (a first one starts at
+    step 0 like a whole stream) or the rest of a resumed stream goes on in its source.
     """
-    if not chunks.segmented:
-        return chunks.lengths
-    kept = getattr(chunks, "_source_lengths", None)
-    if kept is None:
-        refs = [ref for row in chunks.rows for ref in row.refs]
-        kept = chunks._source_lengths = np.array([len(ref) for ref in refs], np.int64)
-    return kept
+    refs = [chunks.rows[row].refs[q - chunks.first_list[row]] for row, q in zip(r, p, strict=True)]
+    return np.fromiter((len(ref) for ref in refs), np.int64, len(refs))
 
 
 def _packed_starts(chunks: ChunkMap) -> tuple[np.ndarray, np.ndarray]:
@@ -97,7 +92,11 @@ def ahead_of(chunks: ChunkMap, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
         p = blk.pos[0, r]
         a = blk.start[0, r] + t
     a = a + chunks.shifts[p]  # in the source
-    n = np.minimum(chunks.lookahead, source_lengths(chunks)[p] - a)
+    end = chunks.shifts[p] + chunks.lengths[p]  # the planned piece's end, in the source
+    near = np.flatnonzero(end - a < chunks.lookahead)  # its source may go on past it
+    if len(near):
+        end[near] = source_ends(chunks, r[near].tolist(), p[near].tolist())
+    n = np.minimum(chunks.lookahead, end - a)
     keep = n > 0
     return r[keep], p[keep], a[keep], n[keep]
 

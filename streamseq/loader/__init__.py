@@ -5,7 +5,7 @@ Modules:
         one :class:`~streamseq.plan.cursor.Cursor`, passes that report its transitions.
     config: the frozen :class:`~.config.LoaderConfig` (how batches are read and delivered).
     checks: checks of the streams and settings made when a loader is built.
-    spec: the data's dtype and step shape.
+    first_step: the data's dtype and step shape (:class:`~.first_step.FirstStepSpec`).
     reading: what a pass reads from: this process, or the worker pool (:mod:`streamseq.workers`).
     run: a pass (:class:`~.run.Pass`) and the ``num_workers="auto"`` trial.
     sampler: where trainers set the epoch.

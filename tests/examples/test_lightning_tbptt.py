@@ -173,3 +173,21 @@ def test_a_batch_of_padding_alone_is_skipped_and_counted_nowhere(tmp_path):
     inputs = Counter(c for _, cells in model.trained for c in cells)
     mine = {int(s) for b in loader for s in b.stream[b.valid]}  # rank 1's streams
     assert inputs == Counter((s, t) for s in mine for t in range(len(streams[s])))
+
+
+def test_the_printout_counts_what_the_checkpoint_holds_past_a_batch_without_target(
+    tmp_path, monkeypatch, capsys
+):
+    module = load("lightning_tbptt")
+    packed = module.make_loader(pad="pack")
+    n = len(packed)
+    quiet = [i for i, b in enumerate(packed) if b.valid.any() and not b.target_mask().any()]
+    assert quiet  # a batch read, for the state, without an optimizer step
+    make = module.make_loader
+    monkeypatch.setattr(module, "make_loader", lambda *a, **kw: make(*a, pad="pack", **kw))
+    # the checkpoint after optimizer step n lies past that batch: n + 1 batches trained
+    argv = ["--epochs", "2", "--save-every", str(n), "--crash-at", str(n + 1)]
+    result = module.main([*argv, "--out", str(tmp_path)])
+    assert result["once"] and result["targets_once"]
+    out = capsys.readouterr().out
+    assert "an input once per epoch: True" in out and "a target once per epoch: True" in out
