@@ -40,6 +40,33 @@ def source_ends(chunks: ChunkMap, r: list[int], p: list[int]) -> np.ndarray:
     return np.fromiter((len(ref) for ref in refs), np.int64, len(refs))
 
 
+def ends_near(chunks: ChunkMap, r: np.ndarray, p: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """Where the sources of streams ``p`` (read in rows ``r``) end, as far as reads from ``a`` see.
+
+    The planned end of each piece, except where it is nearer than ``chunks.lookahead``
+    steps after ``a``: there the source is asked (:func:`source_ends`, once per stream).
+
+    Example:
+        >>> from streamseq import interleave_streams, tbin
+        >>> rows = interleave_streams([np.arange(5)], 1)
+        >>> chunks = tbin(rows[0], 2, lookahead=2).writer()
+        >>> ends_near(chunks, np.array([0]), np.array([0]), np.array([4])).tolist()
+        [5]
+    """
+    end = chunks.shifts[p] + chunks.lengths[p]  # the planned piece's end, in the source
+    near = np.flatnonzero(end - a < chunks.lookahead)  # its source may go on past it
+    if len(near):
+        known = getattr(chunks, "_source_ends", None)
+        if known is None:
+            known = chunks._source_ends = np.full(len(chunks.ids), -1, np.int64)
+        q = p[near]
+        ask = np.flatnonzero(known[q] < 0)
+        if len(ask):
+            known[q[ask]] = source_ends(chunks, r[near][ask].tolist(), q[ask].tolist())
+        end[near] = known[q]
+    return end
+
+
 def _packed_starts(chunks: ChunkMap) -> tuple[np.ndarray, np.ndarray]:
     """Where every stream of packed rows starts, on one axis of all rows; each row's base.
 
@@ -92,11 +119,7 @@ def ahead_of(chunks: ChunkMap, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
         p = blk.pos[0, r]
         a = blk.start[0, r] + t
     a = a + chunks.shifts[p]  # in the source
-    end = chunks.shifts[p] + chunks.lengths[p]  # the planned piece's end, in the source
-    near = np.flatnonzero(end - a < chunks.lookahead)  # its source may go on past it
-    if len(near):
-        end[near] = source_ends(chunks, r[near].tolist(), p[near].tolist())
-    n = np.minimum(chunks.lookahead, end - a)
+    n = np.minimum(chunks.lookahead, ends_near(chunks, r, p, a) - a)
     keep = n > 0
     return r[keep], p[keep], a[keep], n[keep]
 
@@ -116,11 +139,12 @@ def block_counts(chunks: ChunkMap, blk: Positions) -> np.ndarray:
         [[2], [1], [0]]
     """
     t = chunks.tbins
-    if not len(chunks.ends):
-        return np.zeros_like(blk.count)
-    rest = source_lengths(chunks)[np.maximum(blk.pos, 0)] - (blk.source_start + t)
-    n = np.minimum(chunks.lookahead, rest)
-    return np.ascontiguousarray(np.where(blk.count == t, np.maximum(n, 0), 0), np.int64)
+    out = np.zeros_like(blk.count)
+    k, r = np.nonzero(blk.count == t)
+    p = blk.pos[k, r]
+    a = blk.source_start[k, r] + t
+    out[k, r] = np.clip(ends_near(chunks, r, p, a) - a, 0, chunks.lookahead)
+    return out
 
 
 def write_meta(

@@ -110,7 +110,7 @@ def reference(chunks, i):
             j, a, n, _ = pieces[-1]
             p = chunks.first_list[r] + j
             a = a + n + int(chunks.shifts[p])
-            n = min(chunks.lookahead, ahead.source_lengths(chunks)[p] - a)
+            n = min(chunks.lookahead, len(row.refs[j]) - a)
             if n > 0:
                 found.append((r, p, a, n))
     return found
