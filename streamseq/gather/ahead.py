@@ -148,7 +148,12 @@ def block_counts(chunks: ChunkMap, blk: Positions) -> np.ndarray:
 
 
 def write_meta(
-    m: meta.Meta, t: int, n: np.ndarray, ids: np.ndarray, first: np.ndarray, rows: Any = None
+    m: meta.Meta,
+    t: int,
+    n: np.ndarray,
+    ids: np.ndarray,
+    first: np.ndarray,
+    rows: np.ndarray | None = None,
 ) -> None:
     """Write the metadata of the look-ahead steps (positions ``t`` on) of every row.
 
