@@ -107,8 +107,8 @@ def ahead_of(chunks: ChunkMap, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
         x = base + (i + 1) * t - 1
         p = np.searchsorted(starts, x, side="right") - 1
         q = np.maximum(p, 0)
-        nstreams = np.array([len(row.refs) for row in chunks.rows], np.int64)
-        ok = (p >= chunks.first) & (p < chunks.first + nstreams) & (i < chunks.counts)
+        stop = np.append(chunks.first[1:], len(chunks.ids))  # (each row's streams)
+        ok = (p >= chunks.first) & (p < stop) & (i < chunks.counts)
         ok &= x < starts[q] + chunks.lengths[q] if len(starts) else False
         r = np.flatnonzero(ok)
         p = p[r]
