@@ -167,7 +167,7 @@ class BatchWriter(ChunkMap):
                     meta.write_resets(reset, blk, k)
                 return m is not None
         if self.lookahead:
-            self._gather_wide(out, streams, blk.starts[k], reads.tolist())
+            self._gather_wide(out, streams, blk, k, reads.tolist())
         else:
             self._gather(out, streams, blk, k)
         return False
@@ -268,21 +268,51 @@ class BatchWriter(ChunkMap):
             rows, counts = blk.partial(k)
             for r, n in zip(reversed(rows), reversed(counts), strict=True):
                 pieces.insert(r + 1, zeros[n:])
-        np.concatenate(pieces, out=out.reshape(-1, *out.shape[2:]), casting="safe")
+        self._concatenate(pieces, out, streams, blk, k, blk.counts[k])
 
     def _gather_wide(
-        self, out: np.ndarray, streams: list[Any], starts: list[int], reads: list[int]
+        self, out: np.ndarray, streams: list[Any], blk: Positions, k: int, reads: list[int]
     ) -> None:
-        """:meth:`_gather` of rows that read ``reads`` steps each (with their look-ahead)."""
+        """:meth:`_gather` of rows that read ``reads`` steps each (with their look-ahead).
+
+        Raises:
+            StreamError: a stream holds fewer steps than its source's length said (naming
+                the stream and the steps).
+        """
         w = out.shape[1]
         zeros = np.zeros((w, *out.shape[2:]), out.dtype)
         pieces = []
-        for s, a, c in zip(streams, starts, reads, strict=True):
+        for s, a, c in zip(streams, blk.starts[k], reads, strict=True):
             if c:
                 pieces.append(s[a : a + c])
             if c < w:
                 pieces.append(zeros[c:])
-        np.concatenate(pieces, out=out.reshape(-1, *out.shape[2:]), casting="safe")
+        self._concatenate(pieces, out, streams, blk, k, reads)
+
+    def _concatenate(
+        self,
+        pieces: list[Any],
+        out: np.ndarray,
+        streams: list[Any],
+        blk: Positions,
+        k: int,
+        reads: list[int],
+    ) -> None:
+        """Concatenate ``pieces`` into ``out``; a stream shorter than its length is named.
+
+        Raises:
+            StreamError: a row's stream holds fewer steps than it reads (``reads``, from
+                ``blk.starts[k]``): it names the stream and the steps.
+        """
+        try:
+            np.concatenate(pieces, out=out.reshape(-1, *out.shape[2:]), casting="safe")
+        except ValueError:
+            for r, (s, a, c) in enumerate(zip(streams, blk.starts[k], reads, strict=True)):
+                if c and len(s[a : a + c]) != c:
+                    ref = self._ref(r, int(blk.pos[k, r]))
+                    problem = f"steps {a}:{a + c}: the stream holds {len(s)} steps"
+                    raise ref.error(problem) from None
+            raise
 
     def _check_array(self, spec: Any, stream: Any, r: int, p: int) -> None:
         """Raise the error naming stream ``p`` of row ``r`` if ``stream`` differs from ``spec``."""

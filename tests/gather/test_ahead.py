@@ -10,7 +10,7 @@ from helpers import assume_rows_filled
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamseq import StreamLoader, interleave_streams, tbin
+from streamseq import StreamError, StreamLoader, interleave_streams, tbin
 from streamseq.gather import ahead, writer
 from streamseq.gather.positions import packed_pieces
 from streamseq.testing import CODE, coded_streams, layouts
@@ -137,3 +137,27 @@ def test_packed_look_ahead_of_all_rows_at_once_is_the_rule(lengths, t, k, rows, 
             for j in range(len(ahead.ahead_of(chunks, i)[0]))
         ]
         assert got == reference(chunks, i), i
+
+
+class Lying:
+    """Arrays that say they hold more steps than they do."""
+
+    def __init__(self, a, n):
+        self.a, self.n = a, n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, s):
+        return self.a[s]
+
+    def as_arrays(self):
+        return self.a
+
+
+@pytest.mark.parametrize(("k", "steps"), [(0, "6:8"), (1, "3:7")])
+def test_a_stream_shorter_than_its_length_is_named_with_its_steps(k, steps):
+    streams = [np.arange(10), Lying(np.arange(6), 8)]
+    loader = quiet(streams, 2, 3, lookahead=k)
+    with pytest.raises(StreamError, match=rf"stream 1 .*steps {steps}: the stream holds 6"):
+        list(loader)
