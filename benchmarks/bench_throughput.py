@@ -604,14 +604,19 @@ def lookahead_loader(sources: list[Any], workers: int, lookahead: int) -> Any:
     )
 
 
-def lookahead_configs(lookahead: int | None, workers: int) -> list[tuple[str, int, dict]]:
+def lookahead_configs(
+    lookahead: int | None, workers: int, base: dict | None = None
+) -> list[tuple[str, int, dict]]:
     """The rows ``--lookahead K`` adds to the tokens workload: K, in-process and ``workers``.
 
-    The plain streamseq rows of the same run are the rows of ``lookahead=0``.
+    The plain streamseq rows of the same run are the rows of ``lookahead=0``; with a
+    baseline (``base``), its rows of K too, beside its rows of ``lookahead=0``.
     """
     if not lookahead:
         return []
-    return [("streamseq-lookahead", k, {"lookahead": lookahead}) for k in (0, workers)]
+    kinds = [{}] + ([base] if base else [])
+    rows = [{"lookahead": lookahead, **b} for b in kinds]
+    return [("streamseq-lookahead", k, extra) for extra in rows for k in (0, workers)]
 
 
 def lookahead_ratios(rows: list[tuple[dict, list[dict]]]) -> str:
@@ -620,10 +625,14 @@ def lookahead_ratios(rows: list[tuple[dict, list[dict]]]) -> str:
     Tokens per second count the streams' tokens (the look-ahead steps, delivered a second
     time, are not counted): the ratio is what the look-ahead costs.
     """
-    zero = {j["workers"]: rs for j, rs in rows if j["loader"] == "streamseq" and plain(j)}
+    zero = {
+        (j["workers"], j.get("baseline")): rs
+        for j, rs in rows
+        if j["loader"] == "streamseq" and plain(dict(j, baseline=None))
+    }
     out = []
     for job, results in rows:
-        other = zero.get(job["workers"])
+        other = zero.get((job["workers"], job.get("baseline")))
         if job["loader"] != "streamseq-lookahead" or other is None:
             continue
         a = [r["steps_per_s"] for r in results]
@@ -1204,7 +1213,7 @@ def main() -> None:
             if args.persistent_workers:
                 configs += [("streamseq", w, {"transform": "mix", "persistent": True})]
             configs += [("psd", w, {}), ("multistream", w, {})]
-            configs += lookahead_configs(args.lookahead, w)
+            configs += lookahead_configs(args.lookahead, w, base if args.baseline else None)
         if args.loaders:
             keep = {"limit", *loaders}
             configs = [c for c in configs if c[0] in keep]

@@ -59,6 +59,10 @@ class Positions:
         moved = self.active.copy()
         moved[1:] &= self.pos[1:] != self.pos[:-1]
         self.moved = Marked(moved, self.pos)
+        # with a look-ahead (set by the writer, :func:`~.ahead.block_counts`): the steps
+        # each row reads after its chunk, and with it ([size, rows])
+        self.ahead: np.ndarray | None = None
+        self.reads: np.ndarray | None = None
 
 
 class Marked:

@@ -16,8 +16,8 @@ from ..read.handle import ProcessLocal
 from ..read.ref import StreamRef, describe
 from ..read.stream import ArrayTree
 from ..workers import shm as _shm
+from . import ahead as _ahead
 from . import meta
-from .ahead import widen
 from .check import put, spec_mismatch
 from .chunkmap import ChunkMap, Part
 from .positions import Positions, packed_pieces
@@ -64,7 +64,7 @@ class BatchWriter(ChunkMap):
         longest = int(self.lengths.max(initial=0))
         self.step_tables = meta.StepTables(tbins, longest, self.segmented)
         self.block_size = max(1, 4096 // max(1, len(self.rows)))
-        self.shape = (len(self.rows), tbins)
+        self.shape = (len(self.rows), tbins + self.lookahead)  # (with the look-ahead steps)
         self._state = ProcessLocal(functools.partial(_ReadState, len(self.rows)))
         self._lock = ProcessLocal(threading.Lock)  # a forked child's own: the parent's may be held
 
@@ -80,35 +80,41 @@ class BatchWriter(ChunkMap):
         (:mod:`.ahead`).
         """
         with self._lock.get():
-            if not self.lookahead:
-                return self._batch(i, spec)
-            empty = np.empty if _shm.current() is None else _shm.empty
-            return widen(self, self._batch(i, spec, np.empty), i, spec, empty)
+            return self._batch(i, spec)
 
     def positions(self, first: int, size: int) -> Positions:
         """Where every row reads in batches ``first`` to ``first + size - 1``."""
         return Positions(self, first, size)
 
-    def _batch(self, i: int, spec: Any, empty: Any = None) -> Batch:
+    def _batch(self, i: int, spec: Any) -> Batch:
+        """Batch ``i``, its ``tbins + lookahead`` steps allocated once and written in place."""
         st = self._state.get()
-        bt = self.shape
-        if empty is None:
-            empty = np.empty if _shm.current() is None else _shm.empty
+        bt, la = self.shape, self.lookahead
+        empty = np.empty if _shm.current() is None else _shm.empty
         m = meta.allocate(*bt, empty)  # (once: they may be in shm)
         data = (
             None if spec is None else tree_map(lambda s: empty((*bt, *s.shape[1:]), s.dtype), spec)
         )
         if self.pad == "pack":
             self._read_packed(st, i, spec, data, m)
-            return Batch(data, *m)
+            if la:
+                reads = _ahead.ahead_of(self, i)
+                r, p, a, n = reads
+                _ahead.write_meta(m, self.tbins, n, self.ids[p], a, r)
+                if data is not None:
+                    _ahead.read_rows(self, data, spec, reads)
+            return Batch(data, *m, la)
         first = i - i % self.block_size
         blk = st.block
         if blk is None or blk.first != first:
             blk = st.block = self.positions(first, self.block_size)
+            if la:  # the rows' reads, with the steps after their chunks
+                blk.ahead = _ahead.block_counts(self, blk)
+                blk.reads = blk.count + blk.ahead
         k = i - first
         if spec is None:
-            self.step_tables.write(m, blk, k)
-            return Batch(None, *m)
+            self._write_meta(m, blk, k)
+            return Batch(None, *m, la)
         ahead = None
         if not st.started:  # the first batch here: rows open (and read) concurrently
             st.started = True
@@ -116,16 +122,31 @@ class BatchWriter(ChunkMap):
                 ahead = first_reads(self.rows, self.first_list, blk, k)
         if self.transformed or not self._open_arrays(st, blk, k, i, spec):
             self._read_checked(st, data, blk, k, spec, ahead)  # read and check row by row
+            if la:
+                r = np.flatnonzero(blk.ahead[k])
+                reads = r, blk.pos[k, r], blk.source_start[k, r] + self.tbins, blk.ahead[k, r]
+                _ahead.read_rows(self, data, spec, reads)
         elif type(spec) is np.ndarray:
             if self._copy(data, st.open, blk, k, m):
-                return Batch(data, *m)
+                return Batch(data, *m, la)
         else:  # a tree: each leaf of every stream, copied as an array stream
             parts = [_leaves_as(spec, s) for s in st.open]
             for n, out in enumerate(leaves(data)):
                 streams = [_NOTHING if p is None else p[n] for p in parts]
                 self._copy(out, streams, blk, k, None)
-        self.step_tables.write(m, blk, k)
-        return Batch(data, *m)
+        self._write_meta(m, blk, k)
+        return Batch(data, *m, la)
+
+    def _write_meta(self, m: meta.Meta, blk: Positions, k: int) -> None:
+        """Write the metadata of batch ``k`` of ``blk``: its chunks', then its look-ahead's."""
+        t = self.tbins
+        if not self.lookahead:
+            self.step_tables.write(m, blk, k)
+            return
+        reset, valid, stream, step = m
+        self.step_tables.write((reset, valid[:, :t], stream[:, :t], step[:, :t]), blk, k)
+        first = blk.source_start[k] + t
+        _ahead.write_meta(m, t, blk.ahead[k], blk.id_rows[k], first)
 
     def _copy(
         self, out: np.ndarray, streams: list[Any], blk: Positions, k: int, m: meta.Meta | None
@@ -137,14 +158,18 @@ class BatchWriter(ChunkMap):
         an array or a memmap, another byte order, not contiguous); then one
         :func:`numpy.concatenate` does. Returns whether the metadata was written.
         """
+        reads = blk.reads[k] if self.lookahead else blk.count[k]  # (the steps after: one read)
         if fill is not None:
             reset, valid, stream, step = m or meta.allocate(*out.shape[:2])
-            start, count, ids = blk.source_start[k], blk.count[k], blk.id_rows[k]
-            if fill(streams, start, count, ids, out, reset, valid, stream, step) < 0:
+            start, ids = blk.source_start[k], blk.id_rows[k]
+            if fill(streams, start, reads, ids, out, reset, valid, stream, step) < 0:
                 if self.segmented:  # a segment starts where its own step 0 is
                     meta.write_resets(reset, blk, k)
                 return m is not None
-        self._gather(out, streams, blk, k)
+        if self.lookahead:
+            self._gather_wide(out, streams, blk, k, reads.tolist())
+        else:
+            self._gather(out, streams, blk, k)
         return False
 
     def describe(self, i: int) -> str:
@@ -243,7 +268,51 @@ class BatchWriter(ChunkMap):
             rows, counts = blk.partial(k)
             for r, n in zip(reversed(rows), reversed(counts), strict=True):
                 pieces.insert(r + 1, zeros[n:])
-        np.concatenate(pieces, out=out.reshape(-1, *out.shape[2:]), casting="safe")
+        self._concatenate(pieces, out, streams, blk, k, blk.counts[k])
+
+    def _gather_wide(
+        self, out: np.ndarray, streams: list[Any], blk: Positions, k: int, reads: list[int]
+    ) -> None:
+        """:meth:`_gather` of rows that read ``reads`` steps each (with their look-ahead).
+
+        Raises:
+            StreamError: a stream holds fewer steps than its source's length said (naming
+                the stream and the steps).
+        """
+        w = out.shape[1]
+        zeros = np.zeros((w, *out.shape[2:]), out.dtype)
+        pieces = []
+        for s, a, c in zip(streams, blk.starts[k], reads, strict=True):
+            if c:
+                pieces.append(s[a : a + c])
+            if c < w:
+                pieces.append(zeros[c:])
+        self._concatenate(pieces, out, streams, blk, k, reads)
+
+    def _concatenate(
+        self,
+        pieces: list[Any],
+        out: np.ndarray,
+        streams: list[Any],
+        blk: Positions,
+        k: int,
+        reads: list[int],
+    ) -> None:
+        """Concatenate ``pieces`` into ``out``; a stream shorter than its length is named.
+
+        Raises:
+            StreamError: a row's stream holds fewer steps than it reads (``reads``, from
+                ``blk.starts[k]``): it names the stream and the steps.
+        """
+        try:
+            np.concatenate(pieces, out=out.reshape(-1, *out.shape[2:]), casting="safe")
+        except ValueError:
+            for r, (s, a, c) in enumerate(zip(streams, blk.starts[k], reads, strict=True)):
+                if c and len(s[a : a + c]) != c:
+                    ref = self._ref(r, int(blk.pos[k, r]))
+                    problem = f"steps {a}:{a + c}: the stream holds {len(s)} steps"
+                    raise ref.error(problem) from None
+            raise
 
     def _check_array(self, spec: Any, stream: Any, r: int, p: int) -> None:
         """Raise the error naming stream ``p`` of row ``r`` if ``stream`` differs from ``spec``."""
