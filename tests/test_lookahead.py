@@ -6,7 +6,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from streamseq import StreamLoader, interleave_streams, mix, tbin, zip_batch
@@ -433,6 +433,7 @@ def test_with_workers_every_step_is_a_target_of_its_own_stream_once(
     source = streams
     if mixture and len(streams) > 1:
         half = len(streams) // 2
+        assume(sum(lengths[:half]) > 0 and sum(lengths[half:]) > 0)  # (a group of no steps)
         source = mix({"a": streams[:half], "b": streams[half:]}, {"a": 2.0, "b": 1.0})
     kw = dict(pad=pad, segment_length=seg, lookahead=k, shuffle=True, seed=2, num_workers=2)
     run = quiet(source, layout.batch_size, t, **kw)
@@ -451,8 +452,23 @@ def test_with_workers_every_step_is_a_target_of_its_own_stream_once(
         assert sorted(delivered) == [(s, a) for s, n in enumerate(lengths) for a in range(n)]
         assert set(delivered.values()) <= {1}
     firsts = set()
-    if seg is not None and (pad == "pack" or seg % t):  # segment starts after a padded chunk
-        firsts = {(s, a) for s, n in enumerate(lengths) for a in range(seg, n, seg)}
+    starts = (
+        set()
+        if seg is None
+        else {(s, a) for s, n in enumerate(lengths) for a in range(seg, n, seg)}
+    )
+    if seg is not None and (pad == "pack" or seg % t or mixture):
+        # a segment start after a padded chunk; or, in a mixture, one whose segment before
+        # it was not drawn this epoch (its first step there is a first), or whose own
+        # segment was not drawn: the step after a drawn segment's end is then a target
+        # that is no input this epoch
+        firsts = starts
+    if mixture and seg is not None:
+        # a segment start: the look-ahead of the segment before it, as often as that one
+        # is drawn, whether or not its own segment is drawn this epoch (checked above to
+        # be the next step of its stream)
+        delivered = Counter({key: n for key, n in delivered.items() if key not in starts})
+        targets = Counter({key: n for key, n in targets.items() if key not in starts})
     assert_targets(delivered, targets, firsts)
 
 
