@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ._redact import redact
@@ -39,9 +39,11 @@ class _Hidden(logging.Filter):
         secrets = self.secrets
         try:
             message = record.getMessage()
-        except Exception:  # a record whose arguments do not fit its message: as logging does
-            return True
-        record.msg, record.args = redact(message, secrets), ()
+        except Exception:  # arguments that do not fit the message: logging prints both
+            record.args = _hidden(record.args, secrets)
+            record.msg = redact(str(record.msg), secrets)
+        else:
+            record.msg, record.args = redact(message, secrets), ()
         if record.exc_info:
             text = record.exc_text or logging.Formatter().formatException(record.exc_info)
             record.exc_info, record.exc_text = None, redact(text, secrets)
@@ -50,6 +52,13 @@ class _Hidden(logging.Filter):
         if record.stack_info:
             record.stack_info = redact(record.stack_info, secrets)
         return True
+
+
+def _hidden(args: Any, secrets: frozenset[str]) -> Any:
+    """A record's arguments as their texts, hidden (a mapping stays a mapping)."""
+    if isinstance(args, Mapping):
+        return {k: redact(str(v), secrets) for k, v in args.items()}
+    return tuple(redact(str(a), secrets) for a in args or ())
 
 
 _FILTER = _Hidden()
