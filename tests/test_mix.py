@@ -833,3 +833,30 @@ def test_the_summary_of_a_loader_is_where_its_state_stands_and_takes_loader_by_k
     assert m.summary(loader=loader, epoch=2) == m.summary(loader.spec, 2)
     with pytest.raises(TypeError, match="not both"):
         m.summary(loader.spec, loader=loader)
+
+
+def test_a_state_resumed_with_new_weights_loads_back_when_a_group_is_read_many_rounds():
+    """A small group weighed up is read hundreds of times an epoch: its draw, saved with
+    the rest of an epoch resumed under new weights, is read back by the next resume."""
+    big = [np.arange(400, dtype=np.int32) for _ in range(20)]
+    small = [np.arange(5, dtype=np.int32)]
+    before = mix({"a": big, "b": small}, {"a": 1, "b": 100})
+    after = mix({"a": big, "b": small}, {"a": 1, "b": 200})
+    first = StreamLoader(before, 4, 8, shuffle=True)
+    assert before.spec.weights and first.spec.draws.rounds[1] > 64 * len(big + small)
+    it = iter(first)
+    for _ in range(10):
+        next(it)
+    resumed = StreamLoader(after, 3, 8, shuffle=True)
+    resumed.load_state_dict(first.state_dict(), weights_changed=True)
+    it = iter(resumed)
+    for _ in range(5):
+        next(it)
+    state = resumed.state_dict()
+    assert "draw" in state["resumed"]
+    rest = [b.stream.numpy().copy() for b in it]
+    again = StreamLoader(after, 3, 8, shuffle=True)
+    again.load_state_dict(state)
+    got = [b.stream.numpy() for b in again]
+    assert len(got) == len(rest)
+    assert all(np.array_equal(a, b) for a, b in zip(got, rest, strict=True))
