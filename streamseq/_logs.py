@@ -8,15 +8,19 @@ message, its exception text and its stack) before any handler sees it, hiding th
 secrets of every URL and ``storage_options`` this process opened.
 
 A filter of a logger sees the records logged on that logger only, not those of its
-children: the filter goes on every logger of these libraries that exists when a URL is
-opened (a library creates its loggers when it is imported, before it reads).
+children, and a library may make a logger while the first URL is opened (fsspec's
+``fsspec.http`` on importing its HTTP filesystem): besides the filter on every logger of
+these libraries that exists, the record factory of :mod:`logging` is wrapped, so that a
+record of theirs is cleaned as it is made, whenever its logger was made. A factory set
+later over it is wrapped again at the next URL opened.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from ._redact import redact
 
@@ -35,9 +39,11 @@ class _Hidden(logging.Filter):
         secrets = self.secrets
         try:
             message = record.getMessage()
-        except Exception:  # a record whose arguments do not fit its message: as logging does
-            return True
-        record.msg, record.args = redact(message, secrets), ()
+        except Exception:  # arguments that do not fit the message: logging prints both
+            record.args = _hidden(record.args, secrets)
+            record.msg = redact(str(record.msg), secrets)
+        else:
+            record.msg, record.args = redact(message, secrets), ()
         if record.exc_info:
             text = record.exc_text or logging.Formatter().formatException(record.exc_info)
             record.exc_info, record.exc_text = None, redact(text, secrets)
@@ -48,9 +54,29 @@ class _Hidden(logging.Filter):
         return True
 
 
+def _hidden(args: Any, secrets: frozenset[str]) -> Any:
+    """A record's arguments as their texts, hidden (a mapping stays a mapping)."""
+    if isinstance(args, Mapping):
+        return {k: redact(str(v), secrets) for k, v in args.items()}
+    return tuple(redact(str(a), secrets) for a in args or ())
+
+
 _FILTER = _Hidden()
 _LOCK = threading.Lock()
 _SEEN = [0]  # loggers that existed at the last look
+
+
+class _Factory:
+    """The record factory of :mod:`logging`, cleaning the records of :data:`LIBRARIES`."""
+
+    def __init__(self, inner: Callable[..., logging.LogRecord]) -> None:
+        self.inner = inner
+
+    def __call__(self, *args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = self.inner(*args, **kwargs)
+        if str(record.name).split(".", 1)[0] in LIBRARIES:
+            _FILTER.filter(record)
+        return record
 
 
 def hide_in_logs(secrets: Iterable[str]) -> None:
@@ -68,10 +94,14 @@ def hide_in_logs(secrets: Iterable[str]) -> None:
     """
     secrets = frozenset(secrets)
     loggers = logging.Logger.manager.loggerDict
-    if secrets <= _FILTER.secrets and len(loggers) == _SEEN[0]:
+    factory = logging.getLogRecordFactory()
+    if secrets <= _FILTER.secrets and len(loggers) == _SEEN[0] and isinstance(factory, _Factory):
         return
     with _LOCK:
         _FILTER.secrets = _FILTER.secrets | secrets
+        factory = logging.getLogRecordFactory()
+        if not isinstance(factory, _Factory):
+            logging.setLogRecordFactory(_Factory(factory))
         _SEEN[0] = len(loggers)
         for name in list(loggers):
             if name.split(".", 1)[0] in LIBRARIES:

@@ -224,8 +224,19 @@ class StreamTable(Sequence):
         Example:
             >>> StreamTable(np.zeros, [2, 1, 3]).streams([2, 0])
             [array([0., 0., 0.]), array([0., 0.])]
+
+        Raises:
+            TypeError: an index that is not of integers (a mask, fractions, text).
+            IndexError: an index past either end, or not 1-d.
         """
-        index = np.asarray(index, dtype=np.int64)
+        given = np.asarray(index)
+        if given.size and given.dtype.kind not in "iu":
+            raise TypeError(
+                f"streams() takes integers, not {given.dtype} (a mask: table[mask] gives a table)"
+            )
+        if given.ndim != 1:
+            raise IndexError(f"streams() takes a 1-d array of indices, not {given.shape}")
+        index = given.astype(np.int64)
         rows = [c[index].tolist() for c in self.columns]
         return list(map(self.make, *rows, self.lengths[index].tolist()))
 

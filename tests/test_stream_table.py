@@ -323,3 +323,18 @@ def test_a_table_inside_a_list_is_refused_not_read_as_one_stream():
     for listed in ([table, table], [*streams, table]):
         with pytest.raises(TypeError, match=r"stream \d \(StreamTable\(2 streams.*is a table"):
             StreamLoader(listed, batch_size=2, tbins=2)
+
+
+def test_streams_takes_integers_only():
+    """A mask or fractions given to streams() would be read as the indices 0, 1 or 1."""
+    table = StreamTable(np.arange, [2, 1, 3])
+    assert [s.tolist() for s in table.streams(np.array([2, -3]))] == [[0, 1, 2], [0, 1]]
+    assert table.streams([]) == []
+    for index in (np.array([True, False, True]), [1.5], np.array([0.0]), ["1"]):
+        with pytest.raises(TypeError, match="integers"):
+            table.streams(index)
+    for index in ([3], [-4]):
+        with pytest.raises(IndexError):
+            table.streams(index)
+    with pytest.raises(IndexError, match="1-d"):
+        table.streams(np.zeros((1, 1), np.int64))

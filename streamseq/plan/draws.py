@@ -158,6 +158,23 @@ class Shape(Protocol):
         ...
 
 
+def exact_sum(steps: np.ndarray) -> int:
+    """The sum of non-negative int64 ``steps``, exact past 2**63 (where numpy's wraps).
+
+    Example:
+        >>> exact_sum(np.array([2**62, 2**62, 2**62])) == 3 * 2**62
+        True
+    """
+    steps = np.asarray(steps, dtype=np.int64)
+    if not len(steps) or int(steps.max()) <= (2**63 - 1) // len(steps):
+        return int(steps.sum())  # (cannot wrap: no copy)
+    return (int((steps >> 32).sum()) << 32) + int((steps & 0xFFFFFFFF).sum())
+
+
+#: the most rounds of a group an epoch reads: a state counts a unit's occurrences in 32 bits
+MOST_ROUNDS = 2**32 - 2
+
+
 class Draws:
     """The draws of a mixture's epochs (see the module), and the epochs' length.
 
@@ -169,7 +186,8 @@ class Draws:
         units: ``(source, start, length)`` of every unit the groups' streams give.
 
     Raises:
-        ValueError: a group with a positive weight has no steps (naming it).
+        ValueError: a group with a positive weight has no steps, or would be read more
+            than :data:`MOST_ROUNDS` rounds an epoch (naming it).
 
     Example:
         >>> from streamseq.plan.spec import PlanSpec
@@ -188,10 +206,10 @@ class Draws:
         self.length = length
         self.group = mix.group_of(source)
         self.units = [np.flatnonzero(self.group == g) for g in range(len(mix.names))]
-        self.sizes = [int(length[u].sum()) for u in self.units]
+        self.sizes = [exact_sum(length[u]) for u in self.units]
         rounds, rests, rounded = [], [], []
         if mix.weights is not None:
-            total = mix.steps if mix.steps is not None else int(length.sum())
+            total = mix.steps if mix.steps is not None else sum(self.sizes)
             weights = [Fraction(w) for w in mix.weights]
             for g, (w, size) in enumerate(zip(weights, self.sizes, strict=True)):
                 if w > 0 and size == 0:
@@ -200,6 +218,13 @@ class Draws:
                         f"{mix.counts[g]} streams are empty"
                     )
                 k, r, at_random = self._rounds(total * w / sum(weights), size, self.units[g])
+                if k + 1 > MOST_ROUNDS:
+                    raise ValueError(
+                        f"group {mix.names[g]!r} would be read {k} rounds an epoch (weight "
+                        f"{float(w):g} of {total} steps, its streams {size} steps): more "
+                        f"than {MOST_ROUNDS} rounds, the most a state counts; give the "
+                        "mixture fewer steps= or this group a smaller weight"
+                    )
                 rounds.append(k)
                 rests.append(r)
                 rounded.append(at_random)

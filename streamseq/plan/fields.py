@@ -135,10 +135,15 @@ def bits(value: Any, name: str, units: int) -> np.ndarray:
     return np.unpackbits(np.frombuffer(raw, np.uint8), count=units).astype(bool)
 
 
-def read_draw(value: Any, name: str, most: int) -> tuple[np.ndarray, int]:
+def read_draw(
+    value: Any, name: str, most: int, occurrences: int | None = None
+) -> tuple[np.ndarray, int]:
     """A draw as :func:`~streamseq.plan.draws.encode_draw` wrote it: occurrences, units.
 
     It counts at most ``most`` units (their number is checked against a plan later).
+    ``occurrences``: how many it must draw, where the state says so (the units of the
+    progress saved with it, one bit each in the state); else at most 64 rounds of its
+    units. A group weighed up may be read many more rounds than 64 in an epoch.
 
     Example:
         >>> from streamseq.plan.draws import encode_draw
@@ -162,7 +167,9 @@ def read_draw(value: Any, name: str, most: int) -> tuple[np.ndarray, int]:
             f"{name} is not the count of each of at most {most} units: {short(value)}"
         )
     counts = np.frombuffer(raw, "<u4").astype(np.int64)
-    if counts.sum() > 64 * max(len(counts), 1):
+    if occurrences is not None and counts.sum() != occurrences:
+        raise ValueError(f"{name} draws {counts.sum()} units, its progress has {occurrences}")
+    if occurrences is None and counts.sum() > 64 * max(len(counts), 1):
         raise ValueError(
             f"{name} draws {counts.sum()} units, more than 64 rounds of {len(counts)}"
         )

@@ -152,9 +152,10 @@ class SavedState:
                 raise ValueError(
                     f"state['resumed']['epoch']={short(at)} does not match state['epoch']={epoch}"
                 )
-            if "draw" in resumed:
-                draw = read_draw(resumed["draw"], "state['resumed']['draw']", units)
-            resumed = read_progress(resumed, "state['resumed']")
+            rest = read_progress(resumed, "state['resumed']")
+            if "draw" in resumed:  # (as many occurrences as the rest has units)
+                draw = read_draw(resumed["draw"], "state['resumed']['draw']", units, rest.units)
+            resumed = rest
         return cls(
             version,
             "version" in state,

@@ -371,3 +371,45 @@ def test_debug_logs_of_the_remote_filesystems_name_no_password(originals, server
         logging.getLogger().removeHandler(formatted)
     assert records.texts, "fsspec logged nothing at DEBUG: the test tests nothing"
     assert_hidden(records.texts + [formatted.stream.getvalue()], secret)
+
+
+_FIRST_OPEN = """
+import functools, http.server, io, logging, sys, threading
+texts = io.StringIO()
+logging.basicConfig(level=logging.DEBUG, stream=texts, format="%(name)s %(message)s")
+
+class Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+handler = functools.partial(Quiet, directory=sys.argv[1])
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+secret = sys.argv[2]
+url = f"http://me:{secret}@127.0.0.1:{server.server_port}/a.bin?X-Amz-Signature={secret}"
+from streamseq.io import remote
+assert "fsspec.http" not in logging.Logger.manager.loggerDict  # made by the first open
+file = remote.Remote(url).open()
+assert len(file.read_range(0, 8)) == 8
+file.close()
+server.shutdown()
+print(texts.getvalue())
+"""
+
+
+def test_debug_logs_of_the_first_url_a_process_opens_name_no_password(tmp_path):
+    """The client's loggers are made while the first URL is opened: filtered from the first."""
+    import subprocess
+    import sys
+
+    np.arange(64, dtype=np.uint16).tofile(tmp_path / "a.bin")
+    secret = MARKS[0] + "pa55word" + MARKS[1]
+    done = subprocess.run(
+        [sys.executable, "-c", _FIRST_OPEN, str(tmp_path), secret],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "fsspec.http" in done.stdout, "fsspec logged nothing at DEBUG: the test tests nothing"
+    assert_hidden([done.stdout, done.stderr], secret)

@@ -207,3 +207,14 @@ def test_a_group_below_half_its_shortest_stream_is_read_in_some_epochs():
     assert (read > 0).any() and (read == 0).any()  # some epochs read a book, others not
     assert abs(read.mean() - shares(spec)[1]) < 0.35 * shares(spec)[1]  # 0.02 of 6200 steps: 124
     assert not spec.draws.fixed
+
+
+def test_a_group_read_more_rounds_than_a_state_can_count_is_refused_by_name():
+    """A state counts a unit's occurrences in 32 bits: an epoch reading one more often is
+    an error naming the group, not a numpy error (or a count that wraps)."""
+    mix = MixSpec(("huge", "tiny"), (0, 2, 3), (1.0, 1.0))
+    spec = PlanSpec(np.array([2**61, 2**61, 5]), 1, 8, mixture=mix)
+    with pytest.raises(ValueError, match=r"group 'tiny' .* rounds"):
+        spec.draws.of(0)
+    fits = PlanSpec(np.array([2**20, 5]), 1, 8, mixture=MixSpec(("a", "b"), (0, 1, 2), (1, 1)))
+    assert fits.draws.rounds[1] > 10**5  # (many rounds are fine)

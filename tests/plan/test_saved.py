@@ -152,3 +152,15 @@ def test_progress_from_state_takes_the_progress_as_read():
     assert Progress.from_state(saved, np.array([3, 5])).begun.tolist() == [1]
     with pytest.raises(ValueError, match=r"state\['progress'\]\['units'\]"):
         Progress.from_state(saved, np.array([3, 5, 1]))
+
+
+def test_a_draw_counts_as_many_occurrences_as_its_progress_has_units():
+    from streamseq.plan.draws import encode_draw
+
+    value = encode_draw(np.repeat([0, 1], [1, 500]), 2)  # 250 rounds of 2 units
+    draw, units = read_draw(value, "d", 2, 501)
+    assert units == 2 and len(draw) == 501
+    with pytest.raises(ValueError, match="draws 501 units, its progress has 500"):
+        read_draw(value, "d", 2, 500)
+    with pytest.raises(ValueError, match="more than 64 rounds"):
+        read_draw(value, "d", 2)  # (nothing to count it against)
