@@ -862,11 +862,6 @@ def test_a_state_resumed_with_new_weights_loads_back_when_a_group_is_read_many_r
     assert all(np.array_equal(a, b) for a, b in zip(got, rest, strict=True))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="row_map gives the identity on the same global rows, though a state saved "
-    "with no batch after new weights has its begun stream on no row (reset in the batch)",
-)
 def test_row_map_agrees_with_the_reset_after_a_state_saved_with_no_batch_on_new_weights():
     groups = {"g0": [np.array([1, 2])]}
     kw = dict(tbins=1, shuffle=False, seed=0, pad="zeros")
@@ -888,4 +883,6 @@ def test_row_map_agrees_with_the_reset_after_a_state_saved_with_no_batch_on_new_
         loader.load_state_dict(state)
         carried = loader.row_map(state)
         first = next(iter(loader))
-        assert bool(first.reset[0]) == (carried[0] < 0), (r, carried, first.reset)
+        if first.reset[0]:  # a row that continues one has no reset; one reset carries nothing
+            assert carried[0] < 0, (r, carried, first.reset)
+        assert carried[0] < 0 or bool(first.valid[0].any()), (r, carried)

@@ -420,5 +420,11 @@ def row_map(spec: PlanSpec, resumed: Resumed) -> list[int]:
     """
     if resumed.rest is None or (resumed.rows == spec.rows and not resumed.replan):
         first = spec.rank * spec.batch_size
-        return list(range(first, first + spec.batch_size))
+        rows = list(range(first, first + spec.batch_size))
+        if resumed.rest is not None and resumed.next_batch == 0:
+            # saved before the first batch of a rest planned anew: a row that batch resets
+            # (its stream on no row of the run before) carries nothing
+            goes_on = resumed.epochs.plan(resumed.epoch).continued(spec)
+            rows = [r if c >= 0 else -1 for r, c in zip(rows, goes_on, strict=True)]
+        return rows
     return resumed.epochs.plan(resumed.epoch).continued(spec)
