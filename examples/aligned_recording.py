@@ -81,7 +81,7 @@ def write_take(folder: str, take: int, seconds: float) -> dict[str, Any]:
     with av.open(stem + ".mp4", "w") as out:
         stream = out.add_stream(codec, rate=FPS)
         stream.height, stream.width, stream.pix_fmt = HEIGHT, WIDTH, "yuv420p"
-        stream.codec_context.thread_count = 1  # one thread: the same file every time
+        stream.codec_context.thread_count = 1  # (two writes may still differ by a few levels)
         for x in ball_x(t_frames, take):
             grey = (render(x, y) * 255).astype(np.uint8)
             image = np.repeat(grey[..., None], 3, axis=2)
