@@ -2,6 +2,8 @@
 
 import contextlib
 import signal
+import socket
+import sys
 import time
 
 import numpy as np
@@ -72,3 +74,24 @@ def default_sigint():
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def free_port():
+    """A TCP port of this machine free now (for a rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(script, *args, nproc=2):
+    """The command that runs ``script`` with ``args`` on ``nproc`` local ranks (torchrun)."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={nproc}",
+        "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}",
+        str(script),
+        *args,
+    ]

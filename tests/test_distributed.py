@@ -3,14 +3,13 @@
 import importlib.util
 import json
 import os
-import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch.distributed as dist
+from helpers import torchrun
 
 from streamseq import StreamLoader
 
@@ -30,29 +29,10 @@ def load_example():
     return module
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
     out = tmp_path_factory.mktemp("ddp")
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node=2",
-        "--master_addr=127.0.0.1",
-        f"--master_port={free_port()}",
-        str(EXAMPLE),
-        "--out",
-        str(out),
-        "--workers",
-        "1",
-        *ARGS,
-    ]
+    command = torchrun(EXAMPLE, "--out", str(out), "--workers", "1", *ARGS)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -3,9 +3,7 @@
 import json
 import os
 import signal
-import socket
 import subprocess
-import sys
 import warnings
 from collections import Counter
 
@@ -13,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
+from helpers import torchrun
 from runner import EXAMPLES, load
 
 pytest.importorskip("lightning")
@@ -240,12 +239,6 @@ with open(os.path.join(out, f"rank{{rank}}.json"), "w") as f:
 """
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def launch(command, env, timeout):
     """Runs ``command`` in a session of its own, every process of it killed on timeout."""
     with subprocess.Popen(
@@ -291,18 +284,7 @@ def two_ranks(tmp_path_factory):
     driver = out / "driver.py"
     driver.write_text(DRIVER.format(examples=str(EXAMPLES)))
     save = len(module.make_loader(2, rank=0, world_size=2)) // 2
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node=2",
-        "--master_addr=127.0.0.1",
-        f"--master_port={free_port()}",
-        str(driver),
-        str(out),
-        one["checkpoints"][n // 2],
-        str(save),
-    ]
+    command = torchrun(driver, str(out), one["checkpoints"][n // 2], str(save))
     root = str(EXAMPLES.parent)
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=path, PYTHONWARNINGS="ignore")

@@ -17,7 +17,7 @@ from streamseq.testing import CODE, coded_streams, layouts
 
 fill = pytest.importorskip("streamseq.gather._gather").fill
 
-from test_writer import KINDS, variant  # noqa: E402
+from test_writer import drawn_variants  # noqa: E402
 
 
 def quiet(streams, *args, **kw):
@@ -76,17 +76,8 @@ def test_look_ahead_of_trees_is_read_with_the_chunk():
 def test_compiled_look_ahead_equals_numpy_path(layout, k, pad, step, data):
     assume_rows_filled(layout, pad)
     k = min(k, max(layout.lengths))
-    shape, dtype = step
-    kinds = data.draw(
-        st.lists(
-            st.sampled_from(KINDS), min_size=len(layout.lengths), max_size=len(layout.lengths)
-        )
-    )
     with tempfile.TemporaryDirectory() as folder:
-        base = [s.astype(dtype) for s in coded_streams(layout.lengths, shape)]
-        streams = [
-            variant(a, kd, folder, i) for i, (a, kd) in enumerate(zip(base, kinds, strict=True))
-        ]
+        streams = drawn_variants(layout.lengths, step, data, folder)
         got = {}
         for compiled in (True, False):
             loader = quiet(streams, layout.batch_size, layout.tbins, pad=pad, lookahead=k)

@@ -50,6 +50,16 @@ def variant(a, kind, folder, i):
     return a
 
 
+def drawn_variants(lengths, step, data, folder):
+    """Coded streams of ``step`` (shape, dtype), each of a kind drawn from :data:`KINDS`."""
+    shape, dtype = step
+    kinds = data.draw(
+        st.lists(st.sampled_from(KINDS), min_size=len(lengths), max_size=len(lengths))
+    )
+    base = [s.astype(dtype) for s in coded_streams(lengths, shape)]
+    return [variant(a, k, folder, i) for i, (a, k) in enumerate(zip(base, kinds, strict=True))]
+
+
 def batches(streams, layout, pad, compiled):
     loader = StreamLoader(streams, layout.batch_size, layout.tbins, pad=pad)
     with mock.patch.object(writer, "fill", fill if compiled else None):
@@ -69,17 +79,8 @@ def test_the_compiled_path_is_built():
 )
 def test_compiled_equals_numpy_path(layout, pad, step, data):
     assume_rows_filled(layout, pad)
-    shape, dtype = step
-    kinds = data.draw(
-        st.lists(
-            st.sampled_from(KINDS), min_size=len(layout.lengths), max_size=len(layout.lengths)
-        )
-    )
     with tempfile.TemporaryDirectory() as folder:
-        base = [s.astype(dtype) for s in coded_streams(layout.lengths, shape)]
-        streams = [
-            variant(a, k, folder, i) for i, (a, k) in enumerate(zip(base, kinds, strict=True))
-        ]
+        streams = drawn_variants(layout.lengths, step, data, folder)
         fast = batches(streams, layout, pad, compiled=True)
         slow = batches(streams, layout, pad, compiled=False)
         assert len(fast) == len(slow)
