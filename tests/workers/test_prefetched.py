@@ -3,6 +3,8 @@ import os
 import random
 import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -157,32 +159,68 @@ def failing_hook(index):
     raise OSError(f"no device for worker {index}")
 
 
+HOOK_SCRIPT = """
+import numpy as np, sys, threading
+from streamseq import WorkerError, prefetch
+
+class Squares:
+    def __len__(self):
+        return 10
+    def __getitem__(self, i):
+        return np.full(4, i * i)
+
+def failing_hook(index):
+    raise OSError(f"no device for worker {index}")
+
+outcome = []
+def use():
+    try:
+        with prefetch(Squares(), 2, method=sys.argv[1], start_hook=failing_hook) as seq:
+            seq[0]
+            seq[1]
+    except Exception as e:
+        outcome.append(e)
+
+caller = threading.Thread(target=use, daemon=True)
+caller.start()
+caller.join(20)
+if caller.is_alive():
+    print("HANG")
+else:
+    (error,) = outcome
+    print(isinstance(error, WorkerError))
+    print(type(error.__cause__).__name__)
+    print(error.__cause__)
+    print(error)
+"""
+
+
 @pytest.mark.parametrize("method", ["process", "thread"])
 def test_a_failing_start_hook_is_an_error_naming_it_not_a_hang(method):
-    outcome = []
-
-    def use():
-        try:
-            with prefetch(Squares(10), 2, method=method, start_hook=failing_hook) as seq:
-                seq[0]
-                seq[1]
-        except Exception as e:
-            outcome.append(e)
-
-    caller = threading.Thread(target=use, daemon=True)
-    caller.start()
-    caller.join(20)
-    assert not caller.is_alive(), "prefetch hangs when a worker's start hook fails"
-    (error,) = outcome
-    assert isinstance(error, WorkerError)
+    """In a process of its own, as a user's script: the workers are forked from a thread
+    of a process that runs no other thread (the suite's leftover threads are not a user's)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    done = subprocess.run(
+        [sys.executable, "-c", HOOK_SCRIPT, method],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=path),
+    )
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0 and lines, done.stderr[-3000:]
+    assert lines[0] != "HANG", "prefetch hangs when a worker's start hook fails"
+    is_worker_error, cause, cause_text, text = lines[:4]
+    assert is_worker_error == "True"
     message = (
         rf"^worker {method} (\d) failed to start: start_hook failing_hook raised "
         r"OSError: no device for worker (\d)$"
     )
-    match = re.match(message, str(error))
-    assert match and match[1] == match[2], str(error)
-    assert isinstance(error.__cause__, OSError)
-    assert str(error.__cause__) == f"no device for worker {match[1]}"
+    match = re.match(message, text)
+    assert match and match[1] == match[2], text
+    assert cause == "OSError"
+    assert cause_text == f"no device for worker {match[1]}"
 
 
 class Logged(Squares):
