@@ -173,6 +173,9 @@ class _Row(Source):
         off = self._offset
         _check_mapped(self.reading, reader)
         data = reader[off + a : off + b]
+        if _mapped(self.reading, reader):  # copied, then checked again: read before a change
+            data = np.array(data)
+            _check_mapped(self.reading, reader)
         if not self.reading.check_length:  # (checked when opened otherwise)
             got = _steps(data)
             if got is not None and got < b - a:
@@ -194,20 +197,28 @@ class _Row(Source):
         if into is None:
             return None
         _check_mapped(self.reading, reader)
-        return into(self._offset + start, self._offset + stop, out)
+        written = into(self._offset + start, self._offset + stop, out)
+        _check_mapped(self.reading, reader)  # a change during the copy: its steps refused
+        return written
 
     def step_spec(self) -> tuple[np.dtype, tuple[int, ...]] | None:
         """What the manifest's options fix of a step (the same for every row)."""
         return self.reading.step_spec()
 
 
+def _mapped(reading: _Reading, reader: Any) -> bool:
+    """Whether ``reader`` reads a local token file through a memory map."""
+    return reading.kind == "tokens" and getattr(reader, "_remote", True) is None
+
+
 def _check_mapped(reading: _Reading, reader: Any) -> None:
     """Refuse to read a local token file that changed since its reader was made.
 
     A local token file is read through a memory map, which shows what the file holds
-    now: truncated under a running loader, it would read as zeros. One ``stat`` a read.
+    now: truncated under a running loader, it would read as zeros. One ``stat`` before
+    a read (no bus error past the end) and one after its copy (a change during it).
     """
-    if reading.kind == "tokens" and getattr(reader, "_remote", True) is None:
+    if _mapped(reading, reader):
         reader._check_unchanged()
 
 
