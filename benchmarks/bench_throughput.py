@@ -1025,7 +1025,7 @@ def worker_split(rows: np.ndarray, workers: int, before: set[int]) -> list[float
     cuts = np.cumsum(balanced_sizes(rows, workers))[:-1]
     frames = [float(part.sum()) for part in np.split(rows, cuts)]
     cpu = []
-    for child in [c for c in psutil.Process().children() if c.pid not in before]:
+    for child in [c for c in psutil.Process().children() if c.pid not in before][:workers]:
         try:
             t = child.cpu_times()
             cpu.append(t.user + t.system)
