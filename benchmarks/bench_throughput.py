@@ -966,24 +966,72 @@ def measure_store(job: dict) -> dict:
     first_steps = B_VIDEO * T_VIDEO
     if job["kind"] == "copy":
         total = total // first_steps * first_steps
+    import psutil
+
     limit = job["kind"] in ("decode1", "limit")
+    workers = job["kind"] == "decode224" and job["workers"] > 0
     steps = seconds = 0.0
     epochs = 0
+    cpu_start, main_start = cpu_seconds(), time.process_time()
+    split: list[list[float]] = []  # per pass: frames, CPU seconds of each worker
     while epochs < 1 or seconds < job["min_seconds"]:
+        before = {c.pid for c in psutil.Process().children()} if workers else set()
         start = time.perf_counter()
         it = iter(loader)
-        next(it)
+        batch = next(it)
         first = time.perf_counter()
-        for _ in it:
-            pass
+        rows = batch.valid.sum(1).numpy() if workers else None
+        for batch in it:
+            if workers:
+                rows += batch.valid.sum(1).numpy()
+        if workers:  # every block is handed over: the workers only wait to be stopped
+            split.append(worker_split(rows, job["workers"], before))
         end = time.perf_counter()
         steps += total if limit else total - first_steps
         seconds += end - start if limit else end - first
         epochs += 1
-        del it
+        del it, batch
+    main_cpu = time.process_time() - main_start
     if hasattr(loader, "close"):
         loader.close()
-    return {"fps": steps / seconds, "epochs": epochs}
+    del loader
+    deadline = time.monotonic() + 5  # workers count once they are joined
+    while multiprocessing.active_children() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    frames = epochs * total  # every frame read, the first batch and the start included
+    return {
+        "fps": steps / seconds,
+        "epochs": epochs,
+        "cpu_ms_per_1000": 1e6 * (cpu_seconds() - cpu_start) / frames,
+        "main_ms_per_1000": 1e6 * main_cpu / frames,
+        "split": split,
+    }
+
+
+def worker_split(rows: np.ndarray, workers: int, before: set[int]) -> list[float]:
+    """The frames each of the ``workers`` workers of a pass read, then their CPU seconds.
+
+    The frames come from the valid steps of each row in the pass (``rows``) and the cuts
+    between the groups of rows (:func:`streamseq.plan.balance.balanced_sizes`, as the
+    loader places them); the CPU seconds are each worker's user and system time so far,
+    read once every block is handed over, before the pass stops them (the children
+    that were not there before the pass, ``before``: those of an earlier pass may still
+    be exiting).
+    """
+    import psutil
+
+    from streamseq.plan.balance import balanced_sizes
+
+    cuts = np.cumsum(balanced_sizes(rows, workers))[:-1]
+    frames = [float(part.sum()) for part in np.split(rows, cuts)]
+    cpu = []
+    for child in [c for c in psutil.Process().children() if c.pid not in before][:workers]:
+        try:
+            t = child.cpu_times()
+            cpu.append(t.user + t.system)
+        except psutil.Error:  # ended meanwhile
+            cpu.append(float("nan"))
+    return frames + cpu + [float("nan")] * (workers - len(cpu))
 
 
 def build_store(paths: list[str], store: str) -> tuple[float, int, int]:
@@ -1028,6 +1076,7 @@ def decode_once(args: Any) -> None:
         configs += [("decode1", 1), ("limit", 2), ("decode224", 2)]
     at_start = load()
     runs: dict[tuple[str, int], list[float]] = {c: [] for c in configs}
+    details: dict[tuple[str, int], list[dict]] = {c: [] for c in configs}
     for r in range(repeats):
         for kind, workers in configs:
             print(f"[{args.workload} {r + 1}/{repeats}] {kind}, {workers} ...", file=sys.stderr)
@@ -1038,7 +1087,9 @@ def decode_once(args: Any) -> None:
             out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
             if out.returncode != 0:
                 raise RuntimeError(f"{job} failed:\n{out.stderr[-4000:]}")
-            runs[(kind, workers)].append(json.loads(out.stdout.strip().splitlines()[-1])["fps"])
+            result = json.loads(out.stdout.strip().splitlines()[-1])
+            runs[(kind, workers)].append(result["fps"])
+            details[(kind, workers)].append(result)
     fps = {c: statistics.median(v) for c, v in runs.items()}
     frames = sum(frames_in(p) for p in paths)
     print(f"\ndecode once ({machine()}; {at_start} at start, {load()} at end; {repeats} repeats)")
@@ -1077,6 +1128,46 @@ def decode_once(args: Any) -> None:
         f"{best:.0f} frames/s; target 0.85): {'met' if ratio >= 0.85 else 'MISSED'}; "
         f"{fps[('decode224', 2)] / fps[('limit', 2)]:.2f} of the 2-process decode limit"
     )
+    print(cpu_lines(details, [c for c in configs if c[0] in ("decode1", "limit", "decode224")]))
+
+
+def cpu_lines(details: dict[tuple[str, int], list[dict]], configs: list[tuple[str, int]]) -> str:
+    """CPU a frame of the 224x224 rows (all processes, every frame read, start included),
+    the main process's share, and how the frames and CPU of the workers split: the
+    figures that hold on a shared machine, where the rates swing with the load."""
+
+    def med(config: tuple[str, int], key: str) -> float:
+        return statistics.median(d[key] for d in details[config])
+
+    lines = [
+        "",
+        f"CPU a frame at {SIZE}x{SIZE} (user + system, all processes, ms per 1000 frames):",
+    ]
+    for kind, workers in configs:
+        each = " ".join(f"{d['cpu_ms_per_1000']:.0f}" for d in details[(kind, workers)])
+        lines.append(
+            f"{kind:>12} {workers} workers: {med((kind, workers), 'cpu_ms_per_1000'):6.1f} "
+            f"(main process {med((kind, workers), 'main_ms_per_1000'):5.1f}; repeats {each})"
+        )
+    one, ours = ("decode1", 1), ("decode224", 2)
+    if one in details and ours in details:
+        ratio = med(one, "cpu_ms_per_1000") / med(ours, "cpu_ms_per_1000")
+        lines.append(f"streamseq, 2 workers: {ratio:.2f} of the CPU efficiency of 1 process")
+        passes = [p for d in details[ours] for p in d.get("split", [])]
+        if passes:
+            split = np.median(np.array(passes), axis=0)
+            half = len(split) // 2
+            frames, cpu = split[:half], split[half:]
+            lines.append(
+                "workers (median of passes): frames "
+                + " / ".join(f"{f:.0f}" for f in frames)
+                + f" (the busiest {frames.max() / frames.mean() - 1:+.1%} over the mean), "
+                + "CPU s "
+                + " / ".join(f"{c:.2f}" for c in cpu)
+                + ", ms per 1000 frames "
+                + " / ".join(f"{1e6 * c / f:.0f}" for c, f in zip(cpu, frames, strict=True))
+            )
+    return "\n".join(lines)
 
 
 def main() -> None:
