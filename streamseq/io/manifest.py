@@ -323,6 +323,7 @@ class PathIdentities(Identities):
     def __init__(self, paths: _Paths, starts: np.ndarray, stops: np.ndarray):
         self.paths, self.starts, self.stops = paths, starts, stops
         self.count = len(starts)
+        self.offsets = None  # (whole files: a row's window is not yet named)
 
     def __reduce__(self) -> tuple:
         return (PathIdentities, (self.paths, self.starts, self.stops))
