@@ -140,6 +140,11 @@ class _Document(Source):
         return self.key[0]
 
     @property
+    def file_offset(self) -> int:
+        """Where the document starts in the file (with the file, what names it)."""
+        return self.start
+
+    @property
     def dtype(self) -> np.dtype:
         """The dtype of the tokens."""
         return np.dtype(self.key[1])

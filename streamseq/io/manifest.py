@@ -137,6 +137,13 @@ class _Row(Source):
         return self.length
 
     @property
+    def file_offset(self) -> int | None:
+        """The row's first step of its file, when it is a range of steps (else None)."""
+        if self.start is None or self.reading.kind in _WINDOWED:
+            return None
+        return int(self.start)
+
+    @property
     def _offset(self) -> int:
         """Steps of the file before this row's first (a range of steps of the file)."""
         if self.start is None or self.reading.kind in _WINDOWED:
@@ -320,13 +327,19 @@ class PathIdentities(Identities):
 
     __slots__ = ("paths", "starts", "stops")
 
-    def __init__(self, paths: _Paths, starts: np.ndarray, stops: np.ndarray):
+    def __init__(
+        self,
+        paths: _Paths,
+        starts: np.ndarray,
+        stops: np.ndarray,
+        offsets: np.ndarray | None = None,
+    ):
         self.paths, self.starts, self.stops = paths, starts, stops
         self.count = len(starts)
-        self.offsets = None  # (whole files: a row's window is not yet named)
+        self.offsets = offsets  # (the first step of each row's range of its file, or -1)
 
     def __reduce__(self) -> tuple:
-        return (PathIdentities, (self.paths, self.starts, self.stops))
+        return (PathIdentities, (self.paths, self.starts, self.stops, self.offsets))
 
     @property  # type: ignore[override]
     def names(self) -> tuple[str, ...]:
@@ -342,7 +355,8 @@ class PathIdentities(Identities):
         if isinstance(i, (int, np.integer)):
             n = range(self.count)[i]
             return self.paths.path(int(self.starts[n]), int(self.stops[n]))
-        return PathIdentities(self.paths, self.starts[i], self.stops[i])
+        offsets = None if self.offsets is None else self.offsets[i]
+        return PathIdentities(self.paths, self.starts[i], self.stops[i], offsets)
 
     def _block(self, a: int, b: int) -> list[str]:
         text = self.paths.joined(self.starts[a:b], self.stops[a:b]).tobytes().decode()
@@ -622,7 +636,11 @@ def manifest(
         if shown != resolved.filter(urls).to_pylist():
             public = pc.replace_with_mask(resolved, urls, pa.array(shown, resolved.type))
             named = _Paths(_nul_joined(public))
-    ids = PathIdentities(named, *named.bounds()) if named is not files else None
+    offsets = None  # a row that is a range of steps of its file: named by its first step too
+    if starts is not None and kind not in _WINDOWED and not np.isnan(starts).all():
+        offsets = np.where(np.isnan(starts), -1, starts).astype(np.int64)
+    bounds = (starts_at, stops_at) if named is files else named.bounds()
+    ids = PathIdentities(named, *bounds, offsets)
     columns = [starts_at, stops_at] + ([] if starts is None else [starts, stops])
     pa.default_memory_pool().release_unused()  # (the table read, now freed)
     return StreamTable(
@@ -630,7 +648,7 @@ def manifest(
         lengths,
         columns,
         step_spec=reading.step_spec(),
-        identities=ids if ids is not None else PathIdentities(files, starts_at, stops_at),
+        identities=ids,
     )
 
 

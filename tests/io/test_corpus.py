@@ -275,6 +275,9 @@ def test_a_state_of_some_documents_is_refused_by_other_documents_of_the_file(tmp
     odd = StreamLoader(docs[1::2], batch_size=2, tbins=5)
     with pytest.raises(ValueError, match="sources"):
         odd.load_state_dict(even.state_dict())
+    with pytest.raises(ValueError, match="sources"):  # (a list of them names them alike)
+        StreamLoader(list(docs[1::2]), batch_size=2, tbins=5).load_state_dict(even.state_dict())
+    StreamLoader(list(docs[::2]), batch_size=2, tbins=5).load_state_dict(even.state_dict())
 
 
 #: a state saved by streamseq 0.4.0 (its documents named by their file only), and the

@@ -360,3 +360,30 @@ def test_a_token_file_truncated_under_the_loader_is_an_error(tmp_path, workers):
         assert error is not None
     if error is not None:
         assert "changed" in str(error) and error.path == paths[1] and error.steps is not None
+
+
+def test_a_state_of_some_step_ranges_of_a_file_is_refused_by_other_ranges(token_files):
+    folder, names, _ = token_files
+    rows = pa.table({"path": [names[2]] * 6, "length": [10] * 6, "start": np.arange(0, 60, 10)})
+    table = manifest(rows, "tokens", root=folder, dtype=np.uint16)
+    even = StreamLoader(table[::2], batch_size=2, tbins=5)
+    next(iter(even))
+    state = even.state_dict()
+    odd = StreamLoader(table[1::2], batch_size=2, tbins=5)
+    with pytest.raises(ValueError, match="sources"):
+        odd.load_state_dict(state)
+    for same in (table[[0, 2, 4]], list(table[::2])):  # made another way, or a list
+        again = StreamLoader(same, batch_size=2, tbins=5)
+        assert again.spec.fingerprint == even.spec.fingerprint
+        again.load_state_dict(state)
+    with pytest.raises(ValueError, match="sources"):
+        StreamLoader(list(table[1::2]), batch_size=2, tbins=5).load_state_dict(state)
+    # rows without a start (whole files, or a file's first steps) are named as before
+    plain = manifest(
+        pa.table({"path": names, "length": [13, 0, 70, 41, 7]}),
+        "tokens",
+        root=folder,
+        dtype=np.uint16,
+    )
+    assert plain.identities.offsets is None
+    assert "offsets" not in StreamLoader(plain, 2, 8).state_dict()["plan"]
