@@ -131,9 +131,9 @@ class PlanSpec:
 
     @cached_property
     def names_only_key(self) -> dict[str, Any]:
-        """:attr:`key` as streamseq 0.4.0 made it: streams named by their files only.
+        """:attr:`key` as states without ``offsets`` have it: streams named by files only.
 
-        States saved then name the documents of a corpus by their file, not by where
+        Those states name the documents of a corpus by their file, not by where
         they start in it (no ``offsets``): two selections of one file's documents of the
         same lengths have the same key of this kind. It is :attr:`key` without
         ``offsets``, for reading those states.

@@ -233,7 +233,7 @@ def _plan_of(spec: PlanSpec, saved: SavedState, weights_changed: bool) -> PlanSp
             mixed, allowed = mixture_differences(plan.get("mixture"), spec.key.get("mixture"))
     key, fingerprint = spec.key, spec.fingerprint
     if "offsets" in key and "offsets" not in plan:
-        # saved by streamseq 0.4.0, whose keys name the streams by their files only
+        # saved before streams were named by their place: checked by the key it has
         key = spec.names_only_key
         fingerprint = key_fingerprint(key)
     differ = differences(plan, key)

@@ -280,9 +280,9 @@ def test_a_state_of_some_documents_is_refused_by_other_documents_of_the_file(tmp
     StreamLoader(list(docs[::2]), batch_size=2, tbins=5).load_state_dict(even.state_dict())
 
 
-#: a state saved by streamseq 0.4.0 (its documents named by their file only), and the
+#: a state saved before documents were named by their place (by their file only), and the
 #: batches it resumed to there (how it was made: the file's ``made_by``)
-OLD_STATE = os.path.join(os.path.dirname(__file__), "data", "corpus_state_0_4_0.json")
+OLD_STATE = os.path.join(os.path.dirname(__file__), "data", "corpus_state_without_offsets.json")
 
 
 def _old_corpus(folder, monkeypatch):
@@ -294,7 +294,9 @@ def _old_corpus(folder, monkeypatch):
     return token_corpus("c.bin", index=np.arange(0, 80, 10)), saved
 
 
-def test_a_state_saved_by_0_4_0_still_loads_and_gives_the_same_batches(tmp_path, monkeypatch):
+def test_a_state_saved_without_offsets_still_loads_and_gives_the_same_batches(
+    tmp_path, monkeypatch
+):
     docs, saved = _old_corpus(tmp_path, monkeypatch)
     assert "offsets" not in saved["state"]["plan"]
     loader = StreamLoader(docs[::2], batch_size=2, tbins=5, shuffle=True, seed=3)
@@ -310,7 +312,7 @@ def test_a_state_saved_by_0_4_0_still_loads_and_gives_the_same_batches(tmp_path,
         assert np.array_equal(got.data, want.data) and np.array_equal(got.step, want.step)
 
 
-def test_a_state_saved_by_0_4_0_is_still_checked_by_its_own_key(tmp_path, monkeypatch):
+def test_a_state_saved_without_offsets_is_still_checked_by_its_own_key(tmp_path, monkeypatch):
     docs, saved = _old_corpus(tmp_path, monkeypatch)
     other_seed = StreamLoader(docs[::2], batch_size=2, tbins=5, shuffle=True, seed=4)
     with pytest.raises(ValueError, match="seed"):
