@@ -55,6 +55,8 @@ def differences(saved: dict[str, Any], mine: dict[str, Any]) -> list[str]:
         ['tbins (the state has 4, this loader 8)']
         >>> differences({"streams": 3, "lengths": "a"}, {"streams": 3, "lengths": "b"})
         ["the streams' lengths"]
+        >>> differences({"streams": 1, "offsets": "c"}, {"streams": 1})
+        ["the streams' sources (the state's are ranges of files, this loader's not)"]
     """
     words = {
         "streams": "the number of streams",
@@ -64,6 +66,12 @@ def differences(saved: dict[str, Any], mine: dict[str, Any]) -> list[str]:
     }
     out = []
     named = ("lengths", "sources", "offsets")
+    if (
+        "offsets" in saved
+        and "offsets" not in mine
+        and saved.get("streams") == mine.get("streams")
+    ):
+        out.append("the streams' sources (the state's are ranges of files, this loader's not)")
     for k in mine:
         if k in named and saved.get("streams") != mine.get("streams"):
             continue  # (they differ with the number of streams)

@@ -278,6 +278,11 @@ def test_a_state_of_some_documents_is_refused_by_other_documents_of_the_file(tmp
     with pytest.raises(ValueError, match="sources"):  # (a list of them names them alike)
         StreamLoader(list(docs[1::2]), batch_size=2, tbins=5).load_state_dict(even.state_dict())
     StreamLoader(list(docs[::2]), batch_size=2, tbins=5).load_state_dict(even.state_dict())
+    # the same tokens, read as whole streams of the file: not the state's documents
+    whole = [np.arange(a, a + 10, dtype=np.uint16) for a in (0, 20, 40, 60)]
+    plain = StreamLoader(whole, batch_size=2, tbins=5)
+    with pytest.raises(ValueError, match="ranges of files"):
+        plain.load_state_dict(even.state_dict())
 
 
 #: a state saved before documents were named by their place (by their file only), and the
