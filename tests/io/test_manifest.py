@@ -387,3 +387,24 @@ def test_a_state_of_some_step_ranges_of_a_file_is_refused_by_other_ranges(token_
     )
     assert plain.identities.offsets is None
     assert "offsets" not in StreamLoader(plain, 2, 8).state_dict()["plan"]
+
+
+@settings(max_examples=15, deadline=None)
+@given(data=st.data())
+def test_any_two_selections_of_ranges_of_a_file_refuse_each_others_state(token_files, data):
+    folder, names, _ = token_files
+    starts = np.arange(0, 36, 4)  # nine ranges of 4 steps of one file: told apart by place
+    rows = pa.table({"path": [names[2]] * 9, "length": [4] * 9, "start": starts})
+    table = manifest(rows, "tokens", root=folder, dtype=np.uint16)
+    pick = st.lists(st.integers(0, 8), min_size=1, max_size=4, unique=True)
+    a, b = data.draw(pick), data.draw(pick)
+    saving = StreamLoader(table[a], batch_size=1, tbins=2)
+    next(iter(saving))
+    state = saving.state_dict()
+    if a != b:
+        with pytest.raises(ValueError, match="this state was made by another plan"):
+            StreamLoader(table[b], batch_size=1, tbins=2).load_state_dict(state)
+    order = np.array(data.draw(st.permutations(range(9))))
+    same = manifest(rows, "tokens", root=folder, dtype=np.uint16)[order][np.argsort(order)[a]]
+    for again in (same, list(same)):
+        StreamLoader(again, batch_size=1, tbins=2).load_state_dict(state)
