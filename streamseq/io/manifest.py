@@ -13,7 +13,9 @@ The paths are kept as one UTF-8 buffer and one array of offsets (as Arrow keeps 
 a manifest pickles to a few arrays whatever its number of rows: what a worker receives is
 never an object per file. A stream's identity (what names it in states and plan keys) is
 its path as the reader gets it, so a manifest and the list of the same ``io.<kind>(path)``
-streams plan the same rows and give the same states.
+streams plan the same rows and give the same states; a row that is a range of steps of its
+file (a ``start`` step) is named by that step too, as the list of the manifest's rows names
+it, so two selections of ranges of one file refuse each other's states.
 
 pyarrow is imported only when a manifest is read (``pip install 'streamseq[table]'``).
 """
@@ -536,7 +538,8 @@ def manifest(
 
     **start and stop.** For ``video`` they are the reader's window, in seconds (``NaN``
     or empty: none). For the other kinds they are steps of the file: the stream is
-    steps ``start:stop`` of it, and ``length`` must equal ``stop - start``.
+    steps ``start:stop`` of it, and ``length`` must equal ``stop - start``; its ``start``
+    names it in states with its path (``state['plan']['offsets']``).
 
     Args:
         path_or_table: a ``.parquet`` or ``.csv`` (``.csv.gz``) file, or a
