@@ -14,8 +14,9 @@ a manifest pickles to a few arrays whatever its number of rows: what a worker re
 never an object per file. A stream's identity (what names it in states and plan keys) is
 its path as the reader gets it, so a manifest and the list of the same ``io.<kind>(path)``
 streams plan the same rows and give the same states; a row that is a range of steps of its
-file (a ``start`` step) is named by that step too, as the list of the manifest's rows names
-it, so two selections of ranges of one file refuse each other's states.
+file (a ``start``: a step, or a video's window) is named by where it starts too, as the
+list of the manifest's rows names it, so two selections of parts of one file refuse each
+other's states.
 
 pyarrow is imported only when a manifest is read (``pip install 'streamseq[table]'``).
 """
@@ -140,9 +141,15 @@ class _Row(Source):
 
     @property
     def file_offset(self) -> int | None:
-        """The row's first step of its file, when it is a range of steps (else None)."""
-        if self.start is None or self.reading.kind in _WINDOWED:
+        """Where the row starts in its file, when it has a ``start`` (else None).
+
+        Its first step of the file, or for a window (``video``) its start in whole
+        microseconds (:func:`_offsets`).
+        """
+        if self.start is None:
             return None
+        if self.reading.kind in _WINDOWED:
+            return int(np.round(np.float64(self.start) * 1e6))
         return int(self.start)
 
     @property
@@ -538,8 +545,8 @@ def manifest(
 
     **start and stop.** For ``video`` they are the reader's window, in seconds (``NaN``
     or empty: none). For the other kinds they are steps of the file: the stream is
-    steps ``start:stop`` of it, and ``length`` must equal ``stop - start``; its ``start``
-    names it in states with its path (``state['plan']['offsets']``).
+    steps ``start:stop`` of it, and ``length`` must equal ``stop - start``. A row's
+    ``start`` names it in states with its path (``state['plan']['offsets']``).
 
     Args:
         path_or_table: a ``.parquet`` or ``.csv`` (``.csv.gz``) file, or a
@@ -639,9 +646,7 @@ def manifest(
         if shown != resolved.filter(urls).to_pylist():
             public = pc.replace_with_mask(resolved, urls, pa.array(shown, resolved.type))
             named = _Paths(_nul_joined(public))
-    offsets = None  # a row that is a range of steps of its file: named by its first step too
-    if starts is not None and kind not in _WINDOWED and not np.isnan(starts).all():
-        offsets = np.where(np.isnan(starts), -1, starts).astype(np.int64)
+    offsets = None if starts is None else _offsets(starts, kind)
     bounds = (starts_at, stops_at) if named is files else named.bounds()
     ids = PathIdentities(named, *bounds, offsets)
     columns = [starts_at, stops_at] + ([] if starts is None else [starts, stops])
@@ -653,6 +658,28 @@ def manifest(
         step_spec=reading.step_spec(),
         identities=ids,
     )
+
+
+def _offsets(starts: np.ndarray, kind: str) -> np.ndarray | None:
+    """Where every row starts in its file (-1: no ``start``), or None when none has one.
+
+    A row that is part of its file is named by its path and this (with its length): its
+    first step of the file, or for a window (``video``, in seconds) its start in whole
+    microseconds, so that rows of one file at other places are told apart.
+
+    Example:
+        >>> _offsets(np.array([np.nan, 0.2]), "video").tolist()
+        [-1, 200000]
+        >>> _offsets(np.array([3.0, np.nan]), "tokens").tolist()
+        [3, -1]
+        >>> _offsets(np.array([np.nan]), "audio") is None
+        True
+    """
+    given = ~np.isnan(starts)
+    if not given.any():
+        return None
+    at = np.round(starts * 1e6) if kind in _WINDOWED else starts
+    return np.where(given, at, -1).astype(np.int64)
 
 
 def _nul_joined(paths: Any) -> np.ndarray:

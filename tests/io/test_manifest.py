@@ -428,3 +428,19 @@ def test_a_state_of_ranges_saved_without_offsets_still_loads(token_files):
     assert_same(list(again), list(StreamLoader(table[::2], 2, 5, shuffle=True))[1:])
     with pytest.raises(ValueError, match="fingerprint"):
         again.load_state_dict(dict(older, fingerprint=state["fingerprint"]))
+
+
+def test_a_state_of_a_video_window_is_refused_by_another_window_of_the_file(media_files):
+    folder, videos, _ = media_files
+    path = str(videos[1])
+    rows = pa.table(
+        {"path": [path] * 2, "length": [5, 5], "start": [0.0, 0.2], "stop": [0.2, 0.4]}
+    )
+    table = manifest(rows, "video")
+    first = StreamLoader(table[[0]], batch_size=1, tbins=2)
+    next(iter(first))
+    state = first.state_dict()
+    with pytest.raises(ValueError, match="sources"):
+        StreamLoader(table[[1]], batch_size=1, tbins=2).load_state_dict(state)
+    for same in (manifest(rows, "video")[:1], list(table[:1])):
+        StreamLoader(same, batch_size=1, tbins=2).load_state_dict(state)
