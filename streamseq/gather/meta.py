@@ -35,6 +35,18 @@ def allocate(rows: int, tbins: int, empty: Callable[..., np.ndarray] = np.empty)
     return reset, valid, empty(shape, np.int64), empty(shape, np.int64)
 
 
+def layout(rows: int, tbins: int) -> list[tuple[tuple[int, ...], np.dtype]]:
+    """The shapes and dtypes of the arrays :func:`allocate` makes, in its order.
+
+    Example:
+        >>> [(shape, str(dtype)) for shape, dtype in layout(2, 3)]
+        [((2,), 'bool'), ((2, 3), 'bool'), ((2, 3), 'int64'), ((2, 3), 'int64')]
+    """
+    shape = (rows, tbins)
+    b, i = np.dtype(bool), np.dtype(np.int64)
+    return [(shape[:1], b), (shape, b), (shape, i), (shape, i)]
+
+
 def padding(rows: int, tbins: int) -> Meta:
     """The metadata of a batch of padding: no reset, nothing valid, stream and step -1.
 

@@ -21,6 +21,7 @@ from . import meta
 from .check import put, spec_mismatch
 from .chunkmap import ChunkMap, Part
 from .positions import Positions, packed_pieces
+from .reuse import Spare
 from .warm import first_reads, in_memory
 
 try:  # the compiled batch assembly (built with the package; optional)
@@ -89,12 +90,8 @@ class BatchWriter(ChunkMap):
     def _batch(self, i: int, spec: Any) -> Batch:
         """Batch ``i``, its ``tbins + lookahead`` steps allocated once and written in place."""
         st = self._state.get()
-        bt, la = self.shape, self.lookahead
-        empty = np.empty if _shm.current() is None else _shm.empty
-        m = meta.allocate(*bt, empty)  # (once: they may be in shm)
-        data = (
-            None if spec is None else tree_map(lambda s: empty((*bt, *s.shape[1:]), s.dtype), spec)
-        )
+        la = self.lookahead
+        m, data = self._allocate(st, spec)
         if self.pad == "pack":
             self._read_packed(st, i, spec, data, m)
             if la:
@@ -136,6 +133,29 @@ class BatchWriter(ChunkMap):
                 self._copy(out, streams, blk, k, None)
         self._write_meta(m, blk, k)
         return Batch(data, *m, la)
+
+    def _allocate(self, st: _ReadState, spec: Any) -> tuple[meta.Meta, Any]:
+        """The uninitialised arrays of a batch: its metadata and its data (None without spec).
+
+        In a worker's shared-memory slot when there is one; else the arrays of an earlier
+        batch that nobody holds any more (:class:`~.reuse.Spare`), or new ones.
+        """
+        bt = self.shape
+        if _shm.current() is None and (spec is None or type(spec) is np.ndarray):
+            key = None if spec is None else (spec.dtype, spec.shape[1:])
+            if st.wanted is None or st.wanted[0] != key:
+                more = [] if spec is None else [((*bt, *spec.shape[1:]), spec.dtype)]
+                st.wanted = (key, meta.layout(*bt) + more)
+            arrays = st.spare.take(st.wanted[1])
+            return (arrays[0], arrays[1], arrays[2], arrays[3]), (
+                arrays[4] if spec is not None else None
+            )
+        empty = np.empty if _shm.current() is None else _shm.empty
+        m = meta.allocate(*bt, empty)  # (once: they may be in shm)
+        data = (
+            None if spec is None else tree_map(lambda s: empty((*bt, *s.shape[1:]), s.dtype), spec)
+        )
+        return m, data
 
     def _write_meta(self, m: meta.Meta, blk: Positions, k: int) -> None:
         """Write the metadata of batch ``k`` of ``blk``: its chunks', then its look-ahead's."""
@@ -426,3 +446,5 @@ class _ReadState:
         self.next = -1  # the batch after the last one read here
         self.started = False  # a batch was written here (the first opens concurrently)
         self.block: Positions | None = None
+        self.spare = Spare()  # the arrays of the last batches written here
+        self.wanted: tuple[Any, list[Any]] | None = None  # (spec's key, arrays of a batch)

@@ -1,0 +1,180 @@
+"""The arrays of a batch are written again only once nothing holds any part of them.
+
+Batches read in the calling process (a store's, or arrays with ``num_workers=0``) reuse
+the arrays of earlier batches that nobody holds (:mod:`streamseq.gather.reuse`). Each
+kind of holder a user has (the batch, a tensor, a torch view, ``.numpy()``, a numpy view
+or slice, a dict of the fields) is held across the next batches and passes here, and
+its bytes checked (design invariant 8).
+"""
+
+import gc
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamseq import StreamLoader
+from streamseq.gather.reuse import Spare
+from streamseq.store import materialize
+
+pytestmark = pytest.mark.timeout(120)
+
+ROWS, TBINS = 3, 4
+INT = [((2, 3), np.dtype(np.int64))]
+
+
+def frames(count=7, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 255, (n, 4, 3), dtype=np.uint8) for n in rng.integers(5, 30, count)]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return materialize(frames(), str(tmp_path_factory.mktemp("store")))
+
+
+def hold(batch, kind):
+    """What a user keeps of ``batch``: the batch itself, or one part of it."""
+    if kind == "batch":
+        return batch
+    if kind == "tensor":
+        return batch.data
+    if kind == "torch view":
+        return batch.data[1:, 2:]
+    if kind == "numpy":
+        return batch.data.numpy()
+    if kind == "numpy slice":
+        return batch.data.numpy()[:, 1]
+    if kind == "asarray":
+        return np.asarray(batch.step)
+    if kind == "fields":
+        return batch._asdict()
+    if kind == "reset":
+        return batch.reset
+    if kind == "valid view":
+        return batch.valid.view(torch.uint8)
+    raise AssertionError(kind)
+
+
+KINDS = [
+    "batch",
+    "tensor",
+    "torch view",
+    "numpy",
+    "numpy slice",
+    "asarray",
+    "fields",
+    "reset",
+    "valid view",
+]
+
+
+def leaves(held):
+    if isinstance(held, dict):
+        return list(held.values())
+    if isinstance(held, tuple):
+        return list(held)
+    return [held]
+
+
+def copy_of(held):
+    return [x.clone() if isinstance(x, torch.Tensor) else np.array(x) for x in leaves(held)]
+
+
+def unchanged(held, copy):
+    return all(
+        torch.equal(x, c) if isinstance(x, torch.Tensor) else np.array_equal(x, c)
+        for x, c in zip(leaves(held), copy, strict=True)
+    )
+
+
+def test_a_set_is_taken_again_only_once_nothing_holds_it():
+    spare = Spare(keep=2)
+    first = spare.take(INT)
+    held = first[0][1:]  # a numpy view: keeps the array
+    del first
+    second = spare.take(INT)
+    assert not np.shares_memory(second[0], held)
+    del held, second
+    again = spare.take(INT)
+    third = spare.take(INT)
+    assert len({a[0].ctypes.data for a in (again, third)}) == 2
+
+
+def test_a_set_of_other_shapes_is_not_taken():
+    spare = Spare()
+    address = spare.take(INT)[0].ctypes.data
+    other = spare.take([((3, 2), np.dtype(np.int64))])
+    assert other[0].shape == (3, 2)
+    assert spare.take(INT)[0].ctypes.data == address
+
+
+def test_a_tensor_of_a_set_keeps_it():
+    spare = Spare(keep=1)
+    arrays = spare.take(INT)
+    arrays[0][:] = 7
+    tensor = torch.from_numpy(arrays[0])[0]  # a torch view: keeps the array
+    del arrays
+    for _ in range(3):
+        spare.take(INT)[0][:] = 0
+    assert tensor.tolist() == [7, 7, 7]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_part_of_a_batch_held_never_changes(store, workers, kind):
+    loader = StreamLoader(store, ROWS, TBINS, num_workers=workers, shuffle=True)
+    held = []
+    for batch in loader:  # every third batch held, the others dropped at once
+        if len(held) < 3 and batch.step[0, 0] % 3 == 0:
+            part = hold(batch, kind)
+            held.append((part, copy_of(part)))
+    assert held
+    for _ in range(2):  # more passes: the arrays of the batches dropped are reused
+        for _ in loader:
+            pass
+    gc.collect()
+    assert all(unchanged(h, c) for h, c in held)
+
+
+def test_batches_read_in_this_process_reuse_the_arrays_nobody_holds(store):
+    loader = StreamLoader(store, ROWS, TBINS)
+    addresses = {b.data.data_ptr() for b in loader}
+    assert len(addresses) <= 3 < len(loader)
+
+
+def test_batches_all_held_are_all_distinct(store):
+    loader = StreamLoader(store, ROWS, TBINS)
+    batches = list(loader)
+    copies = [copy_of(b) for b in batches]
+    list(loader)
+    assert len({b.data.data_ptr() for b in batches}) == len(batches)
+    assert all(unchanged(b, c) for b, c in zip(batches, copies, strict=True))
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    plan=st.lists(st.tuples(st.booleans(), st.sampled_from(KINDS), st.integers(0, 3)), min_size=1),
+    workers=st.sampled_from([0, 2]),
+)
+def test_whatever_is_held_and_dropped_what_is_held_never_changes(store, plan, workers):
+    """Batches held or dropped in any order, across passes: what is held stays as it was."""
+    loader = StreamLoader(store, ROWS, TBINS, num_workers=workers, shuffle=True, seed=1)
+    held = []
+    it = iter(loader)
+    for keep, kind, drop in plan:
+        batch = next(it, None)
+        if batch is None:
+            it = iter(loader)
+            continue
+        if keep:
+            part = hold(batch, kind)
+            held.append((part, copy_of(part)))
+        del held[: drop if len(held) > drop + 1 else 0]  # the oldest let go
+        del batch
+        assert all(unchanged(h, c) for h, c in held)
+    for _ in it:
+        pass
+    assert all(unchanged(h, c) for h, c in held)
