@@ -37,14 +37,14 @@ class Spare:
     """The arrays of the last :data:`KEEP` batches written here, reused once free.
 
     Example:
-        >>> spare = Spare()
-        >>> a = spare.take([((2, 3), np.dtype(np.int64))])
-        >>> b = spare.take([((2, 3), np.dtype(np.int64))])  # ``a`` is still held
+        >>> spare, wanted = Spare(), [((2, 3), np.dtype(np.int64))]
+        >>> a = spare.take(wanted)
+        >>> b = spare.take(wanted)  # ``a`` is still held
         >>> b[0] is a[0]
         False
         >>> address = a[0].ctypes.data
         >>> del a
-        >>> c = spare.take([((2, 3), np.dtype(np.int64))])  # ``a``'s arrays: free
+        >>> c = spare.take(wanted)  # ``a``'s arrays: free
         >>> c[0].ctypes.data == address
         True
     """
@@ -52,21 +52,26 @@ class Spare:
     def __init__(self, keep: int = KEEP):
         self.keep = keep
         self.sets: list[list[np.ndarray]] = []
+        self.wanted: list[tuple[tuple[int, ...], np.dtype]] | None = None  # (of the sets)
 
     def take(self, wanted: list[tuple[tuple[int, ...], np.dtype]]) -> list[np.ndarray]:
         """Uninitialised arrays of these shapes and dtypes: a free set kept, or new ones.
 
-        The set returned is kept (the oldest set is let go past :attr:`keep`).
+        The set returned is kept (the oldest set is let go past :attr:`keep`). The sets
+        kept are those of the last ``wanted`` (the same list): another one lets them go.
         """
-        for n, arrays in enumerate(self.sets):
-            if _free(arrays, wanted):
-                del self.sets[n]
-                self.sets.append(arrays)
+        if wanted is not self.wanted:
+            self.sets, self.wanted = [], wanted
+        sets = self.sets
+        for n in range(len(sets)):
+            if _free(sets[n]):
+                arrays = sets.pop(n)
+                sets.append(arrays)
                 return list(arrays)
         arrays = [np.empty(shape, dtype) for shape, dtype in wanted]
-        self.sets.append(arrays)
-        if len(self.sets) > self.keep:
-            del self.sets[0]
+        sets.append(arrays)
+        if len(sets) > self.keep:
+            del sets[0]
         return list(arrays)
 
     def clear(self) -> None:
@@ -74,14 +79,9 @@ class Spare:
         self.sets = []
 
 
-def _free(arrays: list[np.ndarray], wanted: list[tuple[tuple[int, ...], np.dtype]]) -> bool:
-    """Whether ``arrays`` are of the ``wanted`` shapes and dtypes, and nobody else holds them."""
-    if len(arrays) != len(wanted):
-        return False
+def _free(arrays: list[np.ndarray]) -> bool:
+    """Whether nobody but the list ``arrays`` holds any of its arrays."""
     for n in range(len(arrays)):  # (no loop variable: it would be one more reference)
         if sys.getrefcount(arrays[n]) > _OURS:
-            return False
-        shape, dtype = wanted[n]
-        if arrays[n].shape != shape or arrays[n].dtype != dtype:
             return False
     return True
