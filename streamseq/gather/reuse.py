@@ -25,7 +25,9 @@ import sys
 
 import numpy as np
 
-#: sets of arrays kept: the batch a loop holds, the one it just dropped, and one more
+#: sets of arrays kept: the batch a loop holds, the one it just dropped, and one more.
+#: The newest free set is taken: a loop that holds one batch at a time alternates two
+#: sets, which stay in the caches.
 KEEP = 3
 
 # references to a kept array while :func:`_free` looks at it: the list of its set and
@@ -63,7 +65,7 @@ class Spare:
         if wanted is not self.wanted:
             self.sets, self.wanted = [], wanted
         sets = self.sets
-        for n in range(len(sets)):
+        for n in range(len(sets) - 1, -1, -1):  # the last freed first: still in the caches
             if _free(sets[n]):
                 arrays = sets.pop(n)
                 sets.append(arrays)
