@@ -25,10 +25,10 @@ import sys
 
 import numpy as np
 
-#: sets of arrays kept: the batch a loop holds, the one it just dropped, and one more.
-#: The newest free set is taken: a loop that holds one batch at a time alternates two
-#: sets, which stay in the caches.
-KEEP = 3
+#: sets of arrays kept: the batch a loop holds and the one it just dropped (no more
+#: memory than a loop that holds one batch at a time held before). The newest free set
+#: is taken first: such a loop alternates two sets, which stay in the caches.
+KEEP = 2
 
 # references to a kept array while :func:`_free` looks at it: the list of its set and
 # the argument of ``sys.getrefcount``

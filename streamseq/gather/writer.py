@@ -142,10 +142,9 @@ class BatchWriter(ChunkMap):
         """
         bt = self.shape
         if _shm.current() is None and (spec is None or type(spec) is np.ndarray):
-            key = None if spec is None else (spec.dtype, spec.shape[1:])
-            if st.wanted is None or st.wanted[0] != key:
+            if st.wanted is None or st.wanted[0] is not spec:  # (a group's spec: one object)
                 more = [] if spec is None else [((*bt, *spec.shape[1:]), spec.dtype)]
-                st.wanted = (key, meta.layout(*bt) + more)
+                st.wanted = (spec, meta.layout(*bt) + more)
             arrays = st.spare.take(st.wanted[1])
             return (arrays[0], arrays[1], arrays[2], arrays[3]), (
                 arrays[4] if spec is not None else None
@@ -447,4 +446,4 @@ class _ReadState:
         self.started = False  # a batch was written here (the first opens concurrently)
         self.block: Positions | None = None
         self.spare = Spare()  # the arrays of the last batches written here
-        self.wanted: tuple[Any, list[Any]] | None = None  # (spec's key, arrays of a batch)
+        self.wanted: tuple[Any, list[Any]] | None = None  # (spec, the arrays of a batch)

@@ -142,7 +142,7 @@ def test_a_part_of_a_batch_held_never_changes(store, workers, kind):
 def test_batches_read_in_this_process_reuse_the_arrays_nobody_holds(store):
     loader = StreamLoader(store, ROWS, TBINS)
     addresses = {b.data.data_ptr() for b in loader}
-    assert len(addresses) <= 3 < len(loader)
+    assert len(addresses) <= 2 < len(loader)  # (the batch held, and the one dropped)
 
 
 def test_batches_all_held_are_all_distinct(store):
