@@ -178,3 +178,20 @@ def test_whatever_is_held_and_dropped_what_is_held_never_changes(store, plan, wo
     for _ in it:
         pass
     assert all(unchanged(h, c) for h, c in held)
+
+
+@pytest.mark.filterwarnings("ignore:CUDA is not available")
+@pytest.mark.parametrize("option", ["pin_memory", "time_major"])
+def test_batches_assembled_from_reused_arrays_equal_the_plain_ones(store, option):
+    """Pinned (unpinned without CUDA) or time-major batches: a copy of arrays reused."""
+    plain = [copy_of(b) for b in StreamLoader(store, ROWS, TBINS, shuffle=True)]
+    loader = StreamLoader(store, ROWS, TBINS, shuffle=True, **{option: True})
+    held = list(loader)
+    for _ in range(2):
+        for _ in loader:
+            pass
+    for b, want in zip(held, plain, strict=True):
+        got = copy_of(b)
+        if option == "time_major":  # [T, B, ...] back to [B, T, ...]
+            got = [got[0].transpose(0, 1), got[1], *(g.transpose(0, 1) for g in got[2:])]
+        assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
