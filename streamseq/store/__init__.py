@@ -2,5 +2,6 @@
 
 from streamseq.store.build import materialize
 from streamseq.store.stream import StoredStream, open_store
+from streamseq.store.table import StoreTable
 
-__all__ = ["StoredStream", "materialize", "open_store"]
+__all__ = ["StoreTable", "StoredStream", "materialize", "open_store"]

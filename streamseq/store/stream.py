@@ -207,7 +207,7 @@ def stored_streams(folder: str, manifest: dict[str, Any], index: np.ndarray) -> 
     ]
 
 
-def open_store(path: str | os.PathLike) -> list[StoredStream]:
+def open_store(path: str | os.PathLike) -> Any:
     """The streams of a complete store made by :func:`~streamseq.materialize`.
 
     The store is read as it is: the sources are not looked at (give them to
@@ -217,7 +217,9 @@ def open_store(path: str | os.PathLike) -> list[StoredStream]:
         path: the store's folder.
 
     Returns:
-        One :class:`StoredStream` per stream, in the order the store was made from.
+        A :class:`~streamseq.store.table.StoreTable` of the streams, in the order the
+        store was made from: a :class:`StoredStream` made when one is indexed, the
+        lengths as one array.
 
     Raises:
         SourceError: no store there, a store of another version, one not complete (it
@@ -249,4 +251,6 @@ def open_store(path: str | os.PathLike) -> list[StoredStream]:
             f"the store is not complete: {int((~done).sum())} of {len(done)} streams are "
             f"not written, the first is stream {first}; run materialize to finish it",
         )
-    return stored_streams(folder, manifest, index)
+    from streamseq.store.table import store_table  # (it builds on this module)
+
+    return store_table(folder, manifest, index)
