@@ -86,3 +86,44 @@ def test_a_list_of_streams_is_mapped_when_every_stream_is(tmp_path):
     reading = StreamLoader(streams, 2, 3)._reading
     assert not reading.in_memory and len(reading.stores) == 1
     assert StreamLoader([store[0], store[1]], 2, 3)._reading.in_memory
+
+
+def _piece(data, start, length):
+    return data[start : start + length]
+
+
+def _table(count):
+    lengths = np.arange(count) % 7 + 1
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    data = np.arange(int(lengths.sum()))
+    make = functools.partial(_piece, data)
+    return StreamTable(make, lengths, [starts], step_spec=(data.dtype, ()), identities="d")
+
+
+def test_the_rows_of_a_pass_hold_no_reference_until_a_stream_is_read(monkeypatch):
+    loader = StreamLoader(_table(3000), 8, 4, shuffle=True)
+    reading = loader._reading
+    made = _Made(monkeypatch)
+    rows = reading.rows(loader.plan())
+    assert sum(len(r.refs) for r in rows) == 3000
+    assert made.refs == 0  # the rows hold indices into the table, not references
+    row = rows[0]
+    assert row[0 : len(row)].tolist() == [
+        s for i in row.stream_ids.tolist() for s in _table(3000)[i].tolist()
+    ]
+    assert made.refs == len(row.refs)  # one a stream read, made when it is read
+
+
+def test_a_row_of_a_table_pickles_as_its_streams_and_reads_the_same():
+    import pickle
+
+    from streamseq.read.ref import RowRefs
+
+    loader = StreamLoader(_table(500), 4, 4)
+    rows = loader._reading.rows(loader.plan())
+    assert all(type(r.refs) is RowRefs for r in rows)
+    again = pickle.loads(pickle.dumps(rows))
+    for a, b in zip(rows, again, strict=True):
+        assert len(b.refs.table) == len(a.refs)  # only the row's streams travel
+        assert a[0 : len(a)].tolist() == b[0 : len(b)].tolist()
+        assert [r.index for r in a.refs] == [r.index for r in b.refs] == a.stream_ids.tolist()
