@@ -460,6 +460,12 @@ class RowRefs(Sequence):
         made[j] = ref
 
     def __iter__(self) -> Any:
+        if len(self.at) <= REFS_BLOCK:  # (a row's references made together, in one pause)
+            made = _table_refs_at(self.table, self.at, self.ids)
+            return iter([self._made.get(j, r) for j, r in enumerate(made)] if self._made else made)
+        return self._blocks()
+
+    def _blocks(self) -> Any:
         for a in range(0, len(self.at), REFS_BLOCK):  # (blocks of streams, not streams)
             b = a + REFS_BLOCK
             made = _table_refs_at(self.table, self.at[a:b], self.ids[a:b])
