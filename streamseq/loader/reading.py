@@ -20,7 +20,7 @@ from ..interleave import Row, make_rows
 from ..plan.balance import balanced_groups, row_costs
 from ..plan.planner import EpochPlan, Epochs
 from ..plan.spec import PlanSpec
-from ..read.ref import StreamRef, TableRefs
+from ..read.ref import StreamRef, TableRefs, _collector_paused
 from ..split import split_by_worker
 from ..store.stream import store_files
 from ..stream_table import is_table
@@ -149,10 +149,11 @@ class Reading:
             for r in rows
         ]
         data, stores = self.data.of(plan.epoch), self.stores
-        if not stores:
-            return ZipBatch(parts, pad=spec.pad, length=plan.length, spec=data)
-        group = _StoreChecked(parts, pad=spec.pad, length=plan.length, spec=data)
-        group.stores = stores
+        kind = _StoreChecked if stores else ZipBatch
+        with _collector_paused():  # (the rows' references, made for its map of chunks)
+            group = kind(parts, pad=spec.pad, length=plan.length, spec=data)
+        if stores:
+            group.stores = stores
         return group
 
     def whole(self, plan: EpochPlan) -> ZipBatch:
