@@ -1,4 +1,7 @@
-"""The streams of a store as one table: offsets and lengths as arrays, streams made on access."""
+"""The streams of a store as one table: offsets and lengths as arrays, streams made on access.
+
+:func:`open_store` opens a complete store as its table.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +11,10 @@ from typing import Any
 
 import numpy as np
 
+from streamseq.errors import SourceError
 from streamseq.store import layout
+from streamseq.store.check import read_store
+from streamseq.store.layout import Damaged
 from streamseq.store.stream import StoredStream, _Files
 from streamseq.stream_table import StreamTable
 
@@ -61,3 +67,50 @@ def store_table(folder: str, manifest: dict[str, Any], index: np.ndarray) -> Sto
     return StoreTable(
         make, np.ascontiguousarray(index[:, 1]), columns, step_spec=step, identities=folder
     )
+
+
+def open_store(path: str | os.PathLike) -> Any:
+    """The streams of a complete store made by :func:`~streamseq.materialize`.
+
+    The store is read as it is: the sources are not looked at (give them to
+    :func:`~streamseq.materialize` to check the store against them).
+
+    Args:
+        path: the store's folder.
+
+    Returns:
+        A :class:`StoreTable` of the streams, in the order the
+        store was made from: a :class:`StoredStream` made when one is indexed, the
+        lengths as one array.
+
+    Raises:
+        SourceError: no store there, a store of another version, one not complete (it
+            names the first stream missing), or one whose files do not agree with its
+            manifest (an index or a data file missing, cut short or edited: it names the
+            file, and the stream where it is one stream's).
+
+    Example:
+        >>> import tempfile
+        >>> from streamseq.store import materialize
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = materialize([np.arange(5), np.arange(3) * 10], d)
+        ...     streams = open_store(d)
+        ...     streams[1][0:2].tolist(), len(streams[0])
+        ([0, 10], 5)
+    """
+    folder = os.fspath(path)
+    try:
+        contents = read_store(folder)
+    except Damaged as e:
+        raise SourceError(folder, f"{e}; run materialize to make the store again") from None
+    if contents is None:
+        raise SourceError(folder, f"no store here (no {layout.MANIFEST})")
+    manifest, index, done = contents
+    if not done.all():
+        first = int(np.flatnonzero(~done)[0])
+        raise SourceError(
+            folder,
+            f"the store is not complete: {int((~done).sum())} of {len(done)} streams are "
+            f"not written, the first is stream {first}; run materialize to finish it",
+        )
+    return store_table(folder, manifest, index)
