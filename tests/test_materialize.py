@@ -863,3 +863,48 @@ def test_a_transform_is_known_by_its_arguments_not_its_address(tmp_path):
     assert stored_bytes(twice) == [(a * 2).tobytes() for a in arrays]
     thrice = materialize(arrays, tmp_path / "p", transform=functools.partial(_scaled, k=3))
     assert stored_bytes(thrice) == [(a * 3).tobytes() for a in arrays]  # (not the stale x2)
+
+
+class _Counted(StoredStream):
+    """A stored stream that counts the instances made (patched in for a test)."""
+
+    made = 0
+
+    def __init__(self, *args, **kwargs):
+        type(self).made += 1
+        super().__init__(*args, **kwargs)
+
+
+def test_a_store_is_a_table_of_its_streams(tmp_path, monkeypatch):
+    import streamseq.store.stream as stream_module
+
+    sources = [np.arange(n) * 3 for n in (5, 0, 9, 4, 7)]
+    materialize(sources, tmp_path / "s")
+    monkeypatch.setattr(stream_module, "StoredStream", _Counted)
+    monkeypatch.setattr(build_module, "StoredStream", _Counted, raising=False)
+    if hasattr(streamseq.store, "table"):
+        monkeypatch.setattr(streamseq.store.table, "StoredStream", _Counted)
+    _Counted.made = 0
+    for stored in (materialize(sources, tmp_path / "s"), open_store(tmp_path / "s")):
+        assert isinstance(stored, streamseq.StreamTable)
+        assert _Counted.made == 0  # no stream made to build or open it
+        assert stored.lengths.tolist() == [5, 0, 9, 4, 7]
+        again = pickle.loads(pickle.dumps(stored))
+        assert type(again) is type(stored) and _Counted.made == 0
+        sub = stored[2:]
+        assert isinstance(sub, streamseq.StreamTable) and sub.lengths.tolist() == [9, 4, 7]
+        assert sub[0].index == 2 and sub[0][1:3].tolist() == [3, 6]
+        assert _Counted.made == 2
+        # what users did with the list: len, indexing, iteration, slices, the steps
+        assert len(stored) == 5 and sum(len(s) for s in stored) == 25
+        assert [s[:].tolist() for s in again] == [s.tolist() for s in sources]
+        assert stored[-1].index == 4 and [s.index for s in stored[::2]] == [0, 2, 4]
+        _Counted.made = 0
+
+
+def test_a_mixture_of_a_store_keeps_its_groups_as_tables(tmp_path):
+    groups = {"a": [np.arange(5), np.arange(3)], "b": [np.arange(4) * 2]}
+    stored = materialize(mix(groups, {"a": 1, "b": 1}), tmp_path / "s")
+    assert [type(p).__name__ for p in stored.parts] == ["StoreTable", "StoreTable"]
+    assert [p.lengths.tolist() for p in stored.parts] == [[5, 3], [4]]
+    assert stored[2][0:4].tolist() == [0, 2, 4, 6]

@@ -43,7 +43,7 @@ from streamseq.store.identity import (
 )
 from streamseq.store.layout import Damaged
 from streamseq.store.lock import build_lock
-from streamseq.store.stream import StoredStream, stored_streams
+from streamseq.store.table import StoreTable, store_table
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def materialize(
     key: str | None = None,
     timeout: float | None = None,
     lock_timeout: float = 3600.0,
-) -> list[StoredStream] | Mixture:
+) -> StoreTable | Mixture:
     """Write every step of every stream once into a memory-mapped store, and read it back.
 
     The store (a folder: see :mod:`streamseq.store.layout`) keeps the steps as the
@@ -124,8 +124,10 @@ def materialize(
         lock_timeout: seconds to wait for another process building the same store.
 
     Returns:
-        One :class:`~streamseq.store.StoredStream` per stream, in order (a
-        :class:`~streamseq.Mixture` of them for a mixture).
+        A :class:`~streamseq.store.table.StoreTable` of the stored streams, in order: a
+        :class:`~streamseq.store.StoredStream` made when one is indexed, the lengths
+        and offsets as arrays, a slice a table of the same store (a
+        :class:`~streamseq.Mixture` of its slices, one a group, for a mixture).
 
     Raises:
         SourceError: a source's file changed since the source was made, or since the
@@ -172,7 +174,9 @@ def materialize(
     with build_lock(folder, lock_timeout) as writable:
         stored = _build(refs, folder, fn, num_workers, on_change, key, timeout, writable)
     if isinstance(streams, Mixture):
-        return Mixture(stored, streams.spec)
+        bounds = streams.spec.bounds
+        parts = [stored[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        return Mixture(stored, streams.spec, parts)
     return stored
 
 
@@ -209,7 +213,7 @@ def _build(
     key: str | None,
     timeout: float | None,
     writable: bool,
-) -> list[StoredStream]:
+) -> StoreTable:
     """Bring the store in ``folder`` up to date with ``refs`` (holding its lock).
 
     With ``writable`` false (a folder this process cannot write), a complete store that
@@ -238,7 +242,7 @@ def _build(
     empty = np.flatnonzero(~plan.done & (lengths == 0))
     manifest = {**config, "generation": plan.generation, "records": records, "complete": True}
     if found is not None and _body(found.manifest) == manifest:
-        return stored_streams(folder, manifest, found.index)  # complete, as the streams are
+        return store_table(folder, manifest, found.index)  # complete, as the streams are
     if not writable:
         raise SourceError(
             folder,
@@ -264,7 +268,7 @@ def _build(
         log.info("materialize: writing %d streams into %s", len(pending), folder)
         _run(build, _tasks(pending, lengths, per_step, num_workers), num_workers, timeout)
     layout.write_manifest(folder, manifest)
-    return stored_streams(folder, manifest, index)
+    return store_table(folder, manifest, index)
 
 
 #: the address in a default ``repr`` (``<Crop object at 0x7f...>``): another every run
