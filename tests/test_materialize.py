@@ -863,3 +863,26 @@ def test_a_transform_is_known_by_its_arguments_not_its_address(tmp_path):
     assert stored_bytes(twice) == [(a * 2).tobytes() for a in arrays]
     thrice = materialize(arrays, tmp_path / "p", transform=functools.partial(_scaled, k=3))
     assert stored_bytes(thrice) == [(a * 3).tobytes() for a in arrays]  # (not the stale x2)
+
+
+def _picked(x, info, key="a", storage_options=None, url=None):
+    return x * (2 if key == "b" else 1)
+
+
+def test_no_credential_of_a_transform_is_written_and_a_hidden_setting_still_counts(tmp_path):
+    import functools
+
+    arrays = token_arrays((6, 4))
+    secrets = ["OptS3cretQz", "UrlPassw0rdQz", "ApiT0kenQz"]
+    fn = functools.partial(
+        _picked,
+        storage_options={"key": secrets[0]},
+        url=f"https://user:{secrets[1]}@host/x?token={secrets[2]}",
+    )
+    stored = materialize(arrays, tmp_path / "s", transform=fn)
+    written = b"".join(p.read_bytes() for p in (tmp_path / "s").iterdir() if p.is_file())
+    assert not [s for s in secrets if s.encode() in written]
+    assert stored_bytes(stored) == [a.tobytes() for a in arrays]
+    # a setting whose name reads as a credential ("key") still names the transform
+    other = materialize(arrays, tmp_path / "s", transform=functools.partial(fn, key="b"))
+    assert stored_bytes(other) == [(a * 2).tobytes() for a in arrays]  # (not stale)

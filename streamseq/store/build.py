@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import functools
+import hashlib
 import logging
 import multiprocessing
 import numbers
@@ -27,6 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from streamseq._checks import check_int
+from streamseq._redact import redact_text
 from streamseq._tree import leaves, tree_map
 from streamseq.errors import SourceError, WorkerError, WorkerTimeout
 from streamseq.mix import Mixture
@@ -279,6 +281,11 @@ def transform_name(fn: Callable[..., Any]) -> str:
     (its address, another every run) by its type and attributes. Arrays among them are
     named by a digest of their bytes. Another name makes the store again.
 
+    A credential among them (a ``storage_options``, a ``token=``, a URL's password:
+    see :func:`streamseq._redact.redact_text`) is never written: it is hidden, and the
+    name ends with a slow salted digest of the whole text instead, so that another value
+    of an argument hidden (a ``key="rgb"`` that is a setting) still makes the store again.
+
     Example:
         >>> import functools
         >>> class Crop:
@@ -286,11 +293,28 @@ def transform_name(fn: Callable[..., Any]) -> str:
         ...         self.n = n
         >>> transform_name(Crop(8)), transform_name(functools.partial(np.clip, a_max=3))
         ('Crop(n=8)', 'clip(a_max=3)')
+        >>> transform_name(functools.partial(np.clip, token="s3cr3t"))[:16]
+        'clip(token=***)#'
     """
+    text = _name(fn)
+    hidden = redact_text(text)
+    if hidden == text:
+        return text
+    return f"{hidden}#{_slow_digest(text)}"
+
+
+def _slow_digest(text: str) -> str:
+    """A digest of ``text`` that holds a credential: costly to reverse by trying guesses."""
+    raw = hashlib.pbkdf2_hmac("sha256", text.encode(), b"streamseq.transform_name", 200_000)
+    return raw.hex()[:32]
+
+
+def _name(fn: Callable[..., Any]) -> str:
+    """What names ``fn`` (see :func:`transform_name`), credentials and all."""
     if isinstance(fn, functools.partial):
         args = [_stable(a) for a in fn.args]
         args += [f"{k}={_stable(v)}" for k, v in sorted(fn.keywords.items())]
-        return f"{transform_name(fn.func)}({', '.join(args)})"
+        return f"{_name(fn.func)}({', '.join(args)})"
     name = getattr(fn, "__qualname__", None)
     if isinstance(name, str):
         return name
@@ -306,7 +330,7 @@ def _stable(value: Any) -> str:
     if isinstance(value, np.ndarray):
         return content_digest([value])
     if callable(value):
-        return transform_name(value)
+        return _name(value)
     return _ADDRESS.sub("", repr(value))
 
 
