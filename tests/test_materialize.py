@@ -886,3 +886,27 @@ def test_no_credential_of_a_transform_is_written_and_a_hidden_setting_still_coun
     # a setting whose name reads as a credential ("key") still names the transform
     other = materialize(arrays, tmp_path / "s", transform=functools.partial(fn, key="b"))
     assert stored_bytes(other) == [(a * 2).tobytes() for a in arrays]  # (not stale)
+
+
+@pytest.mark.parametrize("how", ["written in place", "removed and made again"])
+def test_a_file_rewritten_with_its_size_and_time_restored_is_not_read_stale(tmp_path, how):
+    path = tmp_path / "a.bin"
+    np.arange(50, dtype=np.int32).tofile(path)
+    first = materialize([tokens(path, np.int32)], tmp_path / "s")
+    assert first[0][0:2].tolist() == [0, 1]
+    st = os.stat(path)
+    new = np.arange(50, dtype=np.int32) + 1000
+    if how == "written in place":
+        with open(path, "r+b") as f:
+            f.write(new.tobytes())
+    else:
+        path.unlink()
+        new.tofile(path)  # (the file system may give it the same inode)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # size and time as they were
+    again = materialize([tokens(path, np.int32)], tmp_path / "s")
+    assert again[0][0 : len(again[0])].tolist() == new.tolist()
+    with pytest.raises(SourceError, match="a.bin"):
+        new.tofile(path)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        materialize([tokens(path, np.int32)], tmp_path / "s", on_change="error")
+    assert first[0][0:2].tolist() == [0, 1]  # (the steps held keep their bytes)

@@ -89,9 +89,9 @@ def materialize(
     The store (a folder: see :mod:`streamseq.store.layout`) keeps the steps as the
     sources deliver them, after ``transform``, one data file per array of a step, with
     the offset and length of every stream, the step dtypes and shapes, and what
-    identifies every source (its path and its file's size, time and inode; a digest of
-    the bytes of arrays in memory). The streams
-    returned read it with memory maps, without a copy: a loader given them delivers the
+    identifies every source (its path and its file's size, modification time, inode
+    and ``ctime``, which no call sets back; a digest of the bytes of arrays in memory).
+    The streams returned read it with memory maps, without a copy: a loader given them delivers the
     same batches as one given the sources (with the same ``transform``), at the cost of a
     copy instead of a decode.
 
@@ -116,9 +116,9 @@ def materialize(
         num_workers: worker processes (forked) writing streams in parallel; 0 writes in
             this process.
         on_change: a source that differs from the one the store was made from (another
-            file, a file changed: size, time or inode; an array changed in memory), or
-            other settings: ``"rebuild"``
-            writes it again, ``"error"`` raises a :class:`~streamseq.SourceError`.
+            file, a file changed: size, time, ctime or inode; an array changed in
+            memory), or other settings: ``"rebuild"`` writes it again, ``"error"``
+            raises a :class:`~streamseq.SourceError`.
         key: any text that names what the store holds beyond the sources (a version of
             the transform, a resize setting): another key rebuilds the store.
         timeout: seconds without any stream written before the build is abandoned

@@ -37,29 +37,59 @@ def _record(ref: StreamRef) -> list[Any]:
         >>> _record(StreamRef(0, np.arange(3)))[1]["content"][:7]
         'sha256:'
     """
-    from streamseq.io._base import file_state  # (streamseq.io is loaded on first use)
-
     source = ref.source
     if is_stream(source):
         state = getattr(source, "_file_state", None)
-        return [identity(source), _array_state(source) if state is None else dict(state)]
+        if state is None:
+            return [identity(source), _array_state(source)]
+        return [identity(source), _with_ctime(source, dict(state))]
     if isinstance(source, functools.partial):
         paths = [os.fspath(a) for a in source.args if isinstance(a, (str, os.PathLike))]
         local = [p for p in paths if os.path.isfile(p)]
-        return [identity(source), {p: file_state(p) for p in local} or None]
+        return [identity(source), {p: local_state(p) for p in local} or None]
     return [identity(source), None]
+
+
+def local_state(path: str) -> dict[str, Any]:
+    """What identifies a local file in a store: its size, times and inode.
+
+    The time of its last change of inode (``ctime``) is kept besides the one of its
+    data: a file written again (in place, or removed and made again on an inode used
+    again) with its size and modification time restored (``os.utime``) changes it, and
+    no call can set it back.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.NamedTemporaryFile() as f:
+        ...     sorted(local_state(f.name))
+        ['ctime_ns', 'inode', 'mtime_ns', 'size']
+    """
+    from streamseq.io._base import file_state  # (streamseq.io is loaded on first use)
+
+    st = os.stat(path)
+    return {**file_state(path, st), "ctime_ns": int(st.st_ctime_ns)}
+
+
+def _with_ctime(source: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` of a source of one local file, with its ``ctime`` (see :func:`local_state`)."""
+    path = getattr(source, "path", None)
+    if getattr(source, "_remote", None) is not None or "inode" not in state or path is None:
+        return state
+    try:
+        st = os.stat(path)
+    except (OSError, TypeError, ValueError):
+        return state  # (the source's own check tells a file gone)
+    return {**state, "ctime_ns": int(st.st_ctime_ns)}
 
 
 def _array_state(source: Any) -> dict[str, Any] | None:
     """The files of a stream of memory-mapped arrays, or a digest of arrays in memory."""
-    from streamseq.io._base import file_state
-
     arrays = leaves(source) if isinstance(source, (np.ndarray, dict, tuple, list)) else []
     if not arrays or not all(isinstance(a, np.ndarray) for a in arrays):
         return None
     files = [_mapped_file(a) for a in arrays]
     if all(files):
-        return {p: file_state(p) for p in files if p is not None}
+        return {p: local_state(p) for p in files if p is not None}
     return {"content": content_digest(arrays)}
 
 
