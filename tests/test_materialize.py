@@ -910,3 +910,31 @@ def test_a_file_rewritten_with_its_size_and_time_restored_is_not_read_stale(tmp_
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
         materialize([tokens(path, np.int32)], tmp_path / "s", on_change="error")
     assert first[0][0:2].tolist() == [0, 1]  # (the steps held keep their bytes)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_file_changed_while_its_steps_are_copied_is_an_error_then_written_again(
+    tmp_path, monkeypatch, workers
+):
+    monkeypatch.setattr(build_module, "READ_BYTES", 40)  # (10 steps a read)
+    path = tmp_path / "a.bin"
+    old, new = np.arange(50, dtype=np.int32), np.arange(50, dtype=np.int32) + 1000
+    old.tofile(path)
+    marker = tmp_path / "changed"
+
+    def change_after_the_first_read(x, info):
+        if info.start == 10 and not marker.exists():  # a piece read: the file changes
+            marker.touch()
+            st = os.stat(path)
+            new.tofile(path)
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # size and time restored
+        return np.array(x)
+
+    streams = [tokens(path, np.int32), np.arange(5, dtype=np.int32)]
+    with pytest.raises(SourceError, match=r"a\.bin.*changed") as info:
+        materialize(streams, tmp_path / "s", transform=change_after_the_first_read)
+    assert "stream 0" in str(info.value)
+    again = materialize(
+        [tokens(path, np.int32), streams[1]], tmp_path / "s", transform=change_after_the_first_read
+    )
+    assert stored_bytes(again) == [new.tobytes(), streams[1].tobytes()]

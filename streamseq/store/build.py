@@ -38,6 +38,7 @@ from streamseq.store import layout
 from streamseq.store.check import Contents, lengths_digest, make_index, read_store
 from streamseq.store.generation import Plan, start_generation
 from streamseq.store.identity import (
+    check_copied,
     check_source,
     content_digest,
     record_change,
@@ -66,6 +67,7 @@ class _Build(NamedTuple):
     lengths: np.ndarray
     layout: list[tuple[np.dtype, tuple[int, ...]]]
     transform: Transform | None
+    records: list[Any]  # of the sources, taken before any was read (see check_copied)
 
 
 _BUILD: list[_Build] = []  # the build of this process, for its forked workers
@@ -131,7 +133,9 @@ def materialize(
 
     Raises:
         SourceError: a source's file changed since the source was made, or since the
-            store was made (with ``on_change="error"``); it names the stream and the file.
+            store was made (with ``on_change="error"``), or while its steps were copied
+            (the stream is not recorded: the next call writes it); it names the stream
+            and the file.
             Or the store's folder cannot be written and the store there is not complete,
             or does not match the streams; or it holds no store but other files.
         StreamError: a stream failed to read, or its steps differ in dtype or shape
@@ -261,7 +265,14 @@ def _build(
         layout.append_done(folder, plan.generation, empty)
     if len(pending):
         build = _Build(
-            folder, plan.generation, refs, index[:, 0], lengths, layout.leaf_layout(spec), fn
+            folder,
+            plan.generation,
+            refs,
+            index[:, 0],
+            lengths,
+            layout.leaf_layout(spec),
+            fn,
+            records,
         )
         log.info("materialize: writing %d streams into %s", len(pending), folder)
         _run(build, _tasks(pending, lengths, per_step, num_workers), num_workers, timeout)
@@ -572,6 +583,7 @@ def _write_stream(build: _Build, i: int, fds: list[int]) -> None:
             arrays = _checked(ref, data, build.layout, a, b)
             for fd, size, arr in zip(fds, sizes, arrays, strict=True):
                 _pwrite(fd, arr, (offset + a) * size)
+        check_copied(ref, build.records[i], n)
     finally:
         ref.close()
 

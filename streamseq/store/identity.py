@@ -172,3 +172,42 @@ def record_change(ref: StreamRef, before: list[Any], now: list[Any]) -> StreamEr
     )
     ref.locate(error)
     return error
+
+
+def check_copied(ref: StreamRef, record: list[Any], steps: int) -> None:
+    """Raise a :class:`SourceError` when a file of ``ref``'s stream changed while it was copied.
+
+    ``record`` is the stream's :func:`source_record` taken before its ``steps`` steps were
+    read: the local files it names are measured again (their size, times and inode: a
+    ``stat``, nothing read), so that steps read partly from a file written during the
+    copy, whatever its size and modification time, are never recorded as the stream's.
+
+    Raises:
+        SourceError: naming the stream, the file and the steps; the stream is not
+            recorded, and the next build writes it again.
+    """
+    from streamseq.io._base import state_changes
+
+    state = record[1]
+    if not isinstance(state, dict) or "content" in state:
+        return
+    if "ctime_ns" in state:  # a source of one local file
+        files = {os.fspath(getattr(ref.source, "path", "")): state}
+    else:
+        files = {p: s for p, s in state.items() if isinstance(s, dict) and "ctime_ns" in s}
+    for path, before in files.items():
+        try:
+            now = local_state(path)
+        except (OSError, ValueError):
+            words = ["the file no longer exists"]
+        else:
+            words = state_changes({k: before.get(k) for k in now}, now)
+        if words:
+            error = SourceError(
+                path,
+                f"changed while its steps were copied into the store ({', '.join(words)}): "
+                "the steps copied may mix the old file and the new; the stream is not "
+                "recorded as written: call materialize again to write it from the new file",
+            )
+            ref.locate(error, (0, steps))
+            raise error
