@@ -938,3 +938,29 @@ def test_a_file_changed_while_its_steps_are_copied_is_an_error_then_written_agai
         [tokens(path, np.int32), streams[1]], tmp_path / "s", transform=change_after_the_first_read
     )
     assert stored_bytes(again) == [new.tobytes(), streams[1].tobytes()]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_disk_that_fills_while_writing_is_told_with_the_stream_and_the_file(
+    tmp_path, monkeypatch, workers
+):
+    sources = [np.full((40, 8), i, np.float64) for i in range(6)]
+    real, writes = os.pwrite, [0]
+
+    def fills_up(fd, data, position):  # (the check of space passed: another process fills it)
+        writes[0] += 1
+        if writes[0] > 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd, data, position)
+
+    monkeypatch.setattr(os, "pwrite", fills_up)
+    with pytest.raises(OSError) as info:
+        materialize(sources, tmp_path / "s", num_workers=workers)
+    assert info.value.errno == errno.ENOSPC
+    text = str(info.value)
+    assert "stream " in text and "steps 0:40" in text and "leaf-0." in text, text
+    monkeypatch.undo()
+    with pytest.raises(SourceError, match="not complete"):
+        open_store(tmp_path / "s")  # (nothing half-written is read)
+    stored = materialize(sources, tmp_path / "s")
+    assert stored_bytes(stored) == [s.tobytes() for s in sources]

@@ -32,7 +32,7 @@ from streamseq._redact import redact_text
 from streamseq._tree import leaves, tree_map
 from streamseq.errors import SourceError, WorkerError, WorkerTimeout
 from streamseq.mix import Mixture
-from streamseq.read.ref import StreamRef, as_refs
+from streamseq.read.ref import StreamRef, as_refs, describe
 from streamseq.read.transform import StepInfo, Transform
 from streamseq.store import layout
 from streamseq.store.check import Contents, lengths_digest, make_index, read_store
@@ -581,11 +581,33 @@ def _write_stream(build: _Build, i: int, fds: list[int]) -> None:
             if build.transform is not None:
                 data = build.transform(ref, i, data, a, b)
             arrays = _checked(ref, data, build.layout, a, b)
-            for fd, size, arr in zip(fds, sizes, arrays, strict=True):
-                _pwrite(fd, arr, (offset + a) * size)
+            for leaf, (fd, size, arr) in enumerate(zip(fds, sizes, arrays, strict=True)):
+                try:
+                    _pwrite(fd, arr, (offset + a) * size)
+                except OSError as e:
+                    raise _write_error(build, ref, leaf, e, (a, b)) from None
         check_copied(ref, build.records[i], n)
     finally:
         ref.close()
+
+
+def _write_error(
+    build: _Build, ref: StreamRef, leaf: int, error: OSError, steps: tuple[int, int]
+) -> OSError:
+    """``error`` of a write into a data file, naming the stream, its steps and the file.
+
+    It stays an :class:`OSError` of the same ``errno`` (``ENOSPC`` for a disk that
+    filled after the space was checked: another process wrote there).
+    """
+    path = os.path.join(build.folder, layout.leaf_file(leaf, build.generation))
+    return OSError(
+        error.errno,
+        f"stream {ref.index} ({describe(ref.source)}), steps {steps[0]}:{steps[1]}: cannot "
+        f"be written into the store ({error.strerror or error}); the streams written "
+        "whole are kept and this one is not recorded: make room and call materialize "
+        "again",
+        path,
+    )
 
 
 def _checked(
