@@ -964,3 +964,36 @@ def test_a_disk_that_fills_while_writing_is_told_with_the_stream_and_the_file(
         open_store(tmp_path / "s")  # (nothing half-written is read)
     stored = materialize(sources, tmp_path / "s")
     assert stored_bytes(stored) == [s.tobytes() for s in sources]
+
+
+def test_a_file_size_limit_is_told_with_the_data_file_and_nothing_is_read_later(tmp_path):
+    script = textwrap.dedent(
+        """
+        import resource, sys
+        import numpy as np
+        from streamseq import materialize
+        sources = [np.full((n, 64), i, np.uint8) for i, n in enumerate([3000, 2000, 100])]
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
+        try:
+            materialize(sources, sys.argv[1], num_workers=int(sys.argv[2]))
+        except OSError as e:
+            print(e.errno, e)
+        """
+    )
+    for workers in (0, 2):
+        folder = tmp_path / f"s{workers}"
+        run = subprocess.run(
+            [sys.executable, "-c", script, str(folder), str(workers)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.startswith(f"{errno.EFBIG} ") and "leaf-0." in run.stdout, run.stdout
+        assert "326400 bytes" in run.stdout, run.stdout
+        with pytest.raises(SourceError):
+            open_store(folder)
+    sources = [np.full((n, 64), i, np.uint8) for i, n in enumerate([3000, 2000, 100])]
+    stored = materialize(sources, tmp_path / "s0")
+    assert stored_bytes(stored) == [s.tobytes() for s in sources]
