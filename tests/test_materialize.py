@@ -997,3 +997,21 @@ def test_a_file_size_limit_is_told_with_the_data_file_and_nothing_is_read_later(
     sources = [np.full((n, 64), i, np.uint8) for i, n in enumerate([3000, 2000, 100])]
     stored = materialize(sources, tmp_path / "s0")
     assert stored_bytes(stored) == [s.tobytes() for s in sources]
+
+
+def test_a_store_of_the_first_version_is_made_again_and_its_files_removed(tmp_path):
+    folder = tmp_path / "s"
+    folder.mkdir()
+    sources = [np.arange(10), np.arange(5)]
+    # (the files the first version of the layout wrote: no generation in their names)
+    (folder / ".lock").touch()
+    (folder / "manifest.json").write_text(
+        '{"version": 1, "streams": 2, "steps": 15, "spec": {"leaf": 0, "dtype": "<i8", '
+        '"shape": []}, "complete": true}'
+    )
+    np.save(folder / "index.npy", np.array([[0, 10], [10, 5]]))
+    np.concatenate(sources).tofile(folder / "leaf-0.bin")
+    np.array([0, 0 ^ layout.DONE_KEY, 1, 1 ^ layout.DONE_KEY], "<i8").tofile(folder / "done.log")
+    stored = materialize(sources, folder)
+    assert stored_bytes(stored) == [s.tobytes() for s in sources]
+    assert not {"leaf-0.bin", "done.log"} & set(os.listdir(folder))
