@@ -4,6 +4,7 @@ import errno
 import os
 import pickle
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -1015,3 +1016,28 @@ def test_a_store_of_the_first_version_is_made_again_and_its_files_removed(tmp_pa
     stored = materialize(sources, folder)
     assert stored_bytes(stored) == [s.tobytes() for s in sources]
     assert not {"leaf-0.bin", "done.log"} & set(os.listdir(folder))
+
+
+@pytest.mark.parametrize("on_change", ["rebuild", "error"])
+def test_a_lerobot_episode_whose_files_changed_is_not_read_stale(tmp_path, on_change):
+    from media import write_lerobot
+
+    from streamseq.io import lerobot
+
+    root = write_lerobot(tmp_path / "lr", "v2.1", [6, 6])
+    first = materialize(lerobot(root), tmp_path / "s")
+    camera = "observation.images.top"
+    videos = root / "videos" / "chunk-000" / camera
+    was = np.array(first[0][0:6][camera])
+    shutil.copyfile(videos / "episode_000001.mp4", videos / "episode_000000.mp4.new")
+    os.replace(videos / "episode_000000.mp4.new", videos / "episode_000000.mp4")
+    episodes = lerobot(root)
+    now = np.asarray(episodes[0][0:6][camera])
+    assert not np.array_equal(now, was)
+    if on_change == "error":
+        with pytest.raises(SourceError, match="episode_000000.mp4"):
+            materialize(episodes, tmp_path / "s", on_change="error")
+        return
+    again = materialize(episodes, tmp_path / "s")
+    assert np.array_equal(np.asarray(again[0][0:6][camera]), now)
+    assert np.array_equal(np.asarray(first[0][0:6][camera]), was)  # (held steps kept)

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from streamseq._redact import redact_urls
 from streamseq._tree import leaves
 from streamseq.errors import SourceError, StreamError
 from streamseq.read.ref import StreamRef, identity, is_stream
@@ -41,7 +42,7 @@ def _record(ref: StreamRef) -> list[Any]:
     if is_stream(source):
         state = getattr(source, "_file_state", None)
         if state is None:
-            return [identity(source), _array_state(source)]
+            return [identity(source), _parts_state(source) or _array_state(source)]
         return [identity(source), _with_ctime(source, dict(state))]
     if isinstance(source, functools.partial):
         paths = [os.fspath(a) for a in source.args if isinstance(a, (str, os.PathLike))]
@@ -68,6 +69,29 @@ def local_state(path: str) -> dict[str, Any]:
 
     st = os.stat(path)
     return {**file_state(path, st), "ctime_ns": int(st.st_ctime_ns)}
+
+
+def _parts_state(source: Any) -> dict[str, Any] | None:
+    """The files of a source that records none itself but reads files: a LeRobot episode.
+
+    Its ``path`` (a local data file) and the files of its ``videos`` (each a source of
+    its own, with its recorded state), by path (a URL's credentials hidden).
+
+    Example:
+        >>> _parts_state(np.arange(3)) is None
+        True
+    """
+    found: dict[str, Any] = {}
+    path = getattr(source, "path", None)
+    if isinstance(path, str) and os.path.isfile(path):
+        found[path] = local_state(path)
+    videos = getattr(source, "videos", None)
+    for part in videos.values() if isinstance(videos, dict) else []:
+        where, state = getattr(part, "path", None), getattr(part, "_file_state", None)
+        if not isinstance(where, str) or not isinstance(state, dict):
+            continue
+        found[redact_urls(where)] = _with_ctime(part, dict(state))
+    return found or None
 
 
 def _with_ctime(source: Any, state: dict[str, Any]) -> dict[str, Any]:
@@ -164,7 +188,7 @@ def record_change(ref: StreamRef, before: list[Any], now: list[Any]) -> StreamEr
         what = f"its file changed ({', '.join(words) or 'another record'})"
         if "content" in old:
             what = "its steps changed in memory"
-    where = getattr(ref.source, "path", None) or (files[0] if files else now[0])
+    where = files[0] if files else getattr(ref.source, "path", None) or now[0]
     error = SourceError(
         str(where),
         f"{what} since the store was made: its stored steps would be stale; it is written "
