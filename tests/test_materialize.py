@@ -1041,3 +1041,27 @@ def test_a_lerobot_episode_whose_files_changed_is_not_read_stale(tmp_path, on_ch
     again = materialize(episodes, tmp_path / "s")
     assert np.array_equal(np.asarray(again[0][0:6][camera]), now)
     assert np.array_equal(np.asarray(first[0][0:6][camera]), was)  # (held steps kept)
+
+
+@pytest.mark.parametrize("kind", ["recording", "zip_streams"])
+def test_a_recording_or_zip_whose_video_changed_is_written_again(tmp_path, kind):
+    clip = write_video(tmp_path / "a.mp4", 10)
+    other = write_video(tmp_path / "b.mp4", 10, size=(32, 48), gop=3)
+
+    def made():
+        label = np.arange(10)
+        if kind == "recording":
+            return recording(0.04, video=video(clip, size=(8, 8)), label=label)
+        return streamseq.zip_streams({"video": video(clip, size=(8, 8)), "label": label})
+
+    first = materialize([made()], tmp_path / "s")
+    was = np.array(first[0][0:10]["video"])
+    shutil.copyfile(other, tmp_path / "new.mp4")
+    os.replace(tmp_path / "new.mp4", clip)
+    source = made()
+    now = np.asarray(source[0:10]["video"])
+    assert not np.array_equal(now, was)
+    with pytest.raises(SourceError, match="a.mp4"):
+        materialize([source], tmp_path / "s", on_change="error")
+    again = materialize([source], tmp_path / "s")
+    assert np.array_equal(np.asarray(again[0][0:10]["video"]), now)

@@ -92,7 +92,8 @@ def materialize(
     sources deliver them, after ``transform``, one data file per array of a step, with
     the offset and length of every stream, the step dtypes and shapes, and what
     identifies every source (its path and its file's size, modification time, inode
-    and ``ctime``, which no call sets back; a digest of the bytes of arrays in memory).
+    and ``ctime``, which no call sets back; those of every file of a recording, of
+    streams zipped or of a LeRobot episode; a digest of the bytes of arrays in memory).
     The streams returned read it with memory maps, without a copy: a loader given them delivers the
     same batches as one given the sources (with the same ``transform``), at the cost of a
     copy instead of a decode.

@@ -29,7 +29,8 @@ def _record(ref: StreamRef) -> list[Any]:
 
     The state is what the source recorded of its file when it was made (a source of
     :mod:`streamseq.io`), the state of the local files an opener's ``functools.partial``
-    names, or the files of memory-mapped arrays (``np.load(path, mmap_mode="r")``); for
+    names, or the files of memory-mapped arrays (``np.load(path, mmap_mode="r")``), or
+    those of the parts of a stream made of streams (see :func:`_parts_state`); for
     arrays in memory (or a dict, tuple or list of them) a digest of their bytes;
     ``None`` for other streams.
 
@@ -72,10 +73,12 @@ def local_state(path: str) -> dict[str, Any]:
 
 
 def _parts_state(source: Any) -> dict[str, Any] | None:
-    """The files of a source that records none itself but reads files: a LeRobot episode.
+    """The files of a stream made of streams, which records none itself.
 
-    Its ``path`` (a local data file) and the files of its ``videos`` (each a source of
-    its own, with its recorded state), by path (a URL's credentials hidden).
+    A LeRobot episode (its ``path``, a local data file, and its ``videos``), a
+    recording (the sources of its ``modalities``), streams zipped (their ``streams``):
+    every part's file by path (a URL's credentials hidden), with the state it recorded;
+    a part of arrays in memory by its name, with a digest of their bytes.
 
     Example:
         >>> _parts_state(np.arange(3)) is None
@@ -85,13 +88,35 @@ def _parts_state(source: Any) -> dict[str, Any] | None:
     path = getattr(source, "path", None)
     if isinstance(path, str) and os.path.isfile(path):
         found[path] = local_state(path)
-    videos = getattr(source, "videos", None)
-    for part in videos.values() if isinstance(videos, dict) else []:
-        where, state = getattr(part, "path", None), getattr(part, "_file_state", None)
-        if not isinstance(where, str) or not isinstance(state, dict):
+    for name, part in _parts(source):
+        state = getattr(part, "_file_state", None) if is_stream(part) else None
+        where = getattr(part, "path", None)
+        if isinstance(state, dict) and isinstance(where, str):
+            found[redact_urls(where)] = _with_ctime(part, dict(state))
             continue
-        found[redact_urls(where)] = _with_ctime(part, dict(state))
+        inner = _parts_state(part) if _parts(part) else None
+        if inner is None:
+            inner = _array_state(part)
+            if inner is not None and "content" in inner:
+                inner = {name: inner}
+        found.update(inner or {})
     return found or None
+
+
+def _parts(source: Any) -> list[tuple[str, Any]]:
+    """The named streams a stream is made of (see :func:`_parts_state`), if any."""
+    parts = getattr(source, "videos", None)
+    if not isinstance(parts, dict):
+        modalities = getattr(source, "modalities", None)
+        if isinstance(modalities, dict):
+            parts = {k: getattr(m, "source", None) for k, m in modalities.items()}
+    if not isinstance(parts, dict) and not isinstance(source, np.ndarray):
+        parts = getattr(source, "streams", None)
+    if isinstance(parts, (tuple, list)):
+        parts = dict(enumerate(parts))
+    if not isinstance(parts, dict):
+        return []
+    return [(str(k), v) for k, v in parts.items() if v is not None]
 
 
 def _with_ctime(source: Any, state: dict[str, Any]) -> dict[str, Any]:
