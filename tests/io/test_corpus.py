@@ -278,3 +278,17 @@ def test_a_state_of_some_documents_is_refused_by_other_documents_of_the_file(tmp
     odd = StreamLoader(docs[1::2], batch_size=2, tbins=5)
     with pytest.raises(ValueError, match="sources"):
         odd.load_state_dict(even.state_dict())
+
+
+def test_a_corpus_of_a_file_replaced_reads_the_new_file_not_the_old_map(tmp_path):
+    path = tmp_path / "c.npy"
+    old = np.array([1, 2, 3, 0, 4, 5, 0], np.uint16)
+    np.save(path, old)
+    first = token_corpus(path, eod=0)
+    assert np.asarray(first[0][0:4]).tolist() == [1, 2, 3, 0]  # (its map is open here)
+    new = np.where(old == 0, 0, old + 100).astype(np.uint16)
+    np.save(tmp_path / "new.npy", new)
+    os.replace(tmp_path / "new.npy", path)  # (same size: another file)
+    second = token_corpus(path, eod=0)
+    assert np.asarray(second[0][0:4]).tolist() == [101, 102, 103, 0]
+    assert np.asarray(second[1][0:3]).tolist() == [104, 105, 0]
