@@ -1065,3 +1065,19 @@ def test_a_recording_or_zip_whose_video_changed_is_written_again(tmp_path, kind)
         materialize([source], tmp_path / "s", on_change="error")
     again = materialize([source], tmp_path / "s")
     assert np.array_equal(np.asarray(again[0][0:10]["video"]), now)
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        {1: np.arange(3)},
+        {"x": np.array([[1, "a"]] * 3, dtype=object)},
+        np.zeros(3, dtype=[("a", "<i4"), ("b", "<f4")]),
+    ],
+)
+def test_steps_a_store_cannot_hold_are_refused_naming_the_stream(tmp_path, step):
+    with pytest.raises(TypeError, match=r"stream 1 \(.*\), steps 0:1: a stored step"):
+        materialize(
+            [{"x": np.arange(0)} if isinstance(step, dict) else step[:0], step], tmp_path / "s"
+        )
+    assert not os.listdir(tmp_path / "s") or os.listdir(tmp_path / "s") == [".lock"]

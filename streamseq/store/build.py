@@ -226,7 +226,7 @@ def _build(
     for ref in refs:
         check_source(ref)
     records = [source_record(r) for r in refs]
-    spec = layout.encode_spec(_first_step(refs, lengths, fn))
+    spec = _first_spec(refs, lengths, fn)
     config = {
         "version": layout.VERSION,
         "streams": len(refs),
@@ -384,6 +384,21 @@ def _check_own(folder: str) -> None:
             f"not a store, and not empty: it holds {shown}; a store is made in an empty "
             "folder (or its own): give another path",
         )
+
+
+def _first_spec(refs: list[StreamRef], lengths: np.ndarray, fn: Transform | None) -> Any:
+    """The step layout (see :func:`layout.encode_spec`) of the first stream with steps.
+
+    Raises:
+        TypeError: its step is not one a store can hold, naming the stream.
+    """
+    nonempty = np.flatnonzero(lengths)
+    first = _first_step(refs, lengths, fn)
+    try:
+        return layout.encode_spec(first)
+    except TypeError as e:
+        i = int(nonempty[0])
+        raise TypeError(f"stream {i} ({describe(refs[i].source)}), steps 0:1: {e}") from None
 
 
 def _first_step(refs: list[StreamRef], lengths: np.ndarray, fn: Transform | None) -> Any:
