@@ -1081,3 +1081,32 @@ def test_steps_a_store_cannot_hold_are_refused_naming_the_stream(tmp_path, step)
             [{"x": np.arange(0)} if isinstance(step, dict) else step[:0], step], tmp_path / "s"
         )
     assert not os.listdir(tmp_path / "s") or os.listdir(tmp_path / "s") == [".lock"]
+
+
+@pytest.mark.parametrize("generation", ["../outside", "x/../..", "", "ab.cd"])
+def test_a_generation_that_is_not_a_name_of_the_store_is_refused(tmp_path, generation):
+    import json
+    import shutil as shell
+
+    sources = token_arrays()
+    store = tmp_path / "s"
+    materialize(sources, store)
+    manifest = json.loads((store / layout.MANIFEST).read_text())
+    old = manifest["generation"]
+    manifest["generation"] = generation
+    layout.write_manifest(str(store), {k: v for k, v in manifest.items() if k != "digest"})
+    own = set(os.listdir(store))
+    # (files where that name leads, outside the store's own names)
+    for kind in ("leaf-0.{}.bin", "done.{}.log"):
+        where = store / kind.format(generation)
+        where.parent.mkdir(parents=True, exist_ok=True)
+        shell.copyfile(store / kind.format(old), where)
+    with pytest.raises(SourceError, match="generation"):
+        open_store(store)
+    with pytest.raises(SourceError, match="not a store"):  # (files not its own: left there)
+        materialize(sources, store)
+    for name in set(os.listdir(store)) - own:
+        shell.rmtree(store / name) if (store / name).is_dir() else os.remove(store / name)
+    stored = materialize(sources, store)
+    assert stored_bytes(stored) == [s.tobytes() for s in sources]
+    assert layout.read_manifest(str(store))["generation"] not in (generation, old)
