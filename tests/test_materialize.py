@@ -1110,3 +1110,20 @@ def test_a_generation_that_is_not_a_name_of_the_store_is_refused(tmp_path, gener
     stored = materialize(sources, store)
     assert stored_bytes(stored) == [s.tobytes() for s in sources]
     assert layout.read_manifest(str(store))["generation"] not in (generation, old)
+
+
+def test_events_of_another_array_in_memory_are_written_again(tmp_path):
+    from streamseq.io import events, synthetic_events
+
+    def made(seed):
+        recording = synthetic_events(height=16, width=16, duration_us=100_000, seed=seed)
+        return events(recording, window_us=10_000, height=16, width=16)
+
+    first = materialize([made(1)], tmp_path / "s")
+    other = made(2)
+    want = np.asarray(other[0 : len(other)])
+    assert len(other) == len(first[0]) and not np.array_equal(want, first[0][0 : len(other)])
+    with pytest.raises(SourceError, match="changed"):
+        materialize([other], tmp_path / "s", on_change="error")
+    again = materialize([other], tmp_path / "s")
+    assert np.array_equal(np.asarray(again[0][0 : len(other)]), want)

@@ -76,7 +76,8 @@ def _parts_state(source: Any) -> dict[str, Any] | None:
     """The files of a stream made of streams, which records none itself.
 
     A LeRobot episode (its ``path``, a local data file, and its ``videos``), a
-    recording (the sources of its ``modalities``), streams zipped (their ``streams``):
+    recording (the sources of its ``modalities``), streams zipped (their ``streams``),
+    events given as an ``array`` (its file, or a digest of its bytes):
     every part's file by path (a URL's credentials hidden), with the state it recorded;
     a part of arrays in memory by its name, with a digest of their bytes.
 
@@ -88,6 +89,10 @@ def _parts_state(source: Any) -> dict[str, Any] | None:
     path = getattr(source, "path", None)
     if isinstance(path, str) and os.path.isfile(path):
         found[path] = local_state(path)
+    array = getattr(source, "array", None)  # (events given as an array: no file)
+    if isinstance(array, np.ndarray) and array is not source:
+        state = _array_state(array)
+        found.update({"array": state} if state and "content" in state else state or {})
     for name, part in _parts(source):
         state = getattr(part, "_file_state", None) if is_stream(part) else None
         where = getattr(part, "path", None)
