@@ -1127,3 +1127,25 @@ def test_events_of_another_array_in_memory_are_written_again(tmp_path):
         materialize([other], tmp_path / "s", on_change="error")
     again = materialize([other], tmp_path / "s")
     assert np.array_equal(np.asarray(again[0][0 : len(other)]), want)
+
+
+def test_table_episodes_whose_file_changed_are_written_again(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from streamseq.io import table
+
+    path = tmp_path / "t.parquet"
+
+    def write(shift, where):
+        rows = {"episode_index": [0, 0, 0, 1, 1], "x": [shift + 1.0, 2, 3, 4, 5]}
+        pq.write_table(pa.table(rows), where)
+
+    write(0, path)
+    first = materialize(table(path, columns=["x"]), tmp_path / "s")
+    assert first[0][0:1]["x"].tolist() == [1.0]
+    write(100, tmp_path / "new.parquet")
+    os.replace(tmp_path / "new.parquet", path)
+    with pytest.raises(SourceError, match="t.parquet"):
+        materialize(table(path, columns=["x"]), tmp_path / "s", on_change="error")
+    again = materialize(table(path, columns=["x"]), tmp_path / "s")
+    assert again[0][0:1]["x"].tolist() == [101.0]
