@@ -1149,3 +1149,10 @@ def test_table_episodes_whose_file_changed_are_written_again(tmp_path):
         materialize(table(path, columns=["x"]), tmp_path / "s", on_change="error")
     again = materialize(table(path, columns=["x"]), tmp_path / "s")
     assert again[0][0:1]["x"].tolist() == [101.0]
+
+
+def test_an_empty_path_is_refused_not_taken_as_the_working_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="path"):
+        materialize([np.arange(3)], "")
+    assert os.listdir(tmp_path) == []

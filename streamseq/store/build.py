@@ -146,7 +146,7 @@ def materialize(
             number.
         OSError: ``errno.ENOSPC`` when the steps left to write would not fit the disk.
         ValueError: an ``on_change`` not known, streams all empty, a timeout that is
-            NaN or negative (``timeout`` 0).
+            NaN or negative (``timeout`` 0), an empty ``path``.
         TimeoutError: another process held the store for ``lock_timeout``.
         WorkerError: a worker died (:class:`~streamseq.WorkerTimeout` after ``timeout``).
 
@@ -172,6 +172,8 @@ def materialize(
             "it as JSON, and a key that JSON gives back otherwise (a tuple) would make the "
             "store again at every call"
         )
+    if not os.fspath(path):
+        raise ValueError("path is empty: give the store's folder (an empty path is not '.')")
     refs = as_refs(streams, lengths)
     folder = os.path.abspath(os.fspath(path))
     os.makedirs(folder, exist_ok=True)
