@@ -1156,3 +1156,34 @@ def test_an_empty_path_is_refused_not_taken_as_the_working_folder(tmp_path, monk
     with pytest.raises(ValueError, match="path"):
         materialize([np.arange(3)], "")
     assert os.listdir(tmp_path) == []
+
+
+def _edited(body):
+    """A transform named ``scale`` as a script defines it, with ``body`` (edited between runs)."""
+    space = {}
+    exec(f"def scale(x, info, k=1):\n    return {body}\n", space)  # noqa: S102
+    return space["scale"]
+
+
+@pytest.mark.parametrize("edit", ["x * 3", "x * k + 1", "closure"])
+def test_a_transform_edited_under_the_same_name_makes_the_store_again(tmp_path, edit):
+    arrays = token_arrays((6, 4))
+    first = materialize(arrays, tmp_path / "s", transform=_edited("x * 2"))
+    assert stored_bytes(first) == [(a * 2).tobytes() for a in arrays]
+    if edit == "closure":
+        factor = 5
+
+        def scale(x, info):
+            return x * factor
+
+        again = materialize(arrays, tmp_path / "s", transform=scale)
+        assert stored_bytes(again) == [(a * 5).tobytes() for a in arrays]
+        factor = 7
+        again = materialize(arrays, tmp_path / "s", transform=scale)
+        assert stored_bytes(again) == [(a * 7).tobytes() for a in arrays]
+        return
+    again = materialize(arrays, tmp_path / "s", transform=_edited(edit))
+    want = [(a * 3) if edit == "x * 3" else (a + 1) for a in arrays]
+    assert stored_bytes(again) == [w.tobytes() for w in want]
+    same = materialize(arrays, tmp_path / "s", transform=_edited(edit))
+    assert same[0]._files.generation == again[0]._files.generation  # (not made again)

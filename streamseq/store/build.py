@@ -20,6 +20,7 @@ import re
 import shutil
 import signal
 import time
+import types
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -290,7 +291,8 @@ _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 def transform_name(fn: Callable[..., Any]) -> str:
     """What names a transform in a store's manifest: the same every run, arguments and all.
 
-    A function by its qualified name; a ``functools.partial`` with its arguments; an
+    A function by its qualified name and a digest of its code, defaults and closure
+    (see :func:`_function_text`); a ``functools.partial`` with its arguments; an
     object with a ``repr`` of its own by that ``repr``, one with the default ``repr``
     (its address, another every run) by its type and attributes. Arrays among them are
     named by a digest of their bytes. Another name makes the store again.
@@ -330,6 +332,8 @@ def _name(fn: Callable[..., Any]) -> str:
         args += [f"{k}={_stable(v)}" for k, v in sorted(fn.keywords.items())]
         return f"{_name(fn.func)}({', '.join(args)})"
     name = getattr(fn, "__qualname__", None)
+    if isinstance(fn, types.FunctionType) and isinstance(name, str):
+        return f"{name}#{_slow_digest(_function_text(fn))[:16]}"
     if isinstance(name, str):
         return name
     text = repr(fn)
@@ -337,6 +341,51 @@ def _name(fn: Callable[..., Any]) -> str:
         return text
     fields = sorted((getattr(fn, "__dict__", None) or {}).items())
     return f"{type(fn).__qualname__}({', '.join(f'{k}={_stable(v)}' for k, v in fields)})"
+
+
+def _function_text(fn: types.FunctionType) -> str:
+    """What a function computes, as text the same every run: its code, defaults, closure.
+
+    Its bytecode, constants and names (nested functions' too), and the settings among
+    its default arguments and the values its closure holds now (numbers, text, arrays:
+    see :func:`_shallow`): a function edited under the same name, or one whose closure
+    holds another factor, is another transform. (Globals it reads, and what lists,
+    dicts or objects it holds contain, are not in it: name them with ``key``.)
+    """
+    parts: list[str] = []
+
+    def code(c: types.CodeType) -> None:
+        parts.append(c.co_code.hex())
+        parts.append(repr(c.co_names))
+        for const in c.co_consts:
+            if isinstance(const, types.CodeType):
+                code(const)
+            else:
+                parts.append(_ADDRESS.sub("", repr(const)))
+
+    code(fn.__code__)
+    parts += [_shallow(v) for v in fn.__defaults__ or ()]
+    parts += [f"{k}={_shallow(v)}" for k, v in sorted((fn.__kwdefaults__ or {}).items())]
+    for cell in fn.__closure__ or ():
+        try:
+            parts.append(_shallow(cell.cell_contents))
+        except ValueError:  # (a cell not filled yet)
+            parts.append("<empty>")
+    return "\n".join(parts)
+
+
+#: values a function's closure or defaults name by value (others by their type: a list,
+#: a dict, an object that the function may change as it runs is state, not a setting)
+_SETTINGS = (numbers.Number, str, bytes, type(None), np.ndarray)
+
+
+def _shallow(value: Any) -> str:
+    """A setting (number, text, array, a tuple of them) by value, anything else by type."""
+    if isinstance(value, tuple) and all(isinstance(v, _SETTINGS) for v in value):
+        return _stable(value)
+    if isinstance(value, _SETTINGS):
+        return _stable(value)
+    return getattr(value, "__qualname__", None) or type(value).__qualname__
 
 
 def _stable(value: Any) -> str:
