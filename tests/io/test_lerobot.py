@@ -855,5 +855,6 @@ def test_a_data_file_replaced_is_read_anew_not_through_the_old_reader(tmp_path):
         tmp_path / "new.parquet",
     )
     shutil.move(tmp_path / "new.parquet", data)
+    assert not np.array_equal(was, shifted.to_numpy(False).tolist())
     second = lerobot(root, columns=["observation.state"])
     assert np.array_equal(second[0][0:4]["observation.state"], shifted.to_numpy(False).tolist())
