@@ -36,3 +36,27 @@ def test_corpus_scale_reports_a_child_that_fails_or_hangs(tmp_path):
     assert "exit 1" in bench.run_child(job, 60, 1e10)["error"]
     sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
     assert bench.run_child({"root": "."}, 1, 1e10, sleep)["error"].startswith("timeout")
+
+
+def test_unequal_cpu_lines_compare_cpu_a_frame_and_the_workers_split():
+    bench = load("bench_throughput")
+    details = {
+        ("decode1", 1): [{"cpu_ms_per_1000": 250.0, "main_ms_per_1000": 5.0}] * 3,
+        ("decode224", 2): [
+            {"cpu_ms_per_1000": c, "main_ms_per_1000": 12.0, "split": [[1900, 1800, 0.6, 0.5]]}
+            for c in (300.0, 320.0, 310.0)
+        ],
+    }
+    text = bench.cpu_lines(details, [("decode1", 1), ("decode224", 2)])
+    assert "decode224 2 workers:  310.0 (main process  12.0; repeats 300 320 310)" in text
+    assert "0.81 of the CPU efficiency of 1 process" in text  # 250 / 310
+    assert "frames 1900 / 1800 (the busiest +2.7% over the mean)" in text
+    assert "ms per 1000 frames 316 / 278" in text
+
+
+def test_unequal_worker_split_counts_the_frames_of_each_group_of_rows():
+    bench = load("bench_throughput")
+    rows = bench.np.array([465, 482, 491, 466, 448, 449, 448, 443])
+    split = bench.worker_split(rows, 2, before=set())
+    assert split[:2] == [1904.0, 1788.0]
+    assert len(split) == 4  # (no worker here: their CPU is not a number)

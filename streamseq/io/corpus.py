@@ -5,7 +5,8 @@ after each document; a ``.npy`` array; Megatron's ``.bin`` with its ``.idx``) ho
 documents back to back. :func:`token_corpus` finds their boundaries once, with numpy
 (never a Python loop over tokens), and returns them as a table of streams
 (:class:`~streamseq.StreamTable`): the documents' starts and lengths as two arrays, a
-document made only when it is indexed (the file's key and its token range). A document
+document made only when it is indexed (the file's key and its token range), and named
+across runs (in a state's plan key) by its file and where it starts in it. A document
 maps nothing of its own: every document of a file reads through one memory map per
 process, made on the first read in that process (a
 :class:`~streamseq.read.handle.SharedHandles` of this module, by file), so ten million
@@ -27,6 +28,7 @@ from streamseq._redact import redacted_repr
 from streamseq.errors import SourceError
 from streamseq.io._base import Source
 from streamseq.io._npy import read_npy_header
+from streamseq.plan.identities import Identities
 from streamseq.read.handle import ProcessLocal, SharedHandles
 from streamseq.read.ref import identity
 from streamseq.stream_table import StreamTable
@@ -138,6 +140,11 @@ class _Document(Source):
     def path(self) -> str:
         """The token file."""
         return self.key[0]
+
+    @property
+    def file_offset(self) -> int:
+        """Where the document starts in the file (with the file, what names it)."""
+        return self.start
 
     @property
     def dtype(self) -> np.dtype:
@@ -411,5 +418,7 @@ def token_corpus(
         np.asarray(stops, np.int64) - starts,
         [starts],
         step_spec=(file_dtype, ()),
-        identities=identity(_Document(key, 0, 0)),
+        # a document is named by its file and where it starts in it (its length is the
+        # plan's): one array, the starts themselves
+        identities=Identities.repeat(identity(_Document(key, 0, 0)), len(starts), starts),
     )

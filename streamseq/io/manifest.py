@@ -13,7 +13,10 @@ The paths are kept as one UTF-8 buffer and one array of offsets (as Arrow keeps 
 a manifest pickles to a few arrays whatever its number of rows: what a worker receives is
 never an object per file. A stream's identity (what names it in states and plan keys) is
 its path as the reader gets it, so a manifest and the list of the same ``io.<kind>(path)``
-streams plan the same rows and give the same states.
+streams plan the same rows and give the same states; a row that is a range of steps of its
+file (a ``start``: a step, or a video's window) is named by where it starts too, as the
+list of the manifest's rows names it, so two selections of parts of one file refuse each
+other's states.
 
 pyarrow is imported only when a manifest is read (``pip install 'streamseq[table]'``).
 """
@@ -135,6 +138,19 @@ class _Row(Source):
 
     def __len__(self) -> int:
         return self.length
+
+    @property
+    def file_offset(self) -> int | None:
+        """Where the row starts in its file, when it has a ``start`` (else None).
+
+        Its first step of the file, or for a window (``video``) its start in whole
+        microseconds (:func:`_offsets`).
+        """
+        if self.start is None:
+            return None
+        if self.reading.kind in _WINDOWED:
+            return int(np.round(np.float64(self.start) * 1e6))
+        return int(self.start)
 
     @property
     def _offset(self) -> int:
@@ -320,12 +336,19 @@ class PathIdentities(Identities):
 
     __slots__ = ("paths", "starts", "stops")
 
-    def __init__(self, paths: _Paths, starts: np.ndarray, stops: np.ndarray):
+    def __init__(
+        self,
+        paths: _Paths,
+        starts: np.ndarray,
+        stops: np.ndarray,
+        offsets: np.ndarray | None = None,
+    ):
         self.paths, self.starts, self.stops = paths, starts, stops
         self.count = len(starts)
+        self.offsets = offsets  # (the first step of each row's range of its file, or -1)
 
     def __reduce__(self) -> tuple:
-        return (PathIdentities, (self.paths, self.starts, self.stops))
+        return (PathIdentities, (self.paths, self.starts, self.stops, self.offsets))
 
     @property  # type: ignore[override]
     def names(self) -> tuple[str, ...]:
@@ -341,7 +364,8 @@ class PathIdentities(Identities):
         if isinstance(i, (int, np.integer)):
             n = range(self.count)[i]
             return self.paths.path(int(self.starts[n]), int(self.stops[n]))
-        return PathIdentities(self.paths, self.starts[i], self.stops[i])
+        offsets = None if self.offsets is None else self.offsets[i]
+        return PathIdentities(self.paths, self.starts[i], self.stops[i], offsets)
 
     def _block(self, a: int, b: int) -> list[str]:
         text = self.paths.joined(self.starts[a:b], self.stops[a:b]).tobytes().decode()
@@ -521,7 +545,8 @@ def manifest(
 
     **start and stop.** For ``video`` they are the reader's window, in seconds (``NaN``
     or empty: none). For the other kinds they are steps of the file: the stream is
-    steps ``start:stop`` of it, and ``length`` must equal ``stop - start``.
+    steps ``start:stop`` of it, and ``length`` must equal ``stop - start``. A row's
+    ``start`` names it in states with its path (``state['plan']['offsets']``).
 
     Args:
         path_or_table: a ``.parquet`` or ``.csv`` (``.csv.gz``) file, or a
@@ -621,7 +646,9 @@ def manifest(
         if shown != resolved.filter(urls).to_pylist():
             public = pc.replace_with_mask(resolved, urls, pa.array(shown, resolved.type))
             named = _Paths(_nul_joined(public))
-    ids = PathIdentities(named, *named.bounds()) if named is not files else None
+    offsets = None if starts is None else _offsets(starts, kind)
+    bounds = (starts_at, stops_at) if named is files else named.bounds()
+    ids = PathIdentities(named, *bounds, offsets)
     columns = [starts_at, stops_at] + ([] if starts is None else [starts, stops])
     pa.default_memory_pool().release_unused()  # (the table read, now freed)
     return StreamTable(
@@ -629,8 +656,30 @@ def manifest(
         lengths,
         columns,
         step_spec=reading.step_spec(),
-        identities=ids if ids is not None else PathIdentities(files, starts_at, stops_at),
+        identities=ids,
     )
+
+
+def _offsets(starts: np.ndarray, kind: str) -> np.ndarray | None:
+    """Where every row starts in its file (-1: no ``start``), or None when none has one.
+
+    A row that is part of its file is named by its path and this (with its length): its
+    first step of the file, or for a window (``video``, in seconds) its start in whole
+    microseconds, so that rows of one file at other places are told apart.
+
+    Example:
+        >>> _offsets(np.array([np.nan, 0.2]), "video").tolist()
+        [-1, 200000]
+        >>> _offsets(np.array([3.0, np.nan]), "tokens").tolist()
+        [3, -1]
+        >>> _offsets(np.array([np.nan]), "audio") is None
+        True
+    """
+    given = ~np.isnan(starts)
+    if not given.any():
+        return None
+    at = np.round(starts * 1e6) if kind in _WINDOWED else starts
+    return np.where(given, at, -1).astype(np.int64)
 
 
 def _nul_joined(paths: Any) -> np.ndarray:

@@ -5,6 +5,12 @@ NUL characters. Millions of streams mostly share a few identities (every documen
 is its file's), so they are kept as the distinct names and one code per stream (or no
 array at all when there is one name), and hashed in blocks, never as a string per
 stream.
+
+Streams that are ranges of one file (the documents of a corpus) are named by their file
+and where each starts in it: the :attr:`Identities.offsets`, one int64 array (-1 for a
+stream that is a whole file or no file), which a plan key hashes as one more field
+(:attr:`~streamseq.plan.spec.PlanSpec.key`'s ``offsets``). With the lengths, they tell
+any two selections of one file's documents apart.
 """
 
 from __future__ import annotations
@@ -37,16 +43,32 @@ class Identities(Sequence):
         True
         >>> Identities.of(["x", "y"]).digest() == hashlib.sha256(b"x\x00y").hexdigest()
         True
+        >>> docs = Identities.repeat("a.bin", 3, offsets=np.array([0, 4, 9]))
+        >>> docs[::-1].offsets.tolist(), docs.digest() == ids.replace_all("a.bin").digest()
+        ([9, 4, 0], True)
     """
 
-    __slots__ = ("codes", "count", "names")
+    __slots__ = ("codes", "count", "names", "offsets")
 
-    def __init__(self, names: Sequence[str], codes: np.ndarray | None, count: int):
+    def __init__(
+        self,
+        names: Sequence[str],
+        codes: np.ndarray | None,
+        count: int,
+        offsets: np.ndarray | None = None,
+    ):
         self.names = tuple(names)
         self.codes = None if codes is None else np.asarray(codes)
         self.count = int(count if codes is None else len(codes))
         if self.count and not self.names:
             raise ValueError("identities of streams need at least one name")
+        if offsets is not None:
+            offsets = np.asarray(offsets)
+            if offsets.dtype != np.int64:
+                offsets = offsets.astype(np.int64)
+            if offsets.shape != (self.count,):
+                raise ValueError(f"{offsets.shape[:1]} offsets for {self.count} streams")
+        self.offsets = offsets
 
     @classmethod
     def of(cls, identities: Iterable[str]) -> Identities:
@@ -65,9 +87,11 @@ class Identities(Sequence):
         return cls((), None, 0)
 
     @classmethod
-    def repeat(cls, name: str, count: int) -> Identities:
-        """``count`` streams that all have the identity ``name``."""
-        return cls((name,), None, count) if count else cls((), None, 0)
+    def repeat(cls, name: str, count: int, offsets: np.ndarray | None = None) -> Identities:
+        """``count`` streams that all have the identity ``name`` (ranges at ``offsets``)."""
+        if not count:
+            return cls((), None, 0)
+        return cls((name,), None, count, offsets)
 
     @classmethod
     def concat(cls, parts: Sequence[Identities]) -> Identities:
@@ -82,14 +106,19 @@ class Identities(Sequence):
         for p in parts:  # (a loop over parts, not streams)
             remap = np.array([index.setdefault(n, len(index)) for n in p.names], np.int64)
             codes.append(remap[p.codes] if p.codes is not None else np.full(p.count, remap[0]))
+        offsets = None
+        if any(p.offsets is not None for p in parts):
+            offsets = np.concatenate(
+                [p.offsets if p.offsets is not None else np.full(p.count, -1) for p in parts]
+            ).astype(np.int64)
         if len(index) == 1:
-            return cls(tuple(index), None, sum(p.count for p in parts))
+            return cls(tuple(index), None, sum(p.count for p in parts), offsets)
         joined = np.concatenate(codes).astype(np.min_scalar_type(len(index) - 1))
-        return cls(tuple(index), joined, len(joined))
+        return cls(tuple(index), joined, len(joined), offsets)
 
     def replace_all(self, name: str) -> Identities:
-        """As many streams, all with the identity ``name``."""
-        return Identities.repeat(name, self.count)
+        """As many streams, all with the identity ``name`` (and the same offsets)."""
+        return Identities.repeat(name, self.count, self.offsets)
 
     def __len__(self) -> int:
         return self.count
@@ -98,17 +127,18 @@ class Identities(Sequence):
         return self.count > 0
 
     def __getitem__(self, i: Any) -> Any:
-        if isinstance(i, slice):
-            if self.codes is None:
-                return Identities(self.names, None, len(range(*i.indices(self.count))))
-            return Identities(self.names, self.codes[i], 0)
         if isinstance(i, (int, np.integer)):
             n = range(self.count)[i]  # (the IndexError of a list)
             return self.names[0 if self.codes is None else int(self.codes[n])]
-        index = np.asarray(i)
-        if self.codes is None:
-            return Identities(self.names, None, len(np.arange(self.count)[index]))
-        return Identities(self.names, self.codes[index], 0)
+        index = i if isinstance(i, slice) else np.asarray(i)
+        offsets = None if self.offsets is None else self.offsets[index]
+        if self.codes is not None:
+            return Identities(self.names, self.codes[index], 0, offsets)
+        if isinstance(index, slice):
+            count = len(range(*index.indices(self.count)))
+        else:
+            count = len(np.arange(self.count)[index])
+        return Identities(self.names, None, count, offsets)
 
     def __iter__(self) -> Iterator[str]:
         for a in range(0, self.count, BLOCK):
@@ -124,7 +154,11 @@ class Identities(Sequence):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Identities):
-            return len(self) == len(other) and self.digest() == other.digest()
+            return (
+                len(self) == len(other)
+                and self.digest() == other.digest()
+                and self.offsets_digest() == other.offsets_digest()
+            )
         if isinstance(other, (tuple, list)):
             return len(self) == len(other) and list(self) == list(other)
         return NotImplemented
@@ -161,6 +195,22 @@ class Identities(Sequence):
     def digest(self) -> str:
         """The hex digest of :meth:`sha256`."""
         return self.sha256().hexdigest()
+
+    def offsets_digest(self) -> str | None:
+        """The hex digest of the offsets (int64, little-endian), or None without them.
+
+        Example:
+            >>> Identities.repeat("a.bin", 2, np.array([0, 5])).offsets_digest()[:8]
+            'b15c0825'
+            >>> Identities.repeat("a.bin", 2).offsets_digest() is None
+            True
+        """
+        if self.offsets is None or not self.count or int(self.offsets.max()) < 0:
+            return None  # (no stream is a range of a file)
+        h = hashlib.sha256()
+        for a in range(0, self.count, BLOCK * 16):  # (a copy only of a strided block)
+            h.update(np.ascontiguousarray(self.offsets[a : a + BLOCK * 16], "<i8"))
+        return h.hexdigest()
 
 
 def as_identities(sources: Any) -> Identities:

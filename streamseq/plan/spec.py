@@ -15,6 +15,16 @@ from .identities import Identities, as_identities
 from .segments import segments
 
 
+def key_fingerprint(key: dict[str, Any]) -> str:
+    """A short hash of a plan key (:attr:`PlanSpec.key`).
+
+    Example:
+        >>> key_fingerprint({"tbins": 4}) == key_fingerprint({"tbins": 4})
+        True
+    """
+    return hashlib.sha256(repr(sorted(key.items())).encode()).hexdigest()[:16]
+
+
 @dataclass(frozen=True, eq=False)
 class PlanSpec:
     """Everything that decides what goes where, and nothing that reads data.
@@ -109,12 +119,33 @@ class PlanSpec:
             key["mixture"] = self.mixture.key(self.lengths, self.sources)
         if self.max_streams_per_chunk is not None:
             key["max_streams_per_chunk"] = self.max_streams_per_chunk
+        offsets = self.sources.offsets_digest()
+        if offsets is not None:  # streams that are ranges of files: where each starts
+            key["offsets"] = offsets[:16]
         return key
 
     @cached_property
     def fingerprint(self) -> str:
         """A short hash of :attr:`key`."""
-        return hashlib.sha256(repr(sorted(self.key.items())).encode()).hexdigest()[:16]
+        return key_fingerprint(self.key)
+
+    @cached_property
+    def names_only_key(self) -> dict[str, Any]:
+        """:attr:`key` as states without ``offsets`` have it: streams named by files only.
+
+        Those states name the documents of a corpus by their file, not by where
+        they start in it (no ``offsets``): two selections of one file's documents of the
+        same lengths have the same key of this kind. It is :attr:`key` without
+        ``offsets``, for reading those states.
+
+        Example:
+            >>> from streamseq.plan.identities import Identities
+            >>> ids = Identities.repeat("c.bin", 2, np.array([0, 4]))
+            >>> spec = PlanSpec(np.array([4, 4]), 1, 2, sources=ids)
+            >>> sorted(set(spec.key) - set(spec.names_only_key))
+            ['offsets']
+        """
+        return {k: v for k, v in self.key.items() if k != "offsets"}
 
     def replace(self, **changes: Any) -> PlanSpec:
         """A copy with ``changes``."""

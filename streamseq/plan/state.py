@@ -32,7 +32,7 @@ from .planner import EpochPlan, Epochs, epoch_units
 from .progress import Progress, progress_at
 from .reweigh import HOW, mixture_differences, reweigh, spec_of_state
 from .saved import STATE_VERSION, SavedState
-from .spec import PlanSpec
+from .spec import PlanSpec, key_fingerprint
 
 
 def legacy_fingerprint(spec: PlanSpec) -> str:
@@ -55,18 +55,28 @@ def differences(saved: dict[str, Any], mine: dict[str, Any]) -> list[str]:
         ['tbins (the state has 4, this loader 8)']
         >>> differences({"streams": 3, "lengths": "a"}, {"streams": 3, "lengths": "b"})
         ["the streams' lengths"]
+        >>> differences({"streams": 1, "offsets": "c"}, {"streams": 1})
+        ["the streams' sources (the state's are ranges of files, this loader's not)"]
     """
     words = {
         "streams": "the number of streams",
         "lengths": "the streams' lengths",
         "sources": "the streams' sources (file paths or types)",
+        "offsets": "the streams' sources (where each starts in its file)",
     }
     out = []
+    named = ("lengths", "sources", "offsets")
+    if (
+        "offsets" in saved
+        and "offsets" not in mine
+        and saved.get("streams") == mine.get("streams")
+    ):
+        out.append("the streams' sources (the state's are ranges of files, this loader's not)")
     for k in mine:
-        if k in ("lengths", "sources") and saved.get("streams") != mine.get("streams"):
+        if k in named and saved.get("streams") != mine.get("streams"):
             continue  # (they differ with the number of streams)
         if not same_value(saved.get(k), mine[k]):
-            if k in ("lengths", "sources"):
+            if k in named:
                 out.append(words[k])
             else:
                 what = words.get(k, k)
@@ -229,7 +239,12 @@ def _plan_of(spec: PlanSpec, saved: SavedState, weights_changed: bool) -> PlanSp
         if mixed and allowed and weights_changed:
             spec = spec_of_state(spec, plan["mixture"])
             mixed, allowed = mixture_differences(plan.get("mixture"), spec.key.get("mixture"))
-    differ = differences(plan, spec.key)
+    key, fingerprint = spec.key, spec.fingerprint
+    if "offsets" in key and "offsets" not in plan:
+        # saved before streams were named by their place: checked by the key it has
+        key = spec.names_only_key
+        fingerprint = key_fingerprint(key)
+    differ = differences(plan, key)
     if mixed:  # named by group: not again as the mixture's key or all the streams
         covered = ("mixture", "the number of streams", "the streams'")
         differ = mixed + [d for d in differ if not d.startswith(covered)]
@@ -239,15 +254,15 @@ def _plan_of(spec: PlanSpec, saved: SavedState, weights_changed: bool) -> PlanSp
             f"this state was made by another plan, differing in {'; '.join(differ)}: "
             f"resuming would silently change the run{hint}"
         )
-    if set(plan) != set(spec.key):
+    if set(plan) != set(key):
         raise ValueError(
             f"state['plan'] has the fields {sorted(short(k) for k in plan)}, "
-            f"this streamseq's plans {sorted(spec.key)}"
+            f"this streamseq's plans {sorted(key)}"
         )
-    if saved.fingerprint != spec.fingerprint:
+    if saved.fingerprint != fingerprint:
         raise ValueError(
             f"state['fingerprint']={short(saved.fingerprint)} is not that of state['plan'] "
-            f"({spec.fingerprint!r}): resuming would silently change the run"
+            f"({fingerprint!r}): resuming would silently change the run"
         )
     return spec
 

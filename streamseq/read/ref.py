@@ -64,6 +64,24 @@ def identity(obj: Any) -> str:
     return type(obj).__name__
 
 
+def file_offset(obj: Any) -> int | None:
+    """Where a stream that is a range of its file starts in it, else None.
+
+    A source that reads part of a file (a document of a
+    :func:`~streamseq.io.token_corpus`) says so with an integer ``file_offset``
+    attribute: with its :func:`identity` and its length, it names the stream across
+    runs, so that two ranges of one file of the same length are told apart.
+
+    Example:
+        >>> file_offset(np.arange(3)) is None
+        True
+    """
+    at = getattr(obj, "file_offset", None)
+    if isinstance(at, (bool, np.bool_)) or not isinstance(at, (int, np.integer)):
+        return None
+    return int(at)
+
+
 class StreamRef:
     """The stream at ``index`` of the user's list, opened lazily and read with checks.
 
@@ -447,7 +465,12 @@ def _part_lengths(part: Any) -> np.ndarray:
 
 
 def _list_identities(refs: Sequence[StreamRef]) -> Identities:
-    return Identities.of(identity(r.source) for r in refs)
+    names = Identities.of(identity(r.source) for r in refs)
+    at = [file_offset(r.source) for r in refs]
+    if all(a is None for a in at):
+        return names
+    offsets = np.array([-1 if a is None else a for a in at], np.int64)
+    return Identities(names.names, names.codes, names.count, offsets)
 
 
 def lengths_of(refs: Sequence[StreamRef]) -> np.ndarray:

@@ -1,7 +1,10 @@
+import json
 import multiprocessing
 import os
 import pickle
+import shutil
 import struct
+import tempfile
 
 import numpy as np
 import pytest
@@ -263,12 +266,6 @@ def test_an_index_file_rewritten_in_place_is_an_error_not_other_documents(tmp_pa
     assert info.value.path == str(where)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a document's identity is its file's path (as for a list of the same documents, "
-    "and as older states hash it): two selections of one file's documents of equal lengths "
-    "plan under one key, so a state of one loads into the other",
-)
 def test_a_state_of_some_documents_is_refused_by_other_documents_of_the_file(tmp_path):
     path = tmp_path / "c.bin"
     np.arange(80, dtype=np.uint16).tofile(path)
@@ -278,6 +275,114 @@ def test_a_state_of_some_documents_is_refused_by_other_documents_of_the_file(tmp
     odd = StreamLoader(docs[1::2], batch_size=2, tbins=5)
     with pytest.raises(ValueError, match="sources"):
         odd.load_state_dict(even.state_dict())
+    with pytest.raises(ValueError, match="sources"):  # (a list of them names them alike)
+        StreamLoader(list(docs[1::2]), batch_size=2, tbins=5).load_state_dict(even.state_dict())
+    StreamLoader(list(docs[::2]), batch_size=2, tbins=5).load_state_dict(even.state_dict())
+    # the same tokens, read as whole streams of the file: not the state's documents
+    whole = [np.arange(a, a + 10, dtype=np.uint16) for a in (0, 20, 40, 60)]
+    plain = StreamLoader(whole, batch_size=2, tbins=5)
+    with pytest.raises(ValueError, match="ranges of files"):
+        plain.load_state_dict(even.state_dict())
+
+
+#: a state saved before documents were named by their place (by their file only), and the
+#: batches it resumed to there (how it was made: the file's ``made_by``)
+OLD_STATE = os.path.join(os.path.dirname(__file__), "data", "corpus_state_without_offsets.json")
+
+
+def _old_corpus(folder, monkeypatch):
+    """The corpus of :data:`OLD_STATE`, at the relative path it was saved with."""
+    monkeypatch.chdir(folder)
+    np.arange(80, dtype=np.uint16).tofile("c.bin")
+    with open(OLD_STATE) as f:
+        saved = json.load(f)
+    return token_corpus("c.bin", index=np.arange(0, 80, 10)), saved
+
+
+def test_a_state_saved_without_offsets_still_loads_and_gives_the_same_batches(
+    tmp_path, monkeypatch
+):
+    docs, saved = _old_corpus(tmp_path, monkeypatch)
+    assert "offsets" not in saved["state"]["plan"]
+    loader = StreamLoader(docs[::2], batch_size=2, tbins=5, shuffle=True, seed=3)
+    assert "offsets" in loader.state_dict()["plan"]  # (states saved now name the ranges)
+    loader.load_state_dict(saved["state"])
+    rest = list(loader)
+    assert [b.stream.tolist() for b in rest] == [b["stream"] for b in saved["rest"]]
+    assert [b.step.tolist() for b in rest] == [b["step"] for b in saved["rest"]]
+    assert [b.reset.tolist() for b in rest] == [b["reset"] for b in saved["rest"]]
+    assert [b.data.tolist() for b in rest] == [b["data"] for b in saved["rest"]]
+    whole = list(StreamLoader(docs[::2], batch_size=2, tbins=5, shuffle=True, seed=3))
+    for got, want in zip(rest, whole[1:], strict=True):
+        assert np.array_equal(got.data, want.data) and np.array_equal(got.step, want.step)
+
+
+def test_a_state_saved_without_offsets_is_still_checked_by_its_own_key(tmp_path, monkeypatch):
+    docs, saved = _old_corpus(tmp_path, monkeypatch)
+    other_seed = StreamLoader(docs[::2], batch_size=2, tbins=5, shuffle=True, seed=4)
+    with pytest.raises(ValueError, match="seed"):
+        other_seed.load_state_dict(saved["state"])
+    longer = StreamLoader(docs[:5], batch_size=2, tbins=5, shuffle=True, seed=3)
+    with pytest.raises(ValueError, match="number of streams"):
+        longer.load_state_dict(saved["state"])
+    forged = {**saved["state"], "fingerprint": "0" * 16}
+    loader = StreamLoader(docs[::2], batch_size=2, tbins=5, shuffle=True, seed=3)
+    with pytest.raises(ValueError, match="fingerprint"):
+        loader.load_state_dict(forged)
+
+
+def _selection(draw, n):
+    return draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=5, unique=True))
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_two_selections_of_one_file_refuse_each_others_state_and_one_accepts_its_own(data):
+    # documents of equal lengths (only their places tell them apart), and one longer
+    n = 9
+    folder = tempfile.mkdtemp()
+    try:
+        path = os.path.join(folder, "c.bin")
+        np.arange(4 * n + 4, dtype=np.uint16).tofile(path)
+        offsets = np.append(np.arange(0, 4 * n, 4), 4 * n + 1)[:n]
+        docs = token_corpus(path, index=offsets)
+        a = _selection(data.draw, n)
+        b = _selection(data.draw, n)
+        saving = StreamLoader(docs[a], batch_size=1, tbins=2)
+        next(iter(saving))
+        state = saving.state_dict()
+        other = StreamLoader(docs[b], batch_size=1, tbins=2)
+        if a != b:
+            with pytest.raises(ValueError, match="this state was made by another plan"):
+                other.load_state_dict(state)
+        # the same selection, made another way: a fresh split, reordered, then indexed
+        again = token_corpus(path, index=offsets)
+        order = np.array(data.draw(st.permutations(range(n))))
+        where = np.argsort(order)  # document i is at where[i] of again[order]
+        same = StreamLoader(again[order][where[a]], batch_size=1, tbins=2)
+        same.load_state_dict(state)
+        assert [x.step.tolist() for x in same] == [x.step.tolist() for x in list(saving)[1:]]
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_sub_tables_of_a_corpus_keep_the_names_of_their_documents(tmp_path):
+    path = tmp_path / "c.bin"
+    np.arange(60, dtype=np.uint16).tofile(path)
+    starts = np.array([0, 5, 12, 20, 33, 41])
+    docs = token_corpus(path, index=starts)
+    ids = docs.identities
+    assert list(ids) == [str(path)] * 6 and ids.offsets.tolist() == starts.tolist()
+    mask = np.array([True, False, True, True, False, True])
+    for index in (slice(1, 4), slice(None, None, -2), [4, 0, 3], mask, np.array([5])):
+        sub = docs[index]
+        assert sub.identities.offsets.tolist() == starts[index].tolist()
+        assert sub.identities.offsets.tolist() == [d.start for d in sub]
+        again = pickle.loads(pickle.dumps(sub))
+        assert again.identities == sub.identities
+        assert again.identities.offsets.tolist() == starts[index].tolist()
+    assert docs[::2][1:].identities.offsets.tolist() == [12, 33]
+    assert docs[[1, 2]].identities != docs[[2, 1]].identities
 
 
 def test_a_corpus_of_a_file_replaced_reads_the_new_file_not_the_old_map(tmp_path):

@@ -1,5 +1,6 @@
 """io.manifest: a Parquet or CSV table of files with their lengths, as a table of streams."""
 
+import hashlib
 import os
 import pickle
 import pickletools
@@ -360,3 +361,86 @@ def test_a_token_file_truncated_under_the_loader_is_an_error(tmp_path, workers):
         assert error is not None
     if error is not None:
         assert "changed" in str(error) and error.path == paths[1] and error.steps is not None
+
+
+def test_a_state_of_some_step_ranges_of_a_file_is_refused_by_other_ranges(token_files):
+    folder, names, _ = token_files
+    rows = pa.table({"path": [names[2]] * 6, "length": [10] * 6, "start": np.arange(0, 60, 10)})
+    table = manifest(rows, "tokens", root=folder, dtype=np.uint16)
+    even = StreamLoader(table[::2], batch_size=2, tbins=5)
+    next(iter(even))
+    state = even.state_dict()
+    odd = StreamLoader(table[1::2], batch_size=2, tbins=5)
+    with pytest.raises(ValueError, match="sources"):
+        odd.load_state_dict(state)
+    for same in (table[[0, 2, 4]], list(table[::2])):  # made another way, or a list
+        again = StreamLoader(same, batch_size=2, tbins=5)
+        assert again.spec.fingerprint == even.spec.fingerprint
+        again.load_state_dict(state)
+    with pytest.raises(ValueError, match="sources"):
+        StreamLoader(list(table[1::2]), batch_size=2, tbins=5).load_state_dict(state)
+    # rows without a start (whole files, or a file's first steps) are named as before
+    plain = manifest(
+        pa.table({"path": names, "length": [13, 0, 70, 41, 7]}),
+        "tokens",
+        root=folder,
+        dtype=np.uint16,
+    )
+    assert plain.identities.offsets is None
+    assert "offsets" not in StreamLoader(plain, 2, 8).state_dict()["plan"]
+
+
+@settings(max_examples=15, deadline=None)
+@given(data=st.data())
+def test_any_two_selections_of_ranges_of_a_file_refuse_each_others_state(token_files, data):
+    folder, names, _ = token_files
+    starts = np.arange(0, 36, 4)  # nine ranges of 4 steps of one file: told apart by place
+    rows = pa.table({"path": [names[2]] * 9, "length": [4] * 9, "start": starts})
+    table = manifest(rows, "tokens", root=folder, dtype=np.uint16)
+    pick = st.lists(st.integers(0, 8), min_size=1, max_size=4, unique=True)
+    a, b = data.draw(pick), data.draw(pick)
+    saving = StreamLoader(table[a], batch_size=1, tbins=2)
+    next(iter(saving))
+    state = saving.state_dict()
+    if a != b:
+        with pytest.raises(ValueError, match="this state was made by another plan"):
+            StreamLoader(table[b], batch_size=1, tbins=2).load_state_dict(state)
+    order = np.array(data.draw(st.permutations(range(9))))
+    same = manifest(rows, "tokens", root=folder, dtype=np.uint16)[order][np.argsort(order)[a]]
+    for again in (same, list(same)):
+        StreamLoader(again, batch_size=1, tbins=2).load_state_dict(state)
+
+
+def test_a_state_of_ranges_saved_without_offsets_still_loads(token_files):
+    folder, names, _ = token_files
+    rows = pa.table({"path": [names[2]] * 6, "length": [10] * 6, "start": np.arange(0, 60, 10)})
+    table = manifest(rows, "tokens", root=folder, dtype=np.uint16)
+    loader = StreamLoader(table[::2], batch_size=2, tbins=5, shuffle=True)
+    next(iter(loader))
+    state = loader.state_dict()
+    # as states were saved before ranges were named by their place: the fingerprint of
+    # the key without offsets, by the rule of that time
+    plan = {k: v for k, v in state["plan"].items() if k != "offsets"}
+    older = dict(state, plan=plan)
+    older["fingerprint"] = hashlib.sha256(repr(sorted(plan.items())).encode()).hexdigest()[:16]
+    again = StreamLoader(table[::2], batch_size=2, tbins=5, shuffle=True)
+    again.load_state_dict(older)
+    assert_same(list(again), list(StreamLoader(table[::2], 2, 5, shuffle=True))[1:])
+    with pytest.raises(ValueError, match="fingerprint"):
+        again.load_state_dict(dict(older, fingerprint=state["fingerprint"]))
+
+
+def test_a_state_of_a_video_window_is_refused_by_another_window_of_the_file(media_files):
+    folder, videos, _ = media_files
+    path = str(videos[1])
+    rows = pa.table(
+        {"path": [path] * 2, "length": [5, 5], "start": [0.0, 0.2], "stop": [0.2, 0.4]}
+    )
+    table = manifest(rows, "video")
+    first = StreamLoader(table[[0]], batch_size=1, tbins=2)
+    next(iter(first))
+    state = first.state_dict()
+    with pytest.raises(ValueError, match="sources"):
+        StreamLoader(table[[1]], batch_size=1, tbins=2).load_state_dict(state)
+    for same in (manifest(rows, "video")[:1], list(table[:1])):
+        StreamLoader(same, batch_size=1, tbins=2).load_state_dict(state)
