@@ -1,6 +1,7 @@
 import builtins
 import multiprocessing
 import operator
+import os
 import pickle
 import sys
 import time
@@ -477,3 +478,18 @@ def test_open_files_stay_flat_over_tables_read_and_dropped(tmp_path):
         read(k)
     gc.collect()
     assert len(os.listdir("/proc/self/fd")) <= before
+
+
+def test_a_table_of_a_file_replaced_reads_the_new_file_not_the_old_reader(tmp_path):
+    path = tmp_path / "t.parquet"
+
+    def write(shift, where):
+        pq.write_table(pa.table({"episode_index": [0, 0, 0, 1], "x": [shift + 1.0] * 4}), where)
+
+    write(0, path)
+    first = table(path, columns=["x"])
+    assert first[0][0:3]["x"].tolist() == [1.0] * 3  # (its reader is open here)
+    write(100, tmp_path / "new.parquet")
+    os.replace(tmp_path / "new.parquet", path)
+    second = table(path, columns=["x"])
+    assert second[0][0:3]["x"].tolist() == [101.0] * 3
