@@ -58,7 +58,7 @@ def test_workers_forked_while_another_thread_holds_a_pyav_scaler_start(converted
             [sys.executable, "-c", SCRIPT, converted_in],
             capture_output=True,
             text=True,
-            timeout=90,
+            timeout=180,
             env=dict(os.environ, PYTHONPATH=path),
         )
     except subprocess.TimeoutExpired:
