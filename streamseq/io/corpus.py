@@ -170,7 +170,12 @@ class _Document(Source):
                 f"tokens {self.start + a}:{self.start + b} are past the end of the file "
                 f"({len(handle)} tokens)",
             )
-        return handle[self.start + a : self.start + b]
+        tokens = handle[self.start + a : self.start + b]
+        if self.files:  # copied, then checked again: what a change during the copy gave
+            tokens = np.array(tokens)
+            tokens.flags.writeable = False
+            _check_unchanged(self.files, self.start + a, self.start + b)
+        return tokens
 
     def _empty(self) -> np.ndarray:
         return np.zeros(0, self.key[1])
@@ -365,7 +370,8 @@ def token_corpus(
     Returns:
         A :class:`~streamseq.StreamTable` of the documents, in file order (a sequence of
         streams: ``docs[i]`` is document ``i``, ``len(doc)`` its number of tokens and
-        ``doc[a:b]`` a read-only view of the memory map; ``docs.lengths`` all their
+        ``doc[a:b]`` its tokens, read-only, copied out of the file's one memory map
+        and the file checked before and after the copy; ``docs.lengths`` all their
         lengths, one array; ``docs[a:b]`` a smaller table).
 
     Raises:

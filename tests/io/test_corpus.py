@@ -44,14 +44,12 @@ def test_documents_end_with_eod_and_concatenate_to_the_file(corpus):
     np.testing.assert_array_equal(np.concatenate([d[:] for d in got]), flat)
 
 
-def test_slices_are_views_of_one_shared_map(corpus):
+def test_slices_are_read_only_copies_out_of_one_shared_map(corpus):
     path, _, docs = corpus
     got = token_corpus(path, eod=EOD)
     a, b = got[3][1:4], got[7][:]
-    assert isinstance(a, np.memmap) and not a.flags.writeable
-    assert a.base is not None and np.shares_memory(a, a.base)
+    assert not a.flags.writeable and not b.flags.writeable
     assert got[3]._handle is got[7]._handle  # one handle (one map) for the file
-    assert np.shares_memory(np.asarray(b.base), np.asarray(a.base))
     assert got[3][-1] == EOD and got[3][0] == docs[3][0]
     assert got[3][100:200].shape == (0,) and got[3][100:200].dtype == np.uint16
 
@@ -397,3 +395,26 @@ def test_a_corpus_of_a_file_replaced_reads_the_new_file_not_the_old_map(tmp_path
     second = token_corpus(path, eod=0)
     assert np.asarray(second[0][0:4]).tolist() == [101, 102, 103, 0]
     assert np.asarray(second[1][0:3]).tolist() == [104, 105, 0]
+
+
+def test_a_file_rewritten_between_the_check_and_the_copy_is_an_error_not_other_tokens(
+    tmp_path, monkeypatch
+):
+    import streamseq.io.corpus as corpus
+
+    path = tmp_path / "c.bin"
+    (np.arange(100, dtype=np.uint16) + 1).tofile(path)
+    docs = token_corpus(path, index=[0, 10, 30, 60])
+    assert docs[1][:3].tolist() == [11, 12, 13]
+    check = corpus._check_unchanged
+
+    def rewritten_after_the_check(files, a, b):
+        check(files, a, b)
+        with open(path, "r+b") as f:  # in place, the same size: the map reads the new bytes
+            f.write(np.zeros(100, np.uint16).tobytes())
+        os.utime(path, ns=(1, 1))
+
+    monkeypatch.setattr(corpus, "_check_unchanged", rewritten_after_the_check)
+    with pytest.raises(SourceError, match="changed") as info:
+        docs[2][:5]
+    assert info.value.path == str(path)
