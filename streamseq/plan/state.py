@@ -62,7 +62,7 @@ def differences(saved: dict[str, Any], mine: dict[str, Any]) -> list[str]:
         "streams": "the number of streams",
         "lengths": "the streams' lengths",
         "sources": "the streams' sources (file paths or types)",
-        "offsets": "the streams' sources (where each starts in its file)",
+        "offsets": "the streams' sources (where each starts in its file, or what it zips)",
     }
     out = []
     named = ("lengths", "sources", "offsets")
