@@ -143,6 +143,15 @@ class _LeRobotEpisode(Source):
         return _public(self.key.path)
 
     @property
+    def file_offset(self) -> int:
+        """Its first row in the data file: with :attr:`path`, what names it in a state.
+
+        Episodes of one data file (v3.0) never share a first row, so a state of some
+        episodes of a file is refused by others of the same lengths.
+        """
+        return int(self.rows[0])
+
+    @property
     def videos(self) -> dict[str, _Video]:
         """The video stream of every camera: the episode's window of its file."""
         return {c.name: c.video for c in self.cameras}
