@@ -58,6 +58,7 @@ from streamseq.io import remote
 from streamseq.io._base import Source
 from streamseq.io.table import _READERS, _Episode, _Key, _Options, _pyarrow, _Reader, _to_numpy
 from streamseq.io.video import TIME_TOLERANCE, _Video, video
+from streamseq.plan.identities import read_code
 from streamseq.read.handle import ProcessLocal
 
 T = TypeVar("T")
@@ -144,12 +145,15 @@ class _LeRobotEpisode(Source):
 
     @property
     def file_offset(self) -> int:
-        """Its first row in the data file: with :attr:`path`, what names it in a state.
+        """With :attr:`path`, what names it in a state: its first row, columns and cameras.
 
-        Episodes of one data file (v3.0) never share a first row, so a state of some
-        episodes of a file is refused by others of the same lengths.
+        A code of its first row in the data file and the columns and cameras read
+        (:func:`~streamseq.plan.identities.read_code`): episodes of one data file (v3.0)
+        never share a first row, so a state of some episodes of a file (or of other
+        columns or cameras of them) is refused by others of the same lengths.
         """
-        return int(self.rows[0])
+        read = (tuple(self.columns), tuple(c.name for c in self.cameras))
+        return read_code(self.rows[0], repr(read))
 
     @property
     def videos(self) -> dict[str, _Video]:

@@ -39,6 +39,7 @@ from streamseq._redact import redacted_repr
 from streamseq.errors import SourceError
 from streamseq.io import remote
 from streamseq.io._base import Source
+from streamseq.plan.identities import read_code
 from streamseq.read.handle import ProcessLocal
 
 #: decoded row groups a reader keeps (the rows of one worker read different episodes)
@@ -330,12 +331,16 @@ class _Episode(Source):
 
     @property
     def file_offset(self) -> int | None:
-        """Its first row in the file: with the file, what names it in a state's plan key.
+        """With the file, what names it in a state's plan key: its first row and columns.
 
-        Two episodes of one file never share a first row, so a state of some episodes
-        of a file is refused by others of the same lengths.
+        A code of its first row in the file and the columns read
+        (:func:`~streamseq.plan.identities.read_code`): two episodes of one file never
+        share a first row, so a state of some episodes of a file (or of other columns
+        of them) is refused by others of the same lengths.
         """
-        return self.first_row
+        if self.first_row is None:
+            return None
+        return read_code(self.first_row, repr(tuple(self.key.columns)))
 
     @property
     def row_groups(self) -> list[int]:

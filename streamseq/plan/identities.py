@@ -271,6 +271,23 @@ def zipped_offsets(keys: Sequence[str], parts: Sequence[Identities]) -> np.ndarr
     return (code >> np.uint64(1)).astype(np.int64)
 
 
+def read_code(offset: int, settings: str) -> int:
+    """A stream's offset naming where it starts in its file and what of it is read.
+
+    For a source that reads some fields of its file's rows (the columns of a table): a
+    non-negative int64 code of its first row and ``settings`` (the fields, in order),
+    so that other rows or other fields of the same lengths get another code.
+
+    Example:
+        >>> read_code(6, "('a',)") == read_code(6, "('a',)"), read_code(6, "('a',)") >= 0
+        (True, True)
+        >>> read_code(6, "('a',)") == read_code(6, "('b',)")
+        False
+    """
+    h = hashlib.sha256(f"{int(offset)}\0{settings}".encode()).digest()[:8]
+    return int.from_bytes(h, "little") >> 1
+
+
 def as_identities(sources: Any) -> Identities:
     """``sources`` (a tuple of strings, as older code gave) as :class:`Identities`.
 

@@ -862,8 +862,12 @@ def test_a_state_of_some_episodes_is_refused_by_other_episodes_of_one_file(tmp_p
     assert episodes[0].path == episodes[1].path  # (two episodes of one data file)
     assert _refused(episodes[:1], episodes[1:2])
     assert _refused(episodes[:2], episodes[1::-1])
-    assert _refused(episodes[:2], lerobot(root, cameras=[], episodes=[1, 0]))
-    assert not _refused(episodes[:2], lerobot(root, cameras=[], episodes=[0, 1]))
+    state = ["observation.state"]
+    assert _refused(episodes[:2], lerobot(root, cameras=[], columns=state, episodes=[1, 0]))
+    assert not _refused(episodes[:2], lerobot(root, cameras=[], columns=state, episodes=[0, 1]))
+    # the same episodes, other columns or cameras read: other streams
+    assert _refused(episodes[:2], lerobot(root, cameras=[], columns=["action"])[:2])
+    assert _refused(episodes[:2], lerobot(root, cameras=CAMERAS[:1], columns=state)[:2])
     # a state saved before episodes were named by their rows: loads, checked by its key
     loader = StreamLoader(episodes[:2], batch_size=1, tbins=3)
     next(iter(loader))

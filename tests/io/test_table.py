@@ -529,3 +529,11 @@ def test_a_state_of_episodes_saved_before_they_were_named_by_their_first_row_sti
     assert [{k: v.tolist() for k, v in b.data.items()} for b in rest] == [
         b["data"] for b in saved["rest"]
     ]
+
+
+def test_a_state_of_some_columns_is_refused_by_other_columns_of_the_episodes(tmp_path):
+    path = tmp_path / "equal.parquet"
+    pq.write_table(frames({e: 6 for e in range(2)}), path, row_group_size=8)
+    assert _refused(table(path, columns=["action"]), table(path, columns=["frame_index"]))
+    assert _refused(table(path, columns=["action", "timestamp"]), table(path, columns=["action"]))
+    assert not _refused(table(path, columns=["action"]), table(path, columns=["action"]))
