@@ -274,3 +274,20 @@ def test_a_state_of_zips_saved_before_they_were_named_by_their_parts_still_loads
         assert [{k: v.tolist() for k, v in b.data.items()} for b in rest] == data
     else:
         assert [[v.tolist() for v in b.data] for b in rest] == data
+
+
+def test_zips_of_manifest_rows_are_named_by_their_files(tmp_path):
+    import pyarrow as pa
+
+    from streamseq.io import manifest
+
+    for name in "ab":
+        np.arange(40, dtype=np.uint16).tofile(tmp_path / f"{name}.bin")
+
+    def rows(names):
+        paths = [str(tmp_path / f"{n}.bin") for n in names]
+        table = pa.table({"path": paths, "length": [40] * len(paths)})
+        return zip_streams({"x": manifest(table, "tokens", dtype="uint16")})
+
+    assert _refused(rows("ab"), rows("ba"))
+    assert not _refused(rows("ab"), rows("ab"))

@@ -256,6 +256,9 @@ def zipped_offsets(keys: Sequence[str], parts: Sequence[Identities]) -> np.ndarr
     code = np.zeros(count, np.uint64)
     with np.errstate(over="ignore"):
         for key, part in zip(keys, parts, strict=True):  # (a loop over parts, not streams)
+            at = part.offsets if part.offsets is not None else np.full(count, -1, np.int64)
+            if type(part) is not Identities:  # (names made from its streams: once, in blocks)
+                part = Identities.of(list(part))
             named = np.array(
                 [
                     int.from_bytes(hashlib.sha256(f"{key}\0{n}".encode()).digest()[:8], "little")
@@ -265,7 +268,6 @@ def zipped_offsets(keys: Sequence[str], parts: Sequence[Identities]) -> np.ndarr
                 np.uint64,
             )
             mine = named[part.codes] if part.codes is not None else np.full(count, named[0])
-            at = part.offsets if part.offsets is not None else np.full(count, -1, np.int64)
             mine = _mix(mine ^ _mix(at.astype(np.int64).view(np.uint64)))
             code = _mix(code * np.uint64(0x100000001B3) + mine)
     return (code >> np.uint64(1)).astype(np.int64)
