@@ -113,8 +113,11 @@ class Row:
             return data
         return self.transform(ref, int(self.stream_ids[j]), data, start, stop)
 
-    def read_into(self, j: int, start: int, stop: int, out: Any) -> bool:
+    def read_part_into(self, j: int, start: int, stop: int, out: Any) -> bool:
         """Write steps ``start:stop`` of the row's ``j``-th stream into ``out``, if it can.
+
+        (Not named ``read_into``: a row given as a stream is read by slicing, and a
+        stream's ``read_into(start, stop, out)`` is of the whole stream.)
 
         Never with a transform (it returns the steps it makes); False when the stream
         writes nothing for it (see :meth:`StreamRef.read_into`): read with :meth:`read`.
