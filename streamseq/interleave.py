@@ -21,6 +21,7 @@ from .read.ref import (
     TableRefs,
     _collector_paused,
     as_refs,
+    identities_of,
     indices_of,
     lengths_of,
 )
@@ -89,6 +90,21 @@ class Row:
 
     def __len__(self) -> int:
         return int(self.offsets[-1])
+
+    @property
+    def file_offset(self) -> int:
+        """What names a row given as a stream across runs, with its type: its streams.
+
+        A non-negative int64 code of its streams' identities (files, where each starts
+        in its file), lengths and starts, so a state of rows of some streams is refused
+        by rows of others of the same lengths.
+        """
+        ids = identities_of(self.refs)
+        h = ids.sha256()
+        h.update(b"\0" + (ids.offsets_digest() or "").encode())
+        h.update(np.ascontiguousarray(self.lengths, "<i8").tobytes())
+        h.update(np.ascontiguousarray(self.starts, "<i8").tobytes())
+        return int.from_bytes(h.digest()[:8], "little") >> 1
 
     def switch(self, j: int) -> StreamRef:
         """Make the row's ``j``-th stream the current one, closing the one before."""

@@ -166,3 +166,24 @@ def test_rows_given_to_a_loader_are_read_as_streams():
     for r, row in enumerate(rows):
         got = np.concatenate([b.data[r][b.valid[r]].numpy() for b in batches])
         assert got.tolist() == row[:].tolist()
+
+
+def test_a_state_of_rows_is_refused_by_rows_of_other_streams_of_equal_lengths(tmp_path):
+    from streamseq import StreamLoader
+    from streamseq.io import token_corpus
+
+    np.arange(48, dtype=np.uint16).tofile(tmp_path / "a.bin")
+    docs = token_corpus(str(tmp_path / "a.bin"), index=np.arange(0, 48, 6))
+
+    def refused(saving, resuming):
+        loader = StreamLoader(saving, batch_size=2, tbins=3)
+        next(iter(loader))
+        try:
+            StreamLoader(resuming, batch_size=2, tbins=3).load_state_dict(loader.state_dict())
+        except ValueError as e:
+            assert "this state was made by another plan" in str(e)
+            return True
+        return False
+
+    assert refused(interleave_streams(docs[:4], 2), interleave_streams(docs[4:], 2))
+    assert not refused(interleave_streams(docs[:4], 2), interleave_streams(docs[:4], 2))
