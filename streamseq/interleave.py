@@ -17,6 +17,7 @@ from .plan.rows import assign_rows
 from .plan.spec import PlanSpec
 from .read.handle import ProcessLocal
 from .read.ref import (
+    RowRefs,
     StreamRef,
     TableRefs,
     _collector_paused,
@@ -70,7 +71,8 @@ class Row:
         starts: Sequence[int] | None = None,
         carried: bool = False,
     ):
-        self.refs = list(refs)
+        # (a row of a table: its streams' indices, a reference made when it is read)
+        self.refs = refs if isinstance(refs, RowRefs) else list(refs)
         self.carried = carried
         self.transform = transform
         if lengths is None:
@@ -408,14 +410,14 @@ class _Unread:
 _NOTHING = StreamRef(-1, np.zeros(0))
 
 
-def _pick(items: Any, indices: np.ndarray) -> list[Any]:
+def _pick(items: Any, indices: np.ndarray) -> Sequence[Any]:
     """``[items[i] for i in indices]``, at C speed."""
     if len(indices) == 0:
         return []
     if isinstance(items, _Unread):
         return [_NOTHING] * len(indices)
-    if isinstance(items, TableRefs):  # references made together
-        return items.pick(indices)
+    if isinstance(items, TableRefs):  # references made when the row is read
+        return items.row(indices)
     if len(indices) == 1:
         return [items[int(indices[0])]]
     return list(operator.itemgetter(*indices.tolist())(items))

@@ -262,14 +262,16 @@ def _padding(spec: Any, plan: EpochPlan, group: np.ndarray, count: int) -> np.nd
     cap = spec.max_streams_per_chunk
     if cap is None:
         return out
-    from .plan.packing import capped_starts
+    from .plan.packing import row_spans
 
-    for row in plan.assignment:
-        if len(row) < 2:
-            continue
-        starts = capped_starts(length[row], t, cap)
-        gaps = starts[1:] - (starts[:-1] + length[row][:-1])
-        np.add.at(out, group[row[:-1]], gaps)
+    rows = [np.asarray(r, np.int64) for r in plan.assignment]
+    flat = np.concatenate(rows + [np.zeros(0, np.int64)])
+    sizes = np.array([len(r) for r in rows], np.int64)
+    start, end = row_spans(length[flat], sizes, t, cap)
+    follows = np.ones(len(flat), bool)  # a piece with one after it in its row
+    follows[np.cumsum(sizes)[sizes > 0] - 1] = False
+    gaps = start[1:] - end[:-1]
+    np.add.at(out, group[flat[:-1][follows[:-1]]], gaps[follows[:-1]])
     return out
 
 

@@ -241,7 +241,7 @@ class StreamTable(Sequence):
         return list(map(self.make, *rows, self.lengths[index].tolist()))
 
     def _sub(self, index: Any) -> StreamTable:
-        sub = object.__new__(StreamTable)
+        sub = object.__new__(type(self))  # (a table of a store stays one)
         sub.make = self.make
         sub.lengths = self.lengths[index]
         sub.columns = tuple(c[index] for c in self.columns)
@@ -260,12 +260,21 @@ class StreamTable(Sequence):
 
     def __reduce__(self) -> tuple:
         arrays = (_column(self.lengths), *map(_column, self.columns))
-        return (_rebuilt, (self.make, arrays, self._spec, self._identities))
+        args = (self.make, arrays, self._spec, self._identities)
+        if type(self) is StreamTable:
+            return (_rebuilt, args)
+        return (_rebuilt, (*args, type(self)))
 
 
-def _rebuilt(make: Any, arrays: tuple, spec: Any, identities: Identities | None) -> StreamTable:
-    """A table from what :meth:`StreamTable.__reduce__` gave."""
-    table = object.__new__(StreamTable)
+def _rebuilt(
+    make: Any,
+    arrays: tuple,
+    spec: Any,
+    identities: Identities | None,
+    kind: type[StreamTable] | None = None,
+) -> StreamTable:
+    """A table (of ``kind``, a subclass) from what :meth:`StreamTable.__reduce__` gave."""
+    table = object.__new__(StreamTable if kind is None else kind)
     loaded = [_loaded(a) for a in arrays]
     table.make, table.lengths, table.columns = make, loaded[0], tuple(loaded[1:])
     table._spec, table._identities = spec, identities

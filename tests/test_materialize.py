@@ -4,6 +4,7 @@ import errno
 import os
 import pickle
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -895,3 +896,371 @@ def test_a_state_of_some_streams_of_a_store_is_refused_by_others_of_it(tmp_path)
     store = materialize([np.arange(12), np.arange(12) * 2, np.arange(12) * 3], tmp_path / "s")
     assert _store_state_refused(store[:2], store[1:])
     assert _store_state_refused(store[:2], store[1::-1])
+
+
+class _Counted(StoredStream):
+    """A stored stream that counts the instances made (patched in for a test)."""
+
+    made = 0
+
+    def __init__(self, *args, **kwargs):
+        type(self).made += 1
+        super().__init__(*args, **kwargs)
+
+
+def test_a_store_is_a_table_of_its_streams(tmp_path, monkeypatch):
+    import streamseq.store.stream as stream_module
+
+    sources = [np.arange(n) * 3 for n in (5, 0, 9, 4, 7)]
+    materialize(sources, tmp_path / "s")
+    monkeypatch.setattr(stream_module, "StoredStream", _Counted)
+    monkeypatch.setattr(build_module, "StoredStream", _Counted, raising=False)
+    if hasattr(streamseq.store, "table"):
+        monkeypatch.setattr(streamseq.store.table, "StoredStream", _Counted)
+    _Counted.made = 0
+    for stored in (materialize(sources, tmp_path / "s"), open_store(tmp_path / "s")):
+        assert isinstance(stored, streamseq.StreamTable)
+        assert _Counted.made == 0  # no stream made to build or open it
+        assert stored.lengths.tolist() == [5, 0, 9, 4, 7]
+        again = pickle.loads(pickle.dumps(stored))
+        assert type(again) is type(stored) and _Counted.made == 0
+        sub = stored[2:]
+        assert isinstance(sub, streamseq.StreamTable) and sub.lengths.tolist() == [9, 4, 7]
+        assert sub[0].index == 2 and sub[0][1:3].tolist() == [3, 6]
+        assert _Counted.made == 2
+        # what users did with the list: len, indexing, iteration, slices, the steps
+        assert len(stored) == 5 and sum(len(s) for s in stored) == 25
+        assert [s[:].tolist() for s in again] == [s.tolist() for s in sources]
+        assert stored[-1].index == 4 and [s.index for s in stored[::2]] == [0, 2, 4]
+        _Counted.made = 0
+
+
+def test_a_mixture_of_a_store_keeps_its_groups_as_tables(tmp_path):
+    groups = {"a": [np.arange(5), np.arange(3)], "b": [np.arange(4) * 2]}
+    stored = materialize(mix(groups, {"a": 1, "b": 1}), tmp_path / "s")
+    assert [type(p).__name__ for p in stored.parts] == ["StoreTable", "StoreTable"]
+    assert [p.lengths.tolist() for p in stored.parts] == [[5, 3], [4]]
+    assert stored[2][0:4].tolist() == [0, 2, 4, 6]
+
+
+def _picked(x, info, key="a", storage_options=None, url=None):
+    return x * (2 if key == "b" else 1)
+
+
+def test_no_credential_of_a_transform_is_written_and_a_hidden_setting_still_counts(tmp_path):
+    import functools
+
+    arrays = token_arrays((6, 4))
+    secrets = ["OptS3cretQz", "UrlPassw0rdQz", "ApiT0kenQz"]
+    fn = functools.partial(
+        _picked,
+        storage_options={"key": secrets[0]},
+        url=f"https://user:{secrets[1]}@host/x?token={secrets[2]}",
+    )
+    stored = materialize(arrays, tmp_path / "s", transform=fn)
+    written = b"".join(p.read_bytes() for p in (tmp_path / "s").iterdir() if p.is_file())
+    assert not [s for s in secrets if s.encode() in written]
+    assert stored_bytes(stored) == [a.tobytes() for a in arrays]
+    # a setting whose name reads as a credential ("key") still names the transform
+    other = materialize(arrays, tmp_path / "s", transform=functools.partial(fn, key="b"))
+    assert stored_bytes(other) == [(a * 2).tobytes() for a in arrays]  # (not stale)
+
+
+@pytest.mark.parametrize("how", ["written in place", "removed and made again"])
+def test_a_file_rewritten_with_its_size_and_time_restored_is_not_read_stale(tmp_path, how):
+    path = tmp_path / "a.bin"
+    np.arange(50, dtype=np.int32).tofile(path)
+    first = materialize([tokens(path, np.int32)], tmp_path / "s")
+    assert first[0][0:2].tolist() == [0, 1]
+    st = os.stat(path)
+    new = np.arange(50, dtype=np.int32) + 1000
+    if how == "written in place":
+        with open(path, "r+b") as f:
+            f.write(new.tobytes())
+    else:
+        path.unlink()
+        new.tofile(path)  # (the file system may give it the same inode)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # size and time as they were
+    again = materialize([tokens(path, np.int32)], tmp_path / "s")
+    assert again[0][0 : len(again[0])].tolist() == new.tolist()
+    with pytest.raises(SourceError, match="a.bin"):
+        new.tofile(path)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        materialize([tokens(path, np.int32)], tmp_path / "s", on_change="error")
+    assert first[0][0:2].tolist() == [0, 1]  # (the steps held keep their bytes)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_file_changed_while_its_steps_are_copied_is_an_error_then_written_again(
+    tmp_path, monkeypatch, workers
+):
+    monkeypatch.setattr(build_module, "READ_BYTES", 40)  # (10 steps a read)
+    path = tmp_path / "a.bin"
+    old, new = np.arange(50, dtype=np.int32), np.arange(50, dtype=np.int32) + 1000
+    old.tofile(path)
+    marker = tmp_path / "changed"
+
+    def change_after_the_first_read(x, info):
+        if info.start == 10 and not marker.exists():  # a piece read: the file changes
+            marker.touch()
+            st = os.stat(path)
+            new.tofile(path)
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # size and time restored
+        return np.array(x)
+
+    streams = [tokens(path, np.int32), np.arange(5, dtype=np.int32)]
+    with pytest.raises(SourceError, match=r"a\.bin.*changed") as info:
+        materialize(streams, tmp_path / "s", transform=change_after_the_first_read)
+    assert "stream 0" in str(info.value)
+    again = materialize(
+        [tokens(path, np.int32), streams[1]], tmp_path / "s", transform=change_after_the_first_read
+    )
+    assert stored_bytes(again) == [new.tobytes(), streams[1].tobytes()]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_disk_that_fills_while_writing_is_told_with_the_stream_and_the_file(
+    tmp_path, monkeypatch, workers
+):
+    sources = [np.full((40, 8), i, np.float64) for i in range(6)]
+    real, writes = os.pwrite, [0]
+
+    def fills_up(fd, data, position):  # (the check of space passed: another process fills it)
+        writes[0] += 1
+        if writes[0] > 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd, data, position)
+
+    monkeypatch.setattr(os, "pwrite", fills_up)
+    with pytest.raises(OSError) as info:
+        materialize(sources, tmp_path / "s", num_workers=workers)
+    assert info.value.errno == errno.ENOSPC
+    text = str(info.value)
+    assert "stream " in text and "steps 0:40" in text and "leaf-0." in text, text
+    monkeypatch.undo()
+    with pytest.raises(SourceError, match="not complete"):
+        open_store(tmp_path / "s")  # (nothing half-written is read)
+    stored = materialize(sources, tmp_path / "s")
+    assert stored_bytes(stored) == [s.tobytes() for s in sources]
+
+
+def test_a_file_size_limit_is_told_with_the_data_file_and_nothing_is_read_later(tmp_path):
+    script = textwrap.dedent(
+        """
+        import resource, sys
+        import numpy as np
+        from streamseq import materialize
+        sources = [np.full((n, 64), i, np.uint8) for i, n in enumerate([3000, 2000, 100])]
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
+        try:
+            materialize(sources, sys.argv[1], num_workers=int(sys.argv[2]))
+        except OSError as e:
+            print(e.errno, e)
+        """
+    )
+    for workers in (0, 2):
+        folder = tmp_path / f"s{workers}"
+        run = subprocess.run(
+            [sys.executable, "-c", script, str(folder), str(workers)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.startswith(f"{errno.EFBIG} ") and "leaf-0." in run.stdout, run.stdout
+        assert "326400 bytes" in run.stdout, run.stdout
+        with pytest.raises(SourceError):
+            open_store(folder)
+    sources = [np.full((n, 64), i, np.uint8) for i, n in enumerate([3000, 2000, 100])]
+    stored = materialize(sources, tmp_path / "s0")
+    assert stored_bytes(stored) == [s.tobytes() for s in sources]
+
+
+def test_a_store_of_the_first_version_is_made_again_and_its_files_removed(tmp_path):
+    folder = tmp_path / "s"
+    folder.mkdir()
+    sources = [np.arange(10), np.arange(5)]
+    # (the files the first version of the layout wrote: no generation in their names)
+    (folder / ".lock").touch()
+    (folder / "manifest.json").write_text(
+        '{"version": 1, "streams": 2, "steps": 15, "spec": {"leaf": 0, "dtype": "<i8", '
+        '"shape": []}, "complete": true}'
+    )
+    np.save(folder / "index.npy", np.array([[0, 10], [10, 5]]))
+    np.concatenate(sources).tofile(folder / "leaf-0.bin")
+    np.array([0, 0 ^ layout.DONE_KEY, 1, 1 ^ layout.DONE_KEY], "<i8").tofile(folder / "done.log")
+    stored = materialize(sources, folder)
+    assert stored_bytes(stored) == [s.tobytes() for s in sources]
+    assert not {"leaf-0.bin", "done.log"} & set(os.listdir(folder))
+
+
+@pytest.mark.parametrize("on_change", ["rebuild", "error"])
+def test_a_lerobot_episode_whose_files_changed_is_not_read_stale(tmp_path, on_change):
+    from media import write_lerobot
+
+    from streamseq.io import lerobot
+
+    root = write_lerobot(tmp_path / "lr", "v2.1", [6, 6])
+    first = materialize(lerobot(root), tmp_path / "s")
+    camera = "observation.images.top"
+    videos = root / "videos" / "chunk-000" / camera
+    was = np.array(first[0][0:6][camera])
+    shutil.copyfile(videos / "episode_000001.mp4", videos / "episode_000000.mp4.new")
+    os.replace(videos / "episode_000000.mp4.new", videos / "episode_000000.mp4")
+    episodes = lerobot(root)
+    now = np.asarray(episodes[0][0:6][camera])
+    assert not np.array_equal(now, was)
+    if on_change == "error":
+        with pytest.raises(SourceError, match="episode_000000.mp4"):
+            materialize(episodes, tmp_path / "s", on_change="error")
+        return
+    again = materialize(episodes, tmp_path / "s")
+    assert np.array_equal(np.asarray(again[0][0:6][camera]), now)
+    assert np.array_equal(np.asarray(first[0][0:6][camera]), was)  # (held steps kept)
+
+
+@pytest.mark.parametrize("kind", ["recording", "zip_streams"])
+def test_a_recording_or_zip_whose_video_changed_is_written_again(tmp_path, kind):
+    clip = write_video(tmp_path / "a.mp4", 10)
+    other = write_video(tmp_path / "b.mp4", 10, size=(32, 48), gop=3)
+
+    def made():
+        label = np.arange(10)
+        if kind == "recording":
+            return recording(0.04, video=video(clip, size=(8, 8)), label=label)
+        return streamseq.zip_streams({"video": video(clip, size=(8, 8)), "label": label})
+
+    first = materialize([made()], tmp_path / "s")
+    was = np.array(first[0][0:10]["video"])
+    shutil.copyfile(other, tmp_path / "new.mp4")
+    os.replace(tmp_path / "new.mp4", clip)
+    source = made()
+    now = np.asarray(source[0:10]["video"])
+    assert not np.array_equal(now, was)
+    with pytest.raises(SourceError, match="a.mp4"):
+        materialize([source], tmp_path / "s", on_change="error")
+    again = materialize([source], tmp_path / "s")
+    assert np.array_equal(np.asarray(again[0][0:10]["video"]), now)
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        {1: np.arange(3)},
+        {"x": np.array([[1, "a"]] * 3, dtype=object)},
+        np.zeros(3, dtype=[("a", "<i4"), ("b", "<f4")]),
+    ],
+)
+def test_steps_a_store_cannot_hold_are_refused_naming_the_stream(tmp_path, step):
+    with pytest.raises(TypeError, match=r"stream 1 \(.*\), steps 0:1: a stored step"):
+        materialize(
+            [{"x": np.arange(0)} if isinstance(step, dict) else step[:0], step], tmp_path / "s"
+        )
+    assert not os.listdir(tmp_path / "s") or os.listdir(tmp_path / "s") == [".lock"]
+
+
+@pytest.mark.parametrize("generation", ["../outside", "x/../..", "", "ab.cd"])
+def test_a_generation_that_is_not_a_name_of_the_store_is_refused(tmp_path, generation):
+    import json
+    import shutil as shell
+
+    sources = token_arrays()
+    store = tmp_path / "s"
+    materialize(sources, store)
+    manifest = json.loads((store / layout.MANIFEST).read_text())
+    old = manifest["generation"]
+    manifest["generation"] = generation
+    layout.write_manifest(str(store), {k: v for k, v in manifest.items() if k != "digest"})
+    own = set(os.listdir(store))
+    # (files where that name leads, outside the store's own names)
+    for kind in ("leaf-0.{}.bin", "done.{}.log"):
+        where = store / kind.format(generation)
+        where.parent.mkdir(parents=True, exist_ok=True)
+        shell.copyfile(store / kind.format(old), where)
+    with pytest.raises(SourceError, match="generation"):
+        open_store(store)
+    with pytest.raises(SourceError, match="not a store"):  # (files not its own: left there)
+        materialize(sources, store)
+    for name in set(os.listdir(store)) - own:
+        shell.rmtree(store / name) if (store / name).is_dir() else os.remove(store / name)
+    stored = materialize(sources, store)
+    assert stored_bytes(stored) == [s.tobytes() for s in sources]
+    assert layout.read_manifest(str(store))["generation"] not in (generation, old)
+
+
+def test_events_of_another_array_in_memory_are_written_again(tmp_path):
+    from streamseq.io import events, synthetic_events
+
+    def made(seed):
+        recording = synthetic_events(height=16, width=16, duration_us=100_000, seed=seed)
+        return events(recording, window_us=10_000, height=16, width=16)
+
+    first = materialize([made(1)], tmp_path / "s")
+    other = made(2)
+    want = np.asarray(other[0 : len(other)])
+    assert len(other) == len(first[0]) and not np.array_equal(want, first[0][0 : len(other)])
+    with pytest.raises(SourceError, match="changed"):
+        materialize([other], tmp_path / "s", on_change="error")
+    again = materialize([other], tmp_path / "s")
+    assert np.array_equal(np.asarray(again[0][0 : len(other)]), want)
+
+
+def test_table_episodes_whose_file_changed_are_written_again(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from streamseq.io import table
+
+    path = tmp_path / "t.parquet"
+
+    def write(shift, where):
+        rows = {"episode_index": [0, 0, 0, 1, 1], "x": [shift + 1.0, 2, 3, 4, 5]}
+        pq.write_table(pa.table(rows), where)
+
+    write(0, path)
+    first = materialize(table(path, columns=["x"]), tmp_path / "s")
+    assert first[0][0:1]["x"].tolist() == [1.0]
+    write(100, tmp_path / "new.parquet")
+    os.replace(tmp_path / "new.parquet", path)
+    with pytest.raises(SourceError, match="t.parquet"):
+        materialize(table(path, columns=["x"]), tmp_path / "s", on_change="error")
+    again = materialize(table(path, columns=["x"]), tmp_path / "s")
+    assert again[0][0:1]["x"].tolist() == [101.0]
+
+
+def test_an_empty_path_is_refused_not_taken_as_the_working_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="path"):
+        materialize([np.arange(3)], "")
+    assert os.listdir(tmp_path) == []
+
+
+def _edited(body):
+    """A transform named ``scale`` as a script defines it, with ``body`` (edited between runs)."""
+    space = {}
+    exec(f"def scale(x, info, k=1):\n    return {body}\n", space)  # noqa: S102
+    return space["scale"]
+
+
+@pytest.mark.parametrize("edit", ["x * 3", "x * k + 1", "closure"])
+def test_a_transform_edited_under_the_same_name_makes_the_store_again(tmp_path, edit):
+    arrays = token_arrays((6, 4))
+    first = materialize(arrays, tmp_path / "s", transform=_edited("x * 2"))
+    assert stored_bytes(first) == [(a * 2).tobytes() for a in arrays]
+    if edit == "closure":
+        factor = 5
+
+        def scale(x, info):
+            return x * factor
+
+        again = materialize(arrays, tmp_path / "s", transform=scale)
+        assert stored_bytes(again) == [(a * 5).tobytes() for a in arrays]
+        factor = 7
+        again = materialize(arrays, tmp_path / "s", transform=scale)
+        assert stored_bytes(again) == [(a * 7).tobytes() for a in arrays]
+        return
+    again = materialize(arrays, tmp_path / "s", transform=_edited(edit))
+    want = [(a * 3) if edit == "x * 3" else (a + 1) for a in arrays]
+    assert stored_bytes(again) == [w.tobytes() for w in want]
+    same = materialize(arrays, tmp_path / "s", transform=_edited(edit))
+    assert same[0]._files.generation == again[0]._files.generation  # (not made again)

@@ -64,10 +64,14 @@ def to_torch(batch: Batch, pin: bool = False) -> Batch:
         >>> b.step
         tensor([[0, 1]])
     """
-    if not pin and all(
-        type(f) is np.ndarray and f.flags.c_contiguous and f.dtype.isnative for f in batch
-    ):
-        return rebuilt(batch, map(torch.from_numpy, batch))
+    if not pin:  # the common case, in short: every field a contiguous native array
+        shared = []
+        for f in batch:
+            if type(f) is not np.ndarray or not f.flags.c_contiguous or not f.dtype.isnative:
+                break
+            shared.append(torch.from_numpy(f))
+        else:
+            return rebuilt(batch, shared)
 
     def convert(a: Any) -> torch.Tensor:
         if type(a) is np.ndarray and not pin and a.flags.c_contiguous and a.dtype.isnative:

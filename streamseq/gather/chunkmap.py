@@ -68,10 +68,9 @@ class ChunkMap:
         ends = [p.chunk_ends + b for p, b in zip(parts, self.base.tolist(), strict=True)]
         self.ends = np.concatenate([np.zeros(0, np.int64), *ends]).astype(np.int64)
         self.ids = np.concatenate([np.zeros(0, np.int64), *(r.stream_ids for r in self.rows)])
-        refs = [ref for r in self.rows for ref in r.refs]
         self.arrays: list[np.ndarray] | None = None  # the streams, when all are plain arrays
-        if all(_plain(f.source, f.length) for f in refs):
-            self.arrays = [f.source for f in refs]  # nothing to open, measure or close
+        if all(_plain(f.source, f.length) for r in self.rows for f in r.refs):
+            self.arrays = [f.source for r in self.rows for f in r.refs]
         self.lengths = np.concatenate([np.zeros(0, np.int64), *(r.lengths for r in self.rows)])
         self.shifts = np.concatenate([np.zeros(0, np.int64), *(r.starts for r in self.rows)])
         self.segmented = bool(self.shifts.any())  # streams that are segments of longer ones

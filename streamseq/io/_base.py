@@ -89,6 +89,7 @@ _CHANGES: dict[str, Callable[[Any, Any], str]] = {
     "mtime": lambda old, new: f"last modified {old} -> {new}",
     "inode": lambda old, new: "replaced by another file (a new inode)",
     "mtime_ns": lambda old, new: f"modified {_when(old)} -> {_when(new)}",
+    "ctime_ns": lambda old, new: "written again at the same size and time (its ctime changed)",
 }
 
 

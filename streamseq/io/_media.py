@@ -363,8 +363,8 @@ class MediaSource(Source, ABC):
             Inconsistent: after a seek, the timestamp of a frame locates nothing, or not
                 the position that follows the previous frame.
         """
-        located = None if self._index is None else self._index.locate(frame)
         expected = reader.in_pos
+        located = None if self._index is None else self._frame_position(frame, expected)
         if reader.counting:
             if self._index is not None and located != expected:
                 self._trusted = False  # the count is right, the timestamps are not
@@ -379,6 +379,10 @@ class MediaSource(Source, ABC):
         return located
 
     # -- hooks -----------------------------------------------------------------------------
+
+    def _frame_position(self, frame: Any, expected: int | None) -> int | None:
+        """The probe's ``locate(frame)``; ``expected``: where the frame should be, a hint."""
+        return self._index.locate(frame)
 
     @abstractmethod
     def _demux(self) -> Any: ...

@@ -51,13 +51,15 @@ _IDX_DTYPES = {
     8: np.uint16,
 }
 
-#: (path, dtype, byte offset, tokens) -> the memory map of this process
-_Key = tuple[str, str, int, int]
+#: (path, dtype, byte offset, tokens, the file's stamp) -> the memory map of this process
+#: (the stamp: a file replaced at the same path is mapped again, never read through the
+#: map of the file it replaced)
+_Key = tuple[str, str, int, int, tuple[int, int, int]]
 _MAPS: SharedHandles[_Key, np.ndarray] = SharedHandles()
 
 
 def _map(key: _Key) -> np.ndarray:
-    path, dtype, offset, count = key
+    path, dtype, offset, count = key[:4]
     if count == 0:  # mmap refuses empty files
         return np.zeros(0, dtype)
     return np.memmap(path, np.dtype(dtype), mode="r", offset=offset, shape=(count,))
@@ -400,7 +402,7 @@ def token_corpus(
         file_dtype, offset, count = _layout(path, dtype, size)
     if count == 0:
         raise SourceError(path, "empty: no token")
-    key: _Key = (path, file_dtype.str, offset, count)
+    key: _Key = (path, file_dtype.str, offset, count, stamp)
     files: _Files = ((path, stamp),)
     if not megatron:
         if eod is not None:

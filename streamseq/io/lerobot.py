@@ -56,7 +56,16 @@ from streamseq._redact import redacted_repr
 from streamseq.errors import SourceError, StreamError
 from streamseq.io import remote
 from streamseq.io._base import Source
-from streamseq.io.table import _READERS, _Episode, _Key, _Options, _pyarrow, _Reader, _to_numpy
+from streamseq.io.table import (
+    _READERS,
+    _Episode,
+    _Key,
+    _Options,
+    _pyarrow,
+    _Reader,
+    _to_numpy,
+    local_stamp,
+)
 from streamseq.io.video import TIME_TOLERANCE, _Video, video
 from streamseq.plan.identities import read_code
 from streamseq.read.handle import ProcessLocal
@@ -996,13 +1005,17 @@ def lerobot(
                 f"episode {episode['index']}, camera {cam!r}: no video file {relative}"
             ) from None
 
+    stamps: dict[str, tuple[int, ...] | None] = {}  # (one stat a data file)
     out = [
         _LeRobotEpisode(
             files.name,
             e["index"],
             e["length"],
-            _Key(
-                files.inside(e["data"], "data_path", f"episode {e['index']}"), read, options, None
+            _data_key(
+                files.inside(e["data"], "data_path", f"episode {e['index']}"),
+                read,
+                options,
+                stamps,
             ),
             e["rows"],
             tuple(camera(e, cam) for cam in chosen),
@@ -1059,3 +1072,12 @@ def _asked(files: _Files, episodes: Any) -> list[int]:
     indices = [int(i) for i in asked]
     _once(files, "episodes", indices)
     return indices
+
+
+def _data_key(
+    path: str, columns: tuple[str, ...], options: _Options, stamps: dict[str, Any]
+) -> _Key:
+    """The key of the reader of a data file, with its stamp (taken once a file, in ``stamps``)."""
+    if path not in stamps:
+        stamps[path] = local_stamp(path)
+    return _Key(path, columns, options, None, stamps[path])

@@ -81,6 +81,25 @@ class _Key(NamedTuple):
     columns: tuple[str, ...]
     options: _Options  # of a URL (empty for a path)
     size: int | None  # of a URL, in bytes (not asked again in every worker)
+    # of a local file: its size, times and inode when the key was made (a file replaced
+    # at the same path gets a reader of its own, never the one of the file it replaced)
+    stamp: tuple[int, ...] | None = None
+
+
+def local_stamp(path: str) -> tuple[int, ...] | None:
+    """The size, modification time, inode and ctime of the local file ``path`` (else ``None``).
+
+    Example:
+        >>> local_stamp("s3://bucket/a.parquet") is None
+        True
+    """
+    if remote.is_url(path):
+        return None
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None  # (opening it tells)
+    return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
 
 
 class _Readers:
@@ -463,7 +482,7 @@ def table(
     _pyarrow()
     located = _locate(path, storage_options)
     size = None if located is None else located.size
-    key = _Key(path, (), _Options(storage_options), size)
+    key = _Key(path, (), _Options(storage_options), size, local_stamp(path))
     file, opened = _open_file(key)
     try:
         return _episodes(file, key, group_by, columns, sort)

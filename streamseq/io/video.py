@@ -39,6 +39,7 @@ from av.video.reformatter import VideoReformatter
 from streamseq._redact import redacted_repr
 from streamseq.errors import SourceError
 from streamseq.io._media import MediaSource, Reader, open_media, packets
+from streamseq.io._video_frames import copy_frame
 from streamseq.io.remote import Remote
 
 #: channels of the packed pixel formats a video stream can deliver (``None``: no channel axis)
@@ -78,12 +79,28 @@ class _Probe:
     def __len__(self) -> int:
         return len(self.times)
 
-    def locate(self, frame: Any) -> int | None:
-        """Index of a decoded frame, from its timestamp (``None``: it tells none)."""
-        if not self.exact or frame.pts is None:
+    def locate(self, frame: Any, expected: int | None = None) -> int | None:
+        """Index of a decoded frame, from its timestamp (``None``: it tells none).
+
+        ``expected``: the index the frame should have (the one after the previous
+        frame), checked first; the timestamps are searched only when it is not that one.
+
+        Example:
+            >>> from types import SimpleNamespace as Frame
+            >>> p = _Probe(np.array([0, 512, 1024]), np.array([0]), np.array([0]),
+            ...            np.array([0.0, 0.04, 0.08]), 25.0, 2, 2, True)
+            >>> p.locate(Frame(pts=512), 1), p.locate(Frame(pts=1024), 1)
+            (1, 2)
+            >>> p.locate(Frame(pts=100)), p.locate(Frame(pts=None), 0)
+            (None, None)
+        """
+        pts = frame.pts
+        if not self.exact or pts is None:
             return None
-        index = int(np.searchsorted(self.pts, frame.pts))
-        return index if index < len(self.pts) and self.pts[index] == frame.pts else None
+        if expected is not None and 0 <= expected < len(self.pts) and self.pts[expected] == pts:
+            return expected  # (timestamps are distinct: no other frame has it)
+        index = int(np.searchsorted(self.pts, pts))
+        return index if index < len(self.pts) and self.pts[index] == pts else None
 
 
 def _probe(path: str, stream_index: int, remote: Remote | None = None) -> _Probe:
@@ -498,8 +515,9 @@ class _Video(MediaSource):
     def read_into(self, start: int, stop: int, out: np.ndarray) -> int | None:
         """Convert frames ``start:stop`` straight into ``out`` (the rows of a batch).
 
-        Each frame is converted by the reused reformatter and copied once, into ``out``:
-        no array of the chunk, no second copy. Only for frames read one by one (not at
+        Each frame is converted by the reused reformatter and its planes copied once,
+        into ``out`` (:func:`~streamseq.io._video_frames.copy_frame`): no array of the
+        chunk nor of the frame. Only for frames read one by one (not at
         ``fps=``, nor a window) of the dtype and shape of ``out``; ``None`` otherwise.
         """
         if self.step_rate is not None or self.windowed or out.dtype != np.uint8:
@@ -519,12 +537,14 @@ class _Video(MediaSource):
             if out.shape[1:] != shape:
                 return None
             reader, chunks = self._decode(reader, *self._span(start, stop))
-            k = 0
+            reformat, fmt = reader.convert.reformat, self.format
+            h, w = self.size if self.size is not None else (None, None)
+            k, n = 0, len(out)
             for chunk in chunks:
                 for frame in chunk:
-                    if k == len(out):
+                    if k == n:
                         return k + 1  # (more than asked: the caller says so)
-                    out[k] = self._convert(reader, frame)
+                    copy_frame(reformat(frame, w, h, fmt, threads=1), out[k], fmt)
                     k += 1
             return k
 
@@ -533,6 +553,9 @@ class _Video(MediaSource):
         return reader.convert.reformat(frame, w, h, self.format, threads=1).to_ndarray()
 
     # -- hooks of the decoding skeleton ----------------------------------------------------
+
+    def _frame_position(self, frame: Any, expected: int | None) -> int | None:
+        return self._index.locate(frame, expected)
 
     def _demux(self) -> _Probe:
         if self.windowed:

@@ -20,9 +20,10 @@ from ..interleave import Row, make_rows
 from ..plan.balance import balanced_groups, row_costs
 from ..plan.planner import EpochPlan, Epochs
 from ..plan.spec import PlanSpec
-from ..read.ref import StreamRef
+from ..read.ref import StreamRef, TableRefs, _collector_paused
 from ..split import split_by_worker
 from ..store.stream import store_files
+from ..stream_table import is_table
 from ..tbin import tbin
 from ..workers.config import WorkerConfig
 from ..workers.inline import bounded
@@ -90,18 +91,27 @@ class Reading:
 
     @functools.cached_property
     def in_memory(self) -> bool:
-        """Whether every stream is arrays already mapped (a store's) and there is no transform."""
-        refs = self.refs
-        return (
-            self.transform is None
-            and len(refs) > 0
-            and all(callable(getattr(type(r.source), "as_arrays", None)) for r in refs)
-        )
+        """Whether every stream is arrays already mapped (a store's) and there is no transform.
+
+        A table answers once for its streams (a store's table: ``mapped``); a list is asked
+        stream by stream, up to the first that is not mapped.
+        """
+        if self.transform is not None or not len(self.refs):
+            return False
+        return all(_mapped(part) for part in _parts_of(self.refs))
 
     @functools.cached_property
     def stores(self) -> list[Any]:
         """The stores the streams read (checked before each batch: :class:`_StoreChecked`)."""
-        return store_files([r.source for r in self.refs])
+        found: dict[int, Any] = {}
+        for part in _parts_of(self.refs):
+            if is_table(part):
+                got = getattr(part, "stores", [])  # (a table of a store: its files)
+            else:
+                got = store_files([r.source for r in part])
+            for files in got:
+                found.setdefault(id(files), files)
+        return list(found.values())
 
     def read_here(self, plan: EpochPlan) -> bool:
         """Whether ``plan``'s batches are read in the calling process whatever the workers.
@@ -139,10 +149,11 @@ class Reading:
             for r in rows
         ]
         data, stores = self.data.of(plan.epoch), self.stores
-        if not stores:
-            return ZipBatch(parts, pad=spec.pad, length=plan.length, spec=data)
-        group = _StoreChecked(parts, pad=spec.pad, length=plan.length, spec=data)
-        group.stores = stores
+        kind = _StoreChecked if stores else ZipBatch
+        with _collector_paused():  # (the rows' references, made for its map of chunks)
+            group = kind(parts, pad=spec.pad, length=plan.length, spec=data)
+        if stores:
+            group.stores = stores
         return group
 
     def whole(self, plan: EpochPlan) -> ZipBatch:
@@ -170,6 +181,20 @@ class Reading:
         (:class:`~streamseq.workers.epochs.EpochBlocks`).
         """
         return self.group(plan, split_by_worker(self.rows(plan), workers)[w])
+
+
+def _parts_of(refs: Sequence[StreamRef]) -> list[Any]:
+    """The tables and lists of references that ``refs`` are made of (a list: itself)."""
+    if isinstance(refs, TableRefs):
+        return refs.parts
+    return [refs]
+
+
+def _mapped(part: Any) -> bool:
+    """Whether every stream of ``part`` (a table, or references) is arrays already mapped."""
+    if is_table(part):
+        return bool(getattr(part, "mapped", False))  # one answer for all its streams
+    return all(callable(getattr(type(r.source), "as_arrays", None)) for r in part)
 
 
 def check_picklable(

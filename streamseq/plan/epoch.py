@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .packing import capped_end, row_spans
+from .packing import row_spans
 from .rows import assign_rows, balanced_rows, shuffle_rows
 
 #: the planning algorithms :func:`epoch_rows` knows
@@ -35,7 +35,12 @@ def row_chunks(
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     if pack and cap is not None:
-        return np.array([-(-capped_end(lengths[m], tbins, cap) // tbins) for m in assignment])
+        flat = np.concatenate([np.asarray(m, np.int64) for m in assignment] + [np.zeros(0, int)])
+        sizes = np.array([len(m) for m in assignment], np.int64)
+        end = row_spans(lengths[flat], sizes, tbins, cap)[1]
+        last = np.cumsum(sizes) - 1  # (the end of a row: that of its last piece)
+        ends = np.where(sizes > 0, end[np.maximum(last, 0)] if len(end) else 0, 0)
+        return -(-ends // tbins)
     if pack:
         return np.array([-(-int(lengths[m].sum()) // tbins) for m in assignment], np.int64)
     per_stream = -(-lengths // tbins)

@@ -16,7 +16,8 @@ import numpy as np
 def capped_starts(lengths: np.ndarray, tbins: int, cap: int) -> np.ndarray:
     """Where each stream of a packed row starts, in steps of the row (padding included).
 
-    Empty streams start where the next stream would, and hold no place.
+    Empty streams start where the stream before them ends, and hold no place. The row
+    laid out by :func:`row_spans`.
 
     Example:
         >>> capped_starts(np.array([1, 1, 1, 1]), 4, 2).tolist()
@@ -28,20 +29,8 @@ def capped_starts(lengths: np.ndarray, tbins: int, cap: int) -> np.ndarray:
         >>> capped_starts(np.array([2, 2, 0, 2]), 4, 2).tolist()
         [0, 2, 4, 4]
     """
-    starts = np.empty(len(lengths), np.int64)
-    at = touching = 0  # the next free step, and the streams in its chunk
-    for j, n in enumerate(np.asarray(lengths).tolist()):
-        if at % tbins == 0:
-            touching = 0
-        if n and touching >= cap:
-            at += tbins - at % tbins
-            touching = 0
-        starts[j] = at
-        if n:
-            end = at + n
-            touching = touching + 1 if end // tbins == at // tbins else 1
-            at = end
-    return starts
+    lengths = np.asarray(lengths, dtype=np.int64)
+    return row_spans(lengths, np.array([len(lengths)], np.int64), tbins, cap)[0]
 
 
 def capped_end(lengths: np.ndarray, tbins: int, cap: int) -> int:
@@ -64,6 +53,9 @@ def row_spans(
     """``(start, end)`` in steps of every piece of rows laid out one after the other.
 
     ``lengths`` are the pieces of every row in order, ``sizes`` the pieces of each row.
+    Every row is laid out at once, as arrays over the rows: the ``j``-th pieces of all
+    rows are placed together (the place of a piece depends on the pieces before it in
+    its row), so the work is one array step per piece of the longest row.
 
     Example:
         >>> start, end = row_spans(np.array([1, 1, 1, 2]), np.array([3, 1]), 4, 2)
@@ -71,11 +63,56 @@ def row_spans(
         ([0, 1, 4, 0], [1, 2, 5, 2])
     """
     lengths = np.asarray(lengths, dtype=np.int64)
-    bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    sizes = np.asarray(sizes, dtype=np.int64)
     start = np.zeros(len(lengths), np.int64)
-    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-        start[a:b] = capped_starts(lengths[a:b], tbins, cap)
+    if len(lengths):
+        order = np.argsort(-sizes, kind="stable")  # longest first: the rows still laid out
+        first = (np.cumsum(sizes) - sizes)[order]  # are a prefix of them
+        left = sizes[order]
+        at = np.zeros(len(sizes), np.int64)  # the next free step of every row
+        touching = np.zeros(len(sizes), np.int64)  # the streams in that step's chunk
+        for j in range(int(left[0])):  # (pieces of a row, every row at once)
+            count = int(np.searchsorted(-left, -j, side="left"))  # rows with a j-th piece
+            if count == 1:  # the longest row alone: the rest of it in one pass
+                k = int(first[0]) + j
+                rest = lengths[k : int(first[0]) + int(left[0])]
+                start[k : k + len(rest)] = _lay_out(rest, int(at[0]), int(touching[0]), tbins, cap)
+                break
+            a, t, k = at[:count], touching[:count], first[:count] + j
+            n = lengths[k]
+            t[a % tbins == 0] = 0
+            jump = (n > 0) & (t >= cap)  # (t is 0 at the start of a chunk)
+            a += np.where(jump, tbins - a % tbins, 0)
+            t[jump] = 0
+            start[k] = a
+            end = a + n
+            placed = n > 0
+            same = end // tbins == a // tbins
+            t[:] = np.where(placed, np.where(same, t + 1, 1), t)
+            a[:] = np.where(placed, end, a)
     return start, start + lengths
+
+
+def _lay_out(lengths: np.ndarray, at: int, touching: int, tbins: int, cap: int) -> list[int]:
+    """The starts of the pieces of one row, from its next free step and its chunk's streams.
+
+    What :func:`row_spans` does for every row at once, for the one row left: the pieces of
+    a row follow one another (each place depends on the one before), and the numbers of
+    one row are faster as integers than as arrays of one value.
+    """
+    starts = []
+    for n in lengths.tolist():
+        if at % tbins == 0:
+            touching = 0
+        if n and touching >= cap:
+            at += tbins - at % tbins
+            touching = 0
+        starts.append(at)
+        if n:
+            end = at + n
+            touching = touching + 1 if end // tbins == at // tbins else 1
+            at = end
+    return starts
 
 
 def most_chunks(lengths: np.ndarray, tbins: int, cap: int) -> int:

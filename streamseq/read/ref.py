@@ -382,6 +382,16 @@ class TableRefs(Sequence):
         for i in range(len(self)):
             yield self[i]
 
+    def row(self, index: np.ndarray) -> Sequence[StreamRef]:
+        """The references of a row reading streams ``index``, made when a reader asks.
+
+        :class:`RowRefs` when the streams are one table's; else :meth:`pick`.
+        """
+        index = np.asarray(index, dtype=np.int64)
+        if len(self.parts) == 1 and not isinstance(self.parts[0], list):
+            return RowRefs(self.parts[0], index, index)
+        return self.pick(index)
+
     def pick(self, index: np.ndarray) -> list[StreamRef]:
         """``[self[i] for i in index]``, the streams of each table made together."""
         index = np.asarray(index, dtype=np.int64)
@@ -413,6 +423,79 @@ class TableRefs(Sequence):
 
 #: references made at a time from a table (bounds the memory of their temporary lists)
 REFS_BLOCK = 1 << 14
+#: references a row of a table keeps once made (the stream it reads, and a few around)
+ROW_KEEPS = 4
+
+
+class RowRefs(Sequence):
+    """References to streams ``at`` of a table, each made when a reader asks for it.
+
+    What a row of a table holds in place of a reference per stream: two integer
+    arrays. ``refs[j]`` makes the reference to stream ``at[j]`` of the table (numbered
+    ``ids[j]``, its index in the user's list), as :meth:`TableRefs.pick` does, and keeps
+    the last few made (:data:`ROW_KEEPS`, never one that is open): a reader asks for
+    the same stream again while it reads it. Iterating makes them a block at a time.
+    Pickled, it is the rows of the table it reads (a table of those streams), never a
+    reference per stream.
+
+    Args:
+        table: a :class:`~streamseq.StreamTable`.
+        at: the streams of the row, as indices into ``table``.
+        ids: their indices in the user's list.
+
+    Example:
+        >>> from streamseq.stream_table import StreamTable
+        >>> refs = RowRefs(StreamTable(np.zeros, [3, 2, 4]), np.array([2, 0]), np.array([7, 5]))
+        >>> len(refs), refs[0], refs[1].length
+        (2, StreamRef(7, ndarray(shape=(4,), dtype=float64)), 3)
+    """
+
+    def __init__(self, table: Any, at: np.ndarray, ids: np.ndarray):
+        self.table = table
+        self.at = np.asarray(at, dtype=np.int64)
+        self.ids = np.asarray(ids, dtype=np.int64)
+        self._made: dict[int, StreamRef] = {}
+
+    def __len__(self) -> int:
+        return len(self.at)
+
+    def __getitem__(self, j: Any) -> Any:
+        if isinstance(j, slice):
+            return [self[k] for k in range(len(self))[j]]
+        j = range(len(self.at))[j]  # (the IndexError of a list, negatives)
+        ref = self._made.get(j)
+        if ref is None:
+            ref = _table_refs_at(self.table, self.at[j : j + 1], self.ids[j : j + 1])[0]
+            self._keep(j, ref)
+        return ref
+
+    def _keep(self, j: int, ref: StreamRef) -> None:
+        made = self._made
+        if len(made) >= ROW_KEEPS:  # forget the oldest that is not open
+            old = next((k for k, r in made.items() if not r.is_open), None)
+            if old is not None:
+                del made[old]
+        made[j] = ref
+
+    def __iter__(self) -> Any:
+        if len(self.at) <= REFS_BLOCK:  # (a row's references made together, in one pause)
+            made = _table_refs_at(self.table, self.at, self.ids)
+            return iter([self._made.get(j, r) for j, r in enumerate(made)] if self._made else made)
+        return self._blocks()
+
+    def _blocks(self) -> Any:
+        for a in range(0, len(self.at), REFS_BLOCK):  # (blocks of streams, not streams)
+            b = a + REFS_BLOCK
+            made = _table_refs_at(self.table, self.at[a:b], self.ids[a:b])
+            for j, ref in enumerate(made, a):
+                yield self._made.get(j, ref)
+
+    def __repr__(self) -> str:
+        return f"RowRefs({len(self)} streams of {self.table!r})"
+
+    def __reduce__(self) -> tuple:
+        rows = self.table[self.at]  # the row's streams only, as arrays
+        return (RowRefs, (rows, np.arange(len(self.at), dtype=np.int64), self.ids))
 
 
 def _table_refs_at(table: Any, at: np.ndarray, index: np.ndarray) -> list[StreamRef]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import functools
+import hashlib
 import logging
 import multiprocessing
 import numbers
@@ -19,6 +20,7 @@ import re
 import shutil
 import signal
 import time
+import types
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -27,15 +29,17 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from streamseq._checks import check_int
+from streamseq._redact import redact_text
 from streamseq._tree import leaves, tree_map
 from streamseq.errors import SourceError, WorkerError, WorkerTimeout
 from streamseq.mix import Mixture
-from streamseq.read.ref import StreamRef, as_refs
+from streamseq.read.ref import StreamRef, as_refs, describe
 from streamseq.read.transform import StepInfo, Transform
 from streamseq.store import layout
 from streamseq.store.check import Contents, lengths_digest, make_index, read_store
 from streamseq.store.generation import Plan, start_generation
 from streamseq.store.identity import (
+    check_copied,
     check_source,
     content_digest,
     record_change,
@@ -43,7 +47,7 @@ from streamseq.store.identity import (
 )
 from streamseq.store.layout import Damaged
 from streamseq.store.lock import build_lock
-from streamseq.store.stream import StoredStream, stored_streams
+from streamseq.store.table import StoreTable, store_table
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +68,7 @@ class _Build(NamedTuple):
     lengths: np.ndarray
     layout: list[tuple[np.dtype, tuple[int, ...]]]
     transform: Transform | None
+    records: list[Any]  # of the sources, taken before any was read (see check_copied)
 
 
 _BUILD: list[_Build] = []  # the build of this process, for its forked workers
@@ -81,15 +86,16 @@ def materialize(
     key: str | None = None,
     timeout: float | None = None,
     lock_timeout: float = 3600.0,
-) -> list[StoredStream] | Mixture:
+) -> StoreTable | Mixture:
     """Write every step of every stream once into a memory-mapped store, and read it back.
 
     The store (a folder: see :mod:`streamseq.store.layout`) keeps the steps as the
     sources deliver them, after ``transform``, one data file per array of a step, with
     the offset and length of every stream, the step dtypes and shapes, and what
-    identifies every source (its path and its file's size, time and inode; a digest of
-    the bytes of arrays in memory). The streams
-    returned read it with memory maps, without a copy: a loader given them delivers the
+    identifies every source (its path and its file's size, modification time, inode
+    and ``ctime``, which no call sets back; those of every file of a recording, of
+    streams zipped or of a LeRobot episode; a digest of the bytes of arrays in memory).
+    The streams returned read it with memory maps, without a copy: a loader given them delivers the
     same batches as one given the sources (with the same ``transform``), at the cost of a
     copy instead of a decode.
 
@@ -114,9 +120,9 @@ def materialize(
         num_workers: worker processes (forked) writing streams in parallel; 0 writes in
             this process.
         on_change: a source that differs from the one the store was made from (another
-            file, a file changed: size, time or inode; an array changed in memory), or
-            other settings: ``"rebuild"``
-            writes it again, ``"error"`` raises a :class:`~streamseq.SourceError`.
+            file, a file changed: size, time, ctime or inode; an array changed in
+            memory), or other settings: ``"rebuild"`` writes it again, ``"error"``
+            raises a :class:`~streamseq.SourceError`.
         key: any text that names what the store holds beyond the sources (a version of
             the transform, a resize setting): another key rebuilds the store.
         timeout: seconds without any stream written before the build is abandoned
@@ -124,12 +130,16 @@ def materialize(
         lock_timeout: seconds to wait for another process building the same store.
 
     Returns:
-        One :class:`~streamseq.store.StoredStream` per stream, in order (a
-        :class:`~streamseq.Mixture` of them for a mixture).
+        A :class:`~streamseq.store.table.StoreTable` of the stored streams, in order: a
+        :class:`~streamseq.store.StoredStream` made when one is indexed, the lengths
+        and offsets as arrays, a slice a table of the same store (a
+        :class:`~streamseq.Mixture` of its slices, one a group, for a mixture).
 
     Raises:
         SourceError: a source's file changed since the source was made, or since the
-            store was made (with ``on_change="error"``); it names the stream and the file.
+            store was made (with ``on_change="error"``), or while its steps were copied
+            (the stream is not recorded: the next call writes it); it names the stream
+            and the file.
             Or the store's folder cannot be written and the store there is not complete,
             or does not match the streams; or it holds no store but other files.
         StreamError: a stream failed to read, or its steps differ in dtype or shape
@@ -139,7 +149,7 @@ def materialize(
             number.
         OSError: ``errno.ENOSPC`` when the steps left to write would not fit the disk.
         ValueError: an ``on_change`` not known, streams all empty, a timeout that is
-            NaN or negative (``timeout`` 0).
+            NaN or negative (``timeout`` 0), an empty ``path``.
         TimeoutError: another process held the store for ``lock_timeout``.
         WorkerError: a worker died (:class:`~streamseq.WorkerTimeout` after ``timeout``).
 
@@ -165,6 +175,8 @@ def materialize(
             "it as JSON, and a key that JSON gives back otherwise (a tuple) would make the "
             "store again at every call"
         )
+    if not os.fspath(path):
+        raise ValueError("path is empty: give the store's folder (an empty path is not '.')")
     refs = as_refs(streams, lengths)
     folder = os.path.abspath(os.fspath(path))
     os.makedirs(folder, exist_ok=True)
@@ -172,7 +184,9 @@ def materialize(
     with build_lock(folder, lock_timeout) as writable:
         stored = _build(refs, folder, fn, num_workers, on_change, key, timeout, writable)
     if isinstance(streams, Mixture):
-        return Mixture(stored, streams.spec)
+        bounds = streams.spec.bounds
+        parts = [stored[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        return Mixture(stored, streams.spec, parts)
     return stored
 
 
@@ -209,7 +223,7 @@ def _build(
     key: str | None,
     timeout: float | None,
     writable: bool,
-) -> list[StoredStream]:
+) -> StoreTable:
     """Bring the store in ``folder`` up to date with ``refs`` (holding its lock).
 
     With ``writable`` false (a folder this process cannot write), a complete store that
@@ -219,7 +233,7 @@ def _build(
     for ref in refs:
         check_source(ref)
     records = [source_record(r) for r in refs]
-    spec = layout.encode_spec(_first_step(refs, lengths, fn))
+    spec = _first_spec(refs, lengths, fn)
     config = {
         "version": layout.VERSION,
         "streams": len(refs),
@@ -238,7 +252,7 @@ def _build(
     empty = np.flatnonzero(~plan.done & (lengths == 0))
     manifest = {**config, "generation": plan.generation, "records": records, "complete": True}
     if found is not None and _body(found.manifest) == manifest:
-        return stored_streams(folder, manifest, found.index)  # complete, as the streams are
+        return store_table(folder, manifest, found.index)  # complete, as the streams are
     if not writable:
         raise SourceError(
             folder,
@@ -259,12 +273,19 @@ def _build(
         layout.append_done(folder, plan.generation, empty)
     if len(pending):
         build = _Build(
-            folder, plan.generation, refs, index[:, 0], lengths, layout.leaf_layout(spec), fn
+            folder,
+            plan.generation,
+            refs,
+            index[:, 0],
+            lengths,
+            layout.leaf_layout(spec),
+            fn,
+            records,
         )
         log.info("materialize: writing %d streams into %s", len(pending), folder)
         _run(build, _tasks(pending, lengths, per_step, num_workers), num_workers, timeout)
     layout.write_manifest(folder, manifest)
-    return stored_streams(folder, manifest, index)
+    return store_table(folder, manifest, index)
 
 
 #: the address in a default ``repr`` (``<Crop object at 0x7f...>``): another every run
@@ -274,10 +295,16 @@ _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 def transform_name(fn: Callable[..., Any]) -> str:
     """What names a transform in a store's manifest: the same every run, arguments and all.
 
-    A function by its qualified name; a ``functools.partial`` with its arguments; an
+    A function by its qualified name and a digest of its code, defaults and closure
+    (see :func:`_function_text`); a ``functools.partial`` with its arguments; an
     object with a ``repr`` of its own by that ``repr``, one with the default ``repr``
     (its address, another every run) by its type and attributes. Arrays among them are
     named by a digest of their bytes. Another name makes the store again.
+
+    A credential among them (a ``storage_options``, a ``token=``, a URL's password:
+    see :func:`streamseq._redact.redact_text`) is never written: it is hidden, and the
+    name ends with a slow salted digest of the whole text instead, so that another value
+    of an argument hidden (a ``key="rgb"`` that is a setting) still makes the store again.
 
     Example:
         >>> import functools
@@ -286,12 +313,31 @@ def transform_name(fn: Callable[..., Any]) -> str:
         ...         self.n = n
         >>> transform_name(Crop(8)), transform_name(functools.partial(np.clip, a_max=3))
         ('Crop(n=8)', 'clip(a_max=3)')
+        >>> transform_name(functools.partial(np.clip, token="s3cr3t"))[:16]
+        'clip(token=***)#'
     """
+    text = _name(fn)
+    hidden = redact_text(text)
+    if hidden == text:
+        return text
+    return f"{hidden}#{_slow_digest(text)}"
+
+
+def _slow_digest(text: str) -> str:
+    """A digest of ``text`` that holds a credential: costly to reverse by trying guesses."""
+    raw = hashlib.pbkdf2_hmac("sha256", text.encode(), b"streamseq.transform_name", 200_000)
+    return raw.hex()[:32]
+
+
+def _name(fn: Callable[..., Any]) -> str:
+    """What names ``fn`` (see :func:`transform_name`), credentials and all."""
     if isinstance(fn, functools.partial):
         args = [_stable(a) for a in fn.args]
         args += [f"{k}={_stable(v)}" for k, v in sorted(fn.keywords.items())]
-        return f"{transform_name(fn.func)}({', '.join(args)})"
+        return f"{_name(fn.func)}({', '.join(args)})"
     name = getattr(fn, "__qualname__", None)
+    if isinstance(fn, types.FunctionType) and isinstance(name, str):
+        return f"{name}#{_slow_digest(_function_text(fn))[:16]}"
     if isinstance(name, str):
         return name
     text = repr(fn)
@@ -301,12 +347,57 @@ def transform_name(fn: Callable[..., Any]) -> str:
     return f"{type(fn).__qualname__}({', '.join(f'{k}={_stable(v)}' for k, v in fields)})"
 
 
+def _function_text(fn: types.FunctionType) -> str:
+    """What a function computes, as text the same every run: its code, defaults, closure.
+
+    Its bytecode, constants and names (nested functions' too), and the settings among
+    its default arguments and the values its closure holds now (numbers, text, arrays:
+    see :func:`_shallow`): a function edited under the same name, or one whose closure
+    holds another factor, is another transform. (Globals it reads, and what lists,
+    dicts or objects it holds contain, are not in it: name them with ``key``.)
+    """
+    parts: list[str] = []
+
+    def code(c: types.CodeType) -> None:
+        parts.append(c.co_code.hex())
+        parts.append(repr(c.co_names))
+        for const in c.co_consts:
+            if isinstance(const, types.CodeType):
+                code(const)
+            else:
+                parts.append(_ADDRESS.sub("", repr(const)))
+
+    code(fn.__code__)
+    parts += [_shallow(v) for v in fn.__defaults__ or ()]
+    parts += [f"{k}={_shallow(v)}" for k, v in sorted((fn.__kwdefaults__ or {}).items())]
+    for cell in fn.__closure__ or ():
+        try:
+            parts.append(_shallow(cell.cell_contents))
+        except ValueError:  # (a cell not filled yet)
+            parts.append("<empty>")
+    return "\n".join(parts)
+
+
+#: values a function's closure or defaults name by value (others by their type: a list,
+#: a dict, an object that the function may change as it runs is state, not a setting)
+_SETTINGS = (numbers.Number, str, bytes, type(None), np.ndarray)
+
+
+def _shallow(value: Any) -> str:
+    """A setting (number, text, array, a tuple of them) by value, anything else by type."""
+    if isinstance(value, tuple) and all(isinstance(v, _SETTINGS) for v in value):
+        return _stable(value)
+    if isinstance(value, _SETTINGS):
+        return _stable(value)
+    return getattr(value, "__qualname__", None) or type(value).__qualname__
+
+
 def _stable(value: Any) -> str:
     """``value`` as text that is the same every run (see :func:`transform_name`)."""
     if isinstance(value, np.ndarray):
         return content_digest([value])
     if callable(value):
-        return transform_name(value)
+        return _name(value)
     return _ADDRESS.sub("", repr(value))
 
 
@@ -348,6 +439,21 @@ def _check_own(folder: str) -> None:
             f"not a store, and not empty: it holds {shown}; a store is made in an empty "
             "folder (or its own): give another path",
         )
+
+
+def _first_spec(refs: list[StreamRef], lengths: np.ndarray, fn: Transform | None) -> Any:
+    """The step layout (see :func:`layout.encode_spec`) of the first stream with steps.
+
+    Raises:
+        TypeError: its step is not one a store can hold, naming the stream.
+    """
+    nonempty = np.flatnonzero(lengths)
+    first = _first_step(refs, lengths, fn)
+    try:
+        return layout.encode_spec(first)
+    except TypeError as e:
+        i = int(nonempty[0])
+        raise TypeError(f"stream {i} ({describe(refs[i].source)}), steps 0:1: {e}") from None
 
 
 def _first_step(refs: list[StreamRef], lengths: np.ndarray, fn: Transform | None) -> Any:
@@ -546,10 +652,33 @@ def _write_stream(build: _Build, i: int, fds: list[int]) -> None:
             if build.transform is not None:
                 data = build.transform(ref, i, data, a, b)
             arrays = _checked(ref, data, build.layout, a, b)
-            for fd, size, arr in zip(fds, sizes, arrays, strict=True):
-                _pwrite(fd, arr, (offset + a) * size)
+            for leaf, (fd, size, arr) in enumerate(zip(fds, sizes, arrays, strict=True)):
+                try:
+                    _pwrite(fd, arr, (offset + a) * size)
+                except OSError as e:
+                    raise _write_error(build, ref, leaf, e, (a, b)) from None
+        check_copied(ref, build.records[i], n)
     finally:
         ref.close()
+
+
+def _write_error(
+    build: _Build, ref: StreamRef, leaf: int, error: OSError, steps: tuple[int, int]
+) -> OSError:
+    """``error`` of a write into a data file, naming the stream, its steps and the file.
+
+    It stays an :class:`OSError` of the same ``errno`` (``ENOSPC`` for a disk that
+    filled after the space was checked: another process wrote there).
+    """
+    path = os.path.join(build.folder, layout.leaf_file(leaf, build.generation))
+    return OSError(
+        error.errno,
+        f"stream {ref.index} ({describe(ref.source)}), steps {steps[0]}:{steps[1]}: cannot "
+        f"be written into the store ({error.strerror or error}); the streams written "
+        "whole are kept and this one is not recorded: make room and call materialize "
+        "again",
+        path,
+    )
 
 
 def _checked(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -68,8 +69,13 @@ def read_store(folder: str) -> Contents | None:
     for field, kind in FIELDS.items():
         if not isinstance(manifest.get(field), kind):
             raise Damaged(f"{layout.MANIFEST} has no {field}")
-    index = _read_index(folder, manifest)
     generation = manifest["generation"]
+    if not re.fullmatch(r"[0-9a-f]+", generation):
+        raise Damaged(
+            f"{layout.MANIFEST} names a generation {generation!r} that is not one of a "
+            "store's (hexadecimal digits): its files would be looked for outside the store's"
+        )
+    index = _read_index(folder, manifest)
     expected = layout.leaf_bytes(manifest.get("spec"), manifest["steps"])
     for i, size in enumerate(expected):
         path = os.path.join(folder, layout.leaf_file(i, generation))

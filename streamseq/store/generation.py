@@ -48,9 +48,17 @@ def start_generation(folder: str, plan: Plan, manifest: dict[str, Any], index: n
         path = os.path.join(folder, layout.leaf_file(i, generation))
         if plan.copy_from is not None:
             shutil.copyfile(os.path.join(folder, layout.leaf_file(i, plan.copy_from)), path)
-        with open(path, "r+b" if plan.copy_from is not None else "wb") as f:
-            f.truncate(size)
-            os.fsync(f.fileno())
+        try:
+            with open(path, "r+b" if plan.copy_from is not None else "wb") as f:
+                f.truncate(size)
+                os.fsync(f.fileno())
+        except OSError as e:  # (a file size limit, a full disk: EFBIG, ENOSPC)
+            raise OSError(
+                e.errno,
+                f"cannot make the store's data file of {size} bytes ({e.strerror or e}); "
+                "nothing of the new files is read: make room and call materialize again",
+                path,
+            ) from None
     layout.write_done(folder, generation, plan.done)
     layout.write_atomic(os.path.join(folder, layout.INDEX), _npy(index))
     layout.sync_folder(folder)

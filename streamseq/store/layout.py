@@ -44,6 +44,9 @@ GENERATED = re.compile(
     r"|(manifest\.json|index\.npy|done\.[0-9a-f]+\.log)\.tmp\d+"
 )
 
+#: the names of the data files and done log of version 1, which had no generations
+LEGACY = re.compile(r"leaf-\d+\.bin|done\.log")
+
 
 class Damaged(ValueError):
     """A file of a store is missing, unreadable or does not agree with the manifest."""
@@ -91,10 +94,29 @@ def remove_other_generations(folder: str, keep: str) -> None:
     A process that mapped a removed file keeps reading it (POSIX keeps the file while
     it is open or mapped).
     """
-    for name in os.listdir(folder):
+    names = os.listdir(folder)
+    legacy = set(legacy_names(names))
+    for name in names:
         parts = name.split(".")
-        if GENERATED.fullmatch(name) and len(parts) == 3 and parts[1] != keep:
+        if (GENERATED.fullmatch(name) and len(parts) == 3 and parts[1] != keep) or name in legacy:
             os.remove(os.path.join(folder, name))
+
+
+def legacy_names(names: list[str]) -> list[str]:
+    """The files of a store of version 1 among ``names`` (a folder's).
+
+    They are a store's only beside its manifest and its first data file: a ``done.log``
+    alone may be anyone's.
+
+    Example:
+        >>> legacy_names(["manifest.json", "leaf-0.bin", "done.log", "a.mp4"])
+        ['leaf-0.bin', 'done.log']
+        >>> legacy_names(["done.log", "a.mp4"])
+        []
+    """
+    if MANIFEST not in names or "leaf-0.bin" not in names:
+        return []
+    return [n for n in names if LEGACY.fullmatch(n)]
 
 
 def foreign_names(folder: str) -> list[str]:
@@ -114,8 +136,9 @@ def foreign_names(folder: str) -> list[str]:
         ['clip.mp4', 'index.npy']
     """
     names = os.listdir(folder)
-    generated = any(GENERATED.fullmatch(n) for n in names)
-    ours = {LOCK, MANIFEST, INDEX} if generated else {LOCK}
+    legacy = legacy_names(names)  # (a store of version 1, made again)
+    generated = bool(legacy) or any(GENERATED.fullmatch(n) for n in names)
+    ours = {LOCK, MANIFEST, INDEX, *legacy} if generated else {LOCK}
     return sorted(
         n for n in names if not n.startswith(".") and n not in ours and not GENERATED.fullmatch(n)
     )

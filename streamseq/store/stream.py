@@ -14,7 +14,7 @@ from streamseq.errors import SourceError
 from streamseq.read.handle import ProcessLocal
 from streamseq.read.ref import ArrayTree
 from streamseq.store import layout
-from streamseq.store.check import check_leaf, read_store
+from streamseq.store.check import check_leaf
 from streamseq.store.layout import Damaged
 
 
@@ -195,58 +195,3 @@ def store_files(sources: Sequence[Any]) -> list[_Files]:
             parts = source.streams
             todo.extend(parts.values() if isinstance(parts, dict) else parts)
     return list(found.values())
-
-
-def stored_streams(folder: str, manifest: dict[str, Any], index: np.ndarray) -> list[StoredStream]:
-    """The streams of a store, from its manifest and its index (int64 [n, 2])."""
-    total = int(index[:, 1].sum()) if len(index) else 0
-    files = _Files(os.path.abspath(folder), manifest["spec"], total, manifest["generation"])
-    offsets, lengths = index[:, 0].tolist(), index[:, 1].tolist()
-    return [
-        StoredStream(files, i, o, n) for i, (o, n) in enumerate(zip(offsets, lengths, strict=True))
-    ]
-
-
-def open_store(path: str | os.PathLike) -> list[StoredStream]:
-    """The streams of a complete store made by :func:`~streamseq.materialize`.
-
-    The store is read as it is: the sources are not looked at (give them to
-    :func:`~streamseq.materialize` to check the store against them).
-
-    Args:
-        path: the store's folder.
-
-    Returns:
-        One :class:`StoredStream` per stream, in the order the store was made from.
-
-    Raises:
-        SourceError: no store there, a store of another version, one not complete (it
-            names the first stream missing), or one whose files do not agree with its
-            manifest (an index or a data file missing, cut short or edited: it names the
-            file, and the stream where it is one stream's).
-
-    Example:
-        >>> import tempfile
-        >>> from streamseq.store import materialize
-        >>> with tempfile.TemporaryDirectory() as d:
-        ...     _ = materialize([np.arange(5), np.arange(3) * 10], d)
-        ...     streams = open_store(d)
-        ...     streams[1][0:2].tolist(), len(streams[0])
-        ([0, 10], 5)
-    """
-    folder = os.fspath(path)
-    try:
-        contents = read_store(folder)
-    except Damaged as e:
-        raise SourceError(folder, f"{e}; run materialize to make the store again") from None
-    if contents is None:
-        raise SourceError(folder, f"no store here (no {layout.MANIFEST})")
-    manifest, index, done = contents
-    if not done.all():
-        first = int(np.flatnonzero(~done)[0])
-        raise SourceError(
-            folder,
-            f"the store is not complete: {int((~done).sum())} of {len(done)} streams are "
-            f"not written, the first is stream {first}; run materialize to finish it",
-        )
-    return stored_streams(folder, manifest, index)

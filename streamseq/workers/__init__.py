@@ -23,6 +23,8 @@ Every module, in one line each:
 - :mod:`.failures`: what the backends raise, as types.
 - :mod:`.reaper`: joins exited worker processes in the background.
 - :mod:`.forks`: a slot held at a fork is reused once the child has its own copy.
+- :mod:`.threadlocals`: what other threads keep in thread-locals is never freed in a
+  forked child.
 - :mod:`.ownership`: only the process that started workers stops them (not a forked child).
 - :mod:`.watchdog`: a worker process ends when its parent is gone.
 
@@ -37,8 +39,9 @@ another index, and every error that ends the workers go through the backend's ``
 1. **Wake the waiters.** ``close()`` from another thread first cancels the workers: a
    thread waiting for an item polls (every 0.1 s) and raises instead of waiting on, and
    releases the lock that ``close()`` then takes. Nothing else ever waits without a
-   timeout or a liveness check: a waiting caller checks that every worker is alive
-   (thread ``is_alive``, process exit code) every 0.1 s, another caller waits for it
+   timeout or a liveness check: a waiting caller checks every 0.1 s that every worker
+   is alive (thread ``is_alive``, process exit code) and that every worker process said
+   it started within :data:`.processes.STARTUP` seconds, another caller waits for it
    (the lock), a worker process's watchdog checks that its parent is the same every
    0.25 s, even while the worker reads (:mod:`.watchdog`), and a worker thread polls
    its stop flag.

@@ -28,6 +28,22 @@ class WorkerGone(WorkerError):
         super().__init__(f"worker {worker} stopped unexpectedly (item {item})")
 
 
+class NotStarted(WorkerError):
+    """A worker process did not reach its start hook within ``limit`` seconds of its start.
+
+    Example:
+        >>> str(NotStarted(1, 4242, 120.0))
+        'worker process 1 (pid 4242) did not start within 120 s: it never reached its start hook'
+    """
+
+    def __init__(self, worker: int, pid: int | None, limit: float):
+        self.worker, self.pid, self.limit = worker, pid, limit
+        super().__init__(
+            f"worker process {worker} (pid {pid}) did not start within {limit:g} s: it never "
+            "reached its start hook"
+        )
+
+
 class NoResult(WorkerError):
     """The workers delivered nothing for ``timeout`` seconds (they may still be alive)."""
 

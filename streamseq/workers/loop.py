@@ -25,6 +25,9 @@ STOP = -1
 HOOK = -2
 """The item of the result that reports a failed start hook (its value: the error)."""
 
+STARTED = -3
+"""The item of the message a worker process sends once it is set up, before its start hook."""
+
 
 class Channel(Protocol):
     """How a worker takes jobs and gives results back."""

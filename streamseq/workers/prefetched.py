@@ -22,6 +22,7 @@ from .failures import (
     Cancelled,
     HookFailed,
     NoResult,
+    NotStarted,
     WorkerGone,
     describe_exits,
     describe_item,
@@ -307,6 +308,13 @@ class Prefetched:
         except HookFailed:
             self._stop()
             raise
+        except NotStarted as stuck:
+            self._stop()
+            raise WorkerError(
+                f"{stuck} while {describe_item(self.seq, i)} was awaited (it is stuck right "
+                "after its start: a lock that another thread held when it was forked?); the "
+                "workers were stopped"
+            ) from None
         except WorkerGone as gone:
             self._stop()  # joins them: the exit codes are known after
             what = describe_item(self.seq, i if gone.item is None else gone.item)

@@ -7,7 +7,10 @@ larger than a slot: :class:`~.prefetched.Prefetched` grows the slots), with the
 seconds the worker spent reading it and waiting for its job (:mod:`.timing`). Jobs go
 round-robin, one write each (no feeder thread); a job submitted while every slot is held
 by delivered items is counted in ``pickled``. A dead worker is noticed from its result
-pipe or its exit code, without a monitor thread. How workers stop: :mod:`streamseq.workers`.
+pipe or its exit code, without a monitor thread, and so is one that never comes to life:
+a worker says it has started (:data:`~.loop.STARTED`) before its start hook, and one that
+has not said so within :data:`STARTUP` seconds is an error (:class:`~.failures.NotStarted`),
+timeout or not. How workers stop: :mod:`streamseq.workers`.
 """
 
 from __future__ import annotations
@@ -30,9 +33,15 @@ from typing import Any
 
 import torch
 
-from . import forks, ownership, reaper, watchdog
-from .failures import HookFailed, WorkerGone
-from .loop import HOOK, STOP, run
+from . import (
+    forks,
+    ownership,
+    reaper,
+    threadlocals,  # noqa: F401 (its fork hooks: what other threads keep is kept)
+    watchdog,
+)
+from .failures import HookFailed, NotStarted, WorkerGone
+from .loop import HOOK, STARTED, STOP, run
 from .poll import poll
 from .slots import Filling, Slots
 from .timing import Timing
@@ -42,6 +51,11 @@ logger = logging.getLogger("streamseq")
 
 GOODBYE = b"streamseq: worker done"
 POLL = 0.1  # seconds between liveness checks while waiting
+STARTUP = 120.0
+"""Seconds a worker process may take from its start to its start hook: importing and
+unpickling what it is given (a spawned worker imports torch), never hours. One that takes
+longer is stuck (a lock that a thread of the parent held when it forked): an error, not a
+hang, whatever the ``timeout``."""
 
 
 class ProcessWorkers:
@@ -111,6 +125,7 @@ class ProcessWorkers:
         self.job_pipes: list[Any] = []
         self.result_pipes: list[Any] = []
         self.workers: list[Any] = []
+        self.starting: list[float | None] = []  # when each worker started, until it says so
         try:
             for index in range(num_workers):
                 self._start(seq, index)
@@ -158,6 +173,7 @@ class ProcessWorkers:
         self.job_pipes.append(jobs_tx)
         self.result_pipes.append(results_rx)
         self.workers.append(worker)
+        self.starting.append(time.monotonic())
         self.pending.append(collections.deque())
 
     def forked(self) -> None:
@@ -224,10 +240,19 @@ class ProcessWorkers:
         return ready
 
     def _alive(self) -> None:
-        """Raise :class:`WorkerGone` for the first worker that exited."""
+        """Raise for the first worker that exited, or that has not started in time.
+
+        Raises:
+            WorkerGone: a worker exited.
+            NotStarted: a worker has not said it started within :data:`STARTUP` seconds.
+        """
         for index, w in enumerate(self.workers):
             if not w.is_alive():
                 raise self._gone(index)
+        now = time.monotonic()
+        for index, since in enumerate(self.starting):
+            if since is not None and now - since > STARTUP:
+                raise NotStarted(index, self.workers[index].pid, STARTUP)
 
     def wait(self) -> tuple[int, bool, Any]:
         """The next result of any worker: ``(item, ok, value or error)``.
@@ -236,15 +261,20 @@ class ProcessWorkers:
             WorkerGone: a worker died (its result pipe ended, or it exited).
             NoResult: nothing came within ``timeout`` seconds.
             HookFailed: a worker's start hook raised (its error chained).
+            NotStarted: a worker did not start within :data:`STARTUP` seconds.
             Cancelled: :meth:`cancel` was called meanwhile.
         """
-        ready = poll(self._ready, POLL, self._alive, self.timeout, self.cancelled)
-        pipe = ready[0]
-        index = self.result_pipes.index(pipe)
-        try:
-            item, ok, start, regions, payload, read, idle = pickle.loads(pipe.recv_bytes())
-        except (EOFError, OSError):
-            raise self._gone(index) from None
+        while True:
+            ready = poll(self._ready, POLL, self._alive, self.timeout, self.cancelled)
+            pipe = ready[0]
+            index = self.result_pipes.index(pipe)
+            try:
+                item, ok, start, regions, payload, read, idle = pickle.loads(pipe.recv_bytes())
+            except (EOFError, OSError):
+                raise self._gone(index) from None
+            if item != STARTED:
+                break
+            self.starting[index] = None  # (once per worker: no result yet)
         if item == HOOK:
             error = load_error(payload)
             raise HookFailed(self.start_hook, index, "process", error) from error
@@ -408,6 +438,11 @@ class _PipeChannel:
     def building(self) -> Filling:
         return self.filling
 
+    def started(self) -> None:
+        """Tell the main process that this worker is set up (:data:`STARTUP`)."""
+        with contextlib.suppress(OSError):
+            self.results.send_bytes(message((STARTED, True, None, [], b"", 0.0, 0.0)))
+
     def put(
         self, item: int, ok: bool, value: Any, spent: tuple[float, float] = (0.0, 0.0)
     ) -> bool:
@@ -453,4 +488,6 @@ def _main(
     # at its first parallel operation (and workers are the parallelism).
     torch.set_num_threads(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the main process
-    run(seq, index, start_hook, _PipeChannel(jobs, results, memory, slot_size, rows))
+    channel = _PipeChannel(jobs, results, memory, slot_size, rows)
+    channel.started()
+    run(seq, index, start_hook, channel)

@@ -383,3 +383,17 @@ def test_sub_tables_of_a_corpus_keep_the_names_of_their_documents(tmp_path):
         assert again.identities.offsets.tolist() == starts[index].tolist()
     assert docs[::2][1:].identities.offsets.tolist() == [12, 33]
     assert docs[[1, 2]].identities != docs[[2, 1]].identities
+
+
+def test_a_corpus_of_a_file_replaced_reads_the_new_file_not_the_old_map(tmp_path):
+    path = tmp_path / "c.npy"
+    old = np.array([1, 2, 3, 0, 4, 5, 0], np.uint16)
+    np.save(path, old)
+    first = token_corpus(path, eod=0)
+    assert np.asarray(first[0][0:4]).tolist() == [1, 2, 3, 0]  # (its map is open here)
+    new = np.where(old == 0, 0, old + 100).astype(np.uint16)
+    np.save(tmp_path / "new.npy", new)
+    os.replace(tmp_path / "new.npy", path)  # (same size: another file)
+    second = token_corpus(path, eod=0)
+    assert np.asarray(second[0][0:4]).tolist() == [101, 102, 103, 0]
+    assert np.asarray(second[1][0:3]).tolist() == [104, 105, 0]

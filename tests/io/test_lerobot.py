@@ -877,3 +877,23 @@ def test_a_state_of_some_episodes_is_refused_by_other_episodes_of_one_file(tmp_p
     state["fingerprint"] = key_fingerprint(state["plan"])
     assert not _refused(None, episodes[:2], state)
     assert _refused(None, episodes[2:], state)  # (another file)
+
+
+def test_a_data_file_replaced_is_read_anew_not_through_the_old_reader(tmp_path):
+    root = write_lerobot(tmp_path / "lr", "v2.1", [4, 4])
+    first = lerobot(root, columns=["observation.state"])
+    was = first[0][0:4]["observation.state"].tolist()  # (its reader is open here)
+    data = root / "data" / "chunk-000" / "episode_000000.parquet"
+    rows = pq.read_table(data)
+    state = rows.column("observation.state")
+    shifted = pa.array([[x + 100 for x in r] for r in state.to_pylist()], state.type)
+    pq.write_table(
+        rows.set_column(
+            rows.schema.get_field_index("observation.state"), "observation.state", shifted
+        ),
+        tmp_path / "new.parquet",
+    )
+    shutil.move(tmp_path / "new.parquet", data)
+    assert not np.array_equal(was, shifted.to_numpy(False).tolist())
+    second = lerobot(root, columns=["observation.state"])
+    assert np.array_equal(second[0][0:4]["observation.state"], shifted.to_numpy(False).tolist())

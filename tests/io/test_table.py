@@ -1,6 +1,7 @@
 import builtins
 import multiprocessing
 import operator
+import os
 import pickle
 import sys
 import time
@@ -537,3 +538,18 @@ def test_a_state_of_some_columns_is_refused_by_other_columns_of_the_episodes(tmp
     assert _refused(table(path, columns=["action"]), table(path, columns=["frame_index"]))
     assert _refused(table(path, columns=["action", "timestamp"]), table(path, columns=["action"]))
     assert not _refused(table(path, columns=["action"]), table(path, columns=["action"]))
+
+
+def test_a_table_of_a_file_replaced_reads_the_new_file_not_the_old_reader(tmp_path):
+    path = tmp_path / "t.parquet"
+
+    def write(shift, where):
+        pq.write_table(pa.table({"episode_index": [0, 0, 0, 1], "x": [shift + 1.0] * 4}), where)
+
+    write(0, path)
+    first = table(path, columns=["x"])
+    assert first[0][0:3]["x"].tolist() == [1.0] * 3  # (its reader is open here)
+    write(100, tmp_path / "new.parquet")
+    os.replace(tmp_path / "new.parquet", path)
+    second = table(path, columns=["x"])
+    assert second[0][0:3]["x"].tolist() == [101.0] * 3

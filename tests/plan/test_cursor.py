@@ -92,3 +92,23 @@ def test_a_cursor_is_immutable():
     with pytest.raises(dataclasses.FrozenInstanceError):
         cursor.next = 4
     assert cursor.delivered() == Cursor(2, 4, started=True) and cursor == Cursor(2, 3)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.tuples(
+        st.integers(0, 9),
+        st.integers(0, 9),
+        st.booleans(),
+        st.booleans(),
+        st.booleans(),
+        st.booleans(),
+        st.none() | st.integers(0, 9),
+    )
+)
+def test_delivered_moves_next_on_and_keeps_every_other_field(values):
+    cursor = Cursor(*values)
+    after = cursor.delivered()
+    moved = {"next": cursor.next + 1, "pending": False, "started": True}
+    for f in dataclasses.fields(Cursor):  # (a field added later is checked too)
+        assert getattr(after, f.name) == moved.get(f.name, getattr(cursor, f.name)), f.name

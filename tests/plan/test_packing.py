@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamseq import interleave_streams, tbin
-from streamseq.plan.packing import capped_end, capped_starts
+from streamseq.plan import packing
+from streamseq.plan.packing import capped_end, capped_starts, row_spans
 from streamseq.plan.rows import row_cost
 from streamseq.testing import coded_streams
 
@@ -57,3 +60,69 @@ def test_tbin_reads_the_capped_layout(lengths, t, cap):
         assert (data[starts[j] : starts[j] + n] == streams[s]).all()
         assert valid[starts[j] : starts[j] + n].all()
     assert valid.sum() == sum(lengths)
+
+
+def reference_starts(lengths, tbins, cap):
+    """The layout of a capped packed row, stream by stream: the reference model."""
+    starts = np.empty(len(lengths), np.int64)
+    at = touching = 0  # the next free step, and the streams in its chunk
+    for j, n in enumerate(np.asarray(lengths).tolist()):
+        if at % tbins == 0:
+            touching = 0
+        if n and touching >= cap:
+            at += tbins - at % tbins
+            touching = 0
+        starts[j] = at
+        if n:
+            end = at + n
+            touching = touching + 1 if end // tbins == at // tbins else 1
+            at = end
+    return starts
+
+
+ROWS = st.lists(st.lists(st.integers(0, 12), max_size=10), min_size=1, max_size=6)
+
+
+@settings(max_examples=200)
+@given(ROWS, st.integers(1, 6), st.integers(1, 4))
+def test_rows_laid_out_together_are_laid_out_as_each_alone(rows, t, cap):
+    lengths = np.array([n for r in rows for n in r], np.int64)
+    sizes = np.array([len(r) for r in rows], np.int64)
+    start, end = row_spans(lengths, sizes, t, cap)
+    want = [reference_starts(np.array(r, np.int64), t, cap) for r in rows]
+    assert start.tolist() == [int(s) for w in want for s in w]
+    assert (end - start).tolist() == lengths.tolist()
+    for r in rows:
+        assert capped_starts(np.array(r, np.int64), t, cap).tolist() == (
+            reference_starts(np.array(r, np.int64), t, cap).tolist()
+        )
+
+
+def _lines_run(lengths, sizes, t, cap):
+    """Lines of streamseq.plan.packing run to lay out the rows (a count, not a time)."""
+    count = [0]
+    where = packing.__file__
+
+    def trace(frame, event, arg):
+        if frame.f_code.co_filename != where:
+            return None
+        if event == "line":
+            count[0] += 1
+        return trace
+
+    sys.settrace(trace)
+    try:
+        row_spans(lengths, sizes, t, cap)
+    finally:
+        sys.settrace(None)
+    return count[0]
+
+
+def test_many_rows_are_laid_out_in_steps_of_their_longest_row_not_of_their_streams():
+    rng = np.random.default_rng(0)
+    per_row = 30
+    few = rng.integers(0, 9, 4 * per_row)
+    many = rng.integers(0, 9, 64 * per_row)
+    lines_few = _lines_run(few, np.full(4, per_row), 8, 2)
+    lines_many = _lines_run(many, np.full(64, per_row), 8, 2)
+    assert lines_many <= lines_few + 10  # 16 times the streams, not 16 times the steps

@@ -1,4 +1,7 @@
 import multiprocessing
+import os
+import subprocess
+import sys
 import time
 
 import psutil
@@ -56,3 +59,35 @@ def test_handing_over_twice_is_harmless():
     reaper.exiting([p])
     assert reaper.pending().count(p) <= 1
     assert reaper.wait(10) and not zombies()
+
+
+EXIT_SCRIPT = """
+import multiprocessing, signal, time
+from streamseq.workers import reaper
+
+def lives(seconds):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # (multiprocessing's exit handler sends it)
+    time.sleep(seconds)
+
+# stopped workers still exiting when the interpreter exits, each at its own time
+fork = multiprocessing.get_context("fork")
+ps = [fork.Process(target=lives, args=(0.2 + 0.05 * k,), daemon=True) for k in range(12)]
+for p in ps:
+    p.start()
+reaper.exiting(ps)
+"""
+
+
+def test_processes_still_exiting_at_interpreter_exit_leave_no_error():
+    """multiprocessing's exit handler joins the children it knows of, one after another;
+    meanwhile the reaper thread must not close one of them under it."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    done = subprocess.run(
+        [sys.executable, "-c", EXIT_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, PYTHONPATH=path),
+    )
+    assert done.returncode == 0 and done.stderr == "", done.stderr[-3000:]

@@ -1,0 +1,98 @@
+"""Copy a decoded (and converted) video frame into an array, once.
+
+``frame.to_ndarray()`` returns a view of the frame's plane for the packed formats (one
+plane, rows padded to the plane's line size) and a new array for the planar ``yuv420p``
+(its three planes stacked); the read path then copied that array into the rows of a
+batch. :func:`copy_frame` writes the same bytes straight from the planes into the
+destination: one copy a frame whatever the format, and none of the per-call work of
+``to_ndarray`` (its format look-ups, a dtype, a shape check). Anything else (another
+format, rows stored bottom-up, a destination that is not contiguous for a planar frame)
+goes through ``to_ndarray``, as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+#: bytes a pixel of the packed 8-bit formats streamseq delivers (one plane each)
+PACKED = {
+    "rgb24": 3,
+    "bgr24": 3,
+    "rgba": 4,
+    "bgra": 4,
+    "argb": 4,
+    "abgr": 4,
+    "gray": 1,
+    "gray8": 1,
+}
+
+
+def plane_view(plane: Any, height: int, width: int, pixel: int) -> np.ndarray | None:
+    """The pixels of a plane as a ``uint8`` array without its row padding (no copy).
+
+    ``[height, width]`` for one byte a pixel, else ``[height, width, pixel]``; ``None``
+    when the rows are stored bottom-up (a negative line size).
+
+    Example:
+        >>> import av
+        >>> frame = av.VideoFrame(5, 3, "rgb24")  # rows padded past 15 bytes
+        >>> frame.planes[0].line_size > 15, plane_view(frame.planes[0], 3, 5, 3).shape
+        (True, (3, 5, 3))
+    """
+    line = plane.line_size
+    if line < 0:
+        return None
+    if pixel == 1:
+        return np.ndarray((height, width), np.uint8, plane, 0, (line, 1))
+    return np.ndarray((height, width, pixel), np.uint8, plane, 0, (line, pixel, 1))
+
+
+def copy_frame(frame: Any, out: np.ndarray, format: str) -> None:
+    """Write ``frame.to_ndarray()`` into ``out``, copying the frame's pixels once.
+
+    Args:
+        frame: a decoded video frame, converted to ``format`` (by the reformatter).
+        out: where its array goes: assigned as ``out[...] = frame.to_ndarray()`` would
+            be (the same shapes accepted, the same error otherwise).
+        format: the pixel format the frame was converted to (``frame.format.name``,
+            or an alias of it).
+
+    Example:
+        >>> import av
+        >>> frame = av.VideoFrame.from_ndarray(np.arange(45, dtype=np.uint8).reshape(3, 5, 3))
+        >>> out = np.zeros((3, 5, 3), np.uint8)
+        >>> copy_frame(frame, out, "rgb24")
+        >>> bool((out == frame.to_ndarray()).all())
+        True
+        >>> yuv = av.VideoFrame(4, 2, "yuv420p")
+        >>> for plane in yuv.planes:
+        ...     plane.update(bytes(range(plane.buffer_size)))
+        >>> out = np.zeros((3, 4), np.uint8)
+        >>> copy_frame(yuv, out, "yuv420p")
+        >>> bool((out == yuv.to_ndarray()).all())
+        True
+    """
+    pixel = PACKED.get(format)
+    if pixel is not None:
+        planes = frame.planes
+        if len(planes) == 1:
+            view = plane_view(planes[0], frame.height, frame.width, pixel)
+            if view is not None:
+                np.copyto(out, view)
+                return
+    elif format == "yuv420p" and out.flags.c_contiguous:
+        h, w = frame.height, frame.width
+        planes = frame.planes
+        if out.shape == (h + h // 2, w) and not (h % 2 or w % 2) and len(planes) == 3:
+            views = [plane_view(planes[0], h, w, 1)]
+            views += [plane_view(p, h // 2, w // 2, 1) for p in planes[1:]]
+            if all(v is not None for v in views):
+                flat = out.reshape(-1)  # (a view: out is contiguous)
+                luma, chroma = h * w, (h // 2) * (w // 2)
+                np.copyto(flat[:luma].reshape(h, w), views[0])
+                np.copyto(flat[luma : luma + chroma].reshape(h // 2, w // 2), views[1])
+                np.copyto(flat[luma + chroma :].reshape(h // 2, w // 2), views[2])
+                return
+    out[...] = frame.to_ndarray()

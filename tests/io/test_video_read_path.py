@@ -1,0 +1,229 @@
+"""The read path of video streams: frames written straight into the rows of a batch, and
+frames located by the timestamp expected before any search."""
+
+import av
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from media import plain_video, truncate, write_vfr_video
+
+from streamseq.errors import SourceError
+from streamseq.io import video
+from streamseq.io._video_frames import copy_frame
+from streamseq.io.video import _Probe
+
+# -- one copy a frame --------------------------------------------------------------------
+
+PACKED_CHANNELS = {"rgb24": 3, "bgr24": 3, "rgba": 4, "bgra": 4, "argb": 4, "abgr": 4, "gray": 1}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    format=st.sampled_from([*PACKED_CHANNELS, "gray8", "yuv420p"]),
+    height=st.integers(1, 21),
+    width=st.integers(1, 37),
+    seed=st.integers(0, 2**16),
+)
+def test_copy_frame_writes_the_bytes_of_to_ndarray(format, height, width, seed):
+    if format == "yuv420p":  # even sizes only (as streamseq's yuv420p frames)
+        height, width = 2 * height, 2 * width
+    rng = np.random.default_rng(seed)
+    image = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+    frame = av.VideoFrame.from_ndarray(image, format="rgb24").reformat(format=format)
+    expected = frame.to_ndarray()
+    out = np.full(expected.shape, 7, np.uint8)
+    copy_frame(frame, out, format)
+    np.testing.assert_array_equal(out, expected)
+    # into the rows of a batch that are not contiguous (every other row of a larger one)
+    rows = np.full((2 * expected.shape[0], *expected.shape[1:]), 7, np.uint8)
+    copy_frame(frame, rows[::2], format)
+    np.testing.assert_array_equal(rows[::2], expected)
+    assert (rows[1::2] == 7).all()
+
+
+def test_copy_frame_refuses_a_shape_as_assignment_does():
+    frame = av.VideoFrame.from_ndarray(np.zeros((4, 6, 3), np.uint8), format="rgb24")
+    with pytest.raises(ValueError):
+        copy_frame(frame, np.zeros((4, 5, 3), np.uint8), "rgb24")
+    yuv = frame.reformat(format="yuv420p")
+    out = np.full((6, 6), 7, np.uint8)
+    copy_frame(yuv, out, "yuv420p")
+    np.testing.assert_array_equal(out, yuv.to_ndarray())
+    with pytest.raises(ValueError):
+        copy_frame(yuv, np.zeros((6, 4), np.uint8), "yuv420p")
+
+
+@pytest.fixture(scope="module")
+def clip(video_clips):
+    return video_clips["x264_gop5_b2"]
+
+
+@pytest.fixture(scope="module")
+def plain(clip):
+    cache = {}
+
+    def get(size, format):
+        if (size, format) not in cache:
+            cache[size, format] = plain_video(clip, size=size, format=format)
+        return cache[size, format]
+
+    return get
+
+
+@settings(
+    max_examples=16, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    format=st.sampled_from(["rgb24", "gray", "bgra", "yuv420p"]),
+    size=st.one_of(st.none(), st.tuples(st.integers(3, 30), st.integers(3, 41))),
+    start=st.integers(0, 36),
+    count=st.integers(1, 9),
+)
+def test_read_into_gives_the_bytes_of_to_ndarray(clip, plain, format, size, start, count):
+    """Odd widths (rows padded in the frame), gray and colour, resized or not."""
+    if format == "yuv420p" and size is not None:
+        size = (2 * (size[0] // 2 + 1), 2 * (size[1] // 2 + 1))
+    expected = plain(size, format)[start : start + count]
+    v = video(clip, size=size, format=format)
+    out = np.full(expected.shape, 7, np.uint8)
+    assert v.read_into(start, start + len(expected), out) == len(expected)
+    np.testing.assert_array_equal(out, expected)
+    np.testing.assert_array_equal(v[start : start + count], expected)  # the plain read too
+
+
+# -- locating frames: the expected one first, the search when it is not ------------------
+
+
+def searched(probe, frame):
+    """Where the probe's search alone locates a frame (the lookup before the shortcut)."""
+    if not probe.exact or frame.pts is None:
+        return None
+    index = int(np.searchsorted(probe.pts, frame.pts))
+    return index if index < len(probe.pts) and probe.pts[index] == frame.pts else None
+
+
+class Frame:
+    def __init__(self, pts):
+        self.pts = pts
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    pts=st.lists(st.integers(-50, 400), min_size=1, max_size=30, unique=True).map(sorted),
+    asked=st.one_of(st.none(), st.integers(-60, 420)),
+    expected=st.one_of(st.none(), st.integers(-3, 33)),
+    exact=st.booleans(),
+)
+def test_locate_with_a_hint_finds_what_the_search_finds(pts, asked, expected, exact):
+    n = len(pts)
+    probe = _Probe(
+        np.asarray(pts, np.int64),
+        np.zeros(1, np.int64),
+        np.zeros(1, np.int64),
+        np.arange(n, dtype=np.float64),
+        25.0,
+        2,
+        2,
+        exact,
+    )
+    frame = Frame(asked)
+    assert probe.locate(frame, expected) == searched(probe, frame)
+    for k in (0, n - 1):  # a frame of the table, whatever the hint says
+        frame = Frame(pts[k])
+        assert probe.locate(frame, expected) == (k if exact else None)
+
+
+def reads_with(locate, monkeypatch, make, reads):
+    """Frames, errors, seeks and restarts of ``reads`` with ``_Probe.locate`` as given."""
+    from streamseq.io._media import MediaSource
+
+    monkeypatch.setattr(_Probe, "locate", locate)
+    counts = {"seek": 0, "restart": 0}
+    real_seek, real_restart = MediaSource._seek, MediaSource._restart
+
+    def seek(self, reader, start):
+        counts["seek"] += 1
+        return real_seek(self, reader, start)
+
+    def restart(self):
+        counts["restart"] += 1
+        return real_restart(self)
+
+    monkeypatch.setattr(MediaSource, "_seek", seek)
+    monkeypatch.setattr(MediaSource, "_restart", restart)
+    v, results = make(), []
+    for a, b, into in reads:
+        try:
+            if into:
+                out = np.full((b - a, 48, 64, 3), 7, np.uint8)
+                results.append((v.read_into(a, b, out), out))
+            else:
+                results.append(v[a:b])
+        except SourceError as e:
+            results.append(str(e))
+    monkeypatch.undo()
+    return results, counts, v._trusted
+
+
+def damaged_table(clip, index):
+    """The clip's stream, its timestamp table altered at ``index`` (a frame it lacks)."""
+
+    def make():
+        v = video(clip)
+        probe = v.probe()
+        pts = probe.pts.copy()
+        pts[index] += 1  # between two frames (ticks of 512): no frame has it
+        v._index = _Probe(pts, probe.keys, probe.seek_ts, probe.times, probe.fps,
+                          probe.height, probe.width, probe.exact, probe.end)  # fmt: skip
+        return v
+
+    return make
+
+
+@pytest.mark.parametrize("case", ["lying_timestamps", "gaps", "table_lacks_a_frame", "short"])
+@settings(
+    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    reads=st.lists(
+        st.tuples(st.integers(0, 39), st.integers(1, 8), st.booleans()), min_size=1, max_size=6
+    )
+)
+def test_reads_locate_frames_as_the_search_alone_did(
+    case, video_clips, tmp_path_factory, monkeypatch, reads
+):
+    """A file whose timestamps do not identify its frames, or with gaps in them, or a
+    table that lacks a frame, or a truncated file: the same frames, the same errors,
+    the same seeks and restarts as with the search alone."""
+    if case == "lying_timestamps":  # AVI with B-frames: timestamps in decode order
+        path = video_clips["x264_avi_b2"]
+        make = lambda: video(path)  # noqa: E731
+    elif case == "gaps":
+        folder = tmp_path_factory.mktemp("gaps")
+        times = [0, 40, 80, 500, 540, 1400, 1440, 1480, 3000] + [3040 + 40 * k for k in range(31)]
+        path = str(write_vfr_video(folder / "gaps.mp4", times, bf=2, last_ms=40))
+        make = lambda: video(path)  # noqa: E731
+    elif case == "table_lacks_a_frame":
+        make = damaged_table(video_clips["x264_gop5_b2"], 17)
+    else:
+        folder = tmp_path_factory.mktemp("short")
+        path = str(truncate(video_clips["x264_gop12_b2"], folder / "short.mp4", 0.6))
+        make = lambda: video(path, length=40)  # noqa: E731
+    reads = [(a, min(a + n, 40), into) for a, n, into in reads if a < 40]
+
+    def search_only(probe, frame, expected=None):
+        return searched(probe, frame)
+
+    old = reads_with(search_only, monkeypatch, make, reads)
+    new = reads_with(_Probe.locate, monkeypatch, make, reads)
+    assert old[1:] == new[1:]  # seeks, restarts, trust in the timestamps
+    assert len(old[0]) == len(new[0])
+    for was, now in zip(old[0], new[0], strict=True):
+        if isinstance(was, str):
+            assert now == was
+        elif isinstance(was, tuple):
+            assert now[0] == was[0]
+            np.testing.assert_array_equal(now[1], was[1])
+        else:
+            np.testing.assert_array_equal(now, was)

@@ -1,0 +1,129 @@
+"""Reading: whether the streams are a store's mapped arrays, answered without a stream each."""
+
+import functools
+
+import numpy as np
+
+import streamseq.read.ref as ref_module
+from streamseq import StreamLoader, StreamTable, materialize
+from streamseq.read.ref import StreamRef
+from streamseq.store import StoredStream, open_store
+
+
+class _Made:
+    """Counts the streams and references made while it is patched in."""
+
+    def __init__(self, monkeypatch):
+        self.streams = self.refs = 0
+        counter = self
+
+        original = StoredStream.__init__
+
+        def stream_init(self, *args, **kwargs):
+            counter.streams += 1
+            original(self, *args, **kwargs)
+
+        made_ref, bare = StreamRef.__init__, ref_module._bare_ref
+
+        def ref_init(self, *args, **kwargs):
+            counter.refs += 1
+            made_ref(self, *args, **kwargs)
+
+        def bare_ref(*args):
+            counter.refs += 1
+            return bare(*args)
+
+        monkeypatch.setattr(StoredStream, "__init__", stream_init)
+        monkeypatch.setattr(StreamRef, "__init__", ref_init)
+        monkeypatch.setattr(ref_module, "_bare_ref", bare_ref)
+
+
+def test_a_store_table_answers_once_whether_it_is_mapped(tmp_path, monkeypatch):
+    materialize([np.arange(n) for n in range(1, 41)], tmp_path / "s")
+    made = _Made(monkeypatch)
+    reading = StreamLoader(open_store(tmp_path / "s"), 4, 3)._reading
+    assert reading.in_memory and len(reading.stores) == 1
+    assert (made.streams, made.refs) == (0, 0)  # nothing made per stream to answer
+
+
+def _stored(files, index, offset, length):
+    return StoredStream(files, index, offset, length)
+
+
+def test_a_table_that_does_not_say_makes_no_stream_to_answer(tmp_path, monkeypatch):
+    """A table built by hand over a store's streams is not asked stream by stream."""
+    store = materialize([np.arange(n) for n in range(1, 41)], tmp_path / "s")
+    files = store[0]._files
+    lengths = store.lengths if hasattr(store, "lengths") else [len(s) for s in store]
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    table = StreamTable(
+        functools.partial(_stored, files),
+        lengths,
+        [np.arange(len(lengths)), offsets],
+        step_spec=(np.int64, ()),
+        identities="store",
+    )
+    reading = StreamLoader(table, 4, 3)._reading
+    made = _Made(monkeypatch)
+    assert not reading.in_memory and reading.stores == []
+    assert (made.streams, made.refs) == (0, 0)
+
+
+def test_a_list_of_streams_is_mapped_when_every_stream_is(tmp_path):
+    store = open_store(materialize([np.arange(5), np.arange(3)], tmp_path / "s")[0].path)
+
+    class Plain:
+        def __init__(self, n):
+            self.n = n
+
+        def __len__(self):
+            return self.n
+
+        def __getitem__(self, key):
+            return np.arange(self.n)[key]
+
+    streams = [store[0], Plain(4), store[1], Plain(6)]
+    reading = StreamLoader(streams, 2, 3)._reading
+    assert not reading.in_memory and len(reading.stores) == 1
+    assert StreamLoader([store[0], store[1]], 2, 3)._reading.in_memory
+
+
+def _piece(data, start, length):
+    return data[start : start + length]
+
+
+def _table(count):
+    lengths = np.arange(count) % 7 + 1
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    data = np.arange(int(lengths.sum()))
+    make = functools.partial(_piece, data)
+    return StreamTable(make, lengths, [starts], step_spec=(data.dtype, ()), identities="d")
+
+
+def test_the_rows_of_a_pass_hold_no_reference_until_a_stream_is_read(monkeypatch):
+    loader = StreamLoader(_table(3000), 8, 4, shuffle=True)
+    reading = loader._reading
+    made = _Made(monkeypatch)
+    rows = reading.rows(loader.plan())
+    assert sum(len(r.refs) for r in rows) == 3000
+    assert made.refs == 0  # the rows hold indices into the table, not references
+    row = rows[0]
+    assert row[0 : len(row)].tolist() == [
+        s for i in row.stream_ids.tolist() for s in _table(3000)[i].tolist()
+    ]
+    assert made.refs == len(row.refs)  # one a stream read, made when it is read
+
+
+def test_a_row_of_a_table_pickles_as_its_streams_and_reads_the_same():
+    import pickle
+
+    from streamseq.read.ref import RowRefs
+
+    loader = StreamLoader(_table(500), 4, 4)
+    rows = loader._reading.rows(loader.plan())
+    assert all(type(r.refs) is RowRefs for r in rows)
+    again = pickle.loads(pickle.dumps(rows))
+    for a, b in zip(rows, again, strict=True):
+        assert len(b.refs.table) == len(a.refs)  # only the row's streams travel
+        assert a[0 : len(a)].tolist() == b[0 : len(b)].tolist()
+        assert [r.index for r in a.refs] == [r.index for r in b.refs] == a.stream_ids.tolist()

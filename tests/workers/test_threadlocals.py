@@ -1,0 +1,129 @@
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from streamseq.workers import threadlocals
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+SCRIPT = """
+import sys, threading
+import av, numpy as np
+from streamseq import prefetch
+
+class Squares:
+    def __len__(self):
+        return 10
+    def __getitem__(self, i):
+        return np.full(4, i * i)
+
+def hook(index):
+    pass
+
+def convert():  # PyAV (19 on) keeps this thread's scaler, slice threads and all, in a thread-local
+    frame = av.VideoFrame.from_ndarray(np.zeros((64, 64, 3), np.uint8), format="rgb24")
+    frame.reformat(width=32, height=32, format="yuv420p")
+
+def read():
+    with prefetch(Squares(), 2, start_hook=hook) as seq:
+        return [int(x[0]) for x in seq]
+
+out = []
+if sys.argv[1] == "main":  # the main thread converted; the workers are forked from another
+    convert()
+    t = threading.Thread(target=lambda: out.append(read()))
+    t.start()
+    t.join()
+else:  # another thread converted and lives on; the workers are forked from the main thread
+    done, go = threading.Event(), threading.Event()
+    t = threading.Thread(target=lambda: (convert(), done.set(), go.wait()), daemon=True)
+    t.start()
+    done.wait()
+    out.append(read())
+    go.set()
+print(out[0])
+"""
+
+
+@pytest.mark.parametrize("converted_in", ["main", "other"])
+def test_workers_forked_while_another_thread_holds_a_pyav_scaler_start(converted_in):
+    """The child of a fork frees what other threads kept in thread-locals: a PyAV scaler
+    with slice threads would wait for threads that exist only in the parent."""
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", SCRIPT, converted_in],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env=dict(os.environ, PYTHONPATH=path),
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("the forked workers hang before their start hook")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == str([i * i for i in range(10)])
+
+
+class Held:
+    """A value whose freeing is seen: it writes to a pipe when it is freed."""
+
+    def __init__(self, fd):
+        self.fd = fd
+
+    def __del__(self):
+        os.write(self.fd, b"freed")
+
+
+def test_a_child_never_frees_what_other_threads_keep_in_a_kept_thread_local():
+    local = threading.local()
+    threadlocals.keep(local)
+    r, w = os.pipe()
+    set_, go = threading.Event(), threading.Event()
+
+    def hold():
+        local.value = Held(w)
+        set_.set()
+        go.wait()
+        del local.value
+
+    t = threading.Thread(target=hold, daemon=True)
+    t.start()
+    set_.wait()
+    pid = os.fork()
+    if pid == 0:  # (the other thread's state is cleared here, before this line)
+        os._exit(0)
+    try:
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        os.set_blocking(r, False)
+        with pytest.raises(BlockingIOError):
+            os.read(r, 16)  # nothing freed the value in the child
+    finally:
+        go.set()
+        t.join(10)
+        os.close(r)
+        os.close(w)
+    assert threadlocals._kept == []  # (the parent let go of them)
+
+
+def test_values_are_the_attributes_of_each_thread():
+    local = threading.local()
+    local.x = 1
+    got, go = [], threading.Event()
+
+    def other():
+        local.x = 2
+        got.append(sorted(d["x"] for d in threadlocals.values(local)))
+        go.wait()  # (alive meanwhile: its values are freed when it ends)
+
+    t = threading.Thread(target=other)
+    t.start()
+    while t.is_alive() and not got:
+        go.wait(0.01)
+    go.set()
+    t.join(10)
+    assert got == [[1, 2]]
+    assert [d["x"] for d in threadlocals.values(local)] == [1]
