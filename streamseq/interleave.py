@@ -22,6 +22,7 @@ from .read.ref import (
     TableRefs,
     _collector_paused,
     as_refs,
+    identities_of,
     indices_of,
     lengths_of,
 )
@@ -92,6 +93,21 @@ class Row:
     def __len__(self) -> int:
         return int(self.offsets[-1])
 
+    @property
+    def file_offset(self) -> int:
+        """What names a row given as a stream across runs, with its type: its streams.
+
+        A non-negative int64 code of its streams' identities (files, where each starts
+        in its file), lengths and starts, so a state of rows of some streams is refused
+        by rows of others of the same lengths.
+        """
+        ids = identities_of(self.refs)
+        h = ids.sha256()
+        h.update(b"\0" + (ids.offsets_digest() or "").encode())
+        h.update(np.ascontiguousarray(self.lengths, "<i8").tobytes())
+        h.update(np.ascontiguousarray(self.starts, "<i8").tobytes())
+        return int.from_bytes(h.digest()[:8], "little") >> 1
+
     def switch(self, j: int) -> StreamRef:
         """Make the row's ``j``-th stream the current one, closing the one before."""
         cursor = self._cursor.get()
@@ -115,8 +131,11 @@ class Row:
             return data
         return self.transform(ref, int(self.stream_ids[j]), data, start, stop)
 
-    def read_into(self, j: int, start: int, stop: int, out: Any) -> bool:
+    def read_part_into(self, j: int, start: int, stop: int, out: Any) -> bool:
         """Write steps ``start:stop`` of the row's ``j``-th stream into ``out``, if it can.
+
+        (Not named ``read_into``: a row given as a stream is read by slicing, and a
+        stream's ``read_into(start, stop, out)`` is of the whole stream.)
 
         Never with a transform (it returns the steps it makes); False when the stream
         writes nothing for it (see :meth:`StreamRef.read_into`): read with :meth:`read`.

@@ -10,8 +10,9 @@ import numpy as np
 
 from ._index import slice_bounds, step_index
 from ._tree import leaves, num_steps
+from .plan.identities import Identities, zipped_offsets
 from .read.handle import ProcessLocal
-from .read.ref import describe, is_stream, known_length
+from .read.ref import describe, file_offset, identity, is_stream, known_length
 from .read.stream import _is_array_tree
 from .stream_table import StreamTable
 
@@ -92,6 +93,23 @@ class _Zip:
     def known_length(self) -> int:
         """Its number of steps, known without reading (a declared length is checked)."""
         return self.length
+
+    @property
+    def file_offset(self) -> int:
+        """What names it across runs with its type: a code of every part's key and name.
+
+        Every part is named as it would be alone (its file, where it starts in it, or its
+        type), under its key (:func:`~streamseq.plan.identities.zipped_offsets`), so a
+        state of zips of some streams is refused by zips of others of the same lengths.
+        """
+        keys, parts = [], []
+        for key, stream in self._items():  # (the parts of one stream)
+            source = stream.opener if isinstance(stream, _Opened) else stream
+            at = file_offset(source)
+            keys.append(_key_name(key, isinstance(self.streams, dict)))
+            offsets = np.array([-1 if at is None else at], np.int64)
+            parts.append(Identities((identity(source),), None, 1, offsets))
+        return int(zipped_offsets(keys, parts)[0])
 
     def _items(self) -> list[tuple[Any, Any]]:
         if isinstance(self.streams, dict):
@@ -249,6 +267,11 @@ def zip_streams(
     return _Zip(tuple(stream for _, stream in items), size)
 
 
+def _key_name(key: Any, named: bool) -> str:
+    """How a part's key names it in a zip's identity: ``repr`` of a dict's key, a position."""
+    return repr(key) if named else str(key)
+
+
 def _zip_tables(tables: Mapping[Any, Any] | Sequence[Any], length: int | None) -> StreamTable:
     """The table whose stream ``i`` zips stream ``i`` of every table (of equal lengths)."""
     if length is not None:
@@ -277,8 +300,12 @@ def _zip_tables(tables: Mapping[Any, Any] | Sequence[Any], length: int | None) -
             )
     make = functools.partial(_zipped, keys, parts)
     index = [np.arange(len(first), dtype=np.int64)]
-    # every zip is named by its type (it has no file), as identity() names one of a list
-    return StreamTable(make, first.lengths, index, identities=_Zip.__name__)
+    # every zip is named by its type and what it zips, as a list of zips names them
+    # (_Zip.file_offset): the parts' identities, as arrays
+    names = [_key_name(k, keys is not None) for k in (keys or range(len(parts)))]
+    codes = zipped_offsets(names, [part.identities for part in parts])
+    identities = Identities.repeat(_Zip.__name__, len(first), codes)
+    return StreamTable(make, first.lengths, index, identities=identities)
 
 
 def _zipped(keys: tuple | None, parts: tuple, i: int, length: int) -> _Zip:

@@ -148,10 +148,42 @@ def test_row_writes_into_the_batch_only_without_a_transform():
 
     stream = _Writes(6)
     out = np.zeros(3, np.int64)
-    assert Row(as_refs([stream])).read_into(0, 2, 5, out) and out.tolist() == [20, 30, 40]
+    assert Row(as_refs([stream])).read_part_into(0, 2, 5, out) and out.tolist() == [20, 30, 40]
     assert stream.writes == 1
     transformed = Row(as_refs([stream]), transform=lambda ref, i, d, a, b: d + 1)
-    assert not transformed.read_into(0, 2, 5, out)  # a transform makes its own steps
+    assert not transformed.read_part_into(0, 2, 5, out)  # a transform makes its own steps
     assert stream.writes == 1
     with pytest.raises(StreamError, match="steps 0:3 returned 2"):
-        Row(as_refs([_Writes(6, short=True)])).read_into(0, 0, 3, out)
+        Row(as_refs([_Writes(6, short=True)])).read_part_into(0, 0, 3, out)
+
+
+def test_rows_given_to_a_loader_are_read_as_streams():
+    from streamseq import StreamLoader
+
+    streams = [np.arange(9) * 10, np.arange(6) + 100, np.arange(5) + 200]
+    rows = interleave_streams(streams, 2)
+    batches = list(StreamLoader(rows, batch_size=2, tbins=3))
+    for r, row in enumerate(rows):
+        got = np.concatenate([b.data[r][b.valid[r]].numpy() for b in batches])
+        assert got.tolist() == row[:].tolist()
+
+
+def test_a_state_of_rows_is_refused_by_rows_of_other_streams_of_equal_lengths(tmp_path):
+    from streamseq import StreamLoader
+    from streamseq.io import token_corpus
+
+    np.arange(48, dtype=np.uint16).tofile(tmp_path / "a.bin")
+    docs = token_corpus(str(tmp_path / "a.bin"), index=np.arange(0, 48, 6))
+
+    def refused(saving, resuming):
+        loader = StreamLoader(saving, batch_size=2, tbins=3)
+        next(iter(loader))
+        try:
+            StreamLoader(resuming, batch_size=2, tbins=3).load_state_dict(loader.state_dict())
+        except ValueError as e:
+            assert "this state was made by another plan" in str(e)
+            return True
+        return False
+
+    assert refused(interleave_streams(docs[:4], 2), interleave_streams(docs[4:], 2))
+    assert not refused(interleave_streams(docs[:4], 2), interleave_streams(docs[:4], 2))

@@ -1,3 +1,4 @@
+import os
 import pickle
 
 import numpy as np
@@ -178,8 +179,115 @@ def test_zipped_tables_are_named_without_making_a_zip_per_stream():
         made.append(length)
         return np.zeros(length)
 
-    table = StreamTable(piece, np.full(1000, 3), step_spec=(np.float64, ()))
+    # (a table without identities makes its streams to name them, zipped or not)
+    table = StreamTable(piece, np.full(1000, 3), step_spec=(np.float64, ()), identities="p")
     zipped = zip_streams({"a": table, "b": table})
     made.clear()
     assert len(zipped.identities.digest()) == 64 and not made
     assert list(zipped.identities[:2]) == [identity(zipped[0])] * 2  # as a list names them
+
+
+def _docs(folder, name, shift=0):
+    """Eight documents of 6 tokens of one file (``shift`` added to every token)."""
+    from streamseq.io import token_corpus
+
+    path = str(folder / name)
+    (np.arange(48, dtype=np.uint16) + shift).tofile(path)
+    return token_corpus(path, index=np.arange(0, 48, 6))
+
+
+def _refused(saving, resuming):
+    """Whether a loader of ``resuming`` refuses the state of one of ``saving``."""
+    loader = streamseq.StreamLoader(saving, batch_size=2, tbins=3)
+    next(iter(loader))
+    state = loader.state_dict()
+    other = streamseq.StreamLoader(resuming, batch_size=2, tbins=3)
+    try:
+        other.load_state_dict(state)
+    except ValueError as e:
+        assert "this state was made by another plan" in str(e)
+        return True
+    return False
+
+
+def test_a_state_of_zips_is_refused_by_zips_of_other_streams_of_equal_lengths(tmp_path):
+    a, b = _docs(tmp_path, "a.bin"), _docs(tmp_path, "b.bin", 100)
+    # tables zipped: another file, another key order, other documents of one file
+    assert _refused(zip_streams({"x": a, "y": a}), zip_streams({"x": a, "y": b}))
+    assert _refused(zip_streams({"x": a, "y": b}), zip_streams({"x": b, "y": a}))
+    assert _refused(zip_streams({"x": a, "y": b}), zip_streams({"y": a, "x": b}))
+    assert _refused(zip_streams((a[:4],)), zip_streams((a[4:],)))
+    assert _refused(zip_streams((a[:4], a[4:])), zip_streams((a[4:], a[:4])))
+    # zips of single streams, as a list
+    assert _refused(
+        [zip_streams((a[i],)) for i in range(4)], [zip_streams((a[i + 4],)) for i in range(4)]
+    )
+    assert _refused(
+        [zip_streams({"x": a[i]}) for i in range(4)], [zip_streams({"x": b[i]}) for i in range(4)]
+    )
+    # the same zips accept it, made as a table or as a list
+    assert not _refused(
+        zip_streams({"x": a[:4], "y": b[:4]}), zip_streams({"x": a[:4], "y": b[:4]})
+    )
+    assert not _refused(
+        zip_streams({"x": a[:4], "y": b[:4]}),
+        [zip_streams({"x": a[i], "y": b[i]}) for i in range(4)],
+    )
+    plain = [zip_streams((np.arange(6), np.arange(6.0))) for _ in range(4)]
+    assert not _refused(plain, [zip_streams((np.ones(6), np.ones(6))) for _ in range(4)])
+
+
+#: states saved before zips were named by their parts (and episodes by their first row),
+#: and the batches they resumed to there (how each was made: its ``made_by``)
+OLD_STATES = os.path.join(
+    os.path.dirname(__file__), "data", "states_without_zip_or_episode_names.json"
+)
+
+
+@pytest.mark.parametrize("case", ["zip_tables", "zip_list"])
+def test_a_state_of_zips_saved_before_they_were_named_by_their_parts_still_loads(
+    case, tmp_path, monkeypatch
+):
+    import json
+
+    from streamseq.io import token_corpus
+
+    monkeypatch.chdir(tmp_path)
+    np.arange(80, dtype=np.uint16).tofile("c.bin")
+    docs = token_corpus("c.bin", index=np.arange(0, 80, 10))
+    with open(OLD_STATES) as f:
+        saved = json.load(f)[case]
+    assert "offsets" not in saved["state"]["plan"]
+    if case == "zip_tables":
+        streams = zip_streams({"a": docs[::2], "b": docs[1::2]})
+    else:
+        streams = [zip_streams((docs[i], docs[i + 4])) for i in range(4)]
+    loader = streamseq.StreamLoader(streams, batch_size=2, tbins=3, shuffle=True, seed=3)
+    assert "offsets" in loader.state_dict()["plan"]  # (states saved now name the parts)
+    loader.load_state_dict(saved["state"])
+    rest = list(loader)
+    assert [b.stream.tolist() for b in rest] == [b["stream"] for b in saved["rest"]]
+    assert [b.step.tolist() for b in rest] == [b["step"] for b in saved["rest"]]
+    assert [b.reset.tolist() for b in rest] == [b["reset"] for b in saved["rest"]]
+    data = [b["data"] for b in saved["rest"]]
+    if case == "zip_tables":
+        assert [{k: v.tolist() for k, v in b.data.items()} for b in rest] == data
+    else:
+        assert [[v.tolist() for v in b.data] for b in rest] == data
+
+
+def test_zips_of_manifest_rows_are_named_by_their_files(tmp_path):
+    import pyarrow as pa
+
+    from streamseq.io import manifest
+
+    for name in "ab":
+        np.arange(40, dtype=np.uint16).tofile(tmp_path / f"{name}.bin")
+
+    def rows(names):
+        paths = [str(tmp_path / f"{n}.bin") for n in names]
+        table = pa.table({"path": paths, "length": [40] * len(paths)})
+        return zip_streams({"x": manifest(table, "tokens", dtype="uint16")})
+
+    assert _refused(rows("ab"), rows("ba"))
+    assert not _refused(rows("ab"), rows("ab"))

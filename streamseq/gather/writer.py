@@ -383,7 +383,7 @@ class BatchWriter(ChunkMap):
                 a, p = int(blk.start[k, r]), int(blk.pos[k, r])
                 if ahead and r in ahead:
                     d = ahead.pop(r)
-                elif into and row.read_into(p - self.first_list[r], a, a + n, data[r, :n]):
+                elif into and row.read_part_into(p - self.first_list[r], a, a + n, data[r, :n]):
                     checked[r] = p  # (written in place: its dtype and step shape are the batch's)
                     data[r, n:] = 0
                     continue

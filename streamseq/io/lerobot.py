@@ -67,6 +67,7 @@ from streamseq.io.table import (
     local_stamp,
 )
 from streamseq.io.video import TIME_TOLERANCE, _Video, video
+from streamseq.plan.identities import read_code
 from streamseq.read.handle import ProcessLocal
 
 T = TypeVar("T")
@@ -150,6 +151,18 @@ class _LeRobotEpisode(Source):
     def path(self) -> str:
         """The data file that holds the episode's rows (its URL without credentials)."""
         return _public(self.key.path)
+
+    @property
+    def file_offset(self) -> int:
+        """With :attr:`path`, what names it in a state: its first row, columns and cameras.
+
+        A code of its first row in the data file and the columns and cameras read
+        (:func:`~streamseq.plan.identities.read_code`): episodes of one data file (v3.0)
+        never share a first row, so a state of some episodes of a file (or of other
+        columns or cameras of them) is refused by others of the same lengths.
+        """
+        read = (tuple(self.columns), tuple(c.name for c in self.cameras))
+        return read_code(self.rows[0], repr(read))
 
     @property
     def videos(self) -> dict[str, _Video]:

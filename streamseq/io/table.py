@@ -39,6 +39,7 @@ from streamseq._redact import redacted_repr
 from streamseq.errors import SourceError
 from streamseq.io import remote
 from streamseq.io._base import Source
+from streamseq.plan.identities import read_code
 from streamseq.read.handle import ProcessLocal
 
 #: decoded row groups a reader keeps (the rows of one worker read different episodes)
@@ -328,15 +329,16 @@ class _Reader:
 class _Episode(Source):
     """The rows of one group of a Parquet table, as a stream of dict steps."""
 
-    def __init__(self, key: _Key, group: Any, runs: np.ndarray):
+    def __init__(self, key: _Key, group: Any, runs: np.ndarray, first_row: int | None = None):
         # no Source.__init__: the handle is the file's, shared by all its episodes
         self.key, self.group = key, group
         self.runs = runs  # [n, 3]: row group, first row, end row (in the row group)
         self.offsets = np.concatenate([[0], np.cumsum(runs[:, 2] - runs[:, 1])])
+        self.first_row = first_row  # its first row in the file (None: not known)
         self._handle = _READERS.of(key)
 
     def __reduce__(self) -> tuple:
-        return (_Episode, (self.key, self.group, self.runs))
+        return (_Episode, (self.key, self.group, self.runs, self.first_row))
 
     def _new_handle(self) -> ProcessLocal[_Reader]:
         return _READERS.of(self.key)  # a copy reads through the file's reader too
@@ -345,6 +347,19 @@ class _Episode(Source):
     def path(self) -> str:
         """The Parquet file (or its URL)."""
         return self.key.path
+
+    @property
+    def file_offset(self) -> int | None:
+        """With the file, what names it in a state's plan key: its first row and columns.
+
+        A code of its first row in the file and the columns read
+        (:func:`~streamseq.plan.identities.read_code`): two episodes of one file never
+        share a first row, so a state of some episodes of a file (or of other columns
+        of them) is refused by others of the same lengths.
+        """
+        if self.first_row is None:
+            return None
+        return read_code(self.first_row, repr(tuple(self.key.columns)))
 
     @property
     def row_groups(self) -> list[int]:
@@ -513,8 +528,11 @@ def _episodes(
     by_episode = np.argsort(which.ravel(), kind="stable")  # runs of each episode, in order
     bounds = np.concatenate([[0], np.cumsum(np.bincount(which.ravel(), minlength=len(uniques)))])
     key = key._replace(columns=wanted)
+    first_row = run_start[by_episode[bounds[:-1]]].tolist()  # (of each episode's first run)
     return [
-        _Episode(key, _plain(uniques[k]), runs[by_episode[bounds[k] : bounds[k + 1]]])
+        _Episode(
+            key, _plain(uniques[k]), runs[by_episode[bounds[k] : bounds[k + 1]]], first_row[k]
+        )
         for k in order.tolist()
     ]
 

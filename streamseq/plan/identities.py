@@ -11,6 +11,10 @@ and where each starts in it: the :attr:`Identities.offsets`, one int64 array (-1
 stream that is a whole file or no file), which a plan key hashes as one more field
 (:attr:`~streamseq.plan.spec.PlanSpec.key`'s ``offsets``). With the lengths, they tell
 any two selections of one file's documents apart.
+
+A stream that zips others (:func:`~streamseq.zip_streams`) has no file of its own: its
+offset is a code of what it zips (:func:`zipped_offsets`: every part's key, identity and
+offset), so that zips of other streams of the same lengths are told apart too.
 """
 
 from __future__ import annotations
@@ -211,6 +215,79 @@ class Identities(Sequence):
         for a in range(0, self.count, BLOCK * 16):  # (a copy only of a strided block)
             h.update(np.ascontiguousarray(self.offsets[a : a + BLOCK * 16], "<i8"))
         return h.hexdigest()
+
+
+#: the constants of splitmix64 (a bijective mix of 64-bit integers)
+_MIX = (
+    np.uint64(0x9E3779B97F4A7C15),
+    np.uint64(0xBF58476D1CE4E5B9),
+    np.uint64(0x94D049BB133111EB),
+)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64 of every element of the uint64 array ``x``."""
+    with np.errstate(over="ignore"):
+        x = x + _MIX[0]
+        x = (x ^ (x >> np.uint64(30))) * _MIX[1]
+        x = (x ^ (x >> np.uint64(27))) * _MIX[2]
+    return x ^ (x >> np.uint64(31))
+
+
+def zipped_offsets(keys: Sequence[str], parts: Sequence[Identities]) -> np.ndarray:
+    """The offset of every stream that zips a stream of each of ``parts``, under ``keys``.
+
+    A non-negative int64 code of every part's key, identity and offset (-1 without one),
+    in order: zips of other streams (another file, another range of it, other keys) get
+    other codes. Array code: a hash per distinct identity of a part, none per stream.
+
+    Example:
+        >>> a = Identities.repeat("a.bin", 2, np.array([0, 6]))
+        >>> b = Identities.of(["ndarray", "ndarray"])
+        >>> codes = zipped_offsets(["x", "y"], [a, b])
+        >>> bool((codes >= 0).all()), bool(codes[0] != codes[1])
+        (True, True)
+        >>> bool(zipped_offsets(["y", "x"], [a, b])[0] != codes[0])
+        True
+        >>> int(zipped_offsets(["x", "y"], [a[1:], b[1:]])[0]) == int(codes[1])
+        True
+    """
+    count = len(parts[0]) if parts else 0
+    code = np.zeros(count, np.uint64)
+    with np.errstate(over="ignore"):
+        for key, part in zip(keys, parts, strict=True):  # (a loop over parts, not streams)
+            at = part.offsets if part.offsets is not None else np.full(count, -1, np.int64)
+            if type(part) is not Identities:  # (names made from its streams: once, in blocks)
+                part = Identities.of(list(part))
+            named = np.array(
+                [
+                    int.from_bytes(hashlib.sha256(f"{key}\0{n}".encode()).digest()[:8], "little")
+                    for n in part.names
+                ]
+                or [0],
+                np.uint64,
+            )
+            mine = named[part.codes] if part.codes is not None else np.full(count, named[0])
+            mine = _mix(mine ^ _mix(at.astype(np.int64).view(np.uint64)))
+            code = _mix(code * np.uint64(0x100000001B3) + mine)
+    return (code >> np.uint64(1)).astype(np.int64)
+
+
+def read_code(offset: int, settings: str) -> int:
+    """A stream's offset naming where it starts in its file and what of it is read.
+
+    For a source that reads some fields of its file's rows (the columns of a table): a
+    non-negative int64 code of its first row and ``settings`` (the fields, in order),
+    so that other rows or other fields of the same lengths get another code.
+
+    Example:
+        >>> read_code(6, "('a',)") == read_code(6, "('a',)"), read_code(6, "('a',)") >= 0
+        (True, True)
+        >>> read_code(6, "('a',)") == read_code(6, "('b',)")
+        False
+    """
+    h = hashlib.sha256(f"{int(offset)}\0{settings}".encode()).digest()[:8]
+    return int.from_bytes(h, "little") >> 1
 
 
 def as_identities(sources: Any) -> Identities:

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from .._redact import redact_urls
 from .cursor import Cursor
 from .draws import encode_draw
 from .fields import short
@@ -62,7 +63,7 @@ def differences(saved: dict[str, Any], mine: dict[str, Any]) -> list[str]:
         "streams": "the number of streams",
         "lengths": "the streams' lengths",
         "sources": "the streams' sources (file paths or types)",
-        "offsets": "the streams' sources (where each starts in its file)",
+        "offsets": "the streams' sources (where each starts in its file, or what it zips)",
     }
     out = []
     named = ("lengths", "sources", "offsets")
@@ -250,9 +251,11 @@ def _plan_of(spec: PlanSpec, saved: SavedState, weights_changed: bool) -> PlanSp
         differ = mixed + [d for d in differ if not d.startswith(covered)]
     if differ:
         hint = f" ({HOW})" if allowed and len(differ) == len(mixed) else ""
+        named = [d for d in differ if d.startswith("the streams' sources")]
         raise ValueError(
             f"this state was made by another plan, differing in {'; '.join(differ)}: "
             f"resuming would silently change the run{hint}"
+            + (f" ({_files_of(spec)})" if named else "")
         )
     if set(plan) != set(key):
         raise ValueError(
@@ -265,6 +268,26 @@ def _plan_of(spec: PlanSpec, saved: SavedState, weights_changed: bool) -> PlanSp
             f"({fingerprint!r}): resuming would silently change the run"
         )
     return spec
+
+
+#: the files (or types) a refusal names
+SHOWN = 3
+
+
+def _files_of(spec: PlanSpec) -> str:
+    """The files (or types) of ``spec``'s streams, in words: the first :data:`SHOWN`.
+
+    Their URLs' credentials hidden (:func:`~streamseq._redact.redact_urls`).
+
+    Example:
+        >>> spec = PlanSpec(np.array([4, 4]), 1, 2, sources=("a.bin", "ndarray"))
+        >>> _files_of(spec)
+        "this loader's streams are of 'a.bin', 'ndarray'"
+    """
+    names = spec.sources.names
+    shown = ", ".join(repr(redact_urls(n)) for n in names[:SHOWN])
+    more = f" and {len(names) - SHOWN} other files or types" if len(names) > SHOWN else ""
+    return f"this loader's streams are of {shown}{more}"
 
 
 def _resume(spec: PlanSpec, saved: SavedState, per_epoch: bool) -> tuple[Resumed, Progress]:

@@ -840,6 +840,45 @@ def test_mutated_metadata_reads_right_or_names_the_dataset(
         shutil.rmtree(root)
 
 
+def _refused(saving, resuming, state=None):
+    """Whether a loader of ``resuming`` refuses ``state`` (by default, one of ``saving``)."""
+    if state is None:
+        loader = StreamLoader(saving, batch_size=1, tbins=3)
+        next(iter(loader))
+        state = loader.state_dict()
+    try:
+        StreamLoader(resuming, batch_size=1, tbins=3).load_state_dict(state)
+    except ValueError as e:
+        assert "this state was made by another plan" in str(e)
+        return True
+    return False
+
+
+def test_a_state_of_some_episodes_is_refused_by_other_episodes_of_one_file(tmp_path):
+    from streamseq.plan.spec import key_fingerprint
+
+    root = write_lerobot(tmp_path / "equal", "v3.0", [8, 8, 8, 8])
+    episodes = lerobot(root, cameras=[], columns=["observation.state"])
+    assert episodes[0].path == episodes[1].path  # (two episodes of one data file)
+    assert _refused(episodes[:1], episodes[1:2])
+    assert _refused(episodes[:2], episodes[1::-1])
+    state = ["observation.state"]
+    assert _refused(episodes[:2], lerobot(root, cameras=[], columns=state, episodes=[1, 0]))
+    assert not _refused(episodes[:2], lerobot(root, cameras=[], columns=state, episodes=[0, 1]))
+    # the same episodes, other columns or cameras read: other streams
+    assert _refused(episodes[:2], lerobot(root, cameras=[], columns=["action"])[:2])
+    assert _refused(episodes[:2], lerobot(root, cameras=CAMERAS[:1], columns=state)[:2])
+    # a state saved before episodes were named by their rows: loads, checked by its key
+    loader = StreamLoader(episodes[:2], batch_size=1, tbins=3)
+    next(iter(loader))
+    state = loader.state_dict()
+    assert "offsets" in state["plan"]
+    state["plan"] = {k: v for k, v in state["plan"].items() if k != "offsets"}
+    state["fingerprint"] = key_fingerprint(state["plan"])
+    assert not _refused(None, episodes[:2], state)
+    assert _refused(None, episodes[2:], state)  # (another file)
+
+
 def test_a_data_file_replaced_is_read_anew_not_through_the_old_reader(tmp_path):
     root = write_lerobot(tmp_path / "lr", "v2.1", [4, 4])
     first = lerobot(root, columns=["observation.state"])

@@ -480,6 +480,66 @@ def test_open_files_stay_flat_over_tables_read_and_dropped(tmp_path):
     assert len(os.listdir("/proc/self/fd")) <= before
 
 
+def _refused(saving, resuming):
+    """Whether a loader of ``resuming`` refuses the state of one of ``saving``."""
+    loader = StreamLoader(saving, batch_size=2, tbins=3)
+    next(iter(loader))
+    state = loader.state_dict()
+    try:
+        StreamLoader(resuming, batch_size=2, tbins=3).load_state_dict(state)
+    except ValueError as e:
+        assert "this state was made by another plan" in str(e)
+        return True
+    return False
+
+
+def test_a_state_of_some_episodes_is_refused_by_other_episodes_of_the_file(tmp_path):
+    path = tmp_path / "equal.parquet"
+    pq.write_table(frames({e: 6 for e in range(4)}), path, row_group_size=8)
+    episodes = table(path)
+    assert _refused(episodes[:2], episodes[2:])
+    assert _refused(episodes[:2], episodes[1::-1])
+    assert _refused(episodes, table(path, sort=True)[::-1])
+    assert not _refused(episodes[:2], table(path)[:2])
+    assert not _refused(episodes[:2], table(path, sort=True)[:2])
+
+
+def test_a_state_of_episodes_saved_before_they_were_named_by_their_first_row_still_loads(
+    tmp_path, monkeypatch
+):
+    import json
+    import os
+
+    old = os.path.join(
+        os.path.dirname(__file__), "..", "data", "states_without_zip_or_episode_names.json"
+    )
+    with open(old) as f:
+        saved = json.load(f)["table"]
+    assert "offsets" not in saved["state"]["plan"]
+    monkeypatch.chdir(tmp_path)
+    ep, frame = np.repeat([0, 1, 2, 3], 6), np.tile(np.arange(6), 4)
+    data = pa.table({"episode_index": ep, "v": ep * 100.0 + frame})
+    pq.write_table(data, "t.parquet", row_group_size=8)
+    loader = StreamLoader(table("t.parquet")[1:4], batch_size=2, tbins=3, shuffle=True, seed=3)
+    assert "offsets" in loader.state_dict()["plan"]  # (states saved now name the episodes)
+    loader.load_state_dict(saved["state"])
+    rest = list(loader)
+    assert [b.stream.tolist() for b in rest] == [b["stream"] for b in saved["rest"]]
+    assert [b.step.tolist() for b in rest] == [b["step"] for b in saved["rest"]]
+    assert [b.reset.tolist() for b in rest] == [b["reset"] for b in saved["rest"]]
+    assert [{k: v.tolist() for k, v in b.data.items()} for b in rest] == [
+        b["data"] for b in saved["rest"]
+    ]
+
+
+def test_a_state_of_some_columns_is_refused_by_other_columns_of_the_episodes(tmp_path):
+    path = tmp_path / "equal.parquet"
+    pq.write_table(frames({e: 6 for e in range(2)}), path, row_group_size=8)
+    assert _refused(table(path, columns=["action"]), table(path, columns=["frame_index"]))
+    assert _refused(table(path, columns=["action", "timestamp"]), table(path, columns=["action"]))
+    assert not _refused(table(path, columns=["action"]), table(path, columns=["action"]))
+
+
 def test_a_table_of_a_file_replaced_reads_the_new_file_not_the_old_reader(tmp_path):
     path = tmp_path / "t.parquet"
 

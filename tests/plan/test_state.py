@@ -272,3 +272,18 @@ def test_row_map_refuses_what_loading_refuses():
     spec = spec_of(3)
     refused(spec, state, "state['progress']['row']")
     assert row_map(spec, read_state(spec, state_at(2))) == [1, -1, -1]
+
+
+def test_a_state_of_other_sources_is_refused_naming_this_loaders_files_without_secrets():
+    from streamseq.plan.identities import Identities
+
+    lengths = np.array([6, 6])
+    saving = PlanSpec(lengths, batch_size=1, tbins=2, sources=Identities.repeat("a.bin", 2))
+    state = make_state(saving, plan_epoch(saving, 0), 1)
+    url = "https://user:hunter2@data.example/b.bin?X-Amz-Signature=s3cr3t"
+    other = PlanSpec(lengths, batch_size=1, tbins=2, sources=Identities.of([url, "c.bin"]))
+    with pytest.raises(ValueError, match="this state was made by another plan") as e:
+        read_state(other, state)
+    text = str(e.value)
+    assert "c.bin" in text and "data.example/b.bin" in text
+    assert "hunter2" not in text and "s3cr3t" not in text
