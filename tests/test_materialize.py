@@ -885,13 +885,6 @@ def test_a_state_of_a_store_is_refused_by_a_store_of_other_streams(tmp_path):
     assert not _store_state_refused(a, open_store(tmp_path / "a"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="every stream of a store is named by the store's folder alone: StoredStream "
-    "(streamseq/store/stream.py) has no file_offset (its index or offset in the store), so "
-    "the streams of one store in another order or selection, of equal lengths, are not "
-    "told apart",
-)
 def test_a_state_of_some_streams_of_a_store_is_refused_by_others_of_it(tmp_path):
     store = materialize([np.arange(12), np.arange(12) * 2, np.arange(12) * 3], tmp_path / "s")
     assert _store_state_refused(store[:2], store[1:])

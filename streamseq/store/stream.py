@@ -102,6 +102,11 @@ class StoredStream:
         """The store's folder."""
         return self._files.folder
 
+    @property
+    def file_offset(self) -> int:
+        """Where the stream's steps start in the store (with the store, what names it)."""
+        return self.offset
+
     def __repr__(self) -> str:
         return f"StoredStream({self.path!r}, index={self.index}, length={self.length})"
 

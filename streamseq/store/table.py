@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from streamseq.errors import SourceError
+from streamseq.plan.identities import Identities
 from streamseq.store import layout
 from streamseq.store.check import read_store
 from streamseq.store.layout import Damaged
@@ -54,7 +55,7 @@ def store_table(folder: str, manifest: dict[str, Any], index: np.ndarray) -> Sto
     """The streams of a store, from its manifest and its index (int64 [n, 2]), as a table.
 
     Stream ``i`` reads steps ``index[i, 0]:index[i, 0] + index[i, 1]`` of the data
-    files; every stream is named by the store's folder across runs.
+    files; every stream is named by the store's folder and its offset in it across runs.
     """
     index = np.asarray(index, dtype=np.int64).reshape(-1, 2)
     total = int(index[:, 1].sum()) if len(index) else 0
@@ -64,8 +65,9 @@ def store_table(folder: str, manifest: dict[str, Any], index: np.ndarray) -> Sto
     step = layout.leaf_layout(spec)[0] if "leaf" in spec else None
     columns = [np.arange(len(index), dtype=np.int64), np.ascontiguousarray(index[:, 0])]
     make = functools.partial(_stored, files)
+    names = Identities.repeat(folder, len(index), columns[1])  # the folder and the offset
     return StoreTable(
-        make, np.ascontiguousarray(index[:, 1]), columns, step_spec=step, identities=folder
+        make, np.ascontiguousarray(index[:, 1]), columns, step_spec=step, identities=names
     )
 
 
