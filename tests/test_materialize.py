@@ -735,10 +735,18 @@ import glob, os, sys, numpy as np
 import streamseq
 from streamseq import StreamLoader, materialize
 from streamseq.errors import SourceError
+def _row(table, i, n):
+    return table[i]
 arrays = [np.arange(n * 3000, dtype=np.int32).reshape(n, 3000) + i for i, n in enumerate([50, 40])]
 stored = materialize(arrays, sys.argv[1])
 if sys.argv[4] == "zip":
     stored = [streamseq.zip_streams({"a": s, "b": s}) for s in stored]
+if sys.argv[4] == "zip-tables":
+    stored = streamseq.zip_streams({"a": stored, "b": stored})
+if sys.argv[4] == "hand":  # (a table built by hand over the store's streams)
+    import functools
+    from streamseq.stream_table import StreamTable
+    stored = StreamTable(functools.partial(_row, stored), stored.lengths, [np.arange(2)])
 it = iter(StreamLoader(stored, 2, 4, num_workers=int(sys.argv[2]), pad=sys.argv[3]))
 next(it)
 os.truncate(glob.glob(os.path.join(sys.argv[1], "leaf-0.*.bin"))[0], 4096)
@@ -751,7 +759,14 @@ except SourceError as e:
 
 @pytest.mark.parametrize(
     ("workers", "pad", "zipped"),
-    [(0, "zeros", ""), (2, "zeros", ""), (0, "pack", ""), (0, "zeros", "zip")],
+    [
+        (0, "zeros", ""),
+        (2, "zeros", ""),
+        (0, "pack", ""),
+        (0, "zeros", "zip"),
+        (0, "zeros", "zip-tables"),
+        (0, "zeros", "hand"),
+    ],
 )
 def test_a_data_file_cut_short_while_mapped_is_an_error_not_a_bus_error(
     tmp_path, workers, pad, zipped
