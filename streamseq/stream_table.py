@@ -254,6 +254,28 @@ class StreamTable(Sequence):
         for i in range(len(self)):
             yield self[i]
 
+    def __add__(self, other: Any) -> Any:
+        """The streams of both, as ``+`` of two lists gives them.
+
+        A table of the same ``make`` (two slices of one table, of one store) gives a
+        table of the same kind; another table or a list gives the list of the streams.
+
+        Example:
+            >>> table = StreamTable(np.zeros, [3, 1, 2])
+            >>> (table[2:] + table[:1]).lengths.tolist(), len(table + [np.ones(4)])
+            ([2, 3], 4)
+        """
+        if isinstance(other, StreamTable) and _joinable(self, other):
+            return _joined(self, other)
+        if isinstance(other, (list, StreamTable)):
+            return [*self, *other]
+        return NotImplemented
+
+    def __radd__(self, other: Any) -> Any:
+        if isinstance(other, list):  # (``list + table``: the list of the streams)
+            return [*other, *self]
+        return NotImplemented
+
     def __repr__(self) -> str:
         spec = "" if self._spec is None else f", dtype={self._spec[0]}, step={self._spec[1]}"
         return f"StreamTable({len(self)} streams{spec})"
@@ -278,6 +300,28 @@ def _rebuilt(
     loaded = [_loaded(a) for a in arrays]
     table.make, table.lengths, table.columns = make, loaded[0], tuple(loaded[1:])
     table._spec, table._identities = spec, identities
+    return table
+
+
+def _joinable(a: StreamTable, b: StreamTable) -> bool:
+    """Whether ``b``'s rows are rows of ``a``'s kind: the same ``make``, columns and steps."""
+    return (
+        type(a) is type(b)
+        and a.make == b.make
+        and a._spec == b._spec
+        and [c.dtype for c in a.columns] == [c.dtype for c in b.columns]
+        and [c.shape[1:] for c in a.columns] == [c.shape[1:] for c in b.columns]
+    )
+
+
+def _joined(a: StreamTable, b: StreamTable) -> StreamTable:
+    """The table of the streams of ``a``, then those of ``b`` (see :func:`_joinable`)."""
+    table = object.__new__(type(a))
+    table.make, table._spec = a.make, a._spec
+    table.lengths = np.concatenate([a.lengths, b.lengths])
+    table.columns = tuple(np.concatenate(pair) for pair in zip(a.columns, b.columns, strict=True))
+    given = a._identities is not None and b._identities is not None
+    table._identities = Identities.concat([a._identities, b._identities]) if given else None
     return table
 
 

@@ -338,3 +338,24 @@ def test_streams_takes_integers_only():
             table.streams(index)
     with pytest.raises(IndexError, match="1-d"):
         table.streams(np.zeros((1, 1), np.int64))
+
+
+def test_tables_are_concatenated_with_plus_as_lists_were(tmp_path):
+    """``a + b`` of tables (two stores, a table and a list) gives the streams of both."""
+    from streamseq import materialize
+
+    first, second = array_table([3, 1, 4])[1], array_table([2, 5])[1]
+    a, b = materialize(first, tmp_path / "a"), materialize(second, tmp_path / "b")
+    both = first + second
+    for got in (a + b, a + list(b), list(a) + b, a[:2] + a[2:] + b, (a + b)[::-1][::-1]):
+        assert [np.asarray(s[:]).tolist() for s in got] == [s.tolist() for s in both]
+    joined = a[2:] + a[:2]  # (one store's: still a table of it)
+    assert isinstance(joined, type(a)) and joined.lengths.tolist() == [4, 3, 1]
+    assert [s.index for s in joined] == [2, 0, 1]
+    loader = StreamLoader(a + b, 2, 3, seed=1, shuffle=True)
+    expected = StreamLoader(list(a) + list(b), 2, 3, seed=1, shuffle=True)
+    for x, y in zip(loader, expected, strict=True):
+        assert_same(x, y)
+    for other in (1, ()):
+        with pytest.raises(TypeError):
+            a + other
