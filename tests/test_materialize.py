@@ -923,3 +923,13 @@ def test_a_mixture_of_a_store_keeps_its_groups_as_tables(tmp_path):
     assert [type(p).__name__ for p in stored.parts] == ["StoreTable", "StoreTable"]
     assert [p.lengths.tolist() for p in stored.parts] == [[5, 3], [4]]
     assert stored[2][0:4].tolist() == [0, 2, 4, 6]
+
+
+def test_a_stored_stream_equals_the_same_stream_made_again(tmp_path):
+    """``in``, ``index`` and ``==`` answer for a table's streams as for the list of them."""
+    stored = materialize(token_arrays((6, 9, 4)), tmp_path / "a")
+    other = materialize(token_arrays((6, 9, 4)), tmp_path / "b")
+    assert stored[1] == stored[1] and hash(stored[1]) == hash(open_store(tmp_path / "a")[1])
+    assert stored[1] in stored and stored.index(stored[2]) == 2
+    assert list(stored) == list(open_store(tmp_path / "a"))
+    assert stored[0] != stored[1] and stored[0] != other[0] and stored[0] not in other
