@@ -359,3 +359,41 @@ def test_tables_are_concatenated_with_plus_as_lists_were(tmp_path):
     for other in (1, ()):
         with pytest.raises(TypeError):
             a + other
+
+
+class _Opener:
+    """A stream opened by a call (counted in ``opened``)."""
+
+    def __init__(self, opened, i, n):
+        self.opened, self.i, self.n = opened, i, n
+
+    def __len__(self):
+        return self.n
+
+    def __call__(self):
+        self.opened.append(self.i)
+        return np.arange(self.n) + 1000 * self.i
+
+
+@pytest.mark.parametrize(
+    "options",
+    [dict(segment_length=8), dict(pad="pack", max_streams_per_chunk=2, segment_length=5)],
+)
+def test_a_table_opens_a_source_of_segments_once_as_a_list_does(options):
+    """The next segment of a source in a row reads the source already open, not a new one.
+
+    (One row: every source's segments follow one another in it.)
+    """
+    lengths = [50, 3, 40, 7, 33, 21] * 3
+    opened = {"list": [], "table": []}
+    streams = [_Opener(opened["list"], i, n) for i, n in enumerate(lengths)]
+    table = StreamTable(
+        functools.partial(_Opener, opened["table"]), lengths, [np.arange(len(lengths))]
+    )
+    got = {}
+    for name, s in (("list", streams), ("table", table)):
+        got[name] = list(StreamLoader(s, 1, 4, lengths=lengths, **options))
+    for x, y in zip(got["list"], got["table"], strict=True):
+        assert_same(x, y)
+    # (each source opened once to read; stream 0 also before, to learn the steps' dtype)
+    assert opened["table"] == opened["list"] == [0, *range(len(lengths))]

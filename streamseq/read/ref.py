@@ -434,7 +434,9 @@ class RowRefs(Sequence):
     arrays. ``refs[j]`` makes the reference to stream ``at[j]`` of the table (numbered
     ``ids[j]``, its index in the user's list), as :meth:`TableRefs.pick` does, and keeps
     the last few made (:data:`ROW_KEEPS`, never one that is open): a reader asks for
-    the same stream again while it reads it. Iterating makes them a block at a time.
+    the same stream again while it reads it; the next segment of the same stream is
+    read by the same reference (its source stays open, as in a list of references).
+    Iterating makes them a block at a time.
     Pickled, it is the rows of the table it reads (a table of those streams), never a
     reference per stream.
 
@@ -465,7 +467,10 @@ class RowRefs(Sequence):
         j = range(len(self.at))[j]  # (the IndexError of a list, negatives)
         ref = self._made.get(j)
         if ref is None:
-            ref = _table_refs_at(self.table, self.at[j : j + 1], self.ids[j : j + 1])[0]
+            if j and self.ids[j] == self.ids[j - 1]:  # (a source's next segment: its ref)
+                ref = self._made.get(j - 1)
+            if ref is None:
+                ref = _table_refs_at(self.table, self.at[j : j + 1], self.ids[j : j + 1])[0]
             self._keep(j, ref)
         return ref
 
@@ -513,6 +518,10 @@ def _table_refs_at(table: Any, at: np.ndarray, index: np.ndarray) -> list[Stream
             make = _bare_ref if plain else StreamRef
             out.extend(map(make, index[a : a + REFS_BLOCK].tolist(), streams, lengths))
             del lengths, streams
+    # (a stream next to itself, the segments of a source: one reference, as in a list,
+    # so that a row reads the next segment from the source already open)
+    for k in (np.flatnonzero(index[1:] == index[:-1]) + 1).tolist():
+        out[k] = out[k - 1]
     return out
 
 
