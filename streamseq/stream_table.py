@@ -278,7 +278,7 @@ class StreamTable(Sequence):
 
     def __repr__(self) -> str:
         spec = "" if self._spec is None else f", dtype={self._spec[0]}, step={self._spec[1]}"
-        return f"StreamTable({len(self)} streams{spec})"
+        return f"{type(self).__name__}({len(self)} streams{spec})"
 
     def __reduce__(self) -> tuple:
         arrays = (_column(self.lengths), *map(_column, self.columns))

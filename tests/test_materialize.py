@@ -933,3 +933,11 @@ def test_a_stored_stream_equals_the_same_stream_made_again(tmp_path):
     assert stored[1] in stored and stored.index(stored[2]) == 2
     assert list(stored) == list(open_store(tmp_path / "a"))
     assert stored[0] != stored[1] and stored[0] != other[0] and stored[0] not in other
+
+
+def test_a_store_table_repr_names_its_kind_and_store(tmp_path):
+    stored = materialize(token_arrays((6, 9, 4)), tmp_path / "a")
+    for table in (stored, stored[1:], pickle.loads(pickle.dumps(stored))):
+        text = repr(table)
+        assert text.startswith("StoreTable(") and str(tmp_path / "a") in text, text
+    assert repr(stored[1:]).startswith("StoreTable(2 streams")
