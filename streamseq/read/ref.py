@@ -317,12 +317,36 @@ def _collector_paused() -> Any:
     streams that is three quarters of the time.
     """
     paused = gc.isenabled()
+    if paused:
+        _RESUMING[0] += 1  # (before the pause: a child forked in it sees the count)
     gc.disable()
     try:
         yield
     finally:
         if paused:
+            _RESUMING[0] = max(0, _RESUMING[0] - 1)
             gc.enable()
+
+
+#: pauses in progress in this process (any thread) that enable the collector when done
+_RESUMING = [0]
+
+
+def _collecting_in_child() -> None:
+    """In a child forked during a pause: the collector as it was before the pause.
+
+    The thread that paused it is not in the child to enable it again: a worker forked
+    then would never collect. What the child inherits is left out of its collections
+    (``gc.freeze``), as a worker does first anyway.
+    """
+    if _RESUMING[0]:
+        _RESUMING[0] = 0
+        gc.freeze()
+        gc.enable()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_collecting_in_child)
 
 
 def _parts(streams: Any) -> list[Any] | None:
