@@ -544,8 +544,9 @@ def _table_refs_at(table: Any, at: np.ndarray, index: np.ndarray) -> list[Stream
             del lengths, streams
     # (a stream next to itself, the segments of a source: one reference, as in a list,
     # so that a row reads the next segment from the source already open)
-    for k in (np.flatnonzero(index[1:] == index[:-1]) + 1).tolist():
-        out[k] = out[k - 1]
+    if len(index) > 1:
+        for k in (np.flatnonzero(index[1:] == index[:-1]) + 1).tolist():
+            out[k] = out[k - 1]
     return out
 
 
