@@ -11,6 +11,7 @@ import contextlib
 import functools
 import gc
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -318,18 +319,21 @@ def _collector_paused() -> Any:
     """
     paused = gc.isenabled()
     if paused:
-        _RESUMING[0] += 1  # (before the pause: a child forked in it sees the count)
+        with _RESUMING_LOCK:  # (before the pause: a child forked in it sees the count)
+            _RESUMING[0] += 1
     gc.disable()
     try:
         yield
     finally:
         if paused:
-            _RESUMING[0] = max(0, _RESUMING[0] - 1)
+            with _RESUMING_LOCK:
+                _RESUMING[0] = max(0, _RESUMING[0] - 1)
             gc.enable()
 
 
 #: pauses in progress in this process (any thread) that enable the collector when done
 _RESUMING = [0]
+_RESUMING_LOCK = threading.Lock()
 
 
 def _collecting_in_child() -> None:
@@ -339,6 +343,8 @@ def _collecting_in_child() -> None:
     then would never collect. What the child inherits is left out of its collections
     (``gc.freeze``), as a worker does first anyway.
     """
+    global _RESUMING_LOCK
+    _RESUMING_LOCK = threading.Lock()  # (one held by a thread not in the child is not freed)
     if _RESUMING[0]:
         _RESUMING[0] = 0
         gc.freeze()
