@@ -80,6 +80,15 @@ def _column(array: np.ndarray) -> Any:
     place = _file_place(array)
     if place is not None:
         return (_reopen, place)
+    base = array.base
+    if (
+        type(base) is np.ndarray
+        and base.dtype == array.dtype
+        and base.shape == array.shape
+        and base.strides == array.strides
+        and base.ctypes.data == array.ctypes.data
+    ):  # (the table's read-only view of an array: the array, pickled once where shared)
+        return base
     return np.asarray(array)  # (a memory map that is not one: its values)
 
 
@@ -87,6 +96,19 @@ def _loaded(column: Any) -> np.ndarray:
     if isinstance(column, tuple):
         return column[0](*column[1])
     return column
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    """A read-only view of ``array``: what reads a table cannot be changed through it.
+
+    (``table.lengths.sort()`` would otherwise change the steps every stream reads; the
+    caller's own array stays writable.)
+    """
+    if not array.flags.writeable:
+        return array
+    view = array.view()
+    view.flags.writeable = False
+    return view
 
 
 def _lengths(lengths: npt.ArrayLike) -> np.ndarray:
@@ -153,9 +175,11 @@ class StreamTable(Sequence):
         identities: str | Sequence[str] | Identities | None = None,
     ):
         self.make = make
-        self.lengths = _lengths(lengths)
+        self.lengths = _frozen(_lengths(lengths))
         n = len(self.lengths)
-        self.columns = tuple(c if isinstance(c, np.ndarray) else np.asarray(c) for c in columns)
+        self.columns = tuple(
+            _frozen(c if isinstance(c, np.ndarray) else np.asarray(c)) for c in columns
+        )
         for j, c in enumerate(self.columns):
             if c.shape[:1] != (n,):
                 raise ValueError(f"column {j} has {c.shape[:1]} values for {n} streams")
@@ -243,8 +267,8 @@ class StreamTable(Sequence):
     def _sub(self, index: Any) -> StreamTable:
         sub = object.__new__(type(self))  # (a table of a store stays one)
         sub.make = self.make
-        sub.lengths = self.lengths[index]
-        sub.columns = tuple(c[index] for c in self.columns)
+        sub.lengths = _frozen(self.lengths[index])
+        sub.columns = tuple(_frozen(c[index]) for c in self.columns)
         sub._spec = self._spec
         given = self._identities
         sub._identities = None if given is None else given[index]
@@ -297,7 +321,7 @@ def _rebuilt(
 ) -> StreamTable:
     """A table (of ``kind``, a subclass) from what :meth:`StreamTable.__reduce__` gave."""
     table = object.__new__(StreamTable if kind is None else kind)
-    loaded = [_loaded(a) for a in arrays]
+    loaded = [_frozen(_loaded(a)) for a in arrays]
     table.make, table.lengths, table.columns = make, loaded[0], tuple(loaded[1:])
     table._spec, table._identities = spec, identities
     return table
@@ -318,8 +342,10 @@ def _joined(a: StreamTable, b: StreamTable) -> StreamTable:
     """The table of the streams of ``a``, then those of ``b`` (see :func:`_joinable`)."""
     table = object.__new__(type(a))
     table.make, table._spec = a.make, a._spec
-    table.lengths = np.concatenate([a.lengths, b.lengths])
-    table.columns = tuple(np.concatenate(pair) for pair in zip(a.columns, b.columns, strict=True))
+    table.lengths = _frozen(np.concatenate([a.lengths, b.lengths]))
+    table.columns = tuple(
+        _frozen(np.concatenate(pair)) for pair in zip(a.columns, b.columns, strict=True)
+    )
     given = a._identities is not None and b._identities is not None
     table._identities = Identities.concat([a._identities, b._identities]) if given else None
     return table

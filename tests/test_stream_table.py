@@ -397,3 +397,21 @@ def test_a_table_opens_a_source_of_segments_once_as_a_list_does(options):
         assert_same(x, y)
     # (each source opened once to read; stream 0 also before, to learn the steps' dtype)
     assert opened["table"] == opened["list"] == [0, *range(len(lengths))]
+
+
+def test_a_tables_arrays_cannot_be_changed_through_it(tmp_path):
+    """``table.lengths.sort()`` (a look at the lengths) must not change what the table reads."""
+    from streamseq import materialize
+
+    table, streams = array_table([5, 3, 7])
+    given = np.array([5, 3, 7], np.int64)
+    own = StreamTable(functools.partial(piece, table.make.args[0]), given, table.columns)
+    stored = materialize(streams, tmp_path / "s")
+    for t in (table, own, stored, stored[1:], stored[[2, 0]], stored[:1] + stored[1:]):
+        t = pickle.loads(pickle.dumps(t)) if t is stored else t
+        for array in (t.lengths, *t.columns):
+            with pytest.raises(ValueError, match="read-only"):
+                array.sort()
+    given[0] = 1  # (the caller's own array is still theirs to change)
+    assert [len(s) for s in stored] == [5, 3, 7]
+    assert [np.asarray(s[:]).tolist() for s in stored] == [s.tolist() for s in streams]
