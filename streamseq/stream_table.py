@@ -133,7 +133,8 @@ class StreamTable(Sequence):
 
     Stream ``i`` is ``make(*(column[i] for column in columns), lengths[i])`` (each value a
     Python ``int`` or ``str``): ``make`` and the columns must be picklable (a module-level
-    function or a ``functools.partial`` of one; numpy arrays).
+    function or a ``functools.partial`` of one; numpy arrays). ``table.lengths`` and
+    ``table.columns`` are read-only views of them.
 
     Args:
         make: makes one stream from its row of the columns and its length.
