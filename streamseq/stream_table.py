@@ -80,6 +80,15 @@ def _column(array: np.ndarray) -> Any:
     place = _file_place(array)
     if place is not None:
         return (_reopen, place)
+    base = array.base
+    if (
+        type(base) is np.ndarray
+        and base.dtype == array.dtype
+        and base.shape == array.shape
+        and base.strides == array.strides
+        and base.ctypes.data == array.ctypes.data
+    ):  # (the table's read-only view of an array: the array, pickled once where shared)
+        return base
     return np.asarray(array)  # (a memory map that is not one: its values)
 
 
@@ -87,6 +96,19 @@ def _loaded(column: Any) -> np.ndarray:
     if isinstance(column, tuple):
         return column[0](*column[1])
     return column
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    """A read-only view of ``array``: what reads a table cannot be changed through it.
+
+    (``table.lengths.sort()`` would otherwise change the steps every stream reads; the
+    caller's own array stays writable.)
+    """
+    if not array.flags.writeable:
+        return array
+    view = array.view()
+    view.flags.writeable = False
+    return view
 
 
 def _lengths(lengths: npt.ArrayLike) -> np.ndarray:
@@ -111,7 +133,8 @@ class StreamTable(Sequence):
 
     Stream ``i`` is ``make(*(column[i] for column in columns), lengths[i])`` (each value a
     Python ``int`` or ``str``): ``make`` and the columns must be picklable (a module-level
-    function or a ``functools.partial`` of one; numpy arrays).
+    function or a ``functools.partial`` of one; numpy arrays). ``table.lengths`` and
+    ``table.columns`` are read-only views of them.
 
     Args:
         make: makes one stream from its row of the columns and its length.
@@ -153,9 +176,11 @@ class StreamTable(Sequence):
         identities: str | Sequence[str] | Identities | None = None,
     ):
         self.make = make
-        self.lengths = _lengths(lengths)
+        self.lengths = _frozen(_lengths(lengths))
         n = len(self.lengths)
-        self.columns = tuple(c if isinstance(c, np.ndarray) else np.asarray(c) for c in columns)
+        self.columns = tuple(
+            _frozen(c if isinstance(c, np.ndarray) else np.asarray(c)) for c in columns
+        )
         for j, c in enumerate(self.columns):
             if c.shape[:1] != (n,):
                 raise ValueError(f"column {j} has {c.shape[:1]} values for {n} streams")
@@ -243,8 +268,8 @@ class StreamTable(Sequence):
     def _sub(self, index: Any) -> StreamTable:
         sub = object.__new__(type(self))  # (a table of a store stays one)
         sub.make = self.make
-        sub.lengths = self.lengths[index]
-        sub.columns = tuple(c[index] for c in self.columns)
+        sub.lengths = _frozen(self.lengths[index])
+        sub.columns = tuple(_frozen(c[index]) for c in self.columns)
         sub._spec = self._spec
         given = self._identities
         sub._identities = None if given is None else given[index]
@@ -254,9 +279,31 @@ class StreamTable(Sequence):
         for i in range(len(self)):
             yield self[i]
 
+    def __add__(self, other: Any) -> Any:
+        """The streams of both, as ``+`` of two lists gives them.
+
+        A table of the same ``make`` (two slices of one table, of one store) gives a
+        table of the same kind; another table or a list gives the list of the streams.
+
+        Example:
+            >>> table = StreamTable(np.zeros, [3, 1, 2])
+            >>> (table[2:] + table[:1]).lengths.tolist(), len(table + [np.ones(4)])
+            ([2, 3], 4)
+        """
+        if isinstance(other, StreamTable) and _joinable(self, other):
+            return _joined(self, other)
+        if isinstance(other, (list, StreamTable)):
+            return [*self, *other]
+        return NotImplemented
+
+    def __radd__(self, other: Any) -> Any:
+        if isinstance(other, list):  # (``list + table``: the list of the streams)
+            return [*other, *self]
+        return NotImplemented
+
     def __repr__(self) -> str:
         spec = "" if self._spec is None else f", dtype={self._spec[0]}, step={self._spec[1]}"
-        return f"StreamTable({len(self)} streams{spec})"
+        return f"{type(self).__name__}({len(self)} streams{spec})"
 
     def __reduce__(self) -> tuple:
         arrays = (_column(self.lengths), *map(_column, self.columns))
@@ -275,9 +322,33 @@ def _rebuilt(
 ) -> StreamTable:
     """A table (of ``kind``, a subclass) from what :meth:`StreamTable.__reduce__` gave."""
     table = object.__new__(StreamTable if kind is None else kind)
-    loaded = [_loaded(a) for a in arrays]
+    loaded = [_frozen(_loaded(a)) for a in arrays]
     table.make, table.lengths, table.columns = make, loaded[0], tuple(loaded[1:])
     table._spec, table._identities = spec, identities
+    return table
+
+
+def _joinable(a: StreamTable, b: StreamTable) -> bool:
+    """Whether ``b``'s rows are rows of ``a``'s kind: the same ``make``, columns and steps."""
+    return (
+        type(a) is type(b)
+        and a.make == b.make
+        and a._spec == b._spec
+        and [c.dtype for c in a.columns] == [c.dtype for c in b.columns]
+        and [c.shape[1:] for c in a.columns] == [c.shape[1:] for c in b.columns]
+    )
+
+
+def _joined(a: StreamTable, b: StreamTable) -> StreamTable:
+    """The table of the streams of ``a``, then those of ``b`` (see :func:`_joinable`)."""
+    table = object.__new__(type(a))
+    table.make, table._spec = a.make, a._spec
+    table.lengths = _frozen(np.concatenate([a.lengths, b.lengths]))
+    table.columns = tuple(
+        _frozen(np.concatenate(pair)) for pair in zip(a.columns, b.columns, strict=True)
+    )
+    given = a._identities is not None and b._identities is not None
+    table._identities = Identities.concat([a._identities, b._identities]) if given else None
     return table
 
 

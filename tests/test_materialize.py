@@ -736,10 +736,18 @@ import glob, os, sys, numpy as np
 import streamseq
 from streamseq import StreamLoader, materialize
 from streamseq.errors import SourceError
+def _row(table, i, n):
+    return table[i]
 arrays = [np.arange(n * 3000, dtype=np.int32).reshape(n, 3000) + i for i, n in enumerate([50, 40])]
 stored = materialize(arrays, sys.argv[1])
 if sys.argv[4] == "zip":
     stored = [streamseq.zip_streams({"a": s, "b": s}) for s in stored]
+if sys.argv[4] == "zip-tables":
+    stored = streamseq.zip_streams({"a": stored, "b": stored})
+if sys.argv[4] == "hand":  # (a table built by hand over the store's streams)
+    import functools
+    from streamseq.stream_table import StreamTable
+    stored = StreamTable(functools.partial(_row, stored), stored.lengths, [np.arange(2)])
 it = iter(StreamLoader(stored, 2, 4, num_workers=int(sys.argv[2]), pad=sys.argv[3]))
 next(it)
 os.truncate(glob.glob(os.path.join(sys.argv[1], "leaf-0.*.bin"))[0], 4096)
@@ -752,7 +760,14 @@ except SourceError as e:
 
 @pytest.mark.parametrize(
     ("workers", "pad", "zipped"),
-    [(0, "zeros", ""), (2, "zeros", ""), (0, "pack", ""), (0, "zeros", "zip")],
+    [
+        (0, "zeros", ""),
+        (2, "zeros", ""),
+        (0, "pack", ""),
+        (0, "zeros", "zip"),
+        (0, "zeros", "zip-tables"),
+        (0, "zeros", "hand"),
+    ],
 )
 def test_a_data_file_cut_short_while_mapped_is_an_error_not_a_bus_error(
     tmp_path, workers, pad, zipped
@@ -1257,3 +1272,21 @@ def test_a_transform_edited_under_the_same_name_makes_the_store_again(tmp_path, 
     assert stored_bytes(again) == [w.tobytes() for w in want]
     same = materialize(arrays, tmp_path / "s", transform=_edited(edit))
     assert same[0]._files.generation == again[0]._files.generation  # (not made again)
+
+
+def test_a_stored_stream_equals_the_same_stream_made_again(tmp_path):
+    """``in``, ``index`` and ``==`` answer for a table's streams as for the list of them."""
+    stored = materialize(token_arrays((6, 9, 4)), tmp_path / "a")
+    other = materialize(token_arrays((6, 9, 4)), tmp_path / "b")
+    assert stored[1] == stored[1] and hash(stored[1]) == hash(open_store(tmp_path / "a")[1])
+    assert stored[1] in stored and stored.index(stored[2]) == 2
+    assert list(stored) == list(open_store(tmp_path / "a"))
+    assert stored[0] != stored[1] and stored[0] != other[0] and stored[0] not in other
+
+
+def test_a_store_table_repr_names_its_kind_and_store(tmp_path):
+    stored = materialize(token_arrays((6, 9, 4)), tmp_path / "a")
+    for table in (stored, stored[1:], pickle.loads(pickle.dumps(stored))):
+        text = repr(table)
+        assert text.startswith("StoreTable(") and str(tmp_path / "a") in text, text
+    assert repr(stored[1:]).startswith("StoreTable(2 streams")

@@ -338,3 +338,80 @@ def test_streams_takes_integers_only():
             table.streams(index)
     with pytest.raises(IndexError, match="1-d"):
         table.streams(np.zeros((1, 1), np.int64))
+
+
+def test_tables_are_concatenated_with_plus_as_lists_were(tmp_path):
+    """``a + b`` of tables (two stores, a table and a list) gives the streams of both."""
+    from streamseq import materialize
+
+    first, second = array_table([3, 1, 4])[1], array_table([2, 5])[1]
+    a, b = materialize(first, tmp_path / "a"), materialize(second, tmp_path / "b")
+    both = first + second
+    for got in (a + b, a + list(b), list(a) + b, a[:2] + a[2:] + b, (a + b)[::-1][::-1]):
+        assert [np.asarray(s[:]).tolist() for s in got] == [s.tolist() for s in both]
+    joined = a[2:] + a[:2]  # (one store's: still a table of it)
+    assert isinstance(joined, type(a)) and joined.lengths.tolist() == [4, 3, 1]
+    assert [s.index for s in joined] == [2, 0, 1]
+    loader = StreamLoader(a + b, 2, 3, seed=1, shuffle=True)
+    expected = StreamLoader(list(a) + list(b), 2, 3, seed=1, shuffle=True)
+    for x, y in zip(loader, expected, strict=True):
+        assert_same(x, y)
+    for other in (1, ()):
+        with pytest.raises(TypeError):
+            a + other
+
+
+class _Opener:
+    """A stream opened by a call (counted in ``opened``)."""
+
+    def __init__(self, opened, i, n):
+        self.opened, self.i, self.n = opened, i, n
+
+    def __len__(self):
+        return self.n
+
+    def __call__(self):
+        self.opened.append(self.i)
+        return np.arange(self.n) + 1000 * self.i
+
+
+@pytest.mark.parametrize(
+    "options",
+    [dict(segment_length=8), dict(pad="pack", max_streams_per_chunk=2, segment_length=5)],
+)
+def test_a_table_opens_a_source_of_segments_once_as_a_list_does(options):
+    """The next segment of a source in a row reads the source already open, not a new one.
+
+    (One row: every source's segments follow one another in it.)
+    """
+    lengths = [50, 3, 40, 7, 33, 21] * 3
+    opened = {"list": [], "table": []}
+    streams = [_Opener(opened["list"], i, n) for i, n in enumerate(lengths)]
+    table = StreamTable(
+        functools.partial(_Opener, opened["table"]), lengths, [np.arange(len(lengths))]
+    )
+    got = {}
+    for name, s in (("list", streams), ("table", table)):
+        got[name] = list(StreamLoader(s, 1, 4, lengths=lengths, **options))
+    for x, y in zip(got["list"], got["table"], strict=True):
+        assert_same(x, y)
+    # (each source opened once to read; stream 0 also before, to learn the steps' dtype)
+    assert opened["table"] == opened["list"] == [0, *range(len(lengths))]
+
+
+def test_a_tables_arrays_cannot_be_changed_through_it(tmp_path):
+    """``table.lengths.sort()`` (a look at the lengths) must not change what the table reads."""
+    from streamseq import materialize
+
+    table, streams = array_table([5, 3, 7])
+    given = np.array([5, 3, 7], np.int64)
+    own = StreamTable(functools.partial(piece, table.make.args[0]), given, table.columns)
+    stored = materialize(streams, tmp_path / "s")
+    for t in (table, own, stored, stored[1:], stored[[2, 0]], stored[:1] + stored[1:]):
+        t = pickle.loads(pickle.dumps(t)) if t is stored else t
+        for array in (t.lengths, *t.columns):
+            with pytest.raises(ValueError, match="read-only"):
+                array.sort()
+    given[0] = 1  # (the caller's own array is still theirs to change)
+    assert [len(s) for s in stored] == [5, 3, 7]
+    assert [np.asarray(s[:]).tolist() for s in stored] == [s.tolist() for s in streams]

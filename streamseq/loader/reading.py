@@ -103,15 +103,26 @@ class Reading:
     @functools.cached_property
     def stores(self) -> list[Any]:
         """The stores the streams read (checked before each batch: :class:`_StoreChecked`)."""
-        found: dict[int, Any] = {}
+        got = []
         for part in _parts_of(self.refs):
             if is_table(part):
-                got = getattr(part, "stores", [])  # (a table of a store: its files)
+                got.append(getattr(part, "stores", []))  # (a table of a store: its files)
             else:
-                got = store_files([r.source for r in part])
-            for files in got:
-                found.setdefault(id(files), files)
-        return list(found.values())
+                got.append(store_files([r.source for r in part]))
+        return _merged(*got)
+
+    @functools.cached_property
+    def tables_unasked(self) -> bool:
+        """Whether a table that does not say which stores it reads (one built by hand) reads one.
+
+        Its first stream tells: when it is a store's, each group looks at the streams of
+        its rows (made for its map of chunks anyway), so that a data file cut short is an
+        error there, not a ``SIGBUS``. (A table of a corpus or a manifest costs one stream.)
+        """
+        return any(
+            is_table(p) and not hasattr(p, "stores") and len(p) > 0 and store_files([p[0]])
+            for p in _parts_of(self.refs)
+        )
 
     def read_here(self, plan: EpochPlan) -> bool:
         """Whether ``plan``'s batches are read in the calling process whatever the workers.
@@ -149,6 +160,8 @@ class Reading:
             for r in rows
         ]
         data, stores = self.data.of(plan.epoch), self.stores
+        if self.tables_unasked:  # (the stores its rows read, among the streams it makes)
+            stores = _merged(stores, store_files([f.source for r in rows for f in r.refs]))
         kind = _StoreChecked if stores else ZipBatch
         with _collector_paused():  # (the rows' references, made for its map of chunks)
             group = kind(parts, pad=spec.pad, length=plan.length, spec=data)
@@ -181,6 +194,14 @@ class Reading:
         (:class:`~streamseq.workers.epochs.EpochBlocks`).
         """
         return self.group(plan, split_by_worker(self.rows(plan), workers)[w])
+
+
+def _merged(*stores: list[Any]) -> list[Any]:
+    """The stores of the lists ``stores``, each once."""
+    found: dict[int, Any] = {}
+    for files in (f for got in stores for f in got):
+        found.setdefault(id(files), files)
+    return list(found.values())
 
 
 def _parts_of(refs: Sequence[StreamRef]) -> list[Any]:

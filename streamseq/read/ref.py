@@ -11,6 +11,7 @@ import contextlib
 import functools
 import gc
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -317,12 +318,41 @@ def _collector_paused() -> Any:
     streams that is three quarters of the time.
     """
     paused = gc.isenabled()
+    if paused:
+        with _RESUMING_LOCK:  # (before the pause: a child forked in it sees the count)
+            _RESUMING[0] += 1
     gc.disable()
     try:
         yield
     finally:
         if paused:
+            with _RESUMING_LOCK:
+                _RESUMING[0] = max(0, _RESUMING[0] - 1)
             gc.enable()
+
+
+#: pauses in progress in this process (any thread) that enable the collector when done
+_RESUMING = [0]
+_RESUMING_LOCK = threading.Lock()
+
+
+def _collecting_in_child() -> None:
+    """In a child forked during a pause: the collector as it was before the pause.
+
+    The thread that paused it is not in the child to enable it again: a worker forked
+    then would never collect. What the child inherits is left out of its collections
+    (``gc.freeze``), as a worker does first anyway.
+    """
+    global _RESUMING_LOCK
+    _RESUMING_LOCK = threading.Lock()  # (one held by a thread not in the child is not freed)
+    if _RESUMING[0]:
+        _RESUMING[0] = 0
+        gc.freeze()
+        gc.enable()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_collecting_in_child)
 
 
 def _parts(streams: Any) -> list[Any] | None:
@@ -434,7 +464,9 @@ class RowRefs(Sequence):
     arrays. ``refs[j]`` makes the reference to stream ``at[j]`` of the table (numbered
     ``ids[j]``, its index in the user's list), as :meth:`TableRefs.pick` does, and keeps
     the last few made (:data:`ROW_KEEPS`, never one that is open): a reader asks for
-    the same stream again while it reads it. Iterating makes them a block at a time.
+    the same stream again while it reads it; the next segment of the same stream is
+    read by the same reference (its source stays open, as in a list of references).
+    Iterating makes them a block at a time.
     Pickled, it is the rows of the table it reads (a table of those streams), never a
     reference per stream.
 
@@ -465,7 +497,10 @@ class RowRefs(Sequence):
         j = range(len(self.at))[j]  # (the IndexError of a list, negatives)
         ref = self._made.get(j)
         if ref is None:
-            ref = _table_refs_at(self.table, self.at[j : j + 1], self.ids[j : j + 1])[0]
+            if j and self.ids[j] == self.ids[j - 1]:  # (a source's next segment: its ref)
+                ref = self._made.get(j - 1)
+            if ref is None:
+                ref = _table_refs_at(self.table, self.at[j : j + 1], self.ids[j : j + 1])[0]
             self._keep(j, ref)
         return ref
 
@@ -513,6 +548,11 @@ def _table_refs_at(table: Any, at: np.ndarray, index: np.ndarray) -> list[Stream
             make = _bare_ref if plain else StreamRef
             out.extend(map(make, index[a : a + REFS_BLOCK].tolist(), streams, lengths))
             del lengths, streams
+    # (a stream next to itself, the segments of a source: one reference, as in a list,
+    # so that a row reads the next segment from the source already open)
+    if len(index) > 1:
+        for k in (np.flatnonzero(index[1:] == index[:-1]) + 1).tolist():
+            out[k] = out[k - 1]
     return out
 
 

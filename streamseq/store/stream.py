@@ -110,6 +110,19 @@ class StoredStream:
     def __repr__(self) -> str:
         return f"StoredStream({self.path!r}, index={self.index}, length={self.length})"
 
+    def _key(self) -> tuple[str, str, int, int, int]:
+        files = self._files
+        return files.folder, files.generation, self.index, self.offset, self.length
+
+    def __eq__(self, other: object) -> bool:
+        """The same steps of the same store (made again by its table, or unpickled)."""
+        if not isinstance(other, StoredStream):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
     def __len__(self) -> int:
         return self.length
 

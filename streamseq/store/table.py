@@ -45,6 +45,9 @@ class StoreTable(StreamTable):
     #: every stream of the table is arrays already mapped (see ``StoredStream.as_arrays``)
     mapped = True
 
+    def __repr__(self) -> str:
+        return f"{super().__repr__()[:-1]}, store={self.make.args[0].folder!r})"
+
     @property
     def stores(self) -> list[_Files]:
         """The store (its data files) that the streams of the table read."""
