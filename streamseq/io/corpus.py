@@ -15,10 +15,13 @@ documents cost two arrays, and pickle to them.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import mmap
 import os
 import struct
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -86,27 +89,82 @@ def _check_unchanged(files: _Files, a: int, b: int) -> None:
     refused.
     """
     for path, stamp in files:
-        _check_file(path, stamp, a, b)
+        _check_file(path, stamp, f"tokens {a}:{b}")
 
 
-def _check_file(path: str, stamp: _Stamp, a: int, b: int) -> None:
+def _check_file(path: str, stamp: _Stamp, what: str) -> None:
     try:
         now = _stamp(path)
     except OSError as e:
-        raise SourceError(
-            path, f"the file changed since the corpus was read (tokens {a}:{b}): {e}"
-        ) from e
+        raise SourceError(path, f"the file changed since the corpus was read ({what}): {e}") from e
     if now != stamp:
-        what = [
+        changes = [
             f"{name} {was} -> {new}"
             for name, was, new in zip(("size", "mtime_ns", "inode"), stamp, now, strict=True)
             if was != new
         ]
         raise SourceError(
             path,
-            f"the file changed since the corpus was read ({', '.join(what)}): "
-            f"tokens {a}:{b} not read",
+            f"the file changed since the corpus was read ({', '.join(changes)}): {what} not read",
         )
+
+
+#: the files of corpora that the batch being written checks itself, before and after it
+#: (:class:`CorpusFiles`): their documents' reads in that batch check nothing of their own
+_BATCH_CHECKED: contextvars.ContextVar[tuple[_Files, ...]] = contextvars.ContextVar(
+    "streamseq_corpus_batch_checked", default=()
+)
+
+
+class CorpusFiles:
+    """The files of a corpus, checked by a loader once before and once after each batch.
+
+    A loader reading a table of a corpus checks its files (the token file, a mapped index)
+    around each batch it writes instead of around each document's read: two ``stat`` a
+    file a batch, not two a document read. A file changed before or during the batch is a
+    :class:`~streamseq.errors.SourceError` naming it (the loader adds the streams and the
+    steps of the batch).
+
+    Example:
+        >>> import tempfile, numpy as np
+        >>> path = tempfile.mkdtemp() + "/c.bin"
+        >>> np.arange(6, dtype=np.uint16).tofile(path)
+        >>> files = token_corpus(path, index=[0, 2]).stores[0]
+        >>> files.check()
+        >>> with files.batch():
+        ...     token_corpus(path, index=[0, 2])[1][:2].tolist()
+        [2, 3]
+    """
+
+    def __init__(self, files: _Files):
+        self.files = files
+
+    def __repr__(self) -> str:
+        return f"CorpusFiles({[path for path, _ in self.files]!r})"
+
+    def check(self) -> None:
+        """Raise a :class:`~streamseq.errors.SourceError` when a file changed."""
+        for path, stamp in self.files:
+            _check_file(path, stamp, "this batch")
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """While a batch is written: the reads of these files check nothing themselves."""
+        token = _BATCH_CHECKED.set((*_BATCH_CHECKED.get(), self.files))
+        try:
+            yield
+        finally:
+            _BATCH_CHECKED.reset(token)
+
+
+class CorpusTable(StreamTable):
+    """The documents of a corpus (:func:`token_corpus`): a table that names its files."""
+
+    @property
+    def stores(self) -> list[CorpusFiles]:
+        """The files the documents read, which a loader checks around each batch."""
+        files = self.make.args[1]
+        return [CorpusFiles(files)] if files else []
 
 
 class _Document(Source):
@@ -162,7 +220,8 @@ class _Document(Source):
         return _map(self.key)
 
     def _read(self, handle: Any, a: int, b: int) -> np.ndarray:
-        if self.files:
+        checked = not self.files or self.files in _BATCH_CHECKED.get()  # (by the batch)
+        if not checked:
             _check_unchanged(self.files, self.start + a, self.start + b)
         if self.start + b > len(handle) and b > a:  # a range past the end of the file
             raise SourceError(
@@ -171,7 +230,7 @@ class _Document(Source):
                 f"({len(handle)} tokens)",
             )
         tokens = handle[self.start + a : self.start + b]
-        if self.files:  # copied, then checked again: what a change during the copy gave
+        if not checked:  # copied, then checked again: what a change during the copy gave
             tokens = np.array(tokens)
             tokens.flags.writeable = False
             _check_unchanged(self.files, self.start + a, self.start + b)
@@ -419,7 +478,7 @@ def token_corpus(
                 where = os.fspath(index)  # the starts read the index's pages: check it too
                 files += ((where, _stamp(where)),)
     starts = np.asarray(starts, np.int64)
-    return StreamTable(
+    return CorpusTable(
         functools.partial(_document, key, files),
         np.asarray(stops, np.int64) - starts,
         [starts],

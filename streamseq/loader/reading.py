@@ -8,6 +8,7 @@ through :meth:`Reading.group_of`. :func:`read_with` sets a pass up either way.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import multiprocessing
 import pickle
@@ -41,22 +42,34 @@ COPY_HERE_BYTES = 2 << 20
 
 
 class _StoreChecked(ZipBatch):
-    """A group whose rows read stores: their data files are checked before each batch.
+    """A group whose rows read stores or token corpora: files checked around each batch.
 
     A data file cut short in place while mapped would kill the process that copies a
-    batch out of it (``SIGBUS``); checked first, it is a :class:`SourceError` naming the
-    file, the streams and the steps of the batch.
+    batch out of it (``SIGBUS``); a file rewritten in place would give other steps.
+    Checked before the batch (and, for what a change during its copy gave, after it),
+    it is a :class:`SourceError` naming the file, the streams and the steps of the
+    batch. While the batch is written, the reads of files that say they are checked so
+    (a corpus's, ``batch()``) check nothing of their own.
     """
 
     stores: list[Any] = []
 
     def __getitem__(self, i: int) -> Any:
-        self._check(i)
-        return super().__getitem__(i)
+        return self._checked(i, super().__getitem__, i)
 
     def item(self, i: int, need_data: bool = True) -> Any:
+        return self._checked(i, super().item, i, need_data)
+
+    def _checked(self, i: Any, write: Callable[..., Any], *args: Any) -> Any:
         self._check(i)
-        return super().item(i, need_data)
+        with contextlib.ExitStack() as stack:
+            for files in self.stores:
+                batch = getattr(files, "batch", None)
+                if batch is not None:
+                    stack.enter_context(batch())
+            out = write(*args)
+        self._check(i)
+        return out
 
     def _check(self, i: Any) -> None:
         try:

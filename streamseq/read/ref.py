@@ -453,8 +453,9 @@ class TableRefs(Sequence):
 
 #: references made at a time from a table (bounds the memory of their temporary lists)
 REFS_BLOCK = 1 << 14
-#: references a row of a table keeps once made (the stream it reads, and a few around)
-ROW_KEEPS = 4
+#: references a row of a table makes at a time as a reader goes along it (and keeps,
+#: with those still open)
+ROW_BLOCK = 64
 
 
 class RowRefs(Sequence):
@@ -462,9 +463,9 @@ class RowRefs(Sequence):
 
     What a row of a table holds in place of a reference per stream: two integer
     arrays. ``refs[j]`` makes the reference to stream ``at[j]`` of the table (numbered
-    ``ids[j]``, its index in the user's list), as :meth:`TableRefs.pick` does, and keeps
-    the last few made (:data:`ROW_KEEPS`, never one that is open): a reader asks for
-    the same stream again while it reads it; the next segment of the same stream is
+    ``ids[j]``, its index in the user's list), as :meth:`TableRefs.pick` does, with
+    the next ones of the row (:data:`ROW_BLOCK` at a time, kept with those still open
+    until the next block): a reader goes along its row; the next segment of the same stream is
     read by the same reference (its source stays open, as in a list of references).
     Iterating makes them a block at a time.
     Pickled, it is the rows of the table it reads (a table of those streams), never a
@@ -494,23 +495,30 @@ class RowRefs(Sequence):
     def __getitem__(self, j: Any) -> Any:
         if isinstance(j, slice):
             return [self[k] for k in range(len(self))[j]]
-        j = range(len(self.at))[j]  # (the IndexError of a list, negatives)
+        if type(j) is not int or not 0 <= j < len(self.at):
+            j = range(len(self.at))[j]  # (the IndexError of a list, negatives)
         ref = self._made.get(j)
         if ref is None:
-            if j and self.ids[j] == self.ids[j - 1]:  # (a source's next segment: its ref)
-                ref = self._made.get(j - 1)
-            if ref is None:
-                ref = _table_refs_at(self.table, self.at[j : j + 1], self.ids[j : j + 1])[0]
-            self._keep(j, ref)
+            ref = self._make_from(j)
         return ref
 
-    def _keep(self, j: int, ref: StreamRef) -> None:
-        made = self._made
-        if len(made) >= ROW_KEEPS:  # forget the oldest that is not open
-            old = next((k for k, r in made.items() if not r.is_open), None)
-            if old is not None:
-                del made[old]
-        made[j] = ref
+    def _make_from(self, j: int) -> StreamRef:
+        """Stream ``j``'s reference, made with the next ones of the row.
+
+        The references of streams ``j`` to ``j + ROW_BLOCK`` are made together and kept
+        with those still open: a reader goes along its row, one call a block, not a stream.
+        """
+        b = min(j + ROW_BLOCK, len(self.at))
+        made = _table_refs_at(self.table, self.at[j:b], self.ids[j:b])
+        before = self._made.get(j - 1) if j else None
+        if before is not None and self.ids[j] == self.ids[j - 1]:  # (a source's next segment)
+            same = self.ids[j:b] == self.ids[j]
+            stop = len(made) if same.all() else int(np.argmin(same))
+            made[:stop] = [before] * stop
+        kept = {k: r for k, r in self._made.items() if r.is_open}
+        kept.update(enumerate(made, j))
+        self._made = kept
+        return made[0]
 
     def __iter__(self) -> Any:
         if len(self.at) <= REFS_BLOCK:  # (a row's references made together, in one pause)

@@ -248,7 +248,7 @@ def test_a_file_changed_under_the_loader_is_an_error_naming_it(tmp_path, workers
         assert error is not None
     if error is not None:
         assert "changed" in str(error) and error.path == str(path)
-        assert error.index is not None and error.steps is not None
+        assert "stream" in str(error) and "steps" in str(error)  # (the batch's, or the read's)
 
 
 def test_an_index_file_rewritten_in_place_is_an_error_not_other_documents(tmp_path):
@@ -418,3 +418,47 @@ def test_a_file_rewritten_between_the_check_and_the_copy_is_an_error_not_other_t
     with pytest.raises(SourceError, match="changed") as info:
         docs[2][:5]
     assert info.value.path == str(path)
+
+
+def test_a_loader_checks_the_corpus_files_around_each_batch_not_each_read(tmp_path, monkeypatch):
+    import streamseq.io.corpus as corpus
+
+    path = tmp_path / "c.bin"
+    (np.arange(4000, dtype=np.uint16) % 500).tofile(path)
+    docs = token_corpus(path, index=np.arange(0, 4000, 10))  # 400 documents of 10 tokens
+    loader = StreamLoader(docs, batch_size=8, tbins=16)
+    stats = []
+    stamp = corpus._stamp
+    monkeypatch.setattr(corpus, "_stamp", lambda p: stats.append(p) or stamp(p))
+    batches = list(loader)
+    # two a batch (and a few to open and probe), not two a document read (800 here)
+    assert len(stats) < 3 * len(batches) < len(docs)
+    plain = list(StreamLoader([np.asarray(d[:]) for d in docs], batch_size=8, tbins=16))
+    assert all(np.array_equal(a.data, b.data) for a, b in zip(batches, plain, strict=True))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_file_rewritten_while_a_batch_is_copied_is_an_error_naming_the_batch(
+    tmp_path, monkeypatch, workers
+):
+    import streamseq.io.corpus as corpus
+
+    path = tmp_path / "c.bin"
+    (np.arange(400, dtype=np.uint16) + 1).tofile(path)
+    docs = token_corpus(path, index=np.arange(0, 400, 20))
+    read = corpus._Document._read
+
+    def rewritten_during_the_batch(self, handle, a, b):
+        if self.start >= 200:  # (the documents of the second half: once the loader runs)
+            with open(path, "r+b") as f:
+                f.write(np.zeros(400, np.uint16).tobytes())
+            os.utime(path, ns=(1, 1))
+        return read(self, handle, a, b)
+
+    monkeypatch.setattr(corpus._Document, "_read", rewritten_during_the_batch)
+    loader = StreamLoader(docs, batch_size=2, tbins=5, num_workers=workers, timeout=60)
+    with pytest.raises(SourceError, match="changed") as info:
+        for batch in loader:  # what is delivered was read before the change
+            valid = np.asarray(batch.valid)
+            assert (np.asarray(batch.data)[valid] > 0).all()
+    assert info.value.path == str(path) and "steps" in str(info.value)
