@@ -506,10 +506,16 @@ class _Video(MediaSource):
             frames = [f for c in chunks for f in c]
             if len(frames) < last + 1 - start:  # ``_fill`` raised otherwise: a guard
                 raise SourceError(self.path, self._truncated(start + len(frames), last + 1))
+            size = held[2] if held is not None else (frames[0].height, frames[0].width)
             for k, frame in enumerate(frames, start):
                 if k in wanted:
+                    if self.size is None:
+                        self._check_size(frame, k, size)
                     arrays[k] = self._convert(reader, frame)
-        reader.shown = (last, arrays[last])
+                    size = (frame.height, frame.width)
+        else:
+            size = held[2]
+        reader.shown = (last, arrays[last], size)  # (size: the decoded frame's)
         return np.stack([arrays[k] for k in shown.tolist()])
 
     def read_into(self, start: int, stop: int, out: np.ndarray) -> int | None:
@@ -539,14 +545,42 @@ class _Video(MediaSource):
             reader, chunks = self._decode(reader, *self._span(start, stop))
             reformat, fmt = reader.convert.reformat, self.format
             h, w = self.size if self.size is not None else (None, None)
+            size = None  # (resized to ``size=``: any size decoded is fine)
+            if self.size is None:  # the decoded frames must all be of the rows' size
+                size = (shape[0] * 2 // 3 if fmt == "yuv420p" else shape[0], shape[1])
             k, n = 0, len(out)
             for chunk in chunks:
                 for frame in chunk:
                     if k == n:
                         return k + 1  # (more than asked: the caller says so)
+                    if size is not None:
+                        self._check_size(frame, start + k, size)
                     copy_frame(reformat(frame, w, h, fmt, threads=1), out[k], fmt)
                     k += 1
             return k
+
+    def _check_size(self, frame: Any, index: int, size: tuple[int, int]) -> None:
+        """Refuse a decoded frame that is not ``size`` (height, width): its frames change size.
+
+        Without ``size=``, every frame of a stream must have one size (a batch's rows, a
+        read's array): a frame of another is an error, never one broadcast into the rows
+        of a batch, nor a row of it repeated.
+        """
+        if (frame.height, frame.width) != size:
+            raise SourceError(
+                self.path,
+                f"frame {index} is {frame.height}x{frame.width}, not {size[0]}x{size[1]} "
+                "as the frames before: the frames of the file change size; give size= to "
+                "resize them all to one",
+            )
+
+    def _converted(self, reader: Reader, frames: list[Any], first: int) -> list[np.ndarray]:
+        """The arrays of ``frames`` (frame ``first`` and on), all of one size."""
+        if self.size is None and frames:
+            size = (frames[0].height, frames[0].width)
+            for k, frame in enumerate(frames):
+                self._check_size(frame, first + k, size)
+        return [self._convert(reader, f) for f in frames]
 
     def _convert(self, reader: Reader, frame: Any) -> np.ndarray:
         h, w = self.size if self.size is not None else (None, None)
@@ -577,7 +611,7 @@ class _Video(MediaSource):
         return [frame]  # converted when delivered: frames skipped after a seek never are
 
     def _assemble(self, reader: Reader, chunks: list[Sequence[Any]], a: int, b: int) -> Any:
-        return np.stack([self._convert(reader, f) for c in chunks for f in c])
+        return np.stack(self._converted(reader, [f for c in chunks for f in c], a))
 
     def _seek_target(self, start: int) -> int | None:
         return start if self._trusted and self.probe().exact else None

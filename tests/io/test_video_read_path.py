@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from media import plain_video, truncate, write_vfr_video
+from media import plain_video, truncate, write_resized_video, write_vfr_video
 
 from streamseq.errors import SourceError
 from streamseq.io import video
@@ -227,3 +227,50 @@ def test_reads_locate_frames_as_the_search_alone_did(
             np.testing.assert_array_equal(now[1], was[1])
         else:
             np.testing.assert_array_equal(now, was)
+
+
+# -- frames that change size within a file ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def resized(tmp_path_factory):
+    """6 frames of 16x32, then 6 of 1x32 (one row: it broadcasts into 16)."""
+    folder = tmp_path_factory.mktemp("resized")
+    return str(write_resized_video(folder / "resized.mkv", [((16, 32), 6), ((1, 32), 6)]))
+
+
+@pytest.mark.parametrize("format", ["rgb24", "gray"])
+def test_read_into_refuses_a_frame_of_another_size(resized, format):
+    """A frame whose size is not the stream's is an error naming the file and the frame,
+    never a row broadcast into the batch."""
+    v = video(resized, format=format)
+    v.probe()
+    shape = v.step_spec()[1]
+    assert shape[:2] == (16, 32)
+    out = np.full((len(v), *shape), 7, np.uint8)
+    with pytest.raises(SourceError, match=r"resized\.mkv.*frame 6 is 1x32, not 16x32"):
+        v.read_into(0, len(v), out)
+    with av.open(resized) as container:
+        first = [f.to_ndarray(format=format) for f in container.decode(video=0)][:6]
+    np.testing.assert_array_equal(out[:6], np.stack(first))
+    v = video(resized, format=format)
+    assert v.read_into(0, 4, out[:4]) == 4
+    with pytest.raises(SourceError, match=r"frame 6 is 1x32, not 16x32"):
+        v.read_into(4, 8, out[4:8])  # (decoding on: the frames after 5 change size)
+
+
+def test_reads_refuse_frames_of_other_sizes_by_name(resized):
+    """The plain read and a read at a constant rate say which frames differ, and where."""
+    with pytest.raises(SourceError, match=r"resized\.mkv.*frame 6 is 1x32, not 16x32"):
+        video(resized)[4:8]
+    with pytest.raises(SourceError, match=r"resized\.mkv.*frame 7 is 1x32, not 16x32"):
+        video(resized, fps=10)[:]  # (frames 0, 2, 5, 7, ... shown: 7 is the first of 1x32)
+    with pytest.raises(SourceError, match=r"frame 6 is 1x32, not 16x32.*size="):
+        video(resized, format="yuv420p", size=None)[4:8]
+    # resized to one size, every frame is read: the sizes of the file do not matter
+    expected = plain_video(resized, size=(4, 6))
+    v = video(resized, size=(4, 6))
+    np.testing.assert_array_equal(v[:], expected)
+    out = np.full(expected.shape, 7, np.uint8)
+    assert v.read_into(0, len(v), out) == len(v)
+    np.testing.assert_array_equal(out, expected)
