@@ -732,7 +732,9 @@ def video(
             the file cannot be opened or demuxed, has no video
             stream or no decoder for it (a damaged codec description), or decodes to fewer
             frames than its length (on the read that finds out); the file changed since
-            the source was made (found when a process opens it or demuxes it).
+            the source was made (found when a process opens it or demuxes it); without
+            ``size``, a frame of another size than the stream's (a file whose frames
+            change size: give ``size`` to resize them all).
 
     Example:
         >>> import tempfile, os, av, numpy as np
