@@ -39,7 +39,7 @@ from av.video.reformatter import VideoReformatter
 from streamseq._redact import redacted_repr
 from streamseq.errors import SourceError
 from streamseq.io._media import MediaSource, Reader, open_media, packets
-from streamseq.io._video_frames import copy_frame
+from streamseq.io._video_frames import convert_into, opaque_colour
 from streamseq.io.remote import Remote
 
 #: channels of the packed pixel formats a video stream can deliver (``None``: no channel axis)
@@ -522,7 +522,7 @@ class _Video(MediaSource):
         """Convert frames ``start:stop`` straight into ``out`` (the rows of a batch).
 
         Each frame is converted by the reused reformatter and its planes copied once,
-        into ``out`` (:func:`~streamseq.io._video_frames.copy_frame`): no array of the
+        into ``out`` (:func:`~streamseq.io._video_frames.convert_into`): no array of the
         chunk nor of the frame. Only for frames read one by one (not at
         ``fps=``, nor a window) of the dtype and shape of ``out``; ``None`` otherwise.
         """
@@ -555,7 +555,7 @@ class _Video(MediaSource):
                         return k + 1  # (more than asked: the caller says so)
                     if size is not None:
                         self._check_size(frame, start + k, size)
-                    copy_frame(reformat(frame, w, h, fmt, threads=1), out[k], fmt)
+                    convert_into(reformat, frame, w, h, fmt, out[k])
                     k += 1
             return k
 
@@ -584,7 +584,13 @@ class _Video(MediaSource):
 
     def _convert(self, reader: Reader, frame: Any) -> np.ndarray:
         h, w = self.size if self.size is not None else (None, None)
-        return reader.convert.reformat(frame, w, h, self.format, threads=1).to_ndarray()
+        reformat = reader.convert.reformat
+        colour = opaque_colour(frame, w, h, self.format)
+        if colour is None:
+            return reformat(frame, w, h, self.format, threads=1).to_ndarray()
+        out = np.empty((h or frame.height, w or frame.width, 4), np.uint8)
+        convert_into(reformat, frame, w, h, self.format, out)
+        return out
 
     # -- hooks of the decoding skeleton ----------------------------------------------------
 
@@ -700,7 +706,10 @@ def video(
             ``"rgba"``, ``"bgra"``, ``"argb"``, ``"abgr"`` (``[H, W, 4]``), ``"gray"``
             (``[H, W]``) or ``"yuv420p"`` (``[H * 3 / 2, W]``: the luma plane, then the
             two chroma planes of ``H / 2`` by ``W / 2`` side by side; even sizes only).
-            Resizing and conversion are one pass of the reformatter, at decode.
+            Resizing and conversion are one pass of the reformatter, at decode. Frames
+            without alpha read as ``"rgba"`` (``"bgra"``) at their own size are their
+            ``"rgb24"`` (``"bgr24"``) colour and alpha 255: FFmpeg's conversion leaves the
+            last columns of some widths unwritten.
         length: the number of frames, when known: it skips the demuxing pass until a seek
             needs it. A file with fewer frames raises :class:`~streamseq.errors.SourceError`
             when the missing frames are read.
