@@ -570,8 +570,8 @@ class _Video(MediaSource):
             raise SourceError(
                 self.path,
                 f"frame {index} is {frame.height}x{frame.width}, not {size[0]}x{size[1]} "
-                "as the frames before: the frames of the file change size; give size= to "
-                "resize them all to one",
+                "like the stream's other frames: the frames of the file change size; give "
+                "size= to resize them all to one",
             )
 
     def _converted(self, reader: Reader, frames: list[Any], first: int) -> list[np.ndarray]:
