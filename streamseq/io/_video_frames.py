@@ -100,11 +100,16 @@ def copy_frame(frame: Any, out: np.ndarray, format: str) -> None:
     out[...] = frame.to_ndarray()
 
 
-#: formats with alpha and the formats of their colour alone: a frame without alpha is
-#: converted to the colour, its alpha written opaque (FFmpeg's unscaled conversion of yuv
-#: to these formats leaves the last columns of some widths unwritten on x86: the memory's
-#: bytes, different from read to read; the colour it writes is that of rgb24 and bgr24)
-OPAQUE = {"rgba": "rgb24", "bgra": "bgr24"}
+#: formats with alpha: the format of their colour alone, where it goes, where alpha goes.
+#: A frame without alpha is converted to the colour, its alpha written opaque: FFmpeg's
+#: unscaled conversion of yuv to these formats leaves the last columns of some widths
+#: unwritten on x86 (the memory's bytes, different from read to read)
+OPAQUE = {
+    "rgba": ("rgb24", slice(0, 3), 3),
+    "bgra": ("bgr24", slice(0, 3), 3),
+    "argb": ("rgb24", slice(1, 4), 0),
+    "abgr": ("bgr24", slice(1, 4), 0),
+}
 
 
 @functools.lru_cache(maxsize=64)
@@ -132,10 +137,10 @@ def opaque_colour(frame: Any, width: int | None, height: int | None, format: str
         >>> opaque_colour(yuv, 32, 4, "rgba"), opaque_colour(yuv, None, None, "rgb24")
         (None, None)
     """
-    colour = OPAQUE.get(format)
-    if colour is None or width not in (None, frame.width) or height not in (None, frame.height):
+    layout = OPAQUE.get(format)
+    if layout is None or width not in (None, frame.width) or height not in (None, frame.height):
         return None
-    return None if has_alpha(frame.format.name) else colour
+    return None if has_alpha(frame.format.name) else layout[0]
 
 
 def convert_into(
@@ -144,8 +149,8 @@ def convert_into(
     """Write ``reformat(frame, width, height, format)`` as an array into ``out``.
 
     As :func:`copy_frame` of the converted frame, but a frame without alpha converted
-    to ``rgba`` (``bgra``) unresized is its ``rgb24`` (``bgr24``) colour and alpha 255
-    (:data:`OPAQUE`).
+    unresized to ``rgba`` or ``argb`` (``bgra``, ``abgr``) is its ``rgb24`` (``bgr24``)
+    colour and alpha 255 (:data:`OPAQUE`).
 
     Example:
         >>> from av.video.reformatter import VideoReformatter
@@ -160,5 +165,6 @@ def convert_into(
     if colour is None:
         copy_frame(reformat(frame, width, height, format, threads=1), out, format)
         return
-    copy_frame(reformat(frame, width, height, colour, threads=1), out[..., :3], colour)
-    out[..., 3] = 255
+    _, where, alpha = OPAQUE[format]
+    copy_frame(reformat(frame, width, height, colour, threads=1), out[..., where], colour)
+    out[..., alpha] = 255
