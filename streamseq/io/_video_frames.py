@@ -101,7 +101,8 @@ def copy_frame(frame: Any, out: np.ndarray, format: str) -> None:
 
 
 #: formats with alpha: the format of their colour alone, where it goes, where alpha goes.
-#: A frame without alpha is converted to the colour, its alpha written opaque: FFmpeg's
+#: A frame without alpha is converted to the colour, its alpha written opaque (that of a
+#: yuva420p frame copied from its plane): FFmpeg's
 #: unscaled conversion of yuv to these formats leaves the last columns of some widths
 #: unwritten on x86 (the memory's bytes, different from read to read)
 OPAQUE = {
@@ -127,8 +128,9 @@ def has_alpha(name: str) -> bool:
 def opaque_colour(frame: Any, width: int | None, height: int | None, format: str) -> str | None:
     """The colour format to convert ``frame`` to for ``format``, its alpha then made opaque.
 
-    ``None``: convert to ``format`` itself (a format without alpha, a frame with alpha, a
-    frame resized: FFmpeg writes every column then).
+    ``None``: convert to ``format`` itself (a format without alpha, a frame with alpha
+    other than ``yuva420p``, a frame resized: FFmpeg writes every column then). A
+    ``yuva420p`` frame's alpha is its alpha plane, copied.
 
     Example:
         >>> yuv = av.VideoFrame(34, 4, "yuv420p")
@@ -140,7 +142,10 @@ def opaque_colour(frame: Any, width: int | None, height: int | None, format: str
     layout = OPAQUE.get(format)
     if layout is None or width not in (None, frame.width) or height not in (None, frame.height):
         return None
-    return None if has_alpha(frame.format.name) else layout[0]
+    name = frame.format.name
+    if name == "yuva420p":  # (its alpha plane is the alpha: copied as it is)
+        return layout[0] if frame.planes[3].line_size > 0 else None
+    return None if has_alpha(name) else layout[0]
 
 
 def convert_into(
@@ -150,7 +155,8 @@ def convert_into(
 
     As :func:`copy_frame` of the converted frame, but a frame without alpha converted
     unresized to ``rgba`` or ``argb`` (``bgra``, ``abgr``) is its ``rgb24`` (``bgr24``)
-    colour and alpha 255 (:data:`OPAQUE`).
+    colour and alpha 255 (:data:`OPAQUE`); a ``yuva420p`` frame, that colour and its
+    alpha plane.
 
     Example:
         >>> from av.video.reformatter import VideoReformatter
@@ -167,4 +173,7 @@ def convert_into(
         return
     _, where, alpha = OPAQUE[format]
     copy_frame(reformat(frame, width, height, colour, threads=1), out[..., where], colour)
-    out[..., alpha] = 255
+    if frame.format.name == "yuva420p":
+        np.copyto(out[..., alpha], plane_view(frame.planes[3], frame.height, frame.width, 1))
+    else:
+        out[..., alpha] = 255

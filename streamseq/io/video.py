@@ -708,8 +708,9 @@ def video(
             two chroma planes of ``H / 2`` by ``W / 2`` side by side; even sizes only).
             Resizing and conversion are one pass of the reformatter, at decode. Frames
             without alpha read at their own size in a format with alpha are their
-            ``"rgb24"`` (``"bgr24"``) colour and alpha 255: FFmpeg's conversion to these
-            formats leaves the last columns of some widths unwritten.
+            ``"rgb24"`` (``"bgr24"``) colour and alpha 255 (``yuva420p`` frames: that
+            colour and their alpha plane): FFmpeg's conversion to these formats leaves
+            the last columns of some widths unwritten.
         length: the number of frames, when known: it skips the demuxing pass until a seek
             needs it. A file with fewer frames raises :class:`~streamseq.errors.SourceError`
             when the missing frames are read.
