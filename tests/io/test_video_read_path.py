@@ -330,3 +330,36 @@ def test_yuva420p_reads_as_its_colour_and_its_alpha_plane(tmp_path, format, widt
         out = np.full(expected.shape, 7, np.uint8)
         assert video(path, format=format).read_into(0, len(out), out) == len(out)
         np.testing.assert_array_equal(out, expected)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    source=st.sampled_from(["yuv420p", "yuvj420p", "yuv422p", "nv12", "yuv444p", "yuva420p"]),
+    format=st.sampled_from([*PACKED_CHANNELS, "yuv420p"]),
+    width=st.integers(1, 40).map(lambda k: 2 * k),
+    odd=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_convert_into_writes_every_byte(source, format, width, odd, seed):
+    """After memory filled with different bytes is freed, a conversion at the frame's own
+    size writes the same array: nothing of what the memory held is left (the converted
+    frame is allocated where such a freed frame was, most often)."""
+    from av.video.reformatter import VideoReformatter
+
+    from streamseq.io._video_frames import convert_into
+
+    width -= odd and format != "yuv420p" and source != "nv12"
+    image = np.random.default_rng(seed).integers(0, 256, (4, width, 4), dtype=np.uint8)
+    frame = av.VideoFrame.from_ndarray(image, format="rgba").reformat(format=source)
+    shape = frame.reformat(format=format).to_ndarray().shape
+    outs = []
+    for fill in (0, 255, 7):
+        freed = av.VideoFrame(width, 4, format)
+        for plane in freed.planes:
+            plane.update(bytes([fill]) * plane.buffer_size)
+        del freed
+        out = np.full(shape, fill, np.uint8)
+        convert_into(VideoReformatter().reformat, frame, None, None, format, out)
+        outs.append(out)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_array_equal(outs[0], outs[2])
