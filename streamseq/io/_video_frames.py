@@ -12,8 +12,10 @@ goes through ``to_ndarray``, as before.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
+import av
 import numpy as np
 
 #: bytes a pixel of the packed 8-bit formats streamseq delivers (one plane each)
@@ -96,3 +98,82 @@ def copy_frame(frame: Any, out: np.ndarray, format: str) -> None:
                 np.copyto(flat[luma + chroma :].reshape(h // 2, w // 2), views[2])
                 return
     out[...] = frame.to_ndarray()
+
+
+#: formats with alpha: the format of their colour alone, where it goes, where alpha goes.
+#: A frame without alpha is converted to the colour, its alpha written opaque (that of a
+#: yuva420p frame copied from its plane): FFmpeg's
+#: unscaled conversion of yuv to these formats leaves the last columns of some widths
+#: unwritten on x86 (the memory's bytes, different from read to read)
+OPAQUE = {
+    "rgba": ("rgb24", slice(0, 3), 3),
+    "bgra": ("bgr24", slice(0, 3), 3),
+    "argb": ("rgb24", slice(1, 4), 0),
+    "abgr": ("bgr24", slice(1, 4), 0),
+}
+
+
+@functools.lru_cache(maxsize=64)
+def has_alpha(name: str) -> bool:
+    """Whether frames of the pixel format ``name`` carry alpha (a palette may: it counts).
+
+    Example:
+        >>> has_alpha("yuv420p"), has_alpha("yuva420p"), has_alpha("pal8"), has_alpha("rgba")
+        (False, True, True, True)
+    """
+    fmt = av.VideoFormat(name)
+    return fmt.has_palette or any(c.is_alpha for c in fmt.components)
+
+
+def opaque_colour(frame: Any, width: int | None, height: int | None, format: str) -> str | None:
+    """The colour format to convert ``frame`` to for ``format``, its alpha then made opaque.
+
+    ``None``: convert to ``format`` itself (a format without alpha, a frame with alpha
+    other than ``yuva420p``, a frame resized: FFmpeg writes every column then). A
+    ``yuva420p`` frame's alpha is its alpha plane, copied.
+
+    Example:
+        >>> yuv = av.VideoFrame(34, 4, "yuv420p")
+        >>> opaque_colour(yuv, None, None, "rgba"), opaque_colour(yuv, 34, 4, "bgra")
+        ('rgb24', 'bgr24')
+        >>> opaque_colour(yuv, 32, 4, "rgba"), opaque_colour(yuv, None, None, "rgb24")
+        (None, None)
+    """
+    layout = OPAQUE.get(format)
+    if layout is None or width not in (None, frame.width) or height not in (None, frame.height):
+        return None
+    name = frame.format.name
+    if name == "yuva420p":  # (its alpha plane is the alpha: copied as it is)
+        return layout[0] if frame.planes[3].line_size > 0 else None
+    return None if has_alpha(name) else layout[0]
+
+
+def convert_into(
+    reformat: Any, frame: Any, width: int | None, height: int | None, format: str, out: np.ndarray
+) -> None:
+    """Write ``reformat(frame, width, height, format)`` as an array into ``out``.
+
+    As :func:`copy_frame` of the converted frame, but a frame without alpha converted
+    unresized to ``rgba`` or ``argb`` (``bgra``, ``abgr``) is its ``rgb24`` (``bgr24``)
+    colour and alpha 255 (:data:`OPAQUE`); a ``yuva420p`` frame, that colour and its
+    alpha plane.
+
+    Example:
+        >>> from av.video.reformatter import VideoReformatter
+        >>> img = np.random.default_rng(0).integers(0, 256, (4, 34, 3), dtype=np.uint8)
+        >>> yuv = av.VideoFrame.from_ndarray(img, format="rgb24").reformat(format="yuv420p")
+        >>> out = np.zeros((4, 34, 4), np.uint8)
+        >>> convert_into(VideoReformatter().reformat, yuv, None, None, "rgba", out)
+        >>> bool((out[..., :3] == yuv.to_ndarray(format="rgb24")).all()), int(out[..., 3].min())
+        (True, 255)
+    """
+    colour = opaque_colour(frame, width, height, format)
+    if colour is None:
+        copy_frame(reformat(frame, width, height, format, threads=1), out, format)
+        return
+    _, where, alpha = OPAQUE[format]
+    copy_frame(reformat(frame, width, height, colour, threads=1), out[..., where], colour)
+    if frame.format.name == "yuva420p":
+        np.copyto(out[..., alpha], plane_view(frame.planes[3], frame.height, frame.width, 1))
+    else:
+        out[..., alpha] = 255

@@ -39,7 +39,7 @@ from av.video.reformatter import VideoReformatter
 from streamseq._redact import redacted_repr
 from streamseq.errors import SourceError
 from streamseq.io._media import MediaSource, Reader, open_media, packets
-from streamseq.io._video_frames import copy_frame
+from streamseq.io._video_frames import convert_into, opaque_colour
 from streamseq.io.remote import Remote
 
 #: channels of the packed pixel formats a video stream can deliver (``None``: no channel axis)
@@ -506,17 +506,23 @@ class _Video(MediaSource):
             frames = [f for c in chunks for f in c]
             if len(frames) < last + 1 - start:  # ``_fill`` raised otherwise: a guard
                 raise SourceError(self.path, self._truncated(start + len(frames), last + 1))
+            size = held[2] if held is not None else (frames[0].height, frames[0].width)
             for k, frame in enumerate(frames, start):
                 if k in wanted:
+                    if self.size is None:
+                        self._check_size(frame, k, size)
                     arrays[k] = self._convert(reader, frame)
-        reader.shown = (last, arrays[last])
+                    size = (frame.height, frame.width)
+        else:
+            size = held[2]
+        reader.shown = (last, arrays[last], size)  # (size: the decoded frame's)
         return np.stack([arrays[k] for k in shown.tolist()])
 
     def read_into(self, start: int, stop: int, out: np.ndarray) -> int | None:
         """Convert frames ``start:stop`` straight into ``out`` (the rows of a batch).
 
         Each frame is converted by the reused reformatter and its planes copied once,
-        into ``out`` (:func:`~streamseq.io._video_frames.copy_frame`): no array of the
+        into ``out`` (:func:`~streamseq.io._video_frames.convert_into`): no array of the
         chunk nor of the frame. Only for frames read one by one (not at
         ``fps=``, nor a window) of the dtype and shape of ``out``; ``None`` otherwise.
         """
@@ -539,18 +545,52 @@ class _Video(MediaSource):
             reader, chunks = self._decode(reader, *self._span(start, stop))
             reformat, fmt = reader.convert.reformat, self.format
             h, w = self.size if self.size is not None else (None, None)
+            size = None  # (resized to ``size=``: any size decoded is fine)
+            if self.size is None:  # the decoded frames must all be of the rows' size
+                size = (shape[0] * 2 // 3 if fmt == "yuv420p" else shape[0], shape[1])
             k, n = 0, len(out)
             for chunk in chunks:
                 for frame in chunk:
                     if k == n:
                         return k + 1  # (more than asked: the caller says so)
-                    copy_frame(reformat(frame, w, h, fmt, threads=1), out[k], fmt)
+                    if size is not None:
+                        self._check_size(frame, start + k, size)
+                    convert_into(reformat, frame, w, h, fmt, out[k])
                     k += 1
             return k
 
+    def _check_size(self, frame: Any, index: int, size: tuple[int, int]) -> None:
+        """Refuse a decoded frame that is not ``size`` (height, width): its frames change size.
+
+        Without ``size=``, every frame of a stream must have one size (a batch's rows, a
+        read's array): a frame of another is an error, never one broadcast into the rows
+        of a batch, nor a row of it repeated.
+        """
+        if (frame.height, frame.width) != size:
+            raise SourceError(
+                self.path,
+                f"frame {index} is {frame.height}x{frame.width}, not {size[0]}x{size[1]} "
+                "like the stream's other frames: the frames of the file change size; give "
+                "size= to resize them all to one",
+            )
+
+    def _converted(self, reader: Reader, frames: list[Any], first: int) -> list[np.ndarray]:
+        """The arrays of ``frames`` (frame ``first`` and on), all of one size."""
+        if self.size is None and frames:
+            size = (frames[0].height, frames[0].width)
+            for k, frame in enumerate(frames):
+                self._check_size(frame, first + k, size)
+        return [self._convert(reader, f) for f in frames]
+
     def _convert(self, reader: Reader, frame: Any) -> np.ndarray:
         h, w = self.size if self.size is not None else (None, None)
-        return reader.convert.reformat(frame, w, h, self.format, threads=1).to_ndarray()
+        reformat = reader.convert.reformat
+        colour = opaque_colour(frame, w, h, self.format)
+        if colour is None:
+            return reformat(frame, w, h, self.format, threads=1).to_ndarray()
+        out = np.empty((h or frame.height, w or frame.width, 4), np.uint8)
+        convert_into(reformat, frame, w, h, self.format, out)
+        return out
 
     # -- hooks of the decoding skeleton ----------------------------------------------------
 
@@ -577,7 +617,7 @@ class _Video(MediaSource):
         return [frame]  # converted when delivered: frames skipped after a seek never are
 
     def _assemble(self, reader: Reader, chunks: list[Sequence[Any]], a: int, b: int) -> Any:
-        return np.stack([self._convert(reader, f) for c in chunks for f in c])
+        return np.stack(self._converted(reader, [f for c in chunks for f in c], a))
 
     def _seek_target(self, start: int) -> int | None:
         return start if self._trusted and self.probe().exact else None
@@ -666,7 +706,11 @@ def video(
             ``"rgba"``, ``"bgra"``, ``"argb"``, ``"abgr"`` (``[H, W, 4]``), ``"gray"``
             (``[H, W]``) or ``"yuv420p"`` (``[H * 3 / 2, W]``: the luma plane, then the
             two chroma planes of ``H / 2`` by ``W / 2`` side by side; even sizes only).
-            Resizing and conversion are one pass of the reformatter, at decode.
+            Resizing and conversion are one pass of the reformatter, at decode. Frames
+            without alpha read at their own size in a format with alpha are their
+            ``"rgb24"`` (``"bgr24"``) colour and alpha 255 (``yuva420p`` frames: that
+            colour and their alpha plane): FFmpeg's conversion to these formats leaves
+            the last columns of some widths unwritten.
         length: the number of frames, when known: it skips the demuxing pass until a seek
             needs it. A file with fewer frames raises :class:`~streamseq.errors.SourceError`
             when the missing frames are read.
@@ -698,7 +742,9 @@ def video(
             the file cannot be opened or demuxed, has no video
             stream or no decoder for it (a damaged codec description), or decodes to fewer
             frames than its length (on the read that finds out); the file changed since
-            the source was made (found when a process opens it or demuxes it).
+            the source was made (found when a process opens it or demuxes it); without
+            ``size``, a frame of another size than the stream's (a file whose frames
+            change size: give ``size`` to resize them all).
 
     Example:
         >>> import tempfile, os, av, numpy as np

@@ -316,3 +316,32 @@ def write_lerobot(
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.table(meta), path)
     return folder
+
+
+def write_resized_video(path, parts, fmt="matroska"):
+    """One MJPEG stream whose frames change size: ``parts`` lists ``((height, width), n)``.
+
+    Each JPEG frame carries its own size, so a plain decode gives frames of every size.
+    """
+    rng = np.random.default_rng(3)
+    with av.open(str(path), "w", format=fmt) as out:
+        stream = out.add_stream("mjpeg", rate=25)
+        stream.height, stream.width = parts[0][0]
+        stream.pix_fmt = "yuvj444p"
+        t = 0
+        for (height, width), n in parts:
+            codec = av.CodecContext.create("mjpeg", "w")
+            codec.width, codec.height, codec.pix_fmt = width, height, "yuvj444p"
+            codec.time_base = Fraction(1, 25)
+            codec.open()
+            for _ in range(n):
+                img = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+                frame = av.VideoFrame.from_ndarray(img, format="rgb24")
+                frame.pts, frame.time_base, t = t, Fraction(1, 25), t + 1
+                for packet in codec.encode(frame):
+                    packet.stream = stream
+                    out.mux(packet)
+            for packet in codec.encode(None):
+                packet.stream = stream
+                out.mux(packet)
+    return path
