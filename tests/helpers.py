@@ -95,3 +95,20 @@ def torchrun(script, *args, nproc=2):
         str(script),
         *args,
     ]
+
+
+def state_refused(saving, resuming, state=None, batch_size=2):
+    """Whether a loader of ``resuming`` refuses ``state`` (by default, the state of a
+    loader of ``saving`` after one batch), with the message of another plan."""
+    from streamseq import StreamLoader
+
+    if state is None:
+        loader = StreamLoader(saving, batch_size=batch_size, tbins=3)
+        next(iter(loader))
+        state = loader.state_dict()
+    try:
+        StreamLoader(resuming, batch_size=batch_size, tbins=3).load_state_dict(state)
+    except ValueError as e:
+        assert "this state was made by another plan" in str(e)
+        return True
+    return False

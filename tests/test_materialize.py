@@ -25,6 +25,7 @@ from streamseq.store import build as build_module
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "io"))
+from helpers import state_refused  # noqa: E402
 from media import write_audio, write_video  # noqa: E402
 
 from streamseq.io import audio, recording, tokens, video  # noqa: E402
@@ -882,15 +883,7 @@ def test_a_transform_is_known_by_its_arguments_not_its_address(tmp_path):
 
 
 def _store_state_refused(saving, resuming):
-    loader = StreamLoader(saving, batch_size=2, tbins=3)
-    next(iter(loader))
-    state = loader.state_dict()
-    try:
-        StreamLoader(resuming, batch_size=2, tbins=3).load_state_dict(state)
-    except ValueError as e:
-        assert "this state was made by another plan" in str(e)
-        return True
-    return False
+    return state_refused(saving, resuming, batch_size=2)
 
 
 def test_a_state_of_a_store_is_refused_by_a_store_of_other_streams(tmp_path):

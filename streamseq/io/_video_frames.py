@@ -18,17 +18,21 @@ from typing import Any
 import av
 import numpy as np
 
-#: bytes a pixel of the packed 8-bit formats streamseq delivers (one plane each)
-PACKED = {
+#: channels of the pixel formats a video stream can deliver (``None``: no channel axis)
+CHANNELS = {
     "rgb24": 3,
     "bgr24": 3,
     "rgba": 4,
     "bgra": 4,
     "argb": 4,
     "abgr": 4,
-    "gray": 1,
-    "gray8": 1,
+    "gray": None,
+    "gray8": None,
+    "yuv420p": None,  # planar: the Y plane, then U and V side by side ([H * 3 / 2, W])
 }
+
+#: bytes a pixel of the packed 8-bit formats streamseq delivers (one plane each)
+PACKED = {f: c or 1 for f, c in CHANNELS.items() if f != "yuv420p"}
 
 
 def plane_view(plane: Any, height: int, width: int, pixel: int) -> np.ndarray | None:

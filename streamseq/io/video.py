@@ -39,21 +39,9 @@ from av.video.reformatter import VideoReformatter
 from streamseq._redact import redacted_repr
 from streamseq.errors import SourceError
 from streamseq.io._media import MediaSource, Reader, open_media, packets
+from streamseq.io._video_frames import CHANNELS as _CHANNELS
 from streamseq.io._video_frames import convert_into, opaque_colour
 from streamseq.io.remote import Remote
-
-#: channels of the packed pixel formats a video stream can deliver (``None``: no channel axis)
-_CHANNELS = {
-    "rgb24": 3,
-    "bgr24": 3,
-    "rgba": 4,
-    "bgra": 4,
-    "argb": 4,
-    "abgr": 4,
-    "gray": None,
-    "gray8": None,
-    "yuv420p": None,  # planar: the Y plane, then U and V side by side ([H * 3 / 2, W])
-}
 
 #: seconds within which a frame counts as shown at a time (float rounding of timestamps)
 TIME_TOLERANCE = 1e-6

@@ -5,7 +5,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import as_numpy, assert_same
+from helpers import as_numpy, assert_same, state_refused
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from media import LEROBOT_CAMERAS, plain_video_times, write_lerobot
@@ -841,17 +841,7 @@ def test_mutated_metadata_reads_right_or_names_the_dataset(
 
 
 def _refused(saving, resuming, state=None):
-    """Whether a loader of ``resuming`` refuses ``state`` (by default, one of ``saving``)."""
-    if state is None:
-        loader = StreamLoader(saving, batch_size=1, tbins=3)
-        next(iter(loader))
-        state = loader.state_dict()
-    try:
-        StreamLoader(resuming, batch_size=1, tbins=3).load_state_dict(state)
-    except ValueError as e:
-        assert "this state was made by another plan" in str(e)
-        return True
-    return False
+    return state_refused(saving, resuming, state, batch_size=1)
 
 
 def test_a_state_of_some_episodes_is_refused_by_other_episodes_of_one_file(tmp_path):

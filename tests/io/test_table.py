@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 import pytest
-from helpers import assert_same, live_children, no_children
+from helpers import assert_same, live_children, no_children, state_refused
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from servers import RangeServer, http_folder, s3_server  # noqa: F401
@@ -481,16 +481,7 @@ def test_open_files_stay_flat_over_tables_read_and_dropped(tmp_path):
 
 
 def _refused(saving, resuming):
-    """Whether a loader of ``resuming`` refuses the state of one of ``saving``."""
-    loader = StreamLoader(saving, batch_size=2, tbins=3)
-    next(iter(loader))
-    state = loader.state_dict()
-    try:
-        StreamLoader(resuming, batch_size=2, tbins=3).load_state_dict(state)
-    except ValueError as e:
-        assert "this state was made by another plan" in str(e)
-        return True
-    return False
+    return state_refused(saving, resuming, batch_size=2)
 
 
 def test_a_state_of_some_episodes_is_refused_by_other_episodes_of_the_file(tmp_path):
