@@ -13,9 +13,10 @@ start hook.
 
 So, just before every fork, the per-thread values of the known thread-locals are
 referenced from here (:data:`_kept`): in the child they are never freed (kept, unused,
-for its whole life, as :mod:`streamseq.read.handle` keeps what a child inherits); the
-parent lets go of them at once after the fork. The thread-locals are PyAV's, once it is
-imported, and those given to :func:`keep`.
+for its whole life, as :mod:`streamseq.read.handle` keeps what a child inherits, in
+:data:`_inherited`, which its own forks never let go of); the parent lets go of them
+at once after the fork. The
+thread-locals are PyAV's, once it is imported, and those given to :func:`keep`.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ import weakref
 from typing import Any
 
 _known: weakref.WeakSet = weakref.WeakSet()  # thread-locals given to :func:`keep`
-_kept: list[Any] = []  # their per-thread values while a fork is under way (in a child: for good)
+_kept: list[Any] = []  # their per-thread values while forks are under way
+_inherited: list[Any] = []  # in a forked child: what its parent's threads kept, for good
 
 
 def keep(local: threading.local) -> None:
@@ -83,4 +85,11 @@ def _after_in_parent() -> None:
     _kept.clear()
 
 
-os.register_at_fork(before=_before, after_in_parent=_after_in_parent)
+def _after_in_child() -> None:
+    _inherited.extend(_kept)  # (the other threads are gone: never freed here)
+    _kept.clear()
+
+
+os.register_at_fork(
+    before=_before, after_in_parent=_after_in_parent, after_in_child=_after_in_child
+)
