@@ -179,3 +179,27 @@ def test_a_forked_child_that_forks_again_never_frees_what_its_parent_threads_kep
         os.close(r)
         os.close(w)
     assert threadlocals._kept == []
+
+
+def test_values_stay_kept_while_a_fork_of_another_thread_is_under_way():
+    """Two threads fork at once: the fork of one ends (its hooks after the fork run) while
+    the other's is under way (its hooks before the fork ran, it waits for a lock of
+    another hook): what the other child must keep is still kept when it forks."""
+    local = threading.local()
+    threadlocals.keep(local)
+    r, w = os.pipe()
+    t, go = _holding(local, w)
+    threadlocals._before()  # (the other thread's fork: its before hook)
+    try:
+        pid = os.fork()  # this thread's fork, begun and ended meanwhile
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+        assert any(d.get("value") is not None for d in threadlocals._kept)
+    finally:
+        threadlocals._after_in_parent()  # (the other thread's fork ends)
+        go.set()
+        t.join(10)
+        os.close(r)
+        os.close(w)
+    assert threadlocals._kept == []
