@@ -336,7 +336,7 @@ class Prefetched:
         except Cancelled:
             self._stop()
             raise WorkerError(
-                f"the workers were closed by another thread while "
+                f"the workers were closed by another thread (or at interpreter exit) while "
                 f"{describe_item(self.seq, i)} was awaited"
             ) from None
         except BaseException:  # KeyboardInterrupt: the window is in an unknown state

@@ -40,7 +40,7 @@ from . import (
     threadlocals,  # noqa: F401 (its fork hooks: what other threads keep is kept)
     watchdog,
 )
-from .failures import HookFailed, NotStarted, WorkerGone
+from .failures import Cancelled, HookFailed, NotStarted, WorkerGone
 from .loop import HOOK, STARTED, STOP, run
 from .poll import poll
 from .slots import Filling, Slots
@@ -262,16 +262,20 @@ class ProcessWorkers:
             NoResult: nothing came within ``timeout`` seconds.
             HookFailed: a worker's start hook raised (its error chained).
             NotStarted: a worker did not start within :data:`STARTUP` seconds.
-            Cancelled: :meth:`cancel` was called meanwhile.
+            Cancelled: :meth:`cancel` was called meanwhile, or the workers were stopped
+                (their finalizer ran: at interpreter exit, while another thread waits).
         """
         while True:
             ready = poll(self._ready, POLL, self._alive, self.timeout, self.cancelled)
             pipe = ready[0]
             index = self.result_pipes.index(pipe)
             try:
-                item, ok, start, regions, payload, read, idle = pickle.loads(pipe.recv_bytes())
+                data = pipe.recv_bytes()
             except (EOFError, OSError):
                 raise self._gone(index) from None
+            if data == GOODBYE:  # stopped under this wait (at exit, by the finalizer)
+                raise Cancelled("the workers were stopped while a result was awaited")
+            item, ok, start, regions, payload, read, idle = pickle.loads(data)
             if item != STARTED:
                 break
             self.starting[index] = None  # (once per worker: no result yet)
@@ -296,7 +300,8 @@ class ProcessWorkers:
         (:func:`stop_together`), goodbyes are awaited until then. In a process forked
         from the one that started them, nothing: they are not its.
         """
-        self._finalizer.detach()
+        if self._finalizer.detach() is None and not self.foreign:
+            return  # ended already: by a stop() before, or by the finalizer (at exit)
         if self.foreign or os.getpid() != self.owner:
             self.forked()
             return

@@ -13,9 +13,11 @@ start hook.
 
 So, just before every fork, the per-thread values of the known thread-locals are
 referenced from here (:data:`_kept`): in the child they are never freed (kept, unused,
-for its whole life, as :mod:`streamseq.read.handle` keeps what a child inherits); the
-parent lets go of them at once after the fork. The thread-locals are PyAV's, once it is
-imported, and those given to :func:`keep`.
+for its whole life, as :mod:`streamseq.read.handle` keeps what a child inherits, in
+:data:`_inherited`, which its own forks never let go of); the parent lets go of them
+once no fork is under way (two threads may fork at once: the fork of one may end while
+the other's, its before hooks run, still waits for the lock of another hook). The
+thread-locals are PyAV's, once it is imported, and those given to :func:`keep`.
 """
 
 from __future__ import annotations
@@ -28,7 +30,10 @@ import weakref
 from typing import Any
 
 _known: weakref.WeakSet = weakref.WeakSet()  # thread-locals given to :func:`keep`
-_kept: list[Any] = []  # their per-thread values while a fork is under way (in a child: for good)
+_kept: list[Any] = []  # their per-thread values while forks are under way
+_forks = 0  # forks under way: their before hook ran, their after hook not yet
+_lock = threading.Lock()  # (a before hook of one thread may run while another's after hook runs)
+_inherited: list[Any] = []  # in a forked child: what its parent's threads kept, for good
 
 
 def keep(local: threading.local) -> None:
@@ -75,12 +80,29 @@ def values(local: threading.local) -> list[dict]:
 
 
 def _before() -> None:
-    for local in _thread_locals():
-        _kept.extend(values(local))
+    global _forks
+    kept = [d for local in _thread_locals() for d in values(local)]
+    with _lock:
+        _forks += 1
+        _kept.extend(kept)
 
 
 def _after_in_parent() -> None:
+    global _forks
+    with _lock:
+        _forks = max(0, _forks - 1)
+        if not _forks:
+            _kept.clear()
+
+
+def _after_in_child() -> None:
+    global _forks, _lock
+    _lock = threading.Lock()  # (another thread may have held it at the fork)
+    _inherited.extend(_kept)  # (the other threads are gone: never freed here)
     _kept.clear()
+    _forks = 0
 
 
-os.register_at_fork(before=_before, after_in_parent=_after_in_parent)
+os.register_at_fork(
+    before=_before, after_in_parent=_after_in_parent, after_in_child=_after_in_child
+)

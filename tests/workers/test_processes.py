@@ -181,3 +181,27 @@ def test_a_forked_child_never_stops_its_parents_workers():
     finally:
         workers.stop()
     assert all(code == 0 for _, code in workers.ended)
+
+
+def test_a_wait_when_the_workers_were_stopped_under_it_is_cancelled():
+    """At interpreter exit the finalizer stops the workers of a loader that a daemon thread
+    still reads: the thread's wait may read a worker's goodbye, which is no result."""
+    from streamseq.workers.processes import _send_stop
+
+    workers = ProcessWorkers([np.arange(3)] * 4, 1, slots=4, slot_size=256)
+    try:
+        _send_stop(workers.job_pipes)  # (what the finalizer sends first)
+        with pytest.raises(Cancelled, match="stopped"):
+            workers.wait()
+    finally:
+        workers.stop()
+
+
+def test_stop_after_the_finalizer_ended_the_workers_does_nothing():
+    """The finalizer (at interpreter exit) ended them; the reading thread then stops them
+    on its error path: no ``ValueError: process object is closed``."""
+    workers = ProcessWorkers([np.arange(3)] * 4, 1, slots=4, slot_size=256)
+    workers._finalizer()  # (at exit: atexit runs it)
+    assert reaper.wait(10)
+    workers.stop()
+    workers.stop(wait=False)

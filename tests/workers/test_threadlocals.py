@@ -127,3 +127,79 @@ def test_values_are_the_attributes_of_each_thread():
     t.join(10)
     assert got == [[1, 2]]
     assert [d["x"] for d in threadlocals.values(local)] == [1]
+
+
+def _holding(local, fd):
+    """A live thread that keeps a :class:`Held` in ``local``; set ``go`` to end it."""
+    set_, go = threading.Event(), threading.Event()
+
+    def hold():
+        local.value = Held(fd)
+        set_.set()
+        go.wait()
+        del local.value
+
+    t = threading.Thread(target=hold, daemon=True)
+    t.start()
+    assert set_.wait(10)
+    return t, go
+
+
+def _nothing_freed(r):
+    os.set_blocking(r, False)
+    with pytest.raises(BlockingIOError):
+        os.read(r, 16)
+
+
+def test_a_forked_child_that_forks_again_never_frees_what_its_parent_threads_kept():
+    """A child keeps the values of its parent's other threads for its whole life: its own
+    forks (a loader with workers in a forked process) let go only of what they added."""
+    local = threading.local()
+    threadlocals.keep(local)
+    r, w = os.pipe()
+    t, go = _holding(local, w)
+    pid = os.fork()
+    if pid == 0:  # the other thread is gone here: its value must stay referenced
+        code = 1
+        try:
+            grandchild = os.fork()
+            if grandchild == 0:
+                os._exit(0)
+            os.waitpid(grandchild, 0)
+            code = 0
+        finally:
+            os._exit(code)
+    try:
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        _nothing_freed(r)  # neither the child (after its own fork) nor the grandchild freed it
+    finally:
+        go.set()
+        t.join(10)
+        os.close(r)
+        os.close(w)
+    assert threadlocals._kept == []
+
+
+def test_values_stay_kept_while_a_fork_of_another_thread_is_under_way():
+    """Two threads fork at once: the fork of one ends (its hooks after the fork run) while
+    the other's is under way (its hooks before the fork ran, it waits for a lock of
+    another hook): what the other child must keep is still kept when it forks."""
+    local = threading.local()
+    threadlocals.keep(local)
+    r, w = os.pipe()
+    t, go = _holding(local, w)
+    threadlocals._before()  # (the other thread's fork: its before hook)
+    try:
+        pid = os.fork()  # this thread's fork, begun and ended meanwhile
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+        assert any(d.get("value") is not None for d in threadlocals._kept)
+    finally:
+        threadlocals._after_in_parent()  # (the other thread's fork ends)
+        go.set()
+        t.join(10)
+        os.close(r)
+        os.close(w)
+    assert threadlocals._kept == []
