@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
 from typing import Any
 
 import av
@@ -76,24 +77,34 @@ def open_input(file: Any) -> Any:
     return av.open(file, "r", **open_arguments(av.__version__))
 
 
-_COLLECTING = [True]  # whether this process's collector ran when it last forked
+#: whether this process's collector ran when its forks under way began, and how many are
+#: (threads may fork at once: the collector runs again when the last of them is done)
+_FORKS = {"collecting": True, "under_way": 0}
+_FORKS_LOCK = [threading.Lock()]
 
 
 def _before_fork() -> None:
     """No collection from here to the child's first line: it would free what it inherits."""
-    _COLLECTING[0] = gc.isenabled()
-    gc.disable()
+    with _FORKS_LOCK[0]:
+        if not _FORKS["under_way"]:
+            _FORKS["collecting"] = gc.isenabled()
+        _FORKS["under_way"] += 1
+        gc.disable()
 
 
 def _after_fork_in_parent() -> None:
-    if _COLLECTING[0]:
-        gc.enable()
+    with _FORKS_LOCK[0]:
+        _FORKS["under_way"] -= 1
+        if not _FORKS["under_way"] and _FORKS["collecting"]:
+            gc.enable()
 
 
 def leave_inherited_objects_alone() -> None:
     """In a forked child: never collect what the parent left, as garbage or not."""
+    _FORKS_LOCK[0] = threading.Lock()  # (another thread of the parent may have held it)
+    _FORKS["under_way"] = 0
     gc.freeze()
-    if _COLLECTING[0]:
+    if _FORKS["collecting"]:
         gc.enable()
 
 
