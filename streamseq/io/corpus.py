@@ -109,21 +109,24 @@ def _check_file(path: str, stamp: _Stamp, what: str) -> None:
         )
 
 
-#: the files of corpora that the batch being written checks itself, before and after it
-#: (:class:`CorpusFiles`): their documents' reads in that batch check nothing of their own
+#: the files of corpora that the batch being written checks after it (:class:`CorpusFiles`):
+#: their documents' reads in that batch check before the read only
 _BATCH_CHECKED: contextvars.ContextVar[tuple[_Files, ...]] = contextvars.ContextVar(
     "streamseq_corpus_batch_checked", default=()
 )
 
 
 class CorpusFiles:
-    """The files of a corpus, checked by a loader once before and once after each batch.
+    """The files of a corpus, checked by a loader once more after each batch.
 
-    A loader reading a table of a corpus checks its files (the token file, a mapped index)
-    around each batch it writes instead of around each document's read: two ``stat`` a
-    file a batch, not two a document read. A file changed before or during the batch is a
-    :class:`~streamseq.errors.SourceError` naming it (the loader adds the streams and the
-    steps of the batch).
+    A document's read checks its files (the token file, a mapped index) before it reads
+    (a memory map of a file cut short kills the process that reads it: checked just
+    before, the window is a read's). Read alone, it copies the tokens and checks again,
+    so a change during the copy is an error; read by a loader that checks the files
+    after the whole batch (:meth:`batch`), it copies nothing of its own: one ``stat`` a
+    file a read and one a batch, not two a read and a copy. A file changed before or
+    during the batch is a :class:`~streamseq.errors.SourceError` naming it (the loader
+    adds the streams and the steps of the batch).
 
     Example:
         >>> import tempfile, numpy as np
@@ -149,7 +152,7 @@ class CorpusFiles:
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
-        """While a batch is written: the reads of these files check nothing themselves."""
+        """While a batch is written: the reads of these files copy and check nothing after."""
         token = _BATCH_CHECKED.set((*_BATCH_CHECKED.get(), self.files))
         try:
             yield
@@ -220,9 +223,9 @@ class _Document(Source):
         return _map(self.key)
 
     def _read(self, handle: Any, a: int, b: int) -> np.ndarray:
-        checked = not self.files or self.files in _BATCH_CHECKED.get()  # (by the batch)
-        if not checked:
+        if self.files:  # (before every read: a map of a file cut short kills its reader)
             _check_unchanged(self.files, self.start + a, self.start + b)
+        checked = not self.files or self.files in _BATCH_CHECKED.get()  # (after: the batch)
         if self.start + b > len(handle) and b > a:  # a range past the end of the file
             raise SourceError(
                 self.key[0],
