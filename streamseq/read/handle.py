@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import _thread
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
@@ -150,7 +151,7 @@ class ProcessLocal(Generic[T]):
             with _GUARD[0]:
                 making = self._making
                 if making is None or making[0] != pid:
-                    making = self._making = (pid, threading.RLock())
+                    making = self._making = (pid, _thread.RLock())
         return making[1]
 
     def _forget_inherited(self) -> None:
