@@ -12,10 +12,10 @@ threads forever. An inherited value is therefore kept, unused, for the child's w
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import contextvars
 import os
-import _thread
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
