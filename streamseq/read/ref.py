@@ -493,10 +493,10 @@ class RowRefs(Sequence):
         return len(self.at)
 
     def __getitem__(self, j: Any) -> Any:
-        try:  # (the reference a reader asks for again and again: made, and kept)
-            return self._made[j]
-        except (KeyError, TypeError):
-            pass
+        if type(j) is int:  # (the reference a reader asks for again and again: made, kept)
+            ref = self._made.get(j)
+            if ref is not None:
+                return ref
         if isinstance(j, slice):
             return [self[k] for k in range(len(self))[j]]
         if type(j) is not int or not 0 <= j < len(self.at):

@@ -377,3 +377,9 @@ def test_a_row_asked_in_any_order_keeps_its_open_references_and_shares_them_by_s
     for ref in opened.values():
         ref.close()
 
+
+def test_a_row_refuses_a_float_index_whether_its_reference_was_made_or_not():
+    refs, _ = _segmented_row()
+    refs[1]
+    with pytest.raises(TypeError):
+        refs[1.0]
