@@ -513,23 +513,30 @@ class RowRefs(Sequence):
         with those still open: a reader goes along its row, one call a block, not a stream.
         """
         b = min(j + ROW_BLOCK, len(self.at))
-        made = self._settled(_table_refs_at(self.table, self.at[j:b], self.ids[j:b]), j)
         kept = {k: r for k, r in self._made.items() if r.is_open}
+        before = self._made.get(j - 1)  # (open or not: the segment before, read on)
+        made = _table_refs_at(self.table, self.at[j:b], self.ids[j:b])
+        if kept or before is not None:
+            made = self._settled(made, j, [(j - 1, before)] if before is not None else (), kept)
         kept.update(enumerate(made, j))
         self._made = kept
         return made[0]
 
-    def _settled(self, made: list[StreamRef], a: int, also: Any = ()) -> list[StreamRef]:
+    def _settled(
+        self, made: list[StreamRef], a: int, also: Any = (), made_before: Any = None
+    ) -> list[StreamRef]:
         """``made`` (the references of streams ``a:``), with those made before in their place.
 
         The segments of a source next to each other (a run of equal ``ids``) are read by
         one reference, in whatever order they are asked for: a run that holds one made
-        before (an open one first, then ``also``, pairs) is read by it.
+        before (``made_before``, by default all those kept, an open one first; then
+        ``also``, pairs) is read by it.
         """
-        if not self._made and not also:
+        made_before = self._made if made_before is None else made_before
+        if not made_before and not also:
             return made
-        given = [*also, *((k, r) for k, r in self._made.items() if not r.is_open)]
-        given += [(k, r) for k, r in self._made.items() if r.is_open]  # (last: they win)
+        given = [*also, *((k, r) for k, r in made_before.items() if not r.is_open)]
+        given += [(k, r) for k, r in made_before.items() if r.is_open]  # (last: they win)
         keys = np.fromiter((k for k, _ in given), np.int64, len(given))
         bounds = self._runs
         run = np.searchsorted(bounds, keys, side="right")  # (run i: bounds[i - 1]:bounds[i])

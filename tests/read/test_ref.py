@@ -376,6 +376,9 @@ def test_a_row_asked_in_any_order_keeps_its_open_references_and_shares_them_by_s
             assert ref is listed[j - 1]
     for ref in opened.values():
         ref.close()
+    again, _ = _segmented_row()
+    asked = [again[j] for j in range(len(ids))]  # in order, nothing open: a run, one reference
+    assert all(asked[j] is asked[j - 1] for j in range(1, len(ids)) if ids[j] == ids[j - 1])
 
 
 def test_a_row_refuses_a_float_index_whether_its_reference_was_made_or_not():
