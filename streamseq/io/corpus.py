@@ -143,7 +143,7 @@ class CorpusFiles:
         self.files = files
 
     def __repr__(self) -> str:
-        return f"CorpusFiles({[path for path, _ in self.files]!r})"
+        return f"CorpusFiles({redacted_repr([path for path, _ in self.files])})"
 
     def check(self) -> None:
         """Raise a :class:`~streamseq.errors.SourceError` when a file changed."""

@@ -464,3 +464,14 @@ def test_a_file_rewritten_while_a_batch_is_copied_is_an_error_naming_the_batch(
             valid = np.asarray(batch.valid)
             assert (np.asarray(batch.data)[valid] > 0).all()
     assert info.value.path == str(path) and "steps" in str(info.value)
+
+
+def test_the_files_of_a_corpus_hide_in_their_repr_what_its_documents_hide(tmp_path):
+    where = tmp_path / "x?token=SECRETQ"
+    where.mkdir()
+    path = where / "a.bin"
+    write_docs(path, [np.arange(3), np.arange(4)])
+    docs = token_corpus(path, eod=EOD)
+    assert "SECRETQ" not in repr(docs[0])
+    assert "SECRETQ" not in repr(docs.stores)
+    assert "x?token=***" in repr(docs.stores)
