@@ -522,3 +522,43 @@ def test_check_continuity_names_a_lookahead_that_is_not_the_batches():
     for bad, error in ((True, TypeError), (1.0, TypeError), (-1, ValueError)):
         with pytest.raises(error, match="lookahead"):
             check_continuity(batches, lengths, lookahead=bad)
+
+
+def test_a_batch_with_look_ahead_steps_names_the_steps_it_reads_with_them():
+    rows = interleave_streams([np.arange(12)], 1)
+    batches = zip_batch([tbin(r, 5, lookahead=1) for r in rows])
+    assert batches[1].step.tolist() == [[5, 6, 7, 8, 9, 10]]
+    assert batches.describe_item(1).endswith("steps 5:11")
+    assert batches.describe_item(2).endswith("steps 10:12")  # (the stream ends: no step after)
+    packed = zip_batch([tbin(r, 5, lookahead=1, pack=True) for r in rows], pad="pack")
+    assert packed.describe_item(1).endswith("steps 5:11")
+
+
+NAMED = r"stream (\d+) \(.*?\) steps (\d+):(\d+)"
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(st.integers(1, 15), min_size=1, max_size=6),
+    st.integers(1, 3),
+    st.integers(1, 5),
+    st.integers(1, 3),
+    st.booleans(),
+)
+def test_a_batch_names_exactly_the_steps_of_each_stream_it_holds(
+    lengths, rows, tbins, ahead, pack
+):
+    import re
+
+    streams = [np.arange(n) for n in lengths]
+    parts = [tbin(r, tbins, lookahead=ahead, pack=pack) for r in interleave_streams(streams, rows)]
+    batches = zip_batch(parts, pad="pack" if pack else "zeros")
+    for i in range(len(batches)):
+        b = batches[i]
+        held = {(int(s), int(t)) for s, t in zip(b.stream[b.valid], b.step[b.valid], strict=True)}
+        named = {
+            (int(s), t)
+            for s, a, z in re.findall(NAMED, batches.describe_item(i))
+            for t in range(int(a), int(z))
+        }
+        assert named == held

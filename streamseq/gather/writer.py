@@ -183,16 +183,33 @@ class BatchWriter(ChunkMap):
             stream 0 (ndarray(shape=(5,), dtype=int64)) steps 2:4; stream 1 (...) steps 2:3
         """
         if self.pad == "pack":
-            parts = []
-            for row, placed in zip(self.rows, self.placed, strict=True):
+            pieces: list[list[Any]] = []  # [row, stream, first step, stop] of each piece
+            for r, (row, placed) in enumerate(zip(self.rows, self.placed, strict=True)):
                 for j, a, n, _ in packed_pieces(row, i, self.tbins, placed):
-                    ref, a = row.refs[j], int(row.starts[j]) + a
-                    parts.append(f"stream {ref.index} ({describe(ref.source)}) steps {a}:{a + n}")
-            return "; ".join(parts) or "padding only"
+                    a = int(row.starts[j]) + a
+                    pieces.append([r, row.refs[j], a, a + n])
+            if self.lookahead:  # the steps after a row's chunk, read with its last piece
+                reads = (x.tolist() for x in _ahead.ahead_of(self, i))
+                for r, p, a, n in zip(*reads, strict=True):
+                    ref, last = self._ref(r, p), [q for q in pieces if q[0] == r][-1:]
+                    if last and last[0][1] is ref and last[0][3] == a:
+                        last[0][3] += n
+                    elif n:
+                        pieces.append([r, ref, a, a + n])
+            return (
+                "; ".join(
+                    f"stream {ref.index} ({describe(ref.source)}) steps {a}:{b}"
+                    for _, ref, a, b in pieces
+                )
+                or "padding only"
+            )
         blk = self.positions(i, 1)
+        reads = blk.count  # (with a look-ahead, the steps after the chunk that it reads too)
+        if self.lookahead:
+            reads = blk.count + _ahead.block_counts(self, blk)
         parts = []
         for r in range(len(self.rows)):
-            n = int(blk.count[0, r])
+            n = int(reads[0, r])
             if n:
                 ref, a = self._ref(r, int(blk.pos[0, r])), int(blk.source_start[0, r])
                 parts.append(f"stream {ref.index} ({describe(ref.source)}) steps {a}:{a + n}")

@@ -32,7 +32,7 @@ from streamseq.errors import SourceError
 from streamseq.io._base import Source
 from streamseq.io._npy import read_npy_header
 from streamseq.plan.identities import Identities
-from streamseq.read.handle import ProcessLocal, SharedHandles
+from streamseq.read.handle import ProcessLocal, SharedHandles, current_pid
 from streamseq.read.ref import identity
 from streamseq.stream_table import StreamTable
 
@@ -109,9 +109,26 @@ def _check_file(path: str, stamp: _Stamp, what: str) -> None:
         )
 
 
-#: the files of corpora that the batch being written checks after it (:class:`CorpusFiles`):
-#: their documents' reads in that batch check before the read only
-_BATCH_CHECKED: contextvars.ContextVar[tuple[_Files, ...]] = contextvars.ContextVar(
+class _Batch:
+    """The files a batch being written checks after it, in the process that writes it.
+
+    Closed when the batch is written (before its check): a context copied in the batch
+    (a thread's) or inherited (a child forked in it) reads on after it, checked by no one.
+    """
+
+    __slots__ = ("files", "open", "pid")
+
+    def __init__(self, files: _Files):
+        self.files, self.pid, self.open = files, current_pid(), True
+
+    def checks(self, files: _Files) -> bool:
+        """Whether this batch checks ``files`` after a read made now, here."""
+        return self.open and self.files == files and self.pid == current_pid()
+
+
+#: the batches being written (:class:`CorpusFiles`): the reads of the files they check
+#: after them check before the read only
+_BATCH_CHECKED: contextvars.ContextVar[tuple[_Batch, ...]] = contextvars.ContextVar(
     "streamseq_corpus_batch_checked", default=()
 )
 
@@ -143,7 +160,7 @@ class CorpusFiles:
         self.files = files
 
     def __repr__(self) -> str:
-        return f"CorpusFiles({[path for path, _ in self.files]!r})"
+        return f"CorpusFiles({redacted_repr([path for path, _ in self.files])})"
 
     def check(self) -> None:
         """Raise a :class:`~streamseq.errors.SourceError` when a file changed."""
@@ -153,10 +170,12 @@ class CorpusFiles:
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
         """While a batch is written: the reads of these files copy and check nothing after."""
-        token = _BATCH_CHECKED.set((*_BATCH_CHECKED.get(), self.files))
+        batch = _Batch(self.files)
+        token = _BATCH_CHECKED.set((*_BATCH_CHECKED.get(), batch))
         try:
             yield
         finally:
+            batch.open = False
             _BATCH_CHECKED.reset(token)
 
 
@@ -225,7 +244,7 @@ class _Document(Source):
     def _read(self, handle: Any, a: int, b: int) -> np.ndarray:
         if self.files:  # (before every read: a map of a file cut short kills its reader)
             _check_unchanged(self.files, self.start + a, self.start + b)
-        checked = not self.files or self.files in _BATCH_CHECKED.get()  # (after: the batch)
+        checked = not self.files or any(b.checks(self.files) for b in _BATCH_CHECKED.get())
         if self.start + b > len(handle) and b > a:  # a range past the end of the file
             raise SourceError(
                 self.key[0],

@@ -493,10 +493,10 @@ class RowRefs(Sequence):
         return len(self.at)
 
     def __getitem__(self, j: Any) -> Any:
-        try:  # (the reference a reader asks for again and again: made, and kept)
-            return self._made[j]
-        except (KeyError, TypeError):
-            pass
+        if type(j) is int:  # (the reference a reader asks for again and again: made, kept)
+            ref = self._made.get(j)
+            if ref is not None:
+                return ref
         if isinstance(j, slice):
             return [self[k] for k in range(len(self))[j]]
         if type(j) is not int or not 0 <= j < len(self.at):
@@ -513,29 +513,57 @@ class RowRefs(Sequence):
         with those still open: a reader goes along its row, one call a block, not a stream.
         """
         b = min(j + ROW_BLOCK, len(self.at))
-        made = _table_refs_at(self.table, self.at[j:b], self.ids[j:b])
-        before = self._made.get(j - 1) if j else None
-        if before is not None and self.ids[j] == self.ids[j - 1]:  # (a source's next segment)
-            same = self.ids[j:b] == self.ids[j]
-            stop = len(made) if same.all() else int(np.argmin(same))
-            made[:stop] = [before] * stop
         kept = {k: r for k, r in self._made.items() if r.is_open}
+        before = self._made.get(j - 1)  # (open or not: the segment before, read on)
+        made = _table_refs_at(self.table, self.at[j:b], self.ids[j:b])
+        if kept or before is not None:
+            made = self._settled(made, j, [(j - 1, before)] if before is not None else (), kept)
         kept.update(enumerate(made, j))
         self._made = kept
         return made[0]
 
+    def _settled(
+        self, made: list[StreamRef], a: int, also: Any = (), made_before: Any = None
+    ) -> list[StreamRef]:
+        """``made`` (the references of streams ``a:``), with those made before in their place.
+
+        The segments of a source next to each other (a run of equal ``ids``) are read by
+        one reference, in whatever order they are asked for: a run that holds one made
+        before (``made_before``, by default all those kept, an open one first; then
+        ``also``, pairs) is read by it.
+        """
+        made_before = self._made if made_before is None else made_before
+        if not made_before and not also:
+            return made
+        given = [*also, *((k, r) for k, r in made_before.items() if not r.is_open)]
+        given += [(k, r) for k, r in made_before.items() if r.is_open]  # (last: they win)
+        keys = np.fromiter((k for k, _ in given), np.int64, len(given))
+        bounds = self._runs
+        run = np.searchsorted(bounds, keys, side="right")  # (run i: bounds[i - 1]:bounds[i])
+        lo = np.maximum(bounds[run - 1], a)
+        hi = np.minimum(bounds[run], a + len(made))
+        for i in np.flatnonzero(lo < hi).tolist():  # (the runs in the block only)
+            made[lo[i] - a : hi[i] - a] = [given[i][1]] * int(hi[i] - lo[i])
+        return made
+
+    @functools.cached_property
+    def _runs(self) -> np.ndarray:
+        """Where each run of equal ``ids`` (the segments of one source) starts, and the end."""
+        starts = np.flatnonzero(self.ids[1:] != self.ids[:-1]) + 1
+        return np.concatenate([[0], starts, [len(self.ids)]]).astype(np.int64)
+
     def __iter__(self) -> Any:
         if len(self.at) <= REFS_BLOCK:  # (a row's references made together, in one pause)
-            made = _table_refs_at(self.table, self.at, self.ids)
-            return iter([self._made.get(j, r) for j, r in enumerate(made)] if self._made else made)
+            return iter(self._settled(_table_refs_at(self.table, self.at, self.ids), 0))
         return self._blocks()
 
     def _blocks(self) -> Any:
+        last: Any = ()
         for a in range(0, len(self.at), REFS_BLOCK):  # (blocks of streams, not streams)
             b = a + REFS_BLOCK
-            made = _table_refs_at(self.table, self.at[a:b], self.ids[a:b])
-            for j, ref in enumerate(made, a):
-                yield self._made.get(j, ref)
+            made = self._settled(_table_refs_at(self.table, self.at[a:b], self.ids[a:b]), a, last)
+            last = ((a + len(made) - 1, made[-1]),)  # (a run across blocks: one reference)
+            yield from made
 
     def __repr__(self) -> str:
         return f"RowRefs({len(self)} streams of {self.table!r})"

@@ -464,3 +464,67 @@ def test_a_file_rewritten_while_a_batch_is_copied_is_an_error_naming_the_batch(
             valid = np.asarray(batch.valid)
             assert (np.asarray(batch.data)[valid] > 0).all()
     assert info.value.path == str(path) and "steps" in str(info.value)
+
+
+def test_the_files_of_a_corpus_hide_in_their_repr_what_its_documents_hide(tmp_path):
+    where = tmp_path / "x?token=SECRETQ"
+    where.mkdir()
+    path = where / "a.bin"
+    write_docs(path, [np.arange(3), np.arange(4)])
+    docs = token_corpus(path, eod=EOD)
+    assert "SECRETQ" not in repr(docs[0])
+    assert "SECRETQ" not in repr(docs.stores)
+    assert "x?token=***" in repr(docs.stores)
+
+
+def _read_document_rewritten_during_its_copy(docs, queue):
+    """Read ``docs[2]`` (its file rewritten after the check, before the copy): what it gave."""
+    try:
+        queue.put(("read", docs[2][:5].tolist()))
+    except SourceError as e:
+        queue.put(("refused", e.path))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_read_outside_a_batch_checks_after_its_copy_in_a_forked_child_or_a_copied_context(
+    tmp_path, monkeypatch
+):
+    import contextvars
+    import queue as queues
+    import threading
+
+    import streamseq.io.corpus as corpus
+
+    path = tmp_path / "c.bin"
+    (np.arange(100, dtype=np.uint16) + 1).tofile(path)
+    docs = token_corpus(path, index=[0, 10, 30, 60])
+    check = corpus._check_unchanged
+
+    def rewritten_after_the_check(files, a, b):
+        check(files, a, b)
+        if (a, b) != (30, 35):  # (the read's check, not the opening's)
+            return
+        with open(path, "r+b") as f:  # in place, the same size: the map reads the new bytes
+            f.write(np.zeros(100, np.uint16).tobytes())
+        os.utime(path, ns=(1, 1))
+
+    monkeypatch.setattr(corpus, "_check_unchanged", rewritten_after_the_check)
+    fork = multiprocessing.get_context("fork")
+    child_got = fork.Queue()
+    with docs.stores[0].batch():  # (a batch of a loader, whose check after it is not the child's)
+        child = fork.Process(
+            target=_read_document_rewritten_during_its_copy, args=(docs, child_got)
+        )
+        child.start()
+        copied = contextvars.copy_context()  # (a thread's context, copied in the batch)
+    child.join(60)
+    assert child_got.get(timeout=60) == ("refused", str(path))
+    (np.arange(100, dtype=np.uint16) + 1).tofile(path)
+    docs = token_corpus(path, index=[0, 10, 30, 60])
+    thread_got: queues.Queue = queues.Queue()
+    thread = threading.Thread(
+        target=copied.run, args=(_read_document_rewritten_during_its_copy, docs, thread_got)
+    )
+    thread.start()
+    thread.join(60)
+    assert thread_got.get(timeout=60) == ("refused", str(path))

@@ -347,3 +347,42 @@ def test_a_process_forked_while_another_thread_pauses_the_collector_collects(ena
         thread.join(30)
         (gc.enable if was else gc.disable)()
     assert got == (b"1" if enabled else b"0")
+
+
+def _segmented_row(streams=100, segments=3):
+    from streamseq.read.ref import RowRefs
+    from streamseq.stream_table import StreamTable
+
+    ids = np.repeat(np.arange(streams), segments)  # each stream in `segments` segments
+    return RowRefs(StreamTable(np.arange, [5] * streams), ids, ids), ids
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(0, 299), min_size=1, max_size=12))
+def test_a_row_asked_in_any_order_keeps_its_open_references_and_shares_them_by_source(order):
+    refs, ids = _segmented_row()
+    opened = {}
+    for j in order:
+        ref = refs[j]
+        if int(ids[j]) in opened:  # the source open: the same reference
+            assert ref is opened[int(ids[j])]
+        ref.open()
+        opened[int(ids[j])] = ref
+    listed = list(refs)
+    for j, ref in enumerate(listed):
+        if int(ids[j]) in opened:
+            assert ref is opened[int(ids[j])]
+        if j and ids[j] == ids[j - 1]:
+            assert ref is listed[j - 1]
+    for ref in opened.values():
+        ref.close()
+    again, _ = _segmented_row()
+    asked = [again[j] for j in range(len(ids))]  # in order, nothing open: a run, one reference
+    assert all(asked[j] is asked[j - 1] for j in range(1, len(ids)) if ids[j] == ids[j - 1])
+
+
+def test_a_row_refuses_a_float_index_whether_its_reference_was_made_or_not():
+    refs, _ = _segmented_row()
+    refs[1]
+    with pytest.raises(TypeError):
+        refs[1.0]
