@@ -1,9 +1,7 @@
 """Fixtures: the media files of :mod:`media`, written once per session."""
 
 import pytest
-from media import AUDIO_FILES, VIDEO_CLIPS, write_audio, write_video
-
-from streamseq.io._media import MediaSource
+from media import AUDIO_FILES, VIDEO_CLIPS, count_seeks, write_audio, write_video
 
 
 @pytest.fixture(scope="session")
@@ -29,17 +27,4 @@ def audio_files(tmp_path_factory):
 @pytest.fixture
 def seeks(monkeypatch):
     """Count the seeks and the restarts from the beginning of the file of media sources."""
-    counts = {"seek": 0, "restart": 0}
-    real_seek, real_restart = MediaSource._seek, MediaSource._restart
-
-    def seek(self, reader, start):
-        counts["seek"] += 1
-        return real_seek(self, reader, start)
-
-    def restart(self):
-        counts["restart"] += 1
-        return real_restart(self)
-
-    monkeypatch.setattr(MediaSource, "_seek", seek)
-    monkeypatch.setattr(MediaSource, "_restart", restart)
-    return counts
+    return count_seeks(monkeypatch)

@@ -345,3 +345,23 @@ def write_resized_video(path, parts, fmt="matroska"):
                 packet.stream = stream
                 out.mux(packet)
     return path
+
+
+def count_seeks(monkeypatch):
+    """Count the seeks and the restarts from the beginning of the file of media sources."""
+    from streamseq.io._media import MediaSource
+
+    counts = {"seek": 0, "restart": 0}
+    real_seek, real_restart = MediaSource._seek, MediaSource._restart
+
+    def seek(self, reader, start):
+        counts["seek"] += 1
+        return real_seek(self, reader, start)
+
+    def restart(self):
+        counts["restart"] += 1
+        return real_restart(self)
+
+    monkeypatch.setattr(MediaSource, "_seek", seek)
+    monkeypatch.setattr(MediaSource, "_restart", restart)
+    return counts

@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from media import plain_video, truncate, write_resized_video, write_vfr_video, write_video
+from media import (
+    count_seeks,
+    plain_video,
+    truncate,
+    write_resized_video,
+    write_vfr_video,
+    write_video,
+)
 
 from streamseq.errors import SourceError
 from streamseq.io import video
@@ -136,22 +143,8 @@ def test_locate_with_a_hint_finds_what_the_search_finds(pts, asked, expected, ex
 
 def reads_with(locate, monkeypatch, make, reads):
     """Frames, errors, seeks and restarts of ``reads`` with ``_Probe.locate`` as given."""
-    from streamseq.io._media import MediaSource
-
     monkeypatch.setattr(_Probe, "locate", locate)
-    counts = {"seek": 0, "restart": 0}
-    real_seek, real_restart = MediaSource._seek, MediaSource._restart
-
-    def seek(self, reader, start):
-        counts["seek"] += 1
-        return real_seek(self, reader, start)
-
-    def restart(self):
-        counts["restart"] += 1
-        return real_restart(self)
-
-    monkeypatch.setattr(MediaSource, "_seek", seek)
-    monkeypatch.setattr(MediaSource, "_restart", restart)
+    counts = count_seeks(monkeypatch)
     v, results = make(), []
     for a, b, into in reads:
         try:
