@@ -1,8 +1,10 @@
 """Helpers shared by the tests: batch comparison, child processes, test streams."""
 
 import contextlib
+import os
 import signal
 import socket
+import subprocess
 import sys
 import time
 
@@ -112,3 +114,18 @@ def state_refused(saving, resuming, state=None, batch_size=2):
         assert "this state was made by another plan" in str(e)
         return True
     return False
+
+
+def run_python(code, *args, timeout):
+    """Run ``python -c code args`` with this repository first on ``PYTHONPATH``, as a
+    user's script runs (its output captured as text; ``TimeoutExpired`` past
+    ``timeout``)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ, PYTHONPATH=path),
+    )

@@ -4,7 +4,6 @@ import random
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 
@@ -12,7 +11,7 @@ import numpy as np
 import psutil
 import pytest
 import torch
-from helpers import default_sigint
+from helpers import default_sigint, run_python
 
 from streamseq import WorkerError, prefetch
 from streamseq.errors import WorkerTimeout
@@ -213,16 +212,8 @@ except WorkerError as e:
 
 
 def test_a_worker_that_never_reaches_its_start_hook_is_an_error_without_a_timeout():
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     try:
-        done = subprocess.run(
-            [sys.executable, "-c", STUCK_SCRIPT],
-            capture_output=True,
-            text=True,
-            timeout=90,
-            env=dict(os.environ, PYTHONPATH=path),
-        )
+        done = run_python(STUCK_SCRIPT, timeout=90)
     except subprocess.TimeoutExpired:
         pytest.fail("prefetch waits forever for a worker stuck right after its fork")
     assert done.returncode == 0, done.stderr[-3000:]

@@ -1,11 +1,9 @@
 import multiprocessing
-import os
-import subprocess
-import sys
 import time
 
 import psutil
 import pytest
+from helpers import run_python
 
 from streamseq.workers import reaper
 
@@ -81,13 +79,5 @@ reaper.exiting(ps)
 def test_processes_still_exiting_at_interpreter_exit_leave_no_error():
     """multiprocessing's exit handler joins the children it knows of, one after another;
     meanwhile the reaper thread must not close one of them under it."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-    done = subprocess.run(
-        [sys.executable, "-c", EXIT_SCRIPT],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=dict(os.environ, PYTHONPATH=path),
-    )
+    done = run_python(EXIT_SCRIPT, timeout=60)
     assert done.returncode == 0 and done.stderr == "", done.stderr[-3000:]

@@ -1,13 +1,11 @@
 import os
 import subprocess
-import sys
 import threading
 
 import pytest
+from helpers import run_python
 
 from streamseq.workers import threadlocals
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 SCRIPT = """
 import sys, threading
@@ -52,15 +50,8 @@ print(out[0])
 def test_workers_forked_while_another_thread_holds_a_pyav_scaler_start(converted_in):
     """The child of a fork frees what other threads kept in thread-locals: a PyAV scaler
     with slice threads would wait for threads that exist only in the parent."""
-    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
     try:
-        done = subprocess.run(
-            [sys.executable, "-c", SCRIPT, converted_in],
-            capture_output=True,
-            text=True,
-            timeout=180,
-            env=dict(os.environ, PYTHONPATH=path),
-        )
+        done = run_python(SCRIPT, converted_in, timeout=180)
     except subprocess.TimeoutExpired:
         pytest.fail("the forked workers hang before their start hook")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -81,26 +72,14 @@ def test_a_child_never_frees_what_other_threads_keep_in_a_kept_thread_local():
     local = threading.local()
     threadlocals.keep(local)
     r, w = os.pipe()
-    set_, go = threading.Event(), threading.Event()
-
-    def hold():
-        local.value = Held(w)
-        set_.set()
-        go.wait()
-        del local.value
-
-    t = threading.Thread(target=hold, daemon=True)
-    t.start()
-    set_.wait()
+    t, go = _holding(local, w)
     pid = os.fork()
     if pid == 0:  # (the other thread's state is cleared here, before this line)
         os._exit(0)
     try:
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
-        os.set_blocking(r, False)
-        with pytest.raises(BlockingIOError):
-            os.read(r, 16)  # nothing freed the value in the child
+        _nothing_freed(r)  # (the value was not freed in the child)
     finally:
         go.set()
         t.join(10)
