@@ -308,47 +308,6 @@ def test_lengths_declared_for_a_table_are_checked_as_for_a_list(declared, error,
             as_refs(streams_given, declared)
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
-@pytest.mark.parametrize("enabled", [True, False])
-def test_a_process_forked_while_another_thread_pauses_the_collector_collects(enabled):
-    """A child forked during a pause runs with the collector as it was before the pause.
-
-    (The pausing thread, which enables it again, is not in the child: a worker forked
-    then would never collect.)
-    """
-    import threading
-
-    from streamseq.read.ref import _collector_paused
-
-    inside, go = threading.Event(), threading.Event()
-
-    def pause():
-        with _collector_paused():
-            inside.set()
-            go.wait(30)
-
-    was = gc.isenabled()
-    (gc.enable if enabled else gc.disable)()
-    thread = threading.Thread(target=pause)
-    try:
-        thread.start()
-        assert inside.wait(30) and not gc.isenabled()
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: say whether its collector runs
-            os.write(write, b"1" if gc.isenabled() else b"0")
-            os._exit(0)
-        os.close(write)
-        got = os.read(read, 1)
-        os.close(read)
-        os.waitpid(pid, 0)
-    finally:
-        go.set()
-        thread.join(30)
-        (gc.enable if was else gc.disable)()
-    assert got == (b"1" if enabled else b"0")
-
-
 class _Pausing:
     """A thread inside ``_collector_paused()`` until ``leave()``: the steps told by Events."""
 
@@ -380,6 +339,38 @@ def collector():
     was = gc.isenabled()
     yield
     (gc.enable if was else gc.disable)()
+
+
+def _reported(pid, read, write):
+    """What the child ``pid`` wrote in the pipe ``(read, write)``, once it ended."""
+    os.close(write)
+    got = os.read(read, 64)
+    os.close(read)
+    os.waitpid(pid, 0)
+    return got
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_process_forked_while_another_thread_pauses_the_collector_collects(collector, enabled):
+    """A child forked during a pause runs with the collector as it was before the pause.
+
+    (The pausing thread, which enables it again, is not in the child: a worker forked
+    then would never collect.)
+    """
+    (gc.enable if enabled else gc.disable)()
+    other = _Pausing()
+    try:
+        assert not gc.isenabled()
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: say whether its collector runs
+            os.write(write, b"1" if gc.isenabled() else b"0")
+            os._exit(0)
+        got = _reported(pid, read, write)
+    finally:
+        other.leave()
+    assert got == (b"1" if enabled else b"0")
 
 
 @pytest.mark.parametrize("last", ["first", "second"])
@@ -467,10 +458,7 @@ def test_a_child_forked_inside_a_pause_of_its_own_thread_keeps_that_pause(collec
             states.append(gc.isenabled())  # its pause ended: the collector as before it
             os.write(write, bytes(map(int, states)))
             os._exit(0)
-        os.close(write)
-        got = os.read(read, 8)
-        os.close(read)
-        os.waitpid(pid, 0)
+        got = _reported(pid, read, write)
     finally:
         other.leave()
     assert list(got) == [0, 0, 0, 1]  # off in the pause it was forked in, and then on
