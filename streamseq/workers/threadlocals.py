@@ -15,9 +15,10 @@ So, just before every fork, the per-thread values of the known thread-locals are
 referenced from here (:data:`_kept`): in the child they are never freed (kept, unused,
 for its whole life, as :mod:`streamseq.read.handle` keeps what a child inherits, in
 :data:`_inherited`, which its own forks never let go of); the parent lets go of them
-once no fork is under way (:data:`streamseq._fork_count.FORKS`: two threads may fork at
-once, and the fork of one may end while the other's still waits for a lock of another hook). The
-thread-locals are PyAV's, once it is imported, and those given to :func:`keep`.
+once no fork is under way (:data:`streamseq._fork_count.FORKS`: two threads may fork
+at once, and the fork of one may end while the other's still waits for a lock of
+another hook). The thread-locals are PyAV's, once it is imported, and those given to
+:func:`keep`.
 """
 
 from __future__ import annotations
