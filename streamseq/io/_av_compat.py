@@ -13,8 +13,9 @@ calls, the difference is bridged here and nowhere else:
   filter graph is such garbage once dropped: it is in a reference cycle with its links.
   So every child forked from a process that imported streamseq's media sources leaves the
   objects it inherited out of its collections (:func:`gc.freeze`, as streamseq's own
-  workers do), with any PyAV release; the collector is off across the fork itself, so
-  that the interpreter's own after-fork work in the child (threading's) cannot start a
+  workers do), with any PyAV release; the collector is off across the fork itself
+  (:mod:`streamseq._collector`, over :data:`streamseq._fork_count.FORKS`), so that the
+  interpreter's own after-fork work in the child (threading's) cannot start a
   collection before that.
 
 PyAV 19's other breaking changes need no bridge here: its rational attributes
@@ -26,12 +27,12 @@ closed output containers are not used.
 
 from __future__ import annotations
 
-import gc
-import os
-import threading
 from typing import Any
 
 import av
+
+from .._collector import CollectorOff
+from .._fork_count import FORKS
 
 #: the first PyAV release without ``metadata_errors`` (and its matching attribute)
 NO_METADATA_ERRORS = 19
@@ -77,39 +78,7 @@ def open_input(file: Any) -> Any:
     return av.open(file, "r", **open_arguments(av.__version__))
 
 
-#: whether this process's collector ran when its forks under way began, and how many are
-#: (threads may fork at once: the collector runs again when the last of them is done)
-_FORKS = {"collecting": True, "under_way": 0}
-_FORKS_LOCK = [threading.Lock()]
-
-
-def _before_fork() -> None:
-    """No collection from here to the child's first line: it would free what it inherits."""
-    with _FORKS_LOCK[0]:
-        if not _FORKS["under_way"]:
-            _FORKS["collecting"] = gc.isenabled()
-        _FORKS["under_way"] += 1
-        gc.disable()
-
-
-def _after_fork_in_parent() -> None:
-    with _FORKS_LOCK[0]:
-        _FORKS["under_way"] -= 1
-        if not _FORKS["under_way"] and _FORKS["collecting"]:
-            gc.enable()
-
-
-def leave_inherited_objects_alone() -> None:
-    """In a forked child: never collect what the parent left, as garbage or not."""
-    _FORKS_LOCK[0] = threading.Lock()  # (another thread of the parent may have held it)
-    _FORKS["under_way"] = 0
-    gc.freeze()
-    if _FORKS["collecting"]:
-        gc.enable()
-
-
-os.register_at_fork(
-    before=_before_fork,
-    after_in_parent=_after_fork_in_parent,
-    after_in_child=leave_inherited_objects_alone,
-)
+#: the collector is off while forks are under way (from the first fork's hook before it to
+#: the last one's after it), as it was before once they are done; a child leaves what it
+#: inherits out of its collections (``gc.freeze``) before collecting again
+FORKS.watch(CollectorOff())

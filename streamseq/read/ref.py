@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import gc
 import os
-import threading
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from .. import _collector
 from .._checks import check_int
 from .._redact import describe as _describe
 from .._redact import redact_urls
@@ -310,49 +309,15 @@ def _close(stream: Any) -> None:
         stream.close()
 
 
-@contextlib.contextmanager
-def _collector_paused() -> Any:
+def _collector_paused() -> contextlib.AbstractContextManager[None]:
     """Pause the cyclic garbage collector while making many objects without cycles.
 
     Its collections would walk every object made so far, again and again: for a million
-    streams that is three quarters of the time.
+    streams that is three quarters of the time. Pauses are counted (any thread, nested):
+    the collector runs again when the last ends, if it ran when the first began; a child
+    forked meanwhile counts only its own (:mod:`streamseq._collector`).
     """
-    paused = gc.isenabled()
-    if paused:
-        with _RESUMING_LOCK:  # (before the pause: a child forked in it sees the count)
-            _RESUMING[0] += 1
-    gc.disable()
-    try:
-        yield
-    finally:
-        if paused:
-            with _RESUMING_LOCK:
-                _RESUMING[0] = max(0, _RESUMING[0] - 1)
-            gc.enable()
-
-
-#: pauses in progress in this process (any thread) that enable the collector when done
-_RESUMING = [0]
-_RESUMING_LOCK = threading.Lock()
-
-
-def _collecting_in_child() -> None:
-    """In a child forked during a pause: the collector as it was before the pause.
-
-    The thread that paused it is not in the child to enable it again: a worker forked
-    then would never collect. What the child inherits is left out of its collections
-    (``gc.freeze``), as a worker does first anyway.
-    """
-    global _RESUMING_LOCK
-    _RESUMING_LOCK = threading.Lock()  # (one held by a thread not in the child is not freed)
-    if _RESUMING[0]:
-        _RESUMING[0] = 0
-        gc.freeze()
-        gc.enable()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_collecting_in_child)
+    return _collector.paused()
 
 
 def _parts(streams: Any) -> list[Any] | None:

@@ -15,24 +15,24 @@ So, just before every fork, the per-thread values of the known thread-locals are
 referenced from here (:data:`_kept`): in the child they are never freed (kept, unused,
 for its whole life, as :mod:`streamseq.read.handle` keeps what a child inherits, in
 :data:`_inherited`, which its own forks never let go of); the parent lets go of them
-once no fork is under way (two threads may fork at once: the fork of one may end while
-the other's, its before hooks run, still waits for the lock of another hook). The
-thread-locals are PyAV's, once it is imported, and those given to :func:`keep`.
+once no fork is under way (:data:`streamseq._fork_count.FORKS`: two threads may fork
+at once, and the fork of one may end while the other's still waits for a lock of
+another hook). The thread-locals are PyAV's, once it is imported, and those given to
+:func:`keep`.
 """
 
 from __future__ import annotations
 
 import gc
-import os
 import sys
 import threading
 import weakref
 from typing import Any
 
+from .._fork_count import FORKS
+
 _known: weakref.WeakSet = weakref.WeakSet()  # thread-locals given to :func:`keep`
 _kept: list[Any] = []  # their per-thread values while forks are under way
-_forks = 0  # forks under way: their before hook ran, their after hook not yet
-_lock = threading.Lock()  # (a before hook of one thread may run while another's after hook runs)
 _inherited: list[Any] = []  # in a forked child: what its parent's threads kept, for good
 
 
@@ -79,30 +79,21 @@ def values(local: threading.local) -> list[dict]:
     return out
 
 
-def _before() -> None:
-    global _forks
-    kept = [d for local in _thread_locals() for d in values(local)]
-    with _lock:
-        _forks += 1
-        _kept.extend(kept)
+class _Keeping:
+    """Watches the forks under way: their values are kept from the first to the last."""
+
+    def begin(self, first: bool) -> None:
+        """A fork begins: the values the threads keep now are referenced from here."""
+        _kept.extend(d for local in _thread_locals() for d in values(local))
+
+    def end(self) -> None:
+        """No fork is under way: the parent lets go of them."""
+        _kept.clear()
+
+    def child(self) -> None:
+        """In a forked child: the other threads are gone, their values never freed here."""
+        _inherited.extend(_kept)
+        _kept.clear()
 
 
-def _after_in_parent() -> None:
-    global _forks
-    with _lock:
-        _forks = max(0, _forks - 1)
-        if not _forks:
-            _kept.clear()
-
-
-def _after_in_child() -> None:
-    global _forks, _lock
-    _lock = threading.Lock()  # (another thread may have held it at the fork)
-    _inherited.extend(_kept)  # (the other threads are gone: never freed here)
-    _kept.clear()
-    _forks = 0
-
-
-os.register_at_fork(
-    before=_before, after_in_parent=_after_in_parent, after_in_child=_after_in_child
-)
+FORKS.watch(_Keeping())

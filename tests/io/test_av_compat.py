@@ -139,17 +139,15 @@ def test_a_forked_child_never_frees_the_resamplers_left_in_garbage(tmp_path):
 
 
 def test_two_threads_forking_at_once_leave_the_collector_running():
-    import gc
-
-    from streamseq.io import _av_compat
+    from streamseq._fork_count import FORKS
 
     assert gc.isenabled()
     try:
-        _av_compat._before_fork()  # (a thread's fork begins)
-        _av_compat._before_fork()  # (another thread's, before the first is done)
-        _av_compat._after_fork_in_parent()
+        FORKS.enter()  # (a thread's fork begins)
+        FORKS.enter()  # (another thread's, before the first is done)
+        FORKS.leave()
         assert not gc.isenabled()  # (a fork still under way: no collection yet)
-        _av_compat._after_fork_in_parent()
+        FORKS.leave()
         assert gc.isenabled()
     finally:
         gc.enable()

@@ -308,45 +308,161 @@ def test_lengths_declared_for_a_table_are_checked_as_for_a_list(declared, error,
             as_refs(streams_given, declared)
 
 
+class _Pausing:
+    """A thread inside ``_collector_paused()`` until ``leave()``: the steps told by Events."""
+
+    def __init__(self):
+        import threading
+
+        from streamseq.read.ref import _collector_paused
+
+        self.inside, self.go = threading.Event(), threading.Event()
+
+        def pause():
+            with _collector_paused():
+                self.inside.set()
+                self.go.wait(30)
+
+        self.thread = threading.Thread(target=pause, daemon=True)
+        self.thread.start()
+        assert self.inside.wait(30)
+
+    def leave(self):
+        self.go.set()
+        self.thread.join(30)
+        assert not self.thread.is_alive()
+
+
+@pytest.fixture
+def collector():
+    """The collector as the test leaves it is set back as it was."""
+    was = gc.isenabled()
+    yield
+    (gc.enable if was else gc.disable)()
+
+
+def _reported(pid, read, write):
+    """What the child ``pid`` wrote in the pipe ``(read, write)``, once it ended."""
+    os.close(write)
+    got = os.read(read, 64)
+    os.close(read)
+    os.waitpid(pid, 0)
+    return got
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
 @pytest.mark.parametrize("enabled", [True, False])
-def test_a_process_forked_while_another_thread_pauses_the_collector_collects(enabled):
+def test_a_process_forked_while_another_thread_pauses_the_collector_collects(collector, enabled):
     """A child forked during a pause runs with the collector as it was before the pause.
 
     (The pausing thread, which enables it again, is not in the child: a worker forked
     then would never collect.)
     """
-    import threading
-
-    from streamseq.read.ref import _collector_paused
-
-    inside, go = threading.Event(), threading.Event()
-
-    def pause():
-        with _collector_paused():
-            inside.set()
-            go.wait(30)
-
-    was = gc.isenabled()
     (gc.enable if enabled else gc.disable)()
-    thread = threading.Thread(target=pause)
+    other = _Pausing()
     try:
-        thread.start()
-        assert inside.wait(30) and not gc.isenabled()
+        assert not gc.isenabled()
         read, write = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: say whether its collector runs
             os.write(write, b"1" if gc.isenabled() else b"0")
             os._exit(0)
-        os.close(write)
-        got = os.read(read, 1)
-        os.close(read)
-        os.waitpid(pid, 0)
+        got = _reported(pid, read, write)
     finally:
-        go.set()
-        thread.join(30)
-        (gc.enable if was else gc.disable)()
+        other.leave()
     assert got == (b"1" if enabled else b"0")
+
+
+@pytest.mark.parametrize("last", ["first", "second"])
+def test_two_threads_pausing_the_collector_leave_it_off_until_both_are_done(collector, last):
+    gc.enable()
+    first = _Pausing()
+    second = _Pausing()  # (begun while the first's pause is under way)
+    done_first, done_last = (second, first) if last == "first" else (first, second)
+    try:
+        done_first.leave()
+        assert not gc.isenabled()  # the other pause is still under way
+    finally:
+        done_first.go.set()
+        done_last.leave()
+    assert gc.isenabled()
+
+
+def test_pauses_leave_a_collector_the_user_disabled_disabled(collector):
+    from streamseq.read.ref import _collector_paused
+
+    gc.disable()
+    first = _Pausing()
+    try:
+        with _collector_paused():
+            assert not gc.isenabled()
+        first.go.set()
+        first.thread.join(30)
+        assert not gc.isenabled()
+        gc.enable()  # the user enables it meanwhile: the pauses after it restore that
+        second = _Pausing()
+        with _collector_paused():
+            second.leave()
+            assert not gc.isenabled()
+        assert gc.isenabled()
+    finally:
+        first.go.set()
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    enabled=st.booleans(),
+    depths=st.lists(st.integers(min_value=-3, max_value=3), min_size=1, max_size=8),
+)
+def test_nested_pauses_restore_the_collector_only_when_the_outermost_ends(enabled, depths):
+    """Pauses nested in any order: off while any is under way, as before once none is."""
+    import contextlib
+
+    from streamseq.read.ref import _collector_paused
+
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        with contextlib.ExitStack() as stack:
+            pauses = []
+            for step in depths:  # enter `step` pauses, or leave `-step` of them
+                for _ in range(step):
+                    pauses.append(stack.enter_context(contextlib.ExitStack()))
+                    pauses[-1].enter_context(_collector_paused())
+                for _ in range(min(-step, len(pauses))):
+                    pauses.pop().close()
+                assert gc.isenabled() == (enabled and not pauses)
+        assert gc.isenabled() == enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
+def test_a_child_forked_inside_a_pause_of_its_own_thread_keeps_that_pause(collector):
+    """A child's count of pauses is its own: another thread's pause is gone, the forking
+    thread's pause is still under way there, and ends there."""
+    from streamseq.read.ref import _collector_paused
+
+    gc.enable()
+    other = _Pausing()
+    try:
+        with _collector_paused():
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child: the collector inside its pause, and after it
+                states = [gc.isenabled()]
+                with _collector_paused():
+                    states.append(gc.isenabled())
+                states.append(gc.isenabled())
+        if pid == 0:
+            states.append(gc.isenabled())  # its pause ended: the collector as before it
+            os.write(write, bytes(map(int, states)))
+            os._exit(0)
+        got = _reported(pid, read, write)
+    finally:
+        other.leave()
+    assert list(got) == [0, 0, 0, 1]  # off in the pause it was forked in, and then on
+    assert gc.isenabled()
 
 
 def _segmented_row(streams=100, segments=3):

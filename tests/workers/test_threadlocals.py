@@ -5,6 +5,7 @@ import threading
 import pytest
 from helpers import run_python
 
+from streamseq._fork_count import FORKS
 from streamseq.workers import threadlocals
 
 SCRIPT = """
@@ -168,7 +169,7 @@ def test_values_stay_kept_while_a_fork_of_another_thread_is_under_way():
     threadlocals.keep(local)
     r, w = os.pipe()
     t, go = _holding(local, w)
-    threadlocals._before()  # (the other thread's fork: its before hook)
+    FORKS.enter()  # (the other thread's fork: its before hook)
     try:
         pid = os.fork()  # this thread's fork, begun and ended meanwhile
         if pid == 0:
@@ -176,7 +177,7 @@ def test_values_stay_kept_while_a_fork_of_another_thread_is_under_way():
         os.waitpid(pid, 0)
         assert any(d.get("value") is not None for d in threadlocals._kept)
     finally:
-        threadlocals._after_in_parent()  # (the other thread's fork ends)
+        FORKS.leave()  # (the other thread's fork ends)
         go.set()
         t.join(10)
         os.close(r)
