@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from .errors import SourceError
 from .plan.identities import BLOCK, Identities
-from .read.ref import identity
+from .read.ref import identity, reader_of
 
 
 def _stamp(path: str) -> tuple[int, int, int]:
@@ -202,14 +202,25 @@ class StreamTable(Sequence):
     def identities(self) -> Identities:
         """What names every stream across runs (given, or every stream's own)."""
         if self._identities is None:
-            self._identities = Identities.of(self._own_identities())
+            names: dict[str, int] = {}
+            read: dict[str, int] = {}
+            codes: list[np.ndarray] = []
+            read_codes: list[np.ndarray] = []
+            for block in self._own_streams():  # (one code a stream, no string kept)
+                n = len(block)
+                found = (names.setdefault(identity(x), len(names)) for x in block)
+                codes.append(np.fromiter(found, np.int64, n))
+                how = (read.setdefault(reader_of(x), len(read)) for x in block)
+                read_codes.append(np.fromiter(how, np.int64, n))
+            own = _coded(names, codes, len(self))
+            readers = _coded(read, read_codes, len(self))
+            self._identities = own.with_readers(readers if any(read) else None)
         return self._identities
 
-    def _own_identities(self) -> Iterator[str]:
-        """:func:`~streamseq.read.ref.identity` of every stream, made a block at a time."""
+    def _own_streams(self) -> Iterator[list[Any]]:
+        """Every stream, made a block at a time (to name them: :attr:`identities`)."""
         for a in range(0, len(self), BLOCK):
-            index = np.arange(a, min(a + BLOCK, len(self)), dtype=np.int64)
-            yield from map(identity, self.streams(index))
+            yield self.streams(np.arange(a, min(a + BLOCK, len(self)), dtype=np.int64))
 
     def step_spec(self) -> tuple[np.dtype, tuple[int, ...]] | None:
         """``(dtype, step shape)`` of the steps of every stream, or None when unknown."""
@@ -311,6 +322,14 @@ class StreamTable(Sequence):
         if type(self) is StreamTable:
             return (_rebuilt, args)
         return (_rebuilt, (*args, type(self)))
+
+
+def _coded(index: dict[str, int], codes: list[np.ndarray], count: int) -> Identities:
+    """The identities of ``count`` streams: the strings of ``index``, a code each."""
+    if len(index) <= 1:
+        return Identities(tuple(index), None, count)
+    joined = np.concatenate(codes).astype(np.min_scalar_type(len(index) - 1))
+    return Identities(tuple(index), joined, count)
 
 
 def _rebuilt(

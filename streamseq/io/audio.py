@@ -29,6 +29,7 @@ import numpy as np
 
 from streamseq.errors import SourceError
 from streamseq.io._media import MediaSource, Reader, decoded, open_media, packets
+from streamseq.io._options import read_options
 from streamseq.io.remote import Remote
 
 #: packets to decode before the position sought, for the codecs whose decoder
@@ -264,6 +265,12 @@ class _Audio(MediaSource):
         self.frame = int(frame)
         self.layout = layout
         self._samples: int | None = None  # output samples, when counted
+
+    @property
+    def read_options(self) -> str:
+        """How it reads (:func:`~streamseq.io._options.read_options`): rate, frame, layout."""
+        options = {"sample_rate": self.sample_rate, "frame": self.frame, "layout": self.layout}
+        return read_options("audio", {**options, "stream_index": self.stream_index})
 
     @property
     def rate(self) -> int:

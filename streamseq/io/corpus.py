@@ -31,6 +31,7 @@ from streamseq._redact import redacted_repr
 from streamseq.errors import SourceError
 from streamseq.io._base import Source
 from streamseq.io._npy import read_npy_header
+from streamseq.io._options import read_options
 from streamseq.plan.identities import Identities
 from streamseq.read.handle import ProcessLocal, SharedHandles, current_pid
 from streamseq.read.ref import identity
@@ -230,6 +231,11 @@ class _Document(Source):
     def dtype(self) -> np.dtype:
         """The dtype of the tokens."""
         return np.dtype(self.key[1])
+
+    @property
+    def read_options(self) -> str:
+        """How it reads (:func:`~streamseq.io._options.read_options`): the tokens' dtype."""
+        return read_options("token_corpus", {"dtype": self.key[1]})
 
     def __repr__(self) -> str:
         return f"document({redacted_repr(self.key[0])}, {self.start}:{self.stop})"
@@ -506,6 +512,11 @@ def token_corpus(
         [starts],
         step_spec=(file_dtype, ()),
         # a document is named by its file and where it starts in it (its length is the
-        # plan's): one array, the starts themselves
-        identities=Identities.repeat(identity(_Document(key, 0, 0)), len(starts), starts),
+        # plan's): one array, the starts themselves; and by how it is read (the dtype)
+        identities=Identities.repeat(
+            identity(_Document(key, 0, 0)),
+            len(starts),
+            starts,
+            read_options("token_corpus", {"dtype": file_dtype}),
+        ),
     )

@@ -20,6 +20,7 @@ from streamseq.errors import SourceError
 from streamseq.io._base import Source, check_file
 from streamseq.io._noise import value_noise
 from streamseq.io._npy import NPY_HEADER_ERRORS, RemoteArray, read_npy_header
+from streamseq.io._options import read_options
 from streamseq.io.remote import locate
 
 #: the dtype :func:`synthetic_events` produces (any dtype with fields t, x, y, p will do)
@@ -63,6 +64,10 @@ class _Events(Source):
         self.window_us = int(window_us)
         self.height = int(height)
         self.width = int(width)
+        #: how it reads (:func:`~streamseq.io._options.read_options`): the options given
+        self.read_options = read_options(
+            "events", {"window_us": window_us, "height": height, "width": width, "t0": t0}
+        )
         n = len(recording)
         t_first = int(recording["t"][0]) if n else 0
         self.t0 = t_first if t0 is None else int(t0)

@@ -38,6 +38,7 @@ from streamseq._tree import leaves
 from streamseq.errors import SourceError
 from streamseq.io import remote
 from streamseq.io._base import Source
+from streamseq.io._options import read_options
 from streamseq.io.audio import audio
 from streamseq.io.events import events
 from streamseq.io.tokens import tokens
@@ -78,6 +79,16 @@ class _Reading:
     def __repr__(self) -> str:
         names = ", ".join(f"{k}=..." for k in sorted(self.options))
         return f"<{self.kind} reader: {names}>"
+
+    @property
+    def read_options(self) -> str:
+        """How every row is read: what ``io.<kind>(path, **options)`` says of itself.
+
+        Example:
+            >>> _Reading("tokens", {"dtype": "uint16", "storage_options": {"k": "s"}}).read_options
+            'tokens(dtype=<u2)'
+        """
+        return read_options(self.kind, self.options)
 
     def step_spec(self) -> tuple[np.dtype, tuple[int, ...]] | None:
         """The dtype and step shape that the options fix, without a file; else ``None``."""
@@ -151,6 +162,11 @@ class _Row(Source):
         if self.reading.kind in _WINDOWED:
             return int(np.round(np.float64(self.start) * 1e6))
         return int(self.start)
+
+    @property
+    def read_options(self) -> str:
+        """How the row is read (:attr:`_Reading.read_options`), as its reader says."""
+        return self.reading.read_options
 
     @property
     def _offset(self) -> int:
@@ -342,13 +358,16 @@ class PathIdentities(Identities):
         starts: np.ndarray,
         stops: np.ndarray,
         offsets: np.ndarray | None = None,
+        readers: Identities | None = None,
     ):
         self.paths, self.starts, self.stops = paths, starts, stops
         self.count = len(starts)
         self.offsets = offsets  # (the first step of each row's range of its file, or -1)
+        self.readers = readers  # (how the rows are read: one reader for all of them)
 
     def __reduce__(self) -> tuple:
-        return (PathIdentities, (self.paths, self.starts, self.stops, self.offsets))
+        args = (self.paths, self.starts, self.stops, self.offsets, self.readers)
+        return (PathIdentities, args)
 
     @property  # type: ignore[override]
     def names(self) -> tuple[str, ...]:
@@ -365,7 +384,8 @@ class PathIdentities(Identities):
             n = range(self.count)[i]
             return self.paths.path(int(self.starts[n]), int(self.stops[n]))
         offsets = None if self.offsets is None else self.offsets[i]
-        return PathIdentities(self.paths, self.starts[i], self.stops[i], offsets)
+        readers = None if self.readers is None else self.readers[i]
+        return PathIdentities(self.paths, self.starts[i], self.stops[i], offsets, readers)
 
     def _block(self, a: int, b: int) -> list[str]:
         text = self.paths.joined(self.starts[a:b], self.stops[a:b]).tobytes().decode()
@@ -648,7 +668,8 @@ def manifest(
             named = _Paths(_nul_joined(public))
     offsets = None if starts is None else _offsets(starts, kind)
     bounds = (starts_at, stops_at) if named is files else named.bounds()
-    ids = PathIdentities(named, *bounds, offsets)
+    read_by = Identities.repeat(reading.read_options, len(lengths))
+    ids = PathIdentities(named, *bounds, offsets, read_by)
     columns = [starts_at, stops_at] + ([] if starts is None else [starts, stops])
     pa.default_memory_pool().release_unused()  # (the table read, now freed)
     return StreamTable(

@@ -12,6 +12,7 @@ from streamseq._redact import redacted_repr
 from streamseq.errors import SourceError
 from streamseq.io._base import Source, check_file, file_state, state_changes
 from streamseq.io._npy import RemoteArray, read_npy_header
+from streamseq.io._options import read_options
 from streamseq.io.remote import locate
 from streamseq.read.handle import ProcessLocal, is_opening
 
@@ -26,6 +27,8 @@ class _Tokens(Source):
         storage_options: dict[str, Any] | None = None,
     ):
         super().__init__(close=_close)
+        #: how it reads (:func:`~streamseq.io._options.read_options`): the dtype given
+        self.read_options = read_options("tokens", {"dtype": dtype})
         self._remote = locate(path, storage_options)
         if self._remote is None:
             self.path = check_file(path)

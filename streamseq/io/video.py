@@ -39,6 +39,7 @@ from av.video.reformatter import VideoReformatter
 from streamseq._redact import redacted_repr
 from streamseq.errors import SourceError
 from streamseq.io._media import MediaSource, Reader, open_media, packets
+from streamseq.io._options import read_options
 from streamseq.io._video_frames import CHANNELS as _CHANNELS
 from streamseq.io._video_frames import convert_into, opaque_colour
 from streamseq.io.remote import Remote
@@ -310,6 +311,20 @@ class _Video(MediaSource):
         self.format = format
         self.step_rate = None if fps is None else float(fps)  # steps per second, if constant
         self.threads = None if threads is None else int(threads)
+
+    @property
+    def read_options(self) -> str:
+        """How it reads (:func:`~streamseq.io._options.read_options`): size, format, rate."""
+        options = {"size": self.size, "format": self.format, "fps": self.step_rate}
+        return read_options("video", {**options, "stream_index": self.stream_index})
+
+    @property
+    def file_offset(self) -> int | None:
+        """Where its window starts in the file, in whole microseconds (None: no ``start``).
+
+        With the file, what names the stream across runs, as a manifest's row names it.
+        """
+        return None if self.start is None else int(np.round(np.float64(self.start) * 1e6))
 
     def __repr__(self) -> str:
         rate = "" if self.step_rate is None else f", fps={self.step_rate:g}"

@@ -15,6 +15,13 @@ any two selections of one file's documents apart.
 A stream that zips others (:func:`~streamseq.zip_streams`) has no file of its own: its
 offset is a code of what it zips (:func:`zipped_offsets`: every part's key, identity and
 offset), so that zips of other streams of the same lengths are told apart too.
+
+How a stream is read (a token file's dtype, a video's frame size, pixel format and rate,
+an audio file's sample rate and layout) changes its steps, not its file: the
+:attr:`Identities.readers` name every stream's reader and the options of it that change
+the steps (one short text per distinct configuration, credentials never among them, and
+a code per stream only when they differ), which a plan key hashes as one more field
+(``readers``), only when some stream has a reader that says so.
 """
 
 from __future__ import annotations
@@ -52,7 +59,7 @@ class Identities(Sequence):
         ([9, 4, 0], True)
     """
 
-    __slots__ = ("codes", "count", "names", "offsets")
+    __slots__ = ("codes", "count", "names", "offsets", "readers")
 
     def __init__(
         self,
@@ -60,6 +67,7 @@ class Identities(Sequence):
         codes: np.ndarray | None,
         count: int,
         offsets: np.ndarray | None = None,
+        readers: Identities | None = None,
     ):
         self.names = tuple(names)
         self.codes = None if codes is None else np.asarray(codes)
@@ -73,6 +81,7 @@ class Identities(Sequence):
             if offsets.shape != (self.count,):
                 raise ValueError(f"{offsets.shape[:1]} offsets for {self.count} streams")
         self.offsets = offsets
+        self.readers = _checked_readers(readers, self.count)
 
     @classmethod
     def of(cls, identities: Iterable[str]) -> Identities:
@@ -91,11 +100,21 @@ class Identities(Sequence):
         return cls((), None, 0)
 
     @classmethod
-    def repeat(cls, name: str, count: int, offsets: np.ndarray | None = None) -> Identities:
-        """``count`` streams that all have the identity ``name`` (ranges at ``offsets``)."""
+    def repeat(
+        cls,
+        name: str,
+        count: int,
+        offsets: np.ndarray | None = None,
+        reader: str | None = None,
+    ) -> Identities:
+        """``count`` streams that all have the identity ``name`` (ranges at ``offsets``).
+
+        ``reader``: how every one of them is read (see :attr:`readers`), or None.
+        """
         if not count:
             return cls((), None, 0)
-        return cls((name,), None, count, offsets)
+        readers = None if not reader else cls((reader,), None, count)
+        return cls((name,), None, count, offsets, readers)
 
     @classmethod
     def concat(cls, parts: Sequence[Identities]) -> Identities:
@@ -115,14 +134,35 @@ class Identities(Sequence):
             offsets = np.concatenate(
                 [p.offsets if p.offsets is not None else np.full(p.count, -1) for p in parts]
             ).astype(np.int64)
+        readers = None
+        if any(p.readers is not None for p in parts):
+            readers = Identities.concat(
+                [
+                    p.readers if p.readers is not None else Identities.repeat("", p.count)
+                    for p in parts
+                ]
+            )
         if len(index) == 1:
-            return cls(tuple(index), None, sum(p.count for p in parts), offsets)
+            return cls(tuple(index), None, sum(p.count for p in parts), offsets, readers)
         joined = np.concatenate(codes).astype(np.min_scalar_type(len(index) - 1))
-        return cls(tuple(index), joined, len(joined), offsets)
+        return cls(tuple(index), joined, len(joined), offsets, readers)
 
     def replace_all(self, name: str) -> Identities:
-        """As many streams, all with the identity ``name`` (and the same offsets)."""
-        return Identities.repeat(name, self.count, self.offsets)
+        """As many streams, all with the identity ``name`` (the same offsets and readers)."""
+        return Identities(
+            (name,) if self.count else (), None, self.count, self.offsets, self.readers
+        )
+
+    def with_readers(self, readers: Identities | None) -> Identities:
+        """The same identities, read by ``readers`` (one per stream, see :attr:`readers`).
+
+        Example:
+            >>> ids = Identities.of(["a.bin", "b.bin"])
+            >>> read = ids.with_readers(Identities.repeat("tokens(dtype=<u2)", 2))
+            >>> read.readers_digest() is None, ids.readers_digest() is None
+            (False, True)
+        """
+        return Identities(self.names, self.codes, self.count, self.offsets, readers)
 
     def __len__(self) -> int:
         return self.count
@@ -136,13 +176,14 @@ class Identities(Sequence):
             return self.names[0 if self.codes is None else int(self.codes[n])]
         index = i if isinstance(i, slice) else np.asarray(i)
         offsets = None if self.offsets is None else self.offsets[index]
+        readers = None if self.readers is None else self.readers[index]
         if self.codes is not None:
-            return Identities(self.names, self.codes[index], 0, offsets)
+            return Identities(self.names, self.codes[index], 0, offsets, readers)
         if isinstance(index, slice):
             count = len(range(*index.indices(self.count)))
         else:
             count = len(np.arange(self.count)[index])
-        return Identities(self.names, None, count, offsets)
+        return Identities(self.names, None, count, offsets, readers)
 
     def __iter__(self) -> Iterator[str]:
         for a in range(0, self.count, BLOCK):
@@ -162,6 +203,7 @@ class Identities(Sequence):
                 len(self) == len(other)
                 and self.digest() == other.digest()
                 and self.offsets_digest() == other.offsets_digest()
+                and self.readers_digest() == other.readers_digest()
             )
         if isinstance(other, (tuple, list)):
             return len(self) == len(other) and list(self) == list(other)
@@ -215,6 +257,72 @@ class Identities(Sequence):
         for a in range(0, self.count, BLOCK * 16):  # (a copy only of a strided block)
             h.update(np.ascontiguousarray(self.offsets[a : a + BLOCK * 16], "<i8"))
         return h.hexdigest()
+
+    def readers_digest(self) -> str | None:
+        """A hex digest of how every stream is read (:attr:`readers`), or None.
+
+        None when no stream has a reader that names its options (no ``readers``, or
+        all of them empty). The digest is of the distinct readers in the order they
+        first appear and of a small code per stream (:func:`tally_digest`): the same
+        readers of the same streams give the same digest however they were gathered.
+
+        Example:
+            >>> ids = Identities.repeat("a.bin", 3, reader="tokens(dtype=<u2)")
+            >>> ids.readers_digest() == Identities.of(["a", "b", "c"]).with_readers(
+            ...     Identities.of(["tokens(dtype=<u2)"] * 3)).readers_digest()
+            True
+            >>> Identities.repeat("a.bin", 3).readers_digest() is None
+            True
+        """
+        readers = self.readers
+        if readers is None or not readers.count or not any(readers.names):
+            return None
+        return tally_digest(readers)
+
+
+def _checked_readers(readers: Identities | None, count: int) -> Identities | None:
+    """``readers`` (one per stream), checked: as many as the streams."""
+    if readers is None:
+        return None
+    if not isinstance(readers, Identities):
+        readers = Identities.of(readers)
+    if len(readers) != count:
+        raise ValueError(f"{len(readers)} readers for {count} streams")
+    return readers
+
+
+def tally_digest(ids: Identities) -> str:
+    """A hex digest of the strings of ``ids``, one per stream, a few bytes a stream.
+
+    The distinct strings in the order they first appear, then the number of streams and,
+    when there are several, the index of every stream's string among them (uint32): the
+    same strings in the same order give the same digest, whatever the codes ``ids`` keeps
+    (a selection may keep names it no longer uses).
+
+    Example:
+        >>> a = Identities.of(["x", "y", "x"])
+        >>> tally_digest(a) == tally_digest(Identities.of(["z", "x", "y", "x"])[1:])
+        True
+        >>> tally_digest(a) == tally_digest(Identities.of(["x", "x", "y"]))
+        False
+        >>> two = Identities.of(["x", "z"])[[0, 0]]
+        >>> tally_digest(Identities.repeat("x", 2)) == tally_digest(two)
+        True
+    """
+    h = hashlib.sha256()
+    if ids.codes is None:
+        first, codes = [ids.names[0]] if ids.count else [], None
+    else:
+        used, at, inverse = np.unique(ids.codes, return_index=True, return_inverse=True)
+        order = np.argsort(at, kind="stable")  # (the distinct codes as they first appear)
+        rank = np.empty(len(order), np.uint32)
+        rank[order] = np.arange(len(order), dtype=np.uint32)
+        first = [ids.names[int(c)] for c in used[order]]  # (a loop over distinct names)
+        codes = rank[inverse.reshape(-1)] if len(first) > 1 else None
+    h.update(repr((first, ids.count)).encode())
+    if codes is not None:
+        h.update(np.ascontiguousarray(codes, "<u4"))
+    return h.hexdigest()
 
 
 #: the constants of splitmix64 (a bijective mix of 64-bit integers)

@@ -122,6 +122,9 @@ class PlanSpec:
         offsets = self.sources.offsets_digest()
         if offsets is not None:  # streams that are ranges of files: where each starts
             key["offsets"] = offsets[:16]
+        readers = self.sources.readers_digest()
+        if readers is not None:  # streams read by readers that name their options
+            key["readers"] = readers[:16]
         return key
 
     @cached_property
@@ -145,7 +148,23 @@ class PlanSpec:
             >>> sorted(set(spec.key) - set(spec.names_only_key))
             ['offsets']
         """
-        return {k: v for k, v in self.key.items() if k != "offsets"}
+        return self.key_without(("offsets",))
+
+    def key_without(self, fields: tuple[str, ...]) -> dict[str, Any]:
+        """:attr:`key` without ``fields``: the key of states saved before they were kept.
+
+        States saved before streams were named by where they start in their file
+        (``offsets``) or by how they are read (``readers``) are checked by the key they
+        have.
+
+        Example:
+            >>> from streamseq.plan.identities import Identities
+            >>> ids = Identities.repeat("c.bin", 2, np.array([0, 4]), reader="tokens()")
+            >>> spec = PlanSpec(np.array([4, 4]), 1, 2, sources=ids)
+            >>> sorted(set(spec.key) - set(spec.key_without(("readers",))))
+            ['readers']
+        """
+        return {k: v for k, v in self.key.items() if k not in fields}
 
     def replace(self, **changes: Any) -> PlanSpec:
         """A copy with ``changes``."""

@@ -58,21 +58,26 @@ def differences(saved: dict[str, Any], mine: dict[str, Any]) -> list[str]:
         ["the streams' lengths"]
         >>> differences({"streams": 1, "offsets": "c"}, {"streams": 1})
         ["the streams' sources (the state's are ranges of files, this loader's not)"]
+        >>> differences({"streams": 1, "readers": "c"}, {"streams": 1, "readers": "d"})
+        ["the streams' reader options (a dtype, a frame size or format, a rate, ...)"]
     """
     words = {
         "streams": "the number of streams",
         "lengths": "the streams' lengths",
         "sources": "the streams' sources (file paths or types)",
         "offsets": "the streams' sources (where each starts in its file, or what it zips)",
+        "readers": "the streams' reader options (a dtype, a frame size or format, a rate, ...)",
     }
     out = []
-    named = ("lengths", "sources", "offsets")
-    if (
-        "offsets" in saved
-        and "offsets" not in mine
-        and saved.get("streams") == mine.get("streams")
-    ):
+    named = ("lengths", "sources", "offsets", "readers")
+    same_count = saved.get("streams") == mine.get("streams")
+    if "offsets" in saved and "offsets" not in mine and same_count:
         out.append("the streams' sources (the state's are ranges of files, this loader's not)")
+    if "readers" in saved and "readers" not in mine and same_count:
+        out.append(
+            "the streams' reader options (the state's were read by readers that name "
+            "them, this loader's not)"
+        )
     for k in mine:
         if k in named and saved.get("streams") != mine.get("streams"):
             continue  # (they differ with the number of streams)
@@ -241,9 +246,11 @@ def _plan_of(spec: PlanSpec, saved: SavedState, weights_changed: bool) -> PlanSp
             spec = spec_of_state(spec, plan["mixture"])
             mixed, allowed = mixture_differences(plan.get("mixture"), spec.key.get("mixture"))
     key, fingerprint = spec.key, spec.fingerprint
-    if "offsets" in key and "offsets" not in plan:
-        # saved before streams were named by their place: checked by the key it has
-        key = spec.names_only_key
+    unnamed = tuple(k for k in ("offsets", "readers") if k in key and k not in plan)
+    if unnamed:
+        # saved before streams were named by their place or by how they are read:
+        # checked by the key it has
+        key = spec.key_without(unnamed)
         fingerprint = key_fingerprint(key)
     differ = differences(plan, key)
     if mixed:  # named by group: not again as the mixture's key or all the streams
@@ -251,11 +258,18 @@ def _plan_of(spec: PlanSpec, saved: SavedState, weights_changed: bool) -> PlanSp
         differ = mixed + [d for d in differ if not d.startswith(covered)]
     if differ:
         hint = f" ({HOW})" if allowed and len(differ) == len(mixed) else ""
-        named = [d for d in differ if d.startswith("the streams' sources")]
+        named = [
+            d for d in differ if d.startswith(("the streams' sources", "the streams' reader"))
+        ]
         raise ValueError(
             f"this state was made by another plan, differing in {'; '.join(differ)}: "
             f"resuming would silently change the run{hint}"
             + (f" ({_files_of(spec)})" if named else "")
+            + (
+                f" ({_readers_of(spec)})"
+                if any(d.startswith("the streams' reader") for d in differ)
+                else ""
+            )
         )
     if set(plan) != set(key):
         raise ValueError(
@@ -288,6 +302,27 @@ def _files_of(spec: PlanSpec) -> str:
     shown = ", ".join(repr(redact_urls(n)) for n in names[:SHOWN])
     more = f" and {len(names) - SHOWN} other files or types" if len(names) > SHOWN else ""
     return f"this loader's streams are of {shown}{more}"
+
+
+def _readers_of(spec: PlanSpec) -> str:
+    """How ``spec``'s streams are read, in words: the first :data:`SHOWN` readers.
+
+    A reader names only the options that change the steps (never credentials), and any
+    URL in it is hidden as well.
+
+    Example:
+        >>> from streamseq.plan.identities import Identities
+        >>> ids = Identities.repeat("a.bin", 2, reader="tokens(dtype=<i2)")
+        >>> _readers_of(PlanSpec(np.array([4, 4]), 1, 2, sources=ids))
+        'this loader reads them as tokens(dtype=<i2)'
+    """
+    readers = spec.sources.readers
+    names = [n for n in (() if readers is None else readers.names) if n]
+    if not names:
+        return "this loader's readers name no options"
+    shown = ", ".join(redact_urls(n) for n in names[:SHOWN])
+    more = f" and {len(names) - SHOWN} other readers" if len(names) > SHOWN else ""
+    return f"this loader reads them as {shown}{more}"
 
 
 def _resume(spec: PlanSpec, saved: SavedState, per_epoch: bool) -> tuple[Resumed, Progress]:

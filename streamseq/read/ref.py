@@ -82,6 +82,22 @@ def file_offset(obj: Any) -> int | None:
     return int(at)
 
 
+def reader_of(obj: Any) -> str:
+    """How a stream is read, as its reader says (``read_options``), else ``""``.
+
+    A reader of :mod:`streamseq.io` names its kind and the options of it that change
+    the steps (a dtype, a frame size, a sample rate; never credentials): with its
+    :func:`identity`, it names the stream across runs, so that one file read two ways is
+    two streams.
+
+    Example:
+        >>> reader_of(np.arange(3))
+        ''
+    """
+    said = getattr(obj, "read_options", None)
+    return said if isinstance(said, str) else ""
+
+
 class StreamRef:
     """The stream at ``index`` of the user's list, opened lazily and read with checks.
 
@@ -594,11 +610,13 @@ def _part_lengths(part: Any) -> np.ndarray:
 
 def _list_identities(refs: Sequence[StreamRef]) -> Identities:
     names = Identities.of(identity(r.source) for r in refs)
+    read = Identities.of(reader_of(r.source) for r in refs)
+    readers = read if any(read.names) else None
     at = [file_offset(r.source) for r in refs]
     if all(a is None for a in at):
-        return names
+        return names.with_readers(readers)
     offsets = np.array([-1 if a is None else a for a in at], np.int64)
-    return Identities(names.names, names.codes, names.count, offsets)
+    return Identities(names.names, names.codes, names.count, offsets, readers)
 
 
 def lengths_of(refs: Sequence[StreamRef]) -> np.ndarray:

@@ -155,3 +155,26 @@ def test_bad_arguments(audio_files):
         audio(audio_files["wav_s16"], frame=0)
     with pytest.raises(ValueError):
         audio(audio_files["wav_s16"], layout="no such layout")
+
+
+def test_a_state_of_audio_is_refused_by_the_files_decoded_to_other_steps(audio_files):
+    from streamseq import StreamLoader
+
+    path = audio_files["wav_s16"]  # 20000 samples at 16 kHz, stereo
+
+    def loader(**options):
+        return StreamLoader([audio(path, **options)], batch_size=1, tbins=4)
+
+    saving = loader(layout="stereo", frame=1000)
+    next(iter(saving))
+    state = saving.state_dict()
+    others = [
+        {"layout": "mono", "frame": 1000},
+        {"layout": "stereo", "frame": 500, "sample_rate": 8000},  # (20 steps, as saved)
+    ]
+    for options in others:
+        with pytest.raises(ValueError, match="the streams' reader options"):
+            loader(**options).load_state_dict(state)
+    same = loader(layout=2, frame=1000, stream_index=0)  # (the same options, spelled otherwise)
+    same.load_state_dict(state)
+    assert [b.data.tolist() for b in same] == [b.data.tolist() for b in list(saving)[1:]]

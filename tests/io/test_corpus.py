@@ -528,3 +528,18 @@ def test_a_read_outside_a_batch_checks_after_its_copy_in_a_forked_child_or_a_cop
     thread.start()
     thread.join(60)
     assert thread_got.get(timeout=60) == ("refused", str(path))
+
+
+def test_a_state_of_documents_is_refused_by_the_documents_read_with_another_dtype(tmp_path):
+    path = tmp_path / "c.bin"
+    np.arange(40, dtype=np.uint16).tofile(path)
+    index = [0, 9, 20, 31]
+    saving = StreamLoader(token_corpus(path, dtype=np.uint16, index=index), batch_size=2, tbins=3)
+    next(iter(saving))
+    state = saving.state_dict()
+    other = StreamLoader(token_corpus(path, dtype=np.int16, index=index), batch_size=2, tbins=3)
+    with pytest.raises(ValueError, match="the streams' reader options"):
+        other.load_state_dict(state)
+    same = StreamLoader(token_corpus(path, dtype="<u2", index=index), batch_size=2, tbins=3)
+    same.load_state_dict(state)
+    assert [b.data.tolist() for b in same] == [b.data.tolist() for b in list(saving)[1:]]

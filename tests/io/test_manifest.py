@@ -446,13 +446,6 @@ def test_a_state_of_a_video_window_is_refused_by_another_window_of_the_file(medi
         StreamLoader(same, batch_size=1, tbins=2).load_state_dict(state)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a stream is named by its file and where it starts, not by how it is read: the "
-    "options of a reader (a token file's dtype here; a video's size or pixel format, "
-    "io.tokens(path, dtype) in a list alike) are not in the plan key, so the same rows read "
-    "with other options, of the same lengths, accept each other's state",
-)
 def test_a_state_of_token_rows_is_refused_by_the_rows_read_with_another_dtype(tmp_path):
     path = str(tmp_path / "t.bin")
     np.arange(80, dtype=np.uint16).tofile(path)
@@ -463,3 +456,96 @@ def test_a_state_of_token_rows_is_refused_by_the_rows_read_with_another_dtype(tm
     other = StreamLoader(manifest(rows, "tokens", dtype="int8"), batch_size=2, tbins=3)
     with pytest.raises(ValueError, match="this state was made by another plan"):
         other.load_state_dict(state)
+
+
+def test_a_state_of_video_rows_is_refused_by_the_rows_read_at_another_size(tmp_path):
+    path = str(write_video(tmp_path / "v.mp4", 12))
+    rows = pa.table({"path": [path, path], "length": [12, 12]})
+    saving = StreamLoader(manifest(rows, "video", size=(48, 64)), batch_size=2, tbins=3)
+    next(iter(saving))
+    state = saving.state_dict()
+    # (``format`` is the manifest file's own: a manifest reads its videos as rgb24)
+    for options in ({"size": (24, 32)}, {"size": (48, 64), "fps": 12.5}):
+        other = StreamLoader(manifest(rows, "video", **options), batch_size=2, tbins=3)
+        with pytest.raises(ValueError, match="reader options") as raised:
+            other.load_state_dict(state)
+        assert "v.mp4" in str(raised.value)  # (the files named)
+    same = StreamLoader(manifest(rows, "video", size=(48, 64), threads=2), batch_size=2, tbins=3)
+    same.load_state_dict(state)  # (threads change no step)
+    assert_same(list(same), list(saving)[1:])
+
+
+def test_a_state_of_rows_at_a_url_is_refused_with_the_credentials_hidden(tmp_path):
+    url = "https://user:s3cr3t@example.com/t.bin?token=t0k3n"
+    rows = pa.table({"path": [url] * 2, "length": [10, 10], "start": [0, 10], "stop": [10, 20]})
+    saving = StreamLoader(
+        manifest(rows, "tokens", dtype="uint16", storage_options={"key": "k3y"}),
+        batch_size=2,
+        tbins=3,
+    )
+    state = saving.state_dict()
+    text = repr(state)
+    other = StreamLoader(
+        manifest(rows, "tokens", dtype="int16", storage_options={"key": "k3y"}),
+        batch_size=2,
+        tbins=3,
+    )
+    with pytest.raises(ValueError, match="reader options") as raised:
+        other.load_state_dict(state)
+    text += str(raised.value)
+    for secret in ("s3cr3t", "t0k3n", "k3y"):
+        assert secret not in text
+    # the same rows with other credentials are the same streams
+    again = manifest(rows, "tokens", dtype="uint16", storage_options={"key": "other"})
+    StreamLoader(again, batch_size=2, tbins=3).load_state_dict(state)
+
+
+#: token dtypes of two bytes: the same files read with any of them have the same lengths
+TWO_BYTES = ["<u2", "<i2", ">u2", ">i2", "<f2"]
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    a=st.sampled_from(TWO_BYTES),
+    b=st.sampled_from(TWO_BYTES),
+    listed=st.booleans(),
+    ranges=st.booleans(),
+    saved_at=st.integers(1, 4),
+)
+def test_a_state_is_refused_by_streams_read_with_other_options_and_resumes_with_the_same(
+    tmp_path_factory, a, b, listed, ranges, saved_at
+):
+    folder = tmp_path_factory.mktemp("t")
+    paths = []
+    for i, n in enumerate([9, 14, 5]):
+        paths.append(str(folder / f"{i}.bin"))
+        np.arange(100 * i, 100 * i + n, dtype=np.uint16).tofile(paths[-1])
+    if ranges:
+        rows = pa.table(
+            {
+                "path": [paths[1], paths[1], paths[0]],
+                "length": [7, 7, 9],
+                "start": [0, 7, 0],
+                "stop": [7, 14, 9],
+            }
+        )
+    else:
+        rows = pa.table({"path": paths, "length": [9, 14, 5]})
+
+    def streams(dtype):
+        table = manifest(rows, "tokens", dtype=dtype)
+        return list(table) if listed else table
+
+    saving = StreamLoader(streams(a), batch_size=2, tbins=2)
+    it = iter(saving)
+    for _ in range(saved_at):
+        next(it)
+    state = saving.state_dict()
+    whole = list(StreamLoader(streams(a), batch_size=2, tbins=2))
+    other = StreamLoader(streams(b), batch_size=2, tbins=2)
+    if np.dtype(a) != np.dtype(b):
+        with pytest.raises(ValueError, match="the streams' reader options"):
+            other.load_state_dict(state)
+    else:
+        other.load_state_dict(state)
+        assert_same(list(other), whole[saved_at:])

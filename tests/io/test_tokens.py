@@ -154,3 +154,40 @@ def test_empty_file(tmp_path):
 def test_step_spec_comes_from_the_header(npy, flat):
     assert tokens(npy).step_spec() == (np.dtype(np.int32), (3,))
     assert tokens(flat, "<u2").step_spec() == (np.dtype("<u2"), ())
+
+
+def test_a_state_of_token_files_is_refused_by_the_files_read_with_another_dtype(tmp_path):
+    from streamseq import StreamLoader
+
+    paths = []
+    for i, n in enumerate([11, 6]):
+        paths.append(tmp_path / f"{i}.bin")
+        np.arange(n, dtype=np.uint16).tofile(paths[-1])
+    saving = StreamLoader([tokens(p, np.uint16) for p in paths], batch_size=2, tbins=3)
+    next(iter(saving))
+    state = saving.state_dict()
+    for dtype in (np.int16, ">u2"):  # (two bytes: the same lengths)
+        other = StreamLoader([tokens(p, dtype) for p in paths], batch_size=2, tbins=3)
+        with pytest.raises(ValueError, match="the streams' reader options"):
+            other.load_state_dict(state)
+    same = StreamLoader([tokens(p, "<u2") for p in paths], batch_size=2, tbins=3)
+    same.load_state_dict(state)
+    assert [b.data.tolist() for b in same] == [b.data.tolist() for b in list(saving)[1:]]
+
+
+def test_a_state_of_a_store_is_refused_by_its_sources_and_the_other_way(tmp_path):
+    from helpers import state_refused
+
+    from streamseq import materialize
+
+    paths = []
+    for i, n in enumerate([11, 6, 9]):
+        paths.append(tmp_path / f"{i}.bin")
+        np.arange(n, dtype=np.uint16).tofile(paths[-1])
+    sources = [tokens(p, np.uint16) for p in paths]
+    stored = materialize(sources, tmp_path / "store")
+    assert state_refused(sources, stored) and state_refused(stored, sources)
+    assert not state_refused(stored, materialize(sources, tmp_path / "store"))
+    # a store of the files read another way is another folder's: told apart too
+    other = materialize([tokens(p, np.int16) for p in paths], tmp_path / "store16")
+    assert state_refused(stored, other)

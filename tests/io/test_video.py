@@ -668,3 +668,27 @@ def test_read_into_of_a_short_file_names_the_stream(tmp_path):
     loader = streamseq.StreamLoader([video(str(path), length=20, size=(16, 16))], 1, 8)
     with pytest.raises(SourceError, match="short.mp4"):
         list(loader)
+
+
+def test_a_state_of_videos_is_refused_by_the_videos_decoded_to_other_steps(video_clips):
+    from streamseq import StreamLoader
+
+    paths = [video_clips["x264_gop12_b0"], video_clips["x264_gop5_b2"]]
+
+    def loader(**options):
+        return StreamLoader([video(p, **options) for p in paths], batch_size=2, tbins=4)
+
+    saving = loader(size=(48, 64))
+    next(iter(saving))
+    state = saving.state_dict()
+    others = [
+        {"size": (24, 32)},
+        {"size": (48, 64), "format": "gray"},
+        {"size": (48, 64), "fps": 25},  # (the same frames, but told apart: another grid)
+    ]
+    for options in others:
+        with pytest.raises(ValueError, match="the streams' reader options"):
+            loader(**options).load_state_dict(state)
+    same = loader(size=(48, 64), threads=2)  # (threads change no step)
+    same.load_state_dict(state)
+    assert [b.data.tolist() for b in same] == [b.data.tolist() for b in list(saving)[1:]]

@@ -1,0 +1,68 @@
+"""How a reader reads, as text: its kind and the options of it that change the steps.
+
+A stream is named across runs by its file and where it starts in it
+(:mod:`streamseq.plan.identities`); the same file read with other options (a token
+file's dtype, a video's frame size, pixel format or rate, an audio file's sample rate or
+layout) has other steps, often of the same lengths. Every reader of :mod:`streamseq.io`
+says how it reads with a ``read_options`` attribute made here, which a plan key hashes
+(``readers``), so that a state of streams read one way is refused by the same streams
+read another. Only options that change the steps are named: never ``storage_options``
+(credentials), decoding threads or a declared length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+#: the options of each kind's reader that change what its steps hold (and their defaults)
+STEP_OPTIONS: dict[str, dict[str, Any]] = {
+    "tokens": {"dtype": None},
+    "video": {"size": None, "format": "rgb24", "fps": None, "stream_index": 0},
+    "audio": {"sample_rate": None, "frame": 1024, "layout": None, "stream_index": 0},
+    "events": {"window_us": None, "height": None, "width": None, "t0": None},
+    "token_corpus": {"dtype": None},
+}
+
+
+def _plain(name: str, value: Any) -> str:
+    """One option's value in one spelling (a dtype's, a layout's name, numbers)."""
+    if value is None:
+        return "None"
+    if name == "dtype":
+        return np.dtype(value).str
+    if name == "layout":
+        import av
+
+        return av.AudioLayout(f"{value}c" if isinstance(value, int) else value).name
+    if name == "size":
+        return repr(tuple(int(x) for x in value))
+    if name == "fps":
+        return repr(float(value))
+    if isinstance(value, (bool, np.bool_)):
+        return repr(bool(value))
+    if isinstance(value, (int, np.integer)):
+        return repr(int(value))
+    return repr(value)
+
+
+def read_options(kind: str, options: Mapping[str, Any]) -> str:
+    """How a reader of ``kind`` given ``options`` reads: the options that change steps.
+
+    Options it does not name take their defaults; others (``storage_options``,
+    ``threads``, ``length``, ...) are left out.
+
+    Example:
+        >>> read_options("tokens", {"dtype": "uint16", "storage_options": {"key": "k"}})
+        'tokens(dtype=<u2)'
+        >>> read_options("video", {"size": [48, 64], "threads": 2})
+        "video(size=(48, 64), format='rgb24', fps=None, stream_index=0)"
+        >>> read_options("video", {"size": (48, 64), "format": "rgb24"}) == read_options(
+        ...     "video", {"size": [48, 64]})
+        True
+    """
+    named = STEP_OPTIONS[kind]
+    shown = ", ".join(f"{k}={_plain(k, options.get(k, d))}" for k, d in named.items())
+    return f"{kind}({shown})"
