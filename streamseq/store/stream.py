@@ -64,8 +64,8 @@ class _Files:
                     f"mapped (it had {size}): its steps cannot be read; run materialize to "
                     "make the store again",
                 )
-            if record is not None and (st.st_size, st.st_mtime_ns, st.st_ctime_ns) != record[:3]:
-                raise _changed(file.name, record[3], st)
+            if record is not None and (st.st_size, st.st_mtime_ns, st.st_ctime_ns) != record[0]:
+                raise _changed(file.name, record[1], st)
 
     def _open(self) -> tuple[Any, list[tuple[Any, int, Any]]]:
         files: list[tuple[Any, int, Any]] = []  # (the open file, its size, its record): check
@@ -90,7 +90,7 @@ class _Files:
             if size == 0:
                 file.close()
                 return np.zeros((self.steps, *shape), dtype)
-            known = None if record is None else (*_times(record), record)
+            known = None if record is None else (_times(record), record)
             files.append((file, size, known))
             try:
                 return np.memmap(file, dtype, mode="r", shape=(self.steps, *shape))
