@@ -50,8 +50,9 @@ class _Files:
         place gives other steps: the loader calls this before each batch it reads from
         the store (and after it). The file's size, modification time and ``ctime`` are
         those of the file mapped (an open file: a store made again, or removed, keeps it
-        whole), compared with what the build recorded of it (one ``fstat`` a file); a
-        store made before the build recorded them has its files' size checked only.
+        whole), compared with what the build recorded of it (one ``fstat`` a file; the
+        ``ctime`` of a file removed, which its removal sets, is not); a store made before
+        the build recorded them has its files' size checked only.
         Files not mapped in this process yet are checked when they are.
         """
         opened = self._maps.peek()
@@ -65,7 +66,9 @@ class _Files:
                     "make the store again",
                 )
             if record is not None and (st.st_size, st.st_mtime_ns, st.st_ctime_ns) != record[0]:
-                raise _changed(file.name, record[1], st)
+                if st.st_nlink or (st.st_size, st.st_mtime_ns) != record[0][:2]:
+                    raise _changed(file.name, record[1], st)
+                # (removed, by a store made again: its ctime is the removal's, its steps kept)
 
     def _open(self) -> tuple[Any, list[tuple[Any, int, Any]]]:
         files: list[tuple[Any, int, Any]] = []  # (the open file, its size, its record): check

@@ -147,3 +147,15 @@ def test_an_older_store_without_the_record_opens_and_checks_its_size(tmp_path):
         f.truncate(100)
     with pytest.raises(SourceError, match=f"{store}.*leaf-0"):
         open_store(store)
+
+
+def test_a_loader_reading_a_store_made_again_meanwhile_reads_the_files_it_mapped(tmp_path):
+    sources = arrays((9, 14, 6, 11))
+    store = tmp_path / "s"
+    stored = materialize(sources, store)
+    want = [b.data.numpy().tobytes() for b in StreamLoader(sources, 2, 4)]
+    it = iter(StreamLoader(stored, 2, 4))
+    got = [next(it).data.numpy().tobytes()]
+    materialize([a + 1 for a in sources], store)  # (new files; the old ones removed)
+    got += [b.data.numpy().tobytes() for b in it]
+    assert got == want
