@@ -242,8 +242,11 @@ def test_a_build_killed_at_random_points_resumes_identical(tmp_path):
 def test_an_incomplete_store_is_not_read_and_is_finished(tmp_path):
     sources = [tokens(p) for p in token_files(tmp_path / "t", [10, 20, 30])]
     materialize(sources, tmp_path / "s")
-    generation = layout.read_manifest(str(tmp_path / "s"))["generation"]
+    manifest = layout.read_manifest(str(tmp_path / "s"))
+    generation = manifest["generation"]
     layout.write_done(str(tmp_path / "s"), generation, np.array([True, False, True]))
+    body = {k: v for k, v in manifest.items() if k not in ("digest", "files")}
+    layout.write_manifest(str(tmp_path / "s"), {**body, "complete": False})  # (a build's)
     with open(leaf_path(tmp_path / "s"), "r+b") as f:  # stream 1 half written
         f.seek(10 * 4)
         f.write(b"\xff" * 40)

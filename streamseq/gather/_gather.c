@@ -15,14 +15,143 @@
  * the caller takes its general path (which converts, checks and raises the errors that
  * name the stream).  It returns -1 when the batch was written.  The copies run without
  * the GIL, holding a reference to every stream they read.
+ *
+ * A memory map whose file is cut short (truncate) while its pages are copied raises
+ * SIGBUS, which would kill the process.  The copies of a thread are guarded: a SIGBUS
+ * handler, installed once (its previous action kept, and put back at exit), jumps out of
+ * the copy of the thread that faulted (a thread-local jump buffer, set only while it
+ * copies), and fill raises a streamseq.errors.SourceError naming the file, the stream and
+ * its steps.  A SIGBUS of any other code, or of another thread, does what it did before
+ * (the previous handler, or the default: the process ends).  The guard costs no system
+ * call a batch (sigsetjmp without the signal mask: the handler does not block SIGBUS).
  */
 #define PY_SSIZE_T_CLEAN
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <Python.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <string.h>
 #include <numpy/arrayobject.h>
 
 static PyTypeObject *memmap_type;  /* numpy.memmap */
+
+/* Where the copy of this thread jumps on SIGBUS; NULL while it copies nothing.  Of the
+ * initial-exec model: read by the handler without an allocation. */
+static __thread sigjmp_buf *volatile copying __attribute__((tls_model("initial-exec")));
+static struct sigaction previous;  /* what SIGBUS did before the guard */
+static int guarded;                /* whether the guard is installed (set with the GIL) */
+
+static void
+on_bus(int sig, siginfo_t *info, void *context)
+{
+    sigjmp_buf *jump = copying;
+    if (jump != NULL) {
+        copying = NULL;
+        siglongjmp(*jump, 1);
+    }
+    if (previous.sa_flags & SA_SIGINFO) {
+        previous.sa_sigaction(sig, info, context);
+        return;
+    }
+    if (previous.sa_handler == SIG_IGN && info != NULL && info->si_code <= 0)
+        return;  /* sent (kill), and ignored before */
+    if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN) {
+        previous.sa_handler(sig);
+        return;
+    }
+    /* the default action: the process ends (a fault ignored ends it too) */
+    struct sigaction fallback;
+    memset(&fallback, 0, sizeof fallback);
+    fallback.sa_handler = SIG_DFL;
+    sigemptyset(&fallback.sa_mask);
+    sigaction(SIGBUS, &fallback, NULL);
+    raise(sig);
+}
+
+static void
+unguard(void)
+{
+    if (guarded) {
+        sigaction(SIGBUS, &previous, NULL);
+        guarded = 0;
+    }
+}
+
+/* Install the SIGBUS guard once (called with the GIL held). */
+static int
+guard(void)
+{
+    if (guarded)
+        return 0;
+    struct sigaction ours;
+    memset(&ours, 0, sizeof ours);
+    ours.sa_sigaction = on_bus;
+    ours.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
+    sigemptyset(&ours.sa_mask);
+    copying = NULL;  /* (this thread's copy of it made now) */
+    if (sigaction(SIGBUS, NULL, &previous) != 0 || sigaction(SIGBUS, &ours, NULL) != 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    guarded = 1;
+    Py_AtExit(unguard);
+    return 0;
+}
+
+/* The error of a copy from ``array`` (row ``id``'s steps start:start + count) that
+ * faulted: a SourceError naming the file it maps, the stream and the steps. */
+static void
+set_cut_short(PyObject *array, npy_int64 id, npy_int64 start, npy_int64 count)
+{
+    PyObject *errors = NULL, *cls = NULL, *ref = NULL, *describe = NULL, *name = NULL,
+             *path = NULL, *error = NULL, *done = NULL;
+    PyObject *file = array;
+    Py_INCREF(file);
+    while (file != NULL && file != Py_None) {  /* the memmap (or a view's base) */
+        path = PyObject_GetAttrString(file, "filename");
+        if (path == NULL)
+            PyErr_Clear();
+        if (path != NULL && path != Py_None)
+            break;
+        Py_CLEAR(path);
+        PyObject *base = PyArray_Check(file) ? PyArray_BASE((PyArrayObject *)file) : NULL;
+        Py_XINCREF(base);
+        Py_DECREF(file);
+        file = base;
+    }
+    Py_XDECREF(file);
+    if (path == NULL)
+        path = PyUnicode_FromString("<a memory map>");
+    errors = PyImport_ImportModule("streamseq.errors");
+    ref = PyImport_ImportModule("streamseq.read.ref");
+    if (path == NULL || errors == NULL || ref == NULL)
+        goto end;
+    cls = PyObject_GetAttrString(errors, "SourceError");
+    describe = PyObject_GetAttrString(ref, "describe");
+    if (cls == NULL || describe == NULL)
+        goto end;
+    name = PyObject_CallOneArg(describe, array);
+    error = PyObject_CallFunction(
+        cls, "Os", path,
+        "the file was cut short while steps were copied from its memory map (a read past "
+        "its end: SIGBUS): they cannot be read; if it is a store's data file, run "
+        "materialize to make the store again");
+    if (name == NULL || error == NULL)
+        goto end;
+    done = PyObject_CallMethod(error, "locate", "LO(LL)", (long long)id, name,
+                               (long long)start, (long long)(start + count));
+    if (done != NULL)
+        PyErr_SetObject((PyObject *)Py_TYPE(error), error);
+end:
+    Py_XDECREF(errors);
+    Py_XDECREF(cls);
+    Py_XDECREF(ref);
+    Py_XDECREF(describe);
+    Py_XDECREF(name);
+    Py_XDECREF(path);
+    Py_XDECREF(error);
+    Py_XDECREF(done);
+}
 
 static int
 as_array(PyObject *obj, int type, int ndim, const char *name, PyArrayObject **out)
@@ -104,6 +233,8 @@ fill(PyObject *self, PyObject *args)
         if (n[r] && !readable(PyList_GET_ITEM(streams, r), data, a[r], n[r]))
             return PyLong_FromSsize_t(r);
     }
+    if (guard() < 0)
+        return NULL;
     PyObject **held = PyMem_Malloc(rows * sizeof(PyObject *) + 1);
     if (held == NULL)
         return PyErr_NoMemory();
@@ -117,8 +248,17 @@ fill(PyObject *self, PyObject *args)
     char *out = PyArray_DATA(data);
     npy_bool *res = PyArray_DATA(reset), *val = PyArray_DATA(valid);
     npy_int64 *sid = PyArray_DATA(stream), *pos = PyArray_DATA(step);
+    sigjmp_buf jump;
+    volatile npy_intp at = -1;  /* the row being written (where a SIGBUS was) */
+    int faulted = 0;
     Py_BEGIN_ALLOW_THREADS
+    if (sigsetjmp(jump, 0) != 0) {
+        faulted = 1;
+        goto copied;
+    }
+    copying = &jump;
     for (npy_intp r = 0; r < rows; r++) {
+        at = r;
         npy_intp count = (npy_intp)n[r];
         char *row = out + r * t * step_bytes;
         if (count) {
@@ -139,11 +279,21 @@ fill(PyObject *self, PyObject *args)
             p[j] = -1;
         }
     }
+copied:
+    copying = NULL;
     Py_END_ALLOW_THREADS
+    if (faulted) {
+        npy_intp r = at;
+        if (r >= 0 && held[r] != NULL)
+            set_cut_short(held[r], id[r], a[r], n[r]);
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_OSError, "fill: SIGBUS while a batch was written (a memory "
+                            "map cut short)");
+    }
     for (npy_intp r = 0; r < rows; r++)
         Py_XDECREF(held[r]);
     PyMem_Free(held);
-    return PyLong_FromLong(-1);
+    return faulted ? NULL : PyLong_FromLong(-1);
 }
 
 static PyMethodDef methods[] = {

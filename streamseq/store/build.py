@@ -36,7 +36,13 @@ from streamseq.mix import Mixture
 from streamseq.read.ref import StreamRef, as_refs, describe
 from streamseq.read.transform import StepInfo, Transform
 from streamseq.store import layout
-from streamseq.store.check import Contents, lengths_digest, make_index, read_store
+from streamseq.store.check import (
+    Contents,
+    lengths_digest,
+    make_index,
+    read_store,
+    record_files,
+)
 from streamseq.store.generation import Plan, start_generation
 from streamseq.store.identity import (
     check_copied,
@@ -251,8 +257,8 @@ def _build(
     pending = np.flatnonzero(~plan.done & (lengths > 0))
     empty = np.flatnonzero(~plan.done & (lengths == 0))
     manifest = {**config, "generation": plan.generation, "records": records, "complete": True}
-    if found is not None and _body(found.manifest) == manifest:
-        return store_table(folder, manifest, found.index)  # complete, as the streams are
+    if found is not None and _body(found.manifest, "files") == manifest:
+        return store_table(folder, found.manifest, found.index)  # complete, as the streams are
     if not writable:
         raise SourceError(
             folder,
@@ -284,6 +290,8 @@ def _build(
         )
         log.info("materialize: writing %d streams into %s", len(pending), folder)
         _run(build, _tasks(pending, lengths, per_step, num_workers), num_workers, timeout)
+    leaves = len(layout.leaf_layout(spec))
+    manifest = {**manifest, "files": record_files(folder, plan.generation, leaves)}
     layout.write_manifest(folder, manifest)
     return store_table(folder, manifest, index)
 
@@ -401,9 +409,9 @@ def _stable(value: Any) -> str:
     return _ADDRESS.sub("", repr(value))
 
 
-def _body(manifest: dict[str, Any]) -> dict[str, Any]:
-    """The manifest without its digest."""
-    return {k: v for k, v in manifest.items() if k != "digest"}
+def _body(manifest: dict[str, Any], *also: str) -> dict[str, Any]:
+    """The manifest without its digest (nor the fields ``also``)."""
+    return {k: v for k, v in manifest.items() if k != "digest" and k not in also}
 
 
 def _contents(folder: str, writable: bool) -> Contents | None:

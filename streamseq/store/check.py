@@ -3,7 +3,11 @@
 The manifest checks itself (a digest); the index must give every stream the length the
 manifest's digest of the lengths names, and start it where the streams before it end;
 every data file must have exactly the bytes of the manifest's step layout times the
-steps. A store that fails any check is :class:`~streamseq.store.layout.Damaged`:
+steps, and, where the manifest records them (stores made since it does), the size,
+modification and inode-change times and inode the file had when the build ended
+(:func:`file_identity`): a file edited in place after the build, even with its size and
+modification time kept, is told (its ``ctime`` cannot be set back). A store that fails
+any check is :class:`~streamseq.store.layout.Damaged`:
 :func:`~streamseq.store.open_store` refuses it, :func:`~streamseq.materialize` makes it
 again.
 """
@@ -13,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import time
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -77,24 +82,105 @@ def read_store(folder: str) -> Contents | None:
         )
     index = _read_index(folder, manifest)
     expected = layout.leaf_bytes(manifest.get("spec"), manifest["steps"])
+    records = recorded_files(manifest, len(expected))
     for i, size in enumerate(expected):
         path = os.path.join(folder, layout.leaf_file(i, generation))
-        check_leaf(path, size)
+        check_leaf(path, size, None if records is None else records[i])
     done = layout.read_done(folder, generation, len(index))
     return Contents(manifest, index, done)
 
 
-def check_leaf(path: str, size: int) -> None:
-    """Raise :class:`Damaged` when the data file ``path`` is missing or not of ``size`` bytes."""
+def check_leaf(path: str, size: int, record: dict[str, int] | None = None) -> None:
+    """Raise :class:`Damaged` when the data file ``path`` is missing or not as recorded.
+
+    Args:
+        path: the data file.
+        size: its size in bytes, from the manifest's step layout.
+        record: its :func:`file_identity` at the end of the build (``None`` for a store
+            made before the manifest recorded it: its size alone is checked).
+    """
     try:
-        got = os.stat(path).st_size
+        st = os.stat(path)
     except OSError as e:
         raise Damaged(f"{os.path.basename(path)} cannot be read ({e.strerror})") from None
-    if got != size:
+    if st.st_size != size:
         raise Damaged(
-            f"{os.path.basename(path)} has {got} bytes, not the {size} of the steps the "
-            "manifest names (cut short, or replaced)"
+            f"{os.path.basename(path)} has {st.st_size} bytes, not the {size} of the steps "
+            "the manifest names (cut short, or replaced)"
         )
+    if record is not None:
+        changed = identity_changes(record, file_identity(st))
+        if changed:
+            raise Damaged(f"{os.path.basename(path)} {changed}")
+
+
+#: what the manifest records of every data file (see :func:`file_identity`)
+IDENTITY = ("size", "mtime_ns", "ctime_ns", "inode")
+
+
+def file_identity(st: os.stat_result) -> dict[str, int]:
+    """What identifies a data file's bytes: its size, its times of change and its inode.
+
+    The time of the last change of its inode (``ctime``) is kept besides the one of its
+    data: a file written in place with its size and modification time restored
+    (``os.utime``) changes it, and no call sets it back. The device number is not kept:
+    that of a network or virtual file system changes when it is mounted again, the
+    store's files unchanged.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.NamedTemporaryFile() as f:
+        ...     sorted(file_identity(os.stat(f.name)))
+        ['ctime_ns', 'inode', 'mtime_ns', 'size']
+    """
+    return {
+        "size": int(st.st_size),
+        "mtime_ns": int(st.st_mtime_ns),
+        "ctime_ns": int(st.st_ctime_ns),
+        "inode": int(st.st_ino),
+    }
+
+
+def identity_changes(record: dict[str, int], now: dict[str, int]) -> str:
+    """How a data file differs from its ``record``, in words (empty when it does not).
+
+    Example:
+        >>> was = {"size": 8, "mtime_ns": 1, "ctime_ns": 1, "inode": 5}
+        >>> identity_changes(was, {**was, "ctime_ns": 2})
+        'changed since the store was made (ctime_ns 1 -> 2): its steps may not be the ones written'
+        >>> identity_changes(was, dict(was))
+        ''
+    """
+    changed = [f"{k} {record[k]} -> {now[k]}" for k in IDENTITY if record[k] != now[k]]
+    if not changed:
+        return ""
+    return (
+        f"changed since the store was made ({', '.join(changed)}): its steps may not be "
+        "the ones written"
+    )
+
+
+def recorded_files(manifest: dict[str, Any], leaves: int) -> list[dict[str, int]] | None:
+    """The manifest's :func:`file_identity` of each of its ``leaves`` data files, if kept.
+
+    Raises:
+        Damaged: the record is not one a build writes.
+
+    Example:
+        >>> recorded_files({"steps": 3}, 1) is None
+        True
+    """
+    files = manifest.get("files")
+    if files is None:
+        return None
+    if not isinstance(files, list) or len(files) != leaves:
+        raise Damaged(f"{layout.MANIFEST} records {files!r}, not its {leaves} data files")
+    for record in files:
+        if not isinstance(record, dict) or sorted(record) != sorted(IDENTITY):
+            raise Damaged(f"{layout.MANIFEST} records a data file as {record!r}")
+        if not all(type(v) is int for v in record.values()):
+            raise Damaged(f"{layout.MANIFEST} records a data file as {record!r}")
+    return files
 
 
 def _read_index(folder: str, manifest: dict[str, Any]) -> np.ndarray:
@@ -122,3 +208,31 @@ def _read_index(folder: str, manifest: dict[str, Any]) -> np.ndarray:
             f"{int(want[i, 0])} where the streams before it end"
         )
     return want
+
+
+#: seconds a build waits at most for the file system's clock to pass its data files' times
+TICK_WAIT = 3.0
+
+
+def record_files(folder: str, generation: str, leaves: int) -> list[dict[str, int]]:
+    """The :func:`file_identity` of the ``leaves`` data files of ``generation``, written whole.
+
+    Called once every step is written and synced. It returns once the file system's
+    clock is past the files' times (a file's times are those of a clock tick, a few
+    milliseconds; a coarser file system's, at most :data:`TICK_WAIT`): a file edited
+    later gets later times, so even an edit right after the build is told.
+    """
+    paths = [os.path.join(folder, layout.leaf_file(i, generation)) for i in range(leaves)]
+    stats = [os.stat(p) for p in paths]
+    newest = max(max(st.st_mtime_ns, st.st_ctime_ns) for st in stats)
+    probe = os.path.join(folder, layout.done_file(generation))
+    deadline = time.monotonic() + TICK_WAIT
+    try:
+        while True:
+            os.utime(probe)  # (the times the file system gives a change made now)
+            if os.stat(probe).st_mtime_ns > newest or time.monotonic() > deadline:
+                break
+            time.sleep(0.001)
+    except OSError:  # (no done log: nothing was written by this build)
+        pass
+    return [file_identity(st) for st in stats]

@@ -3,7 +3,8 @@
 A store is a folder::
 
     manifest.json   version, step layout, lengths' digest, every stream's identity, the
-                    generation of the files below, and a digest of all that
+                    generation of the files below, the size, times and inode of every
+                    data file once written whole, and a digest of all that
     index.npy       int64 [n, 2]: first step of every stream in the data files, its length
     leaf-<i>.<g>.bin  the steps of every stream, one file per array of a step (one for
                     arrays), of generation ``g``

@@ -14,7 +14,7 @@ from streamseq.errors import SourceError
 from streamseq.read.handle import ProcessLocal
 from streamseq.read.ref import ArrayTree
 from streamseq.store import layout
-from streamseq.store.check import check_leaf
+from streamseq.store.check import check_leaf, file_identity, identity_changes
 from streamseq.store.layout import Damaged
 
 
@@ -25,9 +25,17 @@ class _Files:
     file once, whatever number of streams it reads.
     """
 
-    def __init__(self, folder: str, spec: Any, steps: int, generation: str):
+    def __init__(
+        self,
+        folder: str,
+        spec: Any,
+        steps: int,
+        generation: str,
+        records: list[dict[str, int]] | None = None,
+    ):
         self.folder, self.spec, self.steps = folder, spec, steps
         self.generation = generation
+        self.records = records  # (what the build recorded of every data file, if it did)
         self._maps: ProcessLocal[Any] = ProcessLocal()
 
     def maps(self) -> Any:
@@ -35,47 +43,79 @@ class _Files:
         return self._maps.get(self._open)[0]
 
     def check(self) -> None:
-        """Raise a :class:`SourceError` when a data file this process mapped was cut short.
+        """Raise a :class:`SourceError` when a data file this process mapped changed.
 
         A mapped page past the end of a file cut short in place (``truncate``) kills
-        the process that touches it (``SIGBUS``, no Python error): the loader calls this
-        before each batch it reads from the store. The file's size is that of the file
-        mapped (an open file: a store made again, or removed, keeps it whole), so only a
-        file cut short where it is fails. Files not mapped in this process yet are
-        checked when they are.
+        the process that touches it (``SIGBUS``, no Python error), and a file written in
+        place gives other steps: the loader calls this before each batch it reads from
+        the store (and after it). The file's size, modification time and ``ctime`` are
+        those of the file mapped (an open file: a store made again, or removed, keeps it
+        whole), compared with what the build recorded of it (one ``fstat`` a file; the
+        ``ctime`` of a file removed, which its removal sets, is not); a store made before
+        the build recorded them has its files' size checked only.
+        Files not mapped in this process yet are checked when they are.
         """
         opened = self._maps.peek()
-        for file, size in [] if opened is None else opened[1]:
-            got = os.fstat(file.fileno()).st_size
-            if got < size:
+        for file, size, record in [] if opened is None else opened[1]:
+            st = os.fstat(file.fileno())
+            if st.st_size < size:
                 raise SourceError(
                     file.name,
-                    f"the store's data file was cut short to {got} bytes while mapped "
-                    f"(it had {size}): its steps cannot be read; run materialize to "
+                    f"the store's data file was cut short to {st.st_size} bytes while "
+                    f"mapped (it had {size}): its steps cannot be read; run materialize to "
                     "make the store again",
                 )
+            if record is not None and (st.st_size, st.st_mtime_ns, st.st_ctime_ns) != record[0]:
+                if st.st_nlink or (st.st_size, st.st_mtime_ns) != record[0][:2]:
+                    raise _changed(file.name, record[1], st)
+                # (removed, by a store made again: its ctime is the removal's, its steps kept)
 
-    def _open(self) -> tuple[Any, list[tuple[Any, int]]]:
-        files: list[tuple[Any, int]] = []  # (the open file, its size): see check
+    def _open(self) -> tuple[Any, list[tuple[Any, int, Any]]]:
+        files: list[tuple[Any, int, Any]] = []  # (the open file, its size, its record): check
 
         def open_leaf(i: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
             path = os.path.join(self.folder, layout.leaf_file(i, self.generation))
             size = self.steps * dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+            record = None if self.records is None else self.records[i]
             try:
                 check_leaf(path, size)
-                if size == 0:
-                    return np.zeros((self.steps, *shape), dtype)
                 file = open(path, "rb")  # noqa: SIM115 (kept open with the map: check)
-                files.append((file, size))
-                return np.memmap(file, dtype, mode="r", shape=(self.steps, *shape))
+                st = os.fstat(file.fileno())
             except (Damaged, OSError, ValueError) as e:
                 raise SourceError(
                     path,
                     f"cannot map the store's data file: {e} (the store was made again "
                     "or damaged since these streams were opened: open it again)",
                 ) from None
+            if record is not None and identity_changes(record, file_identity(st)):
+                file.close()
+                raise _changed(path, record, st)
+            if size == 0:
+                file.close()
+                return np.zeros((self.steps, *shape), dtype)
+            known = None if record is None else (_times(record), record)
+            files.append((file, size, known))
+            try:
+                return np.memmap(file, dtype, mode="r", shape=(self.steps, *shape))
+            except (OSError, ValueError) as e:
+                raise SourceError(path, f"cannot map the store's data file: {e}") from None
 
         return layout.decode_spec(self.spec, open_leaf), files
+
+
+def _times(record: dict[str, int]) -> tuple[int, int, int]:
+    """The size, modification time and ``ctime`` of a data file's record (what fstat tells)."""
+    return record["size"], record["mtime_ns"], record["ctime_ns"]
+
+
+def _changed(path: str, record: dict[str, int], st: os.stat_result) -> SourceError:
+    """The error of a data file that is not the one the build recorded."""
+    return SourceError(
+        path,
+        f"the store's data file {identity_changes(record, file_identity(st))} (edited in "
+        "place, or written over); nothing of it is read: run materialize to make the store "
+        "again",
+    )
 
 
 class StoredStream:

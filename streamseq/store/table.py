@@ -14,7 +14,7 @@ import numpy as np
 from streamseq.errors import SourceError
 from streamseq.plan.identities import Identities
 from streamseq.store import layout
-from streamseq.store.check import read_store
+from streamseq.store.check import read_store, recorded_files
 from streamseq.store.layout import Damaged
 from streamseq.store.stream import StoredStream, _Files
 from streamseq.stream_table import StreamTable
@@ -63,8 +63,9 @@ def store_table(folder: str, manifest: dict[str, Any], index: np.ndarray) -> Sto
     index = np.asarray(index, dtype=np.int64).reshape(-1, 2)
     total = int(index[:, 1].sum()) if len(index) else 0
     folder = os.path.abspath(folder)
-    files = _Files(folder, manifest["spec"], total, manifest["generation"])
     spec = manifest["spec"]
+    records = recorded_files(manifest, len(layout.leaf_layout(spec)))
+    files = _Files(folder, spec, total, manifest["generation"], records)
     step = layout.leaf_layout(spec)[0] if "leaf" in spec else None
     columns = [np.arange(len(index), dtype=np.int64), np.ascontiguousarray(index[:, 0])]
     make = functools.partial(_stored, files)
