@@ -162,11 +162,11 @@ class Assembled:
 def _shared(
     data: Any, reset: Any, valid: Any, stream: Any, step: Any, lookahead: int, steps: int | None
 ) -> tuple[Batch, int]:
-    """A batch written as its fields (:meth:`ZipBatch.written`) as tensors sharing its
-    arrays, and its valid steps (counted on ``valid`` where the plan did not give them).
+    """A batch given as its fields (:meth:`ZipBatch.written`) as tensors, and its valid steps.
 
-    The metadata a writer gives are new contiguous native arrays: each one tensor over
-    it; anything else goes through :func:`to_torch`.
+    The tensors share the arrays; the valid steps are counted on ``valid`` where the
+    plan did not give them. The metadata a writer gives are new contiguous native
+    arrays: each one tensor over it; anything else goes through :func:`to_torch`.
 
     Example:
         >>> from streamseq import interleave_streams, tbin, zip_batch

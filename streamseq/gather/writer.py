@@ -110,15 +110,17 @@ class BatchWriter(ChunkMap):
         return Positions(self, first, size)
 
     def _write(self, i: int, spec: Any) -> Written:
-        """Batch ``i`` (:data:`Written`), its ``tbins + lookahead`` steps allocated once and
-        written in place."""
+        """Batch ``i`` (:data:`Written`), its steps allocated once and written in place."""
         st = self._state.get()
         bt, la = self.shape, self.lookahead
         empty = np.empty if _shm.current() is None else _shm.empty
         m = meta.allocate(*bt, empty)  # (once: they may be in shm)
-        data = (
-            None if spec is None else tree_map(lambda s: empty((*bt, *s.shape[1:]), s.dtype), spec)
-        )
+        if type(spec) is np.ndarray:  # (the common case, in short)
+            data = empty((*bt, *spec.shape[1:]), spec.dtype)
+        elif spec is None:
+            data = None
+        else:
+            data = tree_map(lambda s: empty((*bt, *s.shape[1:]), s.dtype), spec)
         if self.pad == "pack":
             self._read_packed(st, i, spec, data, m)
             if la:
