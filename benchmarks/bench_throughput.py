@@ -1027,6 +1027,29 @@ def measure_store(job: dict) -> dict:
     }
 
 
+def beside_line(med: Any, size: tuple[int, int], baseline: str | None) -> str:
+    """The per-batch cost beside the copy of batches of ``size`` read in this process.
+
+    The store's microseconds a batch (0 workers: read here) less those of the copy into
+    a fresh array, wall and this thread's CPU time (medians, ``med(config, key)``); with
+    ``baseline``, the baseline's figures beside them.
+    """
+
+    def beside(tree: str, key: str) -> float:
+        return med(("store", 0, size, tree), key) - med(("copyfresh", 0, size, ""), key)
+
+    line = (
+        f"store {size[0]}x{size[1]}, 0 workers: per-batch cost beside the copy "
+        f"{beside('', 'us_batch'):.1f} us ({beside('', 'cpu_us_batch'):.1f} us CPU)"
+    )
+    if baseline:
+        line += (
+            f", {baseline}: {beside('base', 'us_batch'):.1f} us "
+            f"({beside('base', 'cpu_us_batch'):.1f} us CPU)"
+        )
+    return line
+
+
 def worker_split(rows: np.ndarray, workers: int, before: set[int]) -> list[float]:
     """The frames each of the ``workers`` workers of a pass read, then their CPU seconds.
 
@@ -1080,9 +1103,12 @@ def decode_once(args: Any) -> None:
     array a batch (what a loader, which hands out memory its user may keep, is up
     against; :func:`store_copy_limit`). Targets: the store at 0.9 of the copy limit (of
     the reused array) or more, and 20 times the decode or more. A second size, batches
-    of 32 x 16 (6 MiB: read by workers when there are some), shows how the ratio moves
-    with the batch's size. The store rows also show the wall time and this thread's CPU
-    time a batch (medians, after the first batch of each pass). With ``--baseline REV``
+    of 16 x 16 (3 MiB: read by workers when there are some; 16 rows, none of them empty
+    with 24 clips), shows how the ratio moves with the batch's size. The store rows also
+    show the wall time and this thread's CPU time a batch (medians, after the first
+    batch of each pass), and for each size the per-batch cost beside the copy: the
+    store's microseconds a batch less those of the copy into a fresh array (wall and CPU
+    time; with ``--baseline``, the baseline's beside it). With ``--baseline REV``
     the store rows are timed with the streamseq of ``REV`` too, in the same run.
     ``--store-only`` leaves out the decoding rows. Both workloads then time the clips
     at 224x224 with 2 workers against the best decode the machine allows: twice the
@@ -1095,7 +1121,7 @@ def decode_once(args: Any) -> None:
     paths = make_clips(data, 8 if args.quick else 24)
     store = os.path.join(data, f"store{STORE_SIZE}")
     common = {"paths": paths, "store": store, "min_seconds": 0.5 if args.quick else 2.0}
-    small, large = (B_VIDEO, T_VIDEO), (32, 16)
+    small, large = (B_VIDEO, T_VIDEO), (16, 16)  # (24 clips: 16 rows, none empty)
     decoding = [("decode1", 1, small, ""), ("limit", 2, small, ""), ("decode224", 2, small, "")]
     configs = [] if args.store_only else decoding
     built = None
@@ -1193,6 +1219,7 @@ def decode_once(args: Any) -> None:
                 elif size == small:
                     line += f": {'met' if x_copy >= 0.9 else 'MISSED'}"
                 print(line)
+            print(beside_line(med, size, args.baseline))
     if args.store_only:
         return
     best = 2 * med(("decode1", 1, small, ""))

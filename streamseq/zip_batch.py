@@ -100,6 +100,29 @@ class ZipBatch:
             raise IndexError(f"batch {given} out of range for {self.length} batches")
         return self.item(i)
 
+    def written(self, i: int) -> tuple[Any, ...]:
+        """Batch ``i`` (``0 <= i < len``) as its five fields, its look-ahead and its valid steps.
+
+        The fields are those of ``self[i]``, without a :class:`Batch` made around them (a
+        caller that makes its own, of tensors, makes one); the valid steps are None where
+        the plan does not give them (count ``valid`` then).
+
+        Example:
+            >>> import numpy as np
+            >>> from streamseq import interleave_streams, tbin
+            >>> rows = interleave_streams([np.arange(3), np.arange(2)], 2)
+            >>> *fields, lookahead, steps = zip_batch([tbin(r, 2) for r in rows]).written(1)
+            >>> fields[0].tolist(), steps
+            ([[2, 0], [0, 0]], 1)
+        """
+        if self._table is not None and type(i) is int and 0 <= i < self.length:
+            spec = self.spec_ if self.spec_ is not None else self.spec()
+            if spec is not None:
+                data, m, la, steps = self._table.written(i, spec)
+                return data, *m, la, steps
+        b = self[i]
+        return (*b, b.lookahead, None)
+
     def describe_item(self, i: int) -> str:
         """What batch ``i`` reads: each stream (index and repr) with its step range.
 

@@ -82,6 +82,8 @@ class Assembled:
         if len(self._blocks) != len(self.groups):
             self._blocks = []
         self._whole: tuple[list[Any], bool] | None = None  # (blocks, one slot of whole batches)
+        # the one group's batches as their fields (made into tensors here, one Batch a batch)
+        self._written = getattr(self.groups[0], "written", None) if self.share else None
 
     def __len__(self) -> int:
         return self.length
@@ -143,6 +145,8 @@ class Assembled:
             >>> steps, int(batch.valid.sum())
             (3, 3)
         """
+        if self._written is not None:
+            return _shared(*self._written(i))
         if self.share:
             part = self.groups[0][i]
             return to_torch(part), int(np.count_nonzero(part.valid))
@@ -153,6 +157,39 @@ class Assembled:
         parts = self._parts(i)
         steps = sum(int(np.count_nonzero(p.valid)) for p in parts)
         return assemble_parts(parts, self.pin, self.time_major), steps
+
+
+def _shared(
+    data: Any, reset: Any, valid: Any, stream: Any, step: Any, lookahead: int, steps: int | None
+) -> tuple[Batch, int]:
+    """A batch given as its fields (:meth:`ZipBatch.written`) as tensors, and its valid steps.
+
+    The tensors share the arrays; the valid steps are counted on ``valid`` where the
+    plan did not give them. The metadata a writer gives are new contiguous native
+    arrays: each one tensor over it; anything else goes through :func:`to_torch`.
+
+    Example:
+        >>> from streamseq import interleave_streams, tbin, zip_batch
+        >>> rows = interleave_streams([np.arange(3), np.arange(2)], 2)
+        >>> batch, steps = _shared(*zip_batch([tbin(r, 2) for r in rows]).written(1))
+        >>> batch.data, steps
+        (tensor([[2, 0],
+                [0, 0]]), 1)
+    """
+    if steps is None:
+        batch = Batch(data, reset, valid, stream, step, lookahead)
+        return to_torch(batch), int(np.count_nonzero(batch.valid))
+    if type(data) is np.ndarray and data.dtype.isnative:  # (made contiguous: ``np.empty``)
+        from_numpy = torch.from_numpy
+        fields = (
+            from_numpy(data),
+            from_numpy(reset),
+            from_numpy(valid),
+            from_numpy(stream),
+            from_numpy(step),
+        )
+        return Batch(*fields, lookahead), steps
+    return to_torch(Batch(data, reset, valid, stream, step, lookahead)), steps
 
 
 def counted_from(batches: Assembled, start: int) -> Iterator[tuple[Batch, int]]:

@@ -52,6 +52,7 @@ class Positions:
         self.counts = self.count.tolist()
         self.partial = Marked((self.count < t) & (self.count > 0), self.count)
         self.full = (self.count == t).all(axis=1).tolist()
+        self.totals = self.count.sum(axis=1).tolist()  # the valid steps of each batch
         carried = np.zeros_like(self.active)
         if chunks.carried.any():
             carried = chunks.carried[self.pos] & (self.start == 0) & self.active

@@ -31,6 +31,10 @@ except ImportError:  # pragma: no cover - a build without a C compiler
 
 _NOTHING = np.zeros(0)
 
+Written = tuple[Any, meta.Meta, int, "int | None"]
+"""A batch as written: ``(data, (reset, valid, stream, step), lookahead, valid steps)``;
+the valid steps None where the plan does not say (packed rows: count ``valid``)."""
+
 
 class BatchWriter(ChunkMap):
     """The one batch writer: the chunks of ``tbin`` parts, read into batches in few steps.
@@ -80,21 +84,43 @@ class BatchWriter(ChunkMap):
         (:mod:`.ahead`).
         """
         with self._lock.get():
-            return self._batch(i, spec)
+            data, m, la, _ = self._write(i, spec)
+        return Batch(data, *m, la)
+
+    def written(self, i: int, spec: Any) -> Written:
+        """Batch ``i`` as its arrays, its look-ahead and its valid steps (None: not known).
+
+        What :meth:`batch` writes, without a :class:`Batch` around it: its caller builds
+        one of its own (tensors, :mod:`streamseq.deliver`). The valid steps come from
+        the plan (the reads of its rows), not from counting ``valid``.
+
+        Example:
+            >>> from streamseq import interleave_streams, tbin
+            >>> rows = interleave_streams([np.arange(3), np.arange(2)], 2)
+            >>> writer = BatchWriter([tbin(r, 2) for r in rows], "zeros", 2)
+            >>> data, (reset, valid, stream, step), lookahead, steps = writer.written(0, None)
+            >>> steps, int(valid.sum()), data
+            (4, 4, None)
+        """
+        with self._lock.get():
+            return self._write(i, spec)
 
     def positions(self, first: int, size: int) -> Positions:
         """Where every row reads in batches ``first`` to ``first + size - 1``."""
         return Positions(self, first, size)
 
-    def _batch(self, i: int, spec: Any) -> Batch:
-        """Batch ``i``, its ``tbins + lookahead`` steps allocated once and written in place."""
+    def _write(self, i: int, spec: Any) -> Written:
+        """Batch ``i`` (:data:`Written`), its steps allocated once and written in place."""
         st = self._state.get()
         bt, la = self.shape, self.lookahead
         empty = np.empty if _shm.current() is None else _shm.empty
         m = meta.allocate(*bt, empty)  # (once: they may be in shm)
-        data = (
-            None if spec is None else tree_map(lambda s: empty((*bt, *s.shape[1:]), s.dtype), spec)
-        )
+        if type(spec) is np.ndarray:  # (the common case, in short)
+            data = empty((*bt, *spec.shape[1:]), spec.dtype)
+        elif spec is None:
+            data = None
+        else:
+            data = tree_map(lambda s: empty((*bt, *s.shape[1:]), s.dtype), spec)
         if self.pad == "pack":
             self._read_packed(st, i, spec, data, m)
             if la:
@@ -103,7 +129,7 @@ class BatchWriter(ChunkMap):
                 _ahead.write_meta(m, self.tbins, n, self.ids[p], a, r)
                 if data is not None:
                     _ahead.read_rows(self, data, spec, reads)
-            return Batch(data, *m, la)
+            return data, m, la, None
         first = i - i % self.block_size
         blk = st.block
         if blk is None or blk.first != first:
@@ -111,10 +137,12 @@ class BatchWriter(ChunkMap):
             if la:  # the rows' reads, with the steps after their chunks
                 blk.ahead = _ahead.block_counts(self, blk)
                 blk.reads = blk.count + blk.ahead
+                blk.totals = blk.reads.sum(axis=1).tolist()
         k = i - first
+        steps = blk.totals[k]
         if spec is None:
             self._write_meta(m, blk, k)
-            return Batch(None, *m, la)
+            return None, m, la, steps
         ahead = None
         if not st.started:  # the first batch here: rows open (and read) concurrently
             st.started = True
@@ -128,14 +156,14 @@ class BatchWriter(ChunkMap):
                 _ahead.read_rows(self, data, spec, reads)
         elif type(spec) is np.ndarray:
             if self._copy(data, st.open, blk, k, m):
-                return Batch(data, *m, la)
+                return data, m, la, steps
         else:  # a tree: each leaf of every stream, copied as an array stream
             parts = [_leaves_as(spec, s) for s in st.open]
             for n, out in enumerate(leaves(data)):
                 streams = [_NOTHING if p is None else p[n] for p in parts]
                 self._copy(out, streams, blk, k, None)
         self._write_meta(m, blk, k)
-        return Batch(data, *m, la)
+        return data, m, la, steps
 
     def _write_meta(self, m: meta.Meta, blk: Positions, k: int) -> None:
         """Write the metadata of batch ``k`` of ``blk``: its chunks', then its look-ahead's."""

@@ -46,10 +46,13 @@ class _StoreChecked(ZipBatch):
 
     A data file cut short in place while mapped would kill the process that copies a
     batch out of it (``SIGBUS``); a file rewritten in place would give other steps.
-    Checked before the batch (and, for what a change during its copy gave, after it),
-    it is a :class:`SourceError` naming the file, the streams and the steps of the
-    batch. While the batch is written, the reads of files that say they are checked so
-    (a corpus's, ``batch()``) check nothing of their own.
+    Checked before the batch, it is a :class:`SourceError` naming the file, the streams
+    and the steps of the batch. A store's files are checked there only (one ``fstat`` a
+    file a batch): a file cut short during the copy kills the copy or leaves it the
+    bytes it had, and the next batch's check names it. Files that say they are checked
+    around a batch (a corpus's, ``batch()``: their reads check nothing of their own
+    while it is written) are checked after it too, for what a change during the copy
+    gave.
     """
 
     stores: list[Any] = []
@@ -60,20 +63,33 @@ class _StoreChecked(ZipBatch):
     def item(self, i: int, need_data: bool = True) -> Any:
         return self._checked(i, super().item, i, need_data)
 
+    def written(self, i: int) -> tuple[Any, ...]:
+        return self._checked(i, super().written, i)
+
+    def _after(self) -> list[Any]:
+        """The files checked after a batch too: those with a ``batch()`` (of :attr:`stores`)."""
+        stores = self.stores
+        cached = self.__dict__.get("_after_of")
+        if cached is None or cached[0] is not stores:
+            after = [f for f in stores if getattr(f, "batch", None) is not None]
+            cached = self._after_of = (stores, after)
+        return cached[1]
+
     def _checked(self, i: Any, write: Callable[..., Any], *args: Any) -> Any:
-        self._check(i)
+        self._check(i, self.stores)
+        after = self._after()
+        if not after:
+            return write(*args)
         with contextlib.ExitStack() as stack:
-            for files in self.stores:
-                batch = getattr(files, "batch", None)
-                if batch is not None:
-                    stack.enter_context(batch())
+            for files in after:
+                stack.enter_context(files.batch())
             out = write(*args)
-        self._check(i)
+        self._check(i, after)
         return out
 
-    def _check(self, i: Any) -> None:
+    def _check(self, i: Any, stores: list[Any]) -> None:
         try:
-            for files in self.stores:
+            for files in stores:
                 files.check()
         except SourceError as e:
             raise SourceError(e.path, f"{e.detail}; {self.describe_item(i)}") from None

@@ -250,3 +250,36 @@ def test_declined_batches_allocate_their_metadata_once(compiled):
             used.append(slot.offset)
     sizes = 2 * 8 * 8 + 2 + 2 * 8 + 2 * 2 * 8 * 8  # data, reset, valid, stream, step
     assert max(used) < sizes + 5 * _shm.ALIGN
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    layouts(max_streams=8, max_length=25),
+    st.sampled_from(["zeros", "drop", "wrap", "pack"]),
+    st.integers(0, 2),
+    st.booleans(),
+)
+def test_written_gives_the_batch_and_its_valid_steps_from_the_plan(layout, pad, lookahead, spec):
+    streams = coded_streams(layout.lengths, (2,))
+    rows = interleave_streams(streams, layout.batch_size)
+    parts = [tbin(r, layout.tbins, pack=pad == "pack", lookahead=lookahead) for r in rows]
+    given_spec = streams[0][:0] if spec else None
+    zipped = zip_batch(parts, pad=pad, spec=given_spec)
+    for i in range(len(zipped)):
+        *fields, ahead, steps = zipped.written(i)
+        batch = zipped[i]
+        assert ahead == batch.lookahead == lookahead
+        for f, g in zip(fields, batch, strict=True):
+            np.testing.assert_array_equal(f, g)
+        assert steps is None or steps == int(np.count_nonzero(batch.valid))
+        if pad != "pack":
+            assert steps is not None  # (known from the plan: nothing counted)
+
+
+def test_a_segmented_loader_counts_the_valid_steps_of_the_plan():
+    streams = coded_streams([13, 7, 22, 5])
+    for lookahead in (0, 1):
+        loader = StreamLoader(streams, 2, 3, segment_length=6, lookahead=lookahead)
+        it = iter(loader)
+        valid = sum(int(b.valid.sum()) for b in it)
+        assert it.meter.steps == valid > 0

@@ -127,3 +127,29 @@ def test_a_row_of_a_table_pickles_as_its_streams_and_reads_the_same():
         assert len(b.refs.table) == len(a.refs)  # only the row's streams travel
         assert a[0 : len(a)].tolist() == b[0 : len(b)].tolist()
         assert [r.index for r in a.refs] == [r.index for r in b.refs] == a.stream_ids.tolist()
+
+
+def test_a_store_read_here_checks_each_of_its_files_once_a_batch(tmp_path, monkeypatch):
+    from streamseq.store.stream import _Files
+
+    materialize([np.arange(40).reshape(20, 2) + i for i in range(3)], tmp_path / "s")
+    checks = []
+    original = _Files.check
+
+    def check(self):
+        checks.append(self)
+        original(self)
+
+    monkeypatch.setattr(_Files, "check", check)
+    loader = StreamLoader(open_store(tmp_path / "s"), 3, 4)
+    batches = list(loader)
+    assert len(batches) == 5
+    assert len(checks) == len(batches)  # before each batch: one fstat a mapped file
+
+
+def test_a_store_read_here_counts_the_valid_steps_of_the_plan(tmp_path):
+    materialize([np.arange(n) for n in (9, 4, 13)], tmp_path / "s")
+    loader = StreamLoader(open_store(tmp_path / "s"), 2, 4, pad="wrap")
+    it = iter(loader)
+    valid = sum(int(b.valid.sum()) for b in it)
+    assert it.meter.steps == valid > 0
