@@ -46,13 +46,12 @@ class _StoreChecked(ZipBatch):
 
     A data file cut short in place while mapped would kill the process that copies a
     batch out of it (``SIGBUS``); a file rewritten in place would give other steps.
-    Checked before the batch, it is a :class:`SourceError` naming the file, the streams
-    and the steps of the batch. A store's files are checked there only (one ``fstat`` a
-    file a batch): a file cut short during the copy kills the copy or leaves it the
-    bytes it had, and the next batch's check names it. Files that say they are checked
-    around a batch (a corpus's, ``batch()``: their reads check nothing of their own
-    while it is written) are checked after it too, for what a change during the copy
-    gave.
+    Checked before the batch (one ``fstat`` a file), it is a :class:`SourceError` naming
+    the file, the streams and the steps of the batch; checked again after it, a change
+    during the copy is an error of the batch that was copied, never a batch delivered
+    with other steps. Files that say they are checked around a batch (a corpus's,
+    ``batch()``: their reads check nothing of their own while it is written) are held
+    in that state while it is written.
     """
 
     stores: list[Any] = []
@@ -67,7 +66,7 @@ class _StoreChecked(ZipBatch):
         return self._checked(i, super().written, i)
 
     def _after(self) -> list[Any]:
-        """The files checked after a batch too: those with a ``batch()`` (of :attr:`stores`)."""
+        """The files checked around a batch by their own ``batch()`` (of :attr:`stores`)."""
         stores = self.stores
         cached = self.__dict__.get("_after_of")
         if cached is None or cached[0] is not stores:
@@ -76,15 +75,17 @@ class _StoreChecked(ZipBatch):
         return cached[1]
 
     def _checked(self, i: Any, write: Callable[..., Any], *args: Any) -> Any:
-        self._check(i, self.stores)
+        stores = self.stores
+        self._check(i, stores)
         after = self._after()
         if not after:
-            return write(*args)
-        with contextlib.ExitStack() as stack:
-            for files in after:
-                stack.enter_context(files.batch())
             out = write(*args)
-        self._check(i, after)
+        else:
+            with contextlib.ExitStack() as stack:
+                for files in after:
+                    stack.enter_context(files.batch())
+                out = write(*args)
+        self._check(i, stores)  # (what changed during the copy: this batch's error)
         return out
 
     def _check(self, i: Any, stores: list[Any]) -> None:

@@ -129,7 +129,9 @@ def test_a_row_of_a_table_pickles_as_its_streams_and_reads_the_same():
         assert [r.index for r in a.refs] == [r.index for r in b.refs] == a.stream_ids.tolist()
 
 
-def test_a_store_read_here_checks_each_of_its_files_once_a_batch(tmp_path, monkeypatch):
+def test_a_store_read_here_checks_each_of_its_files_before_and_after_a_batch(
+    tmp_path, monkeypatch
+):
     from streamseq.store.stream import _Files
 
     materialize([np.arange(40).reshape(20, 2) + i for i in range(3)], tmp_path / "s")
@@ -144,7 +146,7 @@ def test_a_store_read_here_checks_each_of_its_files_once_a_batch(tmp_path, monke
     loader = StreamLoader(open_store(tmp_path / "s"), 3, 4)
     batches = list(loader)
     assert len(batches) == 5
-    assert len(checks) == len(batches)  # before each batch: one fstat a mapped file
+    assert len(checks) == 2 * len(batches)  # before and after each batch: one fstat each
 
 
 def test_a_store_read_here_counts_the_valid_steps_of_the_plan(tmp_path):

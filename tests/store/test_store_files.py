@@ -159,3 +159,28 @@ def test_a_loader_reading_a_store_made_again_meanwhile_reads_the_files_it_mapped
     materialize([a + 1 for a in sources], store)  # (new files; the old ones removed)
     got += [b.data.numpy().tobytes() for b in it]
     assert got == want
+
+
+def test_a_data_file_edited_while_a_batch_is_copied_is_an_error_of_that_batch(
+    tmp_path, monkeypatch
+):
+    from streamseq.gather import writer
+
+    store = tmp_path / "s"
+    stored = materialize(arrays((9, 14, 6, 11)), store)
+    real, copies = writer.fill, []
+
+    def fill(*args):  # another program edits the file in place while the batch is copied
+        done = real(*args)
+        copies.append(done)
+        if len(copies) == 2:
+            flip(data_file(store), 3 * 12)
+        return done
+
+    monkeypatch.setattr(writer, "fill", fill)
+    it = iter(StreamLoader(stored, 2, 4))
+    next(it)
+    with pytest.raises(SourceError, match="leaf-0.*changed") as raised:
+        next(it)  # (the batch copied while the file changed: never delivered)
+    assert "steps 4:8" in str(raised.value)
+    assert len(copies) == 2
