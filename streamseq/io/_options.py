@@ -31,10 +31,26 @@ STEP_OPTIONS: dict[str, dict[str, Any]] = {
 }
 
 
+#: options that their readers take as whole numbers (``int(value)``): 1000.0 is 1000
+WHOLE = frozenset({"window_us", "height", "width", "t0", "sample_rate", "frame"})
+
+
 def _plain(name: str, value: Any) -> str:
-    """One option's value in one spelling (a dtype's, a layout's name, numbers)."""
+    """One option's value in one spelling (a dtype's, a layout's name, numbers).
+
+    Example:
+        >>> _plain("window_us", 1000.0), _plain("window_us", 1000.5), _plain("height", True)
+        ('1000', '1000.5', 'True')
+    """
     if value is None:
         return "None"
+    if (
+        name in WHOLE
+        and isinstance(value, (int, float, np.integer, np.floating))
+        and not isinstance(value, (bool, np.bool_))
+        and float(value).is_integer()
+    ):
+        return repr(int(value))
     if name == "dtype":
         return np.dtype(value).str
     if name == "layout":
