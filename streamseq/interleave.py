@@ -12,6 +12,7 @@ from ._checks import check_int
 from ._tree import leaves, tree_map
 from .plan.draws import MixSpec
 from .plan.epoch import epoch_rows
+from .plan.identities import tally_digest
 from .plan.planner import plan_epoch
 from .plan.rows import assign_rows
 from .plan.spec import PlanSpec
@@ -107,6 +108,24 @@ class Row:
         h.update(np.ascontiguousarray(self.lengths, "<i8").tobytes())
         h.update(np.ascontiguousarray(self.starts, "<i8").tobytes())
         return int.from_bytes(h.digest()[:8], "little") >> 1
+
+    @property
+    def read_options(self) -> str:
+        """How a row given as a stream is read: how its streams are (``""`` when unnamed).
+
+        ``rows(reader)`` when its streams share one reader, else ``rows(digest)``, a
+        digest of every stream's reader in order
+        (:meth:`~streamseq.plan.identities.Identities.readers_digest`), so a state of
+        rows of some files is refused by rows of the same files read another way.
+        """
+        readers = identities_of(self.refs).readers
+        if readers is None or not any(readers.names):
+            return ""
+        used = [0] if readers.codes is None else np.unique(readers.codes).tolist()
+        if len(used) == 1:
+            one = readers.names[used[0]]
+            return f"rows({one})" if one else ""
+        return f"rows({tally_digest(readers)[:16]})"
 
     def switch(self, j: int) -> StreamRef:
         """Make the row's ``j``-th stream the current one, closing the one before."""

@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from .errors import SourceError
 from .plan.identities import BLOCK, Identities
-from .read.ref import identity, reader_of
+from .read.ref import file_offset, identity, reader_of
 
 
 def _stamp(path: str) -> tuple[int, int, int]:
@@ -200,19 +200,29 @@ class StreamTable(Sequence):
 
     @property
     def identities(self) -> Identities:
-        """What names every stream across runs (given, or every stream's own)."""
+        """What names every stream across runs (given, or every stream's own).
+
+        Every stream's own: its file (or type), where it starts in it and how it is read,
+        as a list of the same streams names them.
+        """
         if self._identities is None:
             names: dict[str, int] = {}
             read: dict[str, int] = {}
             codes: list[np.ndarray] = []
             read_codes: list[np.ndarray] = []
+            starts: list[np.ndarray] = []
             for block in self._own_streams():  # (one code a stream, no string kept)
                 n = len(block)
                 found = (names.setdefault(identity(x), len(names)) for x in block)
                 codes.append(np.fromiter(found, np.int64, n))
                 how = (read.setdefault(reader_of(x), len(read)) for x in block)
                 read_codes.append(np.fromiter(how, np.int64, n))
+                at = (-1 if (a := file_offset(x)) is None else a for x in block)
+                starts.append(np.fromiter(at, np.int64, n))
             own = _coded(names, codes, len(self))
+            offsets = np.concatenate(starts) if starts else np.zeros(0, np.int64)
+            if len(offsets) and int(offsets.max()) >= 0:  # (ranges of files: where each starts)
+                own = Identities(own.names, own.codes, own.count, offsets)
             readers = _coded(read, read_codes, len(self))
             self._identities = own.with_readers(readers if any(read) else None)
         return self._identities

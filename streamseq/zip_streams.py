@@ -10,9 +10,9 @@ import numpy as np
 
 from ._index import slice_bounds, step_index
 from ._tree import leaves, num_steps
-from .plan.identities import Identities, zipped_offsets
+from .plan.identities import Identities, zipped_offsets, zipped_readers
 from .read.handle import ProcessLocal
-from .read.ref import describe, file_offset, identity, is_stream, known_length
+from .read.ref import describe, file_offset, identity, is_stream, known_length, reader_of
 from .read.stream import _is_array_tree
 from .stream_table import StreamTable
 
@@ -23,9 +23,15 @@ class _Opened:
     def __init__(self, opener: Callable[[], Any], length: int | None, name: str):
         self.opener, self.name = opener, name
         self._opened: ProcessLocal | None = None
-        self.length = len(self._stream()) if length is None else length
+        #: how it reads (:func:`~streamseq.read.ref.reader_of`), as the opener says
+        self.read_options = reader_of(opener)
         if length is None:
+            opened = self._stream()
+            self.length = len(opened)
+            self.read_options = self.read_options or reader_of(opened)
             self.close()  # measured: not kept open for it
+        else:
+            self.length = length
 
     def __repr__(self) -> str:
         return describe(self.opener)
@@ -102,14 +108,31 @@ class _Zip:
         type), under its key (:func:`~streamseq.plan.identities.zipped_offsets`), so a
         state of zips of some streams is refused by zips of others of the same lengths.
         """
+        keys, parts = self._named_parts()
+        return int(zipped_offsets(keys, parts)[0])
+
+    @property
+    def read_options(self) -> str:
+        """How it reads: every part's reader under its key (``""`` when none names one).
+
+        The text :func:`~streamseq.plan.identities.zipped_readers` gives a zip of tables,
+        so a list of zips and a zip of tables name the same streams alike.
+        """
+        readers = zipped_readers(*self._named_parts())
+        return "" if readers is None else readers[0]
+
+    def _named_parts(self) -> tuple[list[str], list[Identities]]:
+        """Every part's key and what names it alone (file, offset, reader), in order."""
         keys, parts = [], []
         for key, stream in self._items():  # (the parts of one stream)
             source = stream.opener if isinstance(stream, _Opened) else stream
             at = file_offset(source)
             keys.append(_key_name(key, isinstance(self.streams, dict)))
             offsets = np.array([-1 if at is None else at], np.int64)
-            parts.append(Identities((identity(source),), None, 1, offsets))
-        return int(zipped_offsets(keys, parts)[0])
+            reader = reader_of(stream)
+            readers = Identities((reader,), None, 1) if reader else None
+            parts.append(Identities((identity(source),), None, 1, offsets, readers))
+        return keys, parts
 
     def _items(self) -> list[tuple[Any, Any]]:
         if isinstance(self.streams, dict):
@@ -303,8 +326,10 @@ def _zip_tables(tables: Mapping[Any, Any] | Sequence[Any], length: int | None) -
     # every zip is named by its type and what it zips, as a list of zips names them
     # (_Zip.file_offset): the parts' identities, as arrays
     names = [_key_name(k, keys is not None) for k in (keys or range(len(parts)))]
-    codes = zipped_offsets(names, [part.identities for part in parts])
+    named = [part.identities for part in parts]
+    codes = zipped_offsets(names, named)
     identities = Identities.repeat(_Zip.__name__, len(first), codes)
+    identities = identities.with_readers(zipped_readers(names, named))
     return StreamTable(make, first.lengths, index, identities=identities)
 
 

@@ -187,3 +187,28 @@ def test_a_state_of_rows_is_refused_by_rows_of_other_streams_of_equal_lengths(tm
 
     assert refused(interleave_streams(docs[:4], 2), interleave_streams(docs[4:], 2))
     assert not refused(interleave_streams(docs[:4], 2), interleave_streams(docs[:4], 2))
+
+
+def test_a_state_of_rows_is_refused_by_rows_of_the_same_files_read_another_way(tmp_path):
+    import pyarrow as pa
+    from helpers import state_refused
+
+    from streamseq.io import manifest, tokens
+
+    paths = []
+    for i, n in enumerate([9, 6, 7, 5]):
+        paths.append(str(tmp_path / f"{i}.bin"))
+        np.arange(n, dtype=np.uint16).tofile(paths[-1])
+    rows = pa.table({"path": paths, "length": [9, 6, 7, 5]})
+
+    def listed(dtype):
+        return interleave_streams([tokens(p, dtype) for p in paths], 2)
+
+    def tabled(dtype):
+        return interleave_streams(manifest(rows, "tokens", dtype=dtype), 2)
+
+    for make in (listed, tabled):
+        assert state_refused(make("<u2"), make(">u2"))
+        assert state_refused(make("<i2"), make("<u2"))
+        assert not state_refused(make("<u2"), make("uint16"))
+    assert not state_refused(listed("<i2"), tabled("<i2"))

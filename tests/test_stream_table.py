@@ -415,3 +415,30 @@ def test_a_tables_arrays_cannot_be_changed_through_it(tmp_path):
     given[0] = 1  # (the caller's own array is still theirs to change)
     assert [len(s) for s in stored] == [5, 3, 7]
     assert [np.asarray(s[:]).tolist() for s in stored] == [s.tolist() for s in streams]
+
+
+def _document(docs, first, i, length):
+    return docs[first + i]
+
+
+def test_a_table_names_its_streams_by_where_they_start_in_their_file_as_a_list_does(tmp_path):
+    from helpers import state_refused
+
+    path = str(tmp_path / "a.bin")
+    np.arange(48, dtype=np.uint16).tofile(path)
+    docs = token_corpus(path, index=np.arange(0, 48, 6))
+
+    def table(first):
+        make = functools.partial(_document, docs, first)
+        return StreamTable(make, [6] * 4, [np.arange(4)])  # (no identities: its streams')
+
+    def listed(first):
+        return [docs[first + i] for i in range(4)]
+
+    # other documents of one file, of the same lengths: refused, as a list's are
+    assert state_refused(table(0), table(4)) and state_refused(listed(0), listed(4))
+    # the same documents, as a table or as a list: one stream each way
+    assert not state_refused(table(0), listed(0)) and not state_refused(listed(4), table(4))
+    from streamseq.read.ref import identities_of
+
+    assert table(2).identities == identities_of(as_refs(listed(2)))

@@ -1,3 +1,4 @@
+import functools
 import os
 import pickle
 
@@ -198,6 +199,11 @@ def _docs(folder, name, shift=0):
 
 def _refused(saving, resuming):
     """Whether a loader of ``resuming`` refuses the state of one of ``saving``."""
+    return _refusal(saving, resuming) is not None
+
+
+def _refusal(saving, resuming):
+    """The error of a loader of ``resuming`` refusing the state of one of ``saving``, or None."""
     loader = streamseq.StreamLoader(saving, batch_size=2, tbins=3)
     next(iter(loader))
     state = loader.state_dict()
@@ -206,8 +212,8 @@ def _refused(saving, resuming):
         other.load_state_dict(state)
     except ValueError as e:
         assert "this state was made by another plan" in str(e)
-        return True
-    return False
+        return e
+    return None
 
 
 def test_a_state_of_zips_is_refused_by_zips_of_other_streams_of_equal_lengths(tmp_path):
@@ -291,3 +297,49 @@ def test_zips_of_manifest_rows_are_named_by_their_files(tmp_path):
 
     assert _refused(rows("ab"), rows("ba"))
     assert not _refused(rows("ab"), rows("ab"))
+
+
+def _token_files(folder, lengths=(6, 9, 7)):
+    """Token files of ``lengths`` (uint16 0, 1, ...): read with any 2-byte dtype, one length."""
+    paths = []
+    for i, n in enumerate(lengths):
+        paths.append(str(folder / f"z{i}.bin"))
+        np.arange(n, dtype=np.uint16).tofile(paths[-1])
+    return paths
+
+
+def test_a_state_of_zips_is_refused_by_zips_of_the_same_files_read_another_way(tmp_path):
+    import pyarrow as pa
+
+    from streamseq.io import manifest, tokens
+
+    paths = _token_files(tmp_path)
+    rows = pa.table({"path": paths, "length": [6, 9, 7]})
+
+    def listed(dtype, opener=False, keys=("x", "y")):
+        parts = [
+            (functools.partial(tokens, p, "<u2"), functools.partial(tokens, p, dtype))
+            if opener
+            else (tokens(p, "<u2"), tokens(p, dtype))
+            for p in paths
+        ]
+        return [zip_streams(dict(zip(keys, z, strict=True))) for z in parts]
+
+    def tabled(dtype, keys=("x", "y")):
+        tables = (manifest(rows, "tokens", dtype="<u2"), manifest(rows, "tokens", dtype=dtype))
+        return zip_streams(dict(zip(keys, tables, strict=True)))
+
+    for make in (listed, tabled, functools.partial(listed, opener=True)):
+        assert _refused(make("<u2"), make(">u2"))
+        assert _refused(make(">i2"), make("<i2"))
+        assert not _refused(make("<i2"), make("<i2"))
+    for make in (listed, tabled):  # (an opener's text arguments name it: not these)
+        assert not _refused(make("<u2"), make("uint16"))  # (one dtype, spelled otherwise)
+    assert _refused(listed("<u2"), listed("<i2", keys=("y", "x")))
+    # a zip of tables and the list of its zips name the same streams, read the same way
+    assert not _refused(tabled("<i2"), listed("<i2")) and not _refused(
+        listed(">u2"), tabled(">u2")
+    )
+    assert _refused(tabled("<i2"), listed("<u2"))
+    message = str(_refusal(tabled("<u2"), tabled("<i2")))
+    assert "reader options" in message and "tokens(dtype=<i2)" in message

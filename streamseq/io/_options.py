@@ -12,10 +12,14 @@ read another. Only options that change the steps are named: never ``storage_opti
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import numpy as np
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 #: the options of each kind's reader that change what its steps hold (and their defaults)
 STEP_OPTIONS: dict[str, dict[str, Any]] = {
@@ -27,10 +31,26 @@ STEP_OPTIONS: dict[str, dict[str, Any]] = {
 }
 
 
+#: options that their readers take as whole numbers (``int(value)``): 1000.0 is 1000
+WHOLE = frozenset({"window_us", "height", "width", "t0", "sample_rate", "frame"})
+
+
 def _plain(name: str, value: Any) -> str:
-    """One option's value in one spelling (a dtype's, a layout's name, numbers)."""
+    """One option's value in one spelling (a dtype's, a layout's name, numbers).
+
+    Example:
+        >>> _plain("window_us", 1000.0), _plain("window_us", 1000.5), _plain("height", True)
+        ('1000', '1000.5', 'True')
+    """
     if value is None:
         return "None"
+    if (
+        name in WHOLE
+        and isinstance(value, (int, float, np.integer, np.floating))
+        and not isinstance(value, (bool, np.bool_))
+        and float(value).is_integer()
+    ):
+        return repr(int(value))
     if name == "dtype":
         return np.dtype(value).str
     if name == "layout":
@@ -66,3 +86,38 @@ def read_options(kind: str, options: Mapping[str, Any]) -> str:
     named = STEP_OPTIONS[kind]
     shown = ", ".join(f"{k}={_plain(k, options.get(k, d))}" for k, d in named.items())
     return f"{kind}({shown})"
+
+
+def reads(kind: str) -> Callable[[_F], _F]:
+    """Mark a reader function of ``kind``: how a call of it reads, without calling it.
+
+    The function gets a ``read_options_of(*args, **kwargs)`` attribute that says what
+    the reader made by ``fn(*args, **kwargs)`` says of itself (:func:`read_options`), so
+    that an opener, ``functools.partial(fn, ...)``, names how its stream is read before it
+    is opened (:func:`streamseq.read.ref.reader_of`); ``""`` for a call that binds no
+    arguments of ``fn`` or has an option that is not one (opening it tells).
+
+    Example:
+        >>> @reads("tokens")
+        ... def flat(path, dtype=None, *, storage_options=None):
+        ...     pass
+        >>> flat.read_options_of("t.bin", dtype="uint16", storage_options={"key": "k"})
+        'tokens(dtype=<u2)'
+        >>> flat.read_options_of("t.bin", nonsense=1)
+        ''
+    """
+
+    def mark(fn: _F) -> _F:
+        fn.read_options_of = functools.partial(_options_of_call, kind, inspect.signature(fn))  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+def _options_of_call(kind: str, signature: inspect.Signature, *args: Any, **kwargs: Any) -> str:
+    """What :func:`read_options` says of the reader a call with these arguments makes."""
+    try:
+        bound = signature.bind(*args, **kwargs)
+        return read_options(kind, bound.arguments)
+    except Exception:  # (a call that fails: opening it says why)
+        return ""

@@ -29,7 +29,7 @@ import numpy as np
 
 from streamseq.errors import SourceError
 from streamseq.io._media import MediaSource, Reader, decoded, open_media, packets
-from streamseq.io._options import read_options
+from streamseq.io._options import read_options, reads
 from streamseq.io.remote import Remote
 
 #: packets to decode before the position sought, for the codecs whose decoder
@@ -386,6 +386,7 @@ class _Audio(MediaSource):
         return f"truncated: decoding ends at sample {end}, expected {expected}"
 
 
+@reads("audio")
 def audio(
     path: str | os.PathLike,
     *,

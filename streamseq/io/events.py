@@ -20,7 +20,7 @@ from streamseq.errors import SourceError
 from streamseq.io._base import Source, check_file
 from streamseq.io._noise import value_noise
 from streamseq.io._npy import NPY_HEADER_ERRORS, RemoteArray, read_npy_header
-from streamseq.io._options import read_options
+from streamseq.io._options import read_options, reads
 from streamseq.io.remote import locate
 
 #: the dtype :func:`synthetic_events` produces (any dtype with fields t, x, y, p will do)
@@ -145,6 +145,7 @@ def _close(recording: Any) -> None:
         recording.close()
 
 
+@reads("events")
 def events(
     source: str | os.PathLike | np.ndarray,
     *,

@@ -12,7 +12,7 @@ from streamseq._redact import redacted_repr
 from streamseq.errors import SourceError
 from streamseq.io._base import Source, check_file, file_state, state_changes
 from streamseq.io._npy import RemoteArray, read_npy_header
-from streamseq.io._options import read_options
+from streamseq.io._options import read_options, reads
 from streamseq.io.remote import locate
 from streamseq.read.handle import ProcessLocal, is_opening
 
@@ -189,6 +189,7 @@ def _close(handle: Any) -> None:
         handle.close()
 
 
+@reads("tokens")
 def tokens(
     path: str | os.PathLike,
     dtype: npt.DTypeLike | None = None,

@@ -39,7 +39,7 @@ from av.video.reformatter import VideoReformatter
 from streamseq._redact import redacted_repr
 from streamseq.errors import SourceError
 from streamseq.io._media import MediaSource, Reader, open_media, packets
-from streamseq.io._options import read_options
+from streamseq.io._options import read_options, reads
 from streamseq.io._video_frames import CHANNELS as _CHANNELS
 from streamseq.io._video_frames import convert_into, opaque_colour
 from streamseq.io.remote import Remote
@@ -644,6 +644,7 @@ class _Video(MediaSource):
         return f"truncated: decoding ends after {end} of {frames} frames"
 
 
+@reads("video")
 def video(
     path: str | os.PathLike,
     *,

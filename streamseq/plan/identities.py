@@ -381,6 +381,54 @@ def zipped_offsets(keys: Sequence[str], parts: Sequence[Identities]) -> np.ndarr
     return (code >> np.uint64(1)).astype(np.int64)
 
 
+def zipped_readers(keys: Sequence[str], parts: Sequence[Identities]) -> Identities | None:
+    """How every stream that zips a stream of each of ``parts`` is read, or None.
+
+    One text per distinct combination of the parts' readers (:attr:`Identities.readers`),
+    ``zip(key: reader, ...)`` (``-`` for a part that names no reader), so that zips of
+    the same files read another way (a dtype, a frame size) get other readers; None
+    when no part names one (the zips of arrays, as before readers were named). Array
+    code: a text per distinct combination, none per stream.
+
+    Example:
+        >>> a = Identities.repeat("a.bin", 2, reader="tokens(dtype=<u2)")
+        >>> b = Identities.of(["ndarray", "ndarray"])
+        >>> list(zipped_readers(["x", "y"], [a, b]))
+        ['zip(x: tokens(dtype=<u2), y: -)', 'zip(x: tokens(dtype=<u2), y: -)']
+        >>> zipped_readers(["x", "y"], [b, b]) is None
+        True
+    """
+    readers = [p.readers for p in parts]
+    if all(r is None or not any(r.names) for r in readers):
+        return None
+    count = len(parts[0])
+    names = [("",) if r is None else r.names for r in readers]
+    codes = [None if r is None else r.codes for r in readers]
+    if all(c is None for c in codes):  # (one reader a part: one text)
+        return Identities((_zip_text(keys, [n[0] for n in names]),), None, count)
+    stacked = np.stack(
+        [np.zeros(count, np.int64) if c is None else c.astype(np.int64) for c in codes], 1
+    )
+    combos, inverse = np.unique(stacked, axis=0, return_inverse=True)
+    index: dict[str, int] = {}
+    remap = np.array(  # (a loop over distinct combinations, not streams)
+        [
+            index.setdefault(_zip_text(keys, [names[j][c] for j, c in enumerate(row)]), len(index))
+            for row in combos.tolist()
+        ],
+        np.int64,
+    )
+    if len(index) == 1:
+        return Identities(tuple(index), None, count)
+    joined = remap[inverse.reshape(-1)].astype(np.min_scalar_type(len(index) - 1))
+    return Identities(tuple(index), joined, count)
+
+
+def _zip_text(keys: Sequence[str], readers: Sequence[str]) -> str:
+    """``zip(key: reader, ...)``: how a zip's parts are read, ``-`` for none."""
+    return "zip(" + ", ".join(f"{k}: {r or '-'}" for k, r in zip(keys, readers, strict=True)) + ")"
+
+
 def read_code(offset: int, settings: str) -> int:
     """A stream's offset naming where it starts in its file and what of it is read.
 

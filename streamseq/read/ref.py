@@ -90,11 +90,21 @@ def reader_of(obj: Any) -> str:
     :func:`identity`, it names the stream across runs, so that one file read two ways is
     two streams.
 
+    An opener, ``functools.partial`` of such a reader (``io.tokens``, ``io.video``, ...),
+    says it before it is opened: what the reader it makes would say.
+
     Example:
         >>> reader_of(np.arange(3))
         ''
+        >>> from streamseq.io import tokens
+        >>> reader_of(functools.partial(tokens, "a.bin", dtype="uint16"))
+        'tokens(dtype=<u2)'
     """
     said = getattr(obj, "read_options", None)
+    if said is None and isinstance(obj, functools.partial):
+        # an opener of a reader that says how a call of it reads (options as keywords)
+        said_of = getattr(obj.func, "read_options_of", None)
+        said = said_of(*obj.args, **obj.keywords) if callable(said_of) else None
     return said if isinstance(said, str) else ""
 
 

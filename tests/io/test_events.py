@@ -125,3 +125,33 @@ def test_bad_input(tmp_path, recording):
     shuffled["t"][[100, 200]] = shuffled["t"][[200, 100]]
     with pytest.raises(ValueError, match="sorted"):
         events(shuffled, window_us=1_000_000, height=H, width=W)[0:1]
+
+
+def test_a_state_of_events_is_resumed_by_the_same_options_spelled_otherwise(tmp_path):
+    import pyarrow as pa
+    from helpers import state_refused
+
+    from streamseq.io import manifest
+
+    paths = []
+    for i in range(3):
+        paths.append(str(tmp_path / f"e{i}.npy"))
+        np.save(
+            paths[-1], synthetic_events(height=8, width=8, duration_us=9000 + 3000 * i, seed=i)
+        )
+
+    def listed(**options):
+        return [
+            events(p, **{"window_us": 1000, "height": 8, "width": 8, **options}) for p in paths
+        ]
+
+    # (the reader takes whole numbers: 1000.0 microseconds are 1000)
+    assert not state_refused(listed(), listed(window_us=1000.0, height=np.int32(8)))
+    assert not state_refused(listed(t0=0), listed(t0=0.0))
+    lengths = [len(s) for s in listed()]
+    rows = pa.table({"path": paths, "length": lengths})
+    table = manifest(rows, "events", window_us=1000.0, height=8.0, width=8)
+    assert not state_refused(table, listed())
+    # other options are other steps
+    assert state_refused(listed(), listed(height=4, width=16))
+    assert state_refused(table, listed(t0=500))

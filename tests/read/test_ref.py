@@ -502,3 +502,39 @@ def test_a_row_refuses_a_float_index_whether_its_reference_was_made_or_not():
     refs[1]
     with pytest.raises(TypeError):
         refs[1.0]
+
+
+def test_a_state_of_openers_is_refused_by_openers_of_the_same_files_read_another_way(tmp_path):
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "io"))
+    from helpers import state_refused
+    from media import write_audio, write_video
+
+    from streamseq.io import audio, tokens, video
+    from streamseq.read.ref import reader_of
+
+    paths = []
+    for i, n in enumerate([11, 6, 9]):
+        paths.append(str(tmp_path / f"{i}.bin"))
+        np.arange(n, dtype=np.uint16).tofile(paths[-1])
+
+    def opened(*args, **options):
+        return [functools.partial(tokens, p, *args, **options) for p in paths]
+
+    # options given as keywords, or as values that are not text: an opener's own words
+    assert state_refused(opened(dtype="<u2"), opened(dtype="<i2"))
+    assert state_refused(opened(np.uint16), opened(np.int16))
+    assert not state_refused(opened(dtype="<u2"), opened(dtype=np.uint16))
+    assert not state_refused(opened(np.uint16), opened(dtype=np.uint16))
+    # the same words as the reader made by the opener says of itself
+    assert reader_of(opened(dtype=">i2")[0]) == reader_of(opened(">i2")[0]()) != ""
+    clip = str(write_video(tmp_path / "v.mp4", 12))
+    sized = functools.partial(video, clip, size=(24, 32), threads=1)
+    assert reader_of(sized) == reader_of(sized()) != reader_of(functools.partial(video, clip))
+    sound = str(write_audio(tmp_path / "a.wav", 8000))
+    mono = functools.partial(audio, sound, frame=512, layout=1)
+    assert reader_of(mono) == reader_of(mono()) != reader_of(functools.partial(audio, sound))
+    assert reader_of(mono) == reader_of(functools.partial(audio, sound, frame=512, layout="mono"))
+    # an opener whose call is wrong names no reader (opening it says what is wrong)
+    assert reader_of(functools.partial(tokens, paths[0], nonsense=1)) == ""
