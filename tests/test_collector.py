@@ -8,6 +8,7 @@ import pytest
 
 from streamseq._collector import CollectorOff, paused
 from streamseq._fork_count import Count
+from tests.helpers import run_python
 
 
 @pytest.mark.parametrize("enabled", [True, False])
@@ -54,3 +55,88 @@ def test_a_child_forked_during_another_threads_pause_collects_but_not_what_it_in
         go.set()
         thread.join(30)
     assert list(got) == [1, 1] and gc.isenabled()
+
+
+_PAUSE_ENDS_WHILE_A_FORK_BEGINS = """
+import gc, os, threading
+from streamseq.io import _av_compat  # (the collector off across forks)
+from streamseq._collector import paused
+from streamseq._fork_count import FORKS
+
+inside, go, done = threading.Event(), threading.Event(), threading.Event()
+
+def pause():
+    with paused():
+        inside.set()
+        assert go.wait(30)
+    done.set()
+
+class EndThePause:  # (a fork's hooks before it: the other thread's pause ends meanwhile)
+    def begin(self, first):
+        go.set()
+        assert done.wait(30)
+    def end(self): pass
+    def child(self): pass
+
+threading.Thread(target=pause, daemon=True).start()
+assert inside.wait(30)
+FORKS.watch(EndThePause())
+parent, (read, write) = os.getpid(), os.pipe()
+
+def collecting(phase, info):  # a collection in the child before it froze what it inherits
+    if phase == "start" and os.getpid() != parent and not gc.get_freeze_count():
+        os.write(write, b"c")
+
+gc.callbacks.append(collecting)
+gc.set_threshold(1)  # (any object made collects: the child's after-fork work makes some)
+pid = os.fork()
+if pid == 0:
+    os.write(write, b".")
+    os._exit(0)
+gc.set_threshold(700, 10, 10)
+os.close(write)
+got = b""
+while chunk := os.read(read, 100):
+    got += chunk
+os.waitpid(pid, 0)
+print(got.decode(), gc.isenabled(), gc.get_freeze_count())
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
+def test_a_pause_that_ends_while_a_fork_begins_leaves_the_collector_off_across_the_fork():
+    """One count for pauses and forks: the last of either turns the collector on again."""
+    done = run_python(_PAUSE_ENDS_WHILE_A_FORK_BEGINS, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [".", "True", "0"]  # (the child never collected before)
+
+
+_FORK_INSIDE_ITS_OWN_PAUSE = """
+import gc, os
+from streamseq.io import _av_compat  # (the collector off across forks)
+from streamseq._collector import paused
+
+read, write = os.pipe()
+with paused():
+    pid = os.fork()
+    if pid == 0:
+        os.write(write, bytes([gc.isenabled(), gc.get_freeze_count() > 0]))
+with paused():  # (in the child too: its own pause ends, then another)
+    pass
+if pid == 0:
+    os.write(write, bytes([gc.isenabled(), gc.get_freeze_count() > 0]))
+    os._exit(0)
+os.close(write)
+got = b""
+while chunk := os.read(read, 100):
+    got += chunk
+os.waitpid(pid, 0)
+print(list(got), gc.isenabled(), gc.get_freeze_count())
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
+def test_a_child_forked_inside_its_own_pause_freezes_then_collects_when_the_pause_ends():
+    done = run_python(_FORK_INSIDE_ITS_OWN_PAUSE, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[0,", "1,", "1,", "1]", "True", "0"]
