@@ -89,6 +89,8 @@ def paused() -> Iterator[None]:
     """The collector off for the block's duration, in any thread, nested or not.
 
     It is on again when the last pause under way ends, if it was on when the first began.
+    (A ``gc.disable()`` from another thread while pauses or forks are under way cannot be
+    told from theirs: the last to end turns the collector on again.)
 
     Example:
         >>> with paused():

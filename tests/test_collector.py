@@ -140,3 +140,52 @@ def test_a_child_forked_inside_its_own_pause_freezes_then_collects_when_the_paus
     done = run_python(_FORK_INSIDE_ITS_OWN_PAUSE, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["[0,", "1,", "1,", "1]", "True", "0"]
+
+
+_CTRL_C_AT_EVERY_LINE = """
+import gc, sys
+import streamseq._fork_count as fork_count
+from streamseq._collector import paused
+
+code = [fork_count.Count.enter.__code__, fork_count.Count.leave.__code__]
+lines = [(c, line) for c in code for line in sorted({n for _, _, n in c.co_lines() if n})]
+stuck = []
+for target in lines:  # Ctrl-C (KeyboardInterrupt) arriving just before this line runs
+    fired = []
+
+    def trace(frame, event, arg):
+        def line(frame, event, arg):
+            if event == "line" and (frame.f_code, frame.f_lineno) == target and not fired:
+                fired.append(target)
+                raise KeyboardInterrupt
+            return line
+
+        return line if frame.f_code in code else None
+
+    sys.settrace(trace)
+    try:
+        with paused():
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sys.settrace(None)
+    with paused():  # (a later pause, not interrupted)
+        pass
+    if not gc.isenabled():
+        stuck.append(f"{target[0].co_name}:{target[1]}")
+    gc.enable()
+print(stuck)
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a KeyboardInterrupt between the statements of Count.enter or Count.leave "
+    "(after the collector is turned off, before the count says so; or after it is "
+    "counted, before the pause's finally is reached) leaves the collector off for good",
+)
+def test_ctrl_c_anywhere_in_a_pause_leaves_the_collector_on_after_the_next_pause():
+    done = run_python(_CTRL_C_AT_EVERY_LINE, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
