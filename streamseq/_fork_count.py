@@ -100,16 +100,21 @@ class Count:
 
     def enter(self) -> None:
         """One more thing under way (in this thread)."""
-        for other in self._tied:  # (first: under way there before here)
+        tied = tuple(self._tied)  # (what it leaves with this: not a count tied meanwhile)
+        for other in tied:  # (first: under way there before here)
             other.enter()
         with self._lock:
             for watcher in self._watchers:
                 watcher.begin(not self.value)
             self.value += 1
             self._own.value = getattr(self._own, "value", 0) + 1
+            self._entered().append(tied)
 
     def leave(self) -> None:
         """One thing fewer under way (one this thread entered); never below nothing."""
+        tied = self._entered()
+        for other in tied.pop() if tied else ():
+            other.leave()
         with self._lock:
             self._own.value = max(0, getattr(self._own, "value", 0) - 1)
             if not self.value:
@@ -118,8 +123,10 @@ class Count:
             if not self.value:
                 for watcher in self._watchers:
                     watcher.end()
-        for other in self._tied:
-            other.leave()
+
+    def _entered(self) -> list[tuple[Count, ...]]:
+        """The counts tied to this one that each of this thread's enters entered, in order."""
+        return self._own.__dict__.setdefault("tied", [])
 
     @contextmanager
     def held(self) -> Iterator[None]:
@@ -133,7 +140,8 @@ class Count:
     def _left_here(self) -> None:
         """In a forked child: what the forking thread entered for its fork is over here."""
         self._own.value = max(0, getattr(self._own, "value", 0) - 1)
-        for other in self._tied:
+        tied = self._entered()
+        for other in tied.pop() if tied else ():
             other._left_here()
 
     def _restart(self) -> None:

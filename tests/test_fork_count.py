@@ -130,3 +130,22 @@ def test_one_count_of_forks_holds_the_collector_and_the_thread_locals():
     finally:
         FORKS.leave()
     assert FORKS.value == 0 and gc.isenabled() and threadlocals._kept == []
+
+
+def test_a_tie_made_while_something_is_under_way_leaves_only_what_it_entered():
+    """A fork begun before the collector's count was tied to the forks (an import in another
+    thread meanwhile) must not end another thread's pause when it ends."""
+    forks, pauses = Count(), Count()
+    thread, go = _holding(pauses)
+    try:
+        forks.enter()  # (a fork's hooks before it)
+        forks.tie(pauses)
+        forks.leave()  # (its hooks after it: it never entered the pauses)
+        assert pauses.value == 1
+        with forks.held():
+            assert pauses.value == 2
+        assert pauses.value == 1
+    finally:
+        go.set()
+        thread.join(30)
+    assert pauses.value == 0
