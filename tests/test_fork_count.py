@@ -94,11 +94,11 @@ def test_a_forked_child_counts_only_what_its_forking_thread_holds(own):
             count.enter()
         read, write = os.pipe()
         pid = os.fork()
-        if pid == 0:  # the child: its count, and whether its watchers were told
-            os.write(write, bytes([count.value, "child" in log.said]))
+        if pid == 0:  # the child: its count, and what its watchers were told
+            os.write(write, bytes([count.value, "child" in log.said, "end" in log.said]))
             os._exit(0)
         os.close(write)
-        got = os.read(read, 2)
+        got = os.read(read, 3)
         os.close(read)
         os.waitpid(pid, 0)
         for _ in range(own):
@@ -106,7 +106,8 @@ def test_a_forked_child_counts_only_what_its_forking_thread_holds(own):
     finally:
         go.set()
         thread.join(30)
-    assert list(got) == [own, not own]  # the other thread's is gone; its own stays
+    # the other thread's is gone (told), its own stays (and ends as in the parent)
+    assert list(got) == [own, True, not own]
     assert count.value == 0 and "child" not in log.said
 
 
@@ -129,3 +130,22 @@ def test_one_count_of_forks_holds_the_collector_and_the_thread_locals():
     finally:
         FORKS.leave()
     assert FORKS.value == 0 and gc.isenabled() and threadlocals._kept == []
+
+
+def test_a_tie_made_while_something_is_under_way_leaves_only_what_it_entered():
+    """A fork begun before the collector's count was tied to the forks (an import in another
+    thread meanwhile) must not end another thread's pause when it ends."""
+    forks, pauses = Count(), Count()
+    thread, go = _holding(pauses)
+    try:
+        forks.enter()  # (a fork's hooks before it)
+        forks.tie(pauses)
+        forks.leave()  # (its hooks after it: it never entered the pauses)
+        assert pauses.value == 1
+        with forks.held():
+            assert pauses.value == 2
+        assert pauses.value == 1
+    finally:
+        go.set()
+        thread.join(30)
+    assert pauses.value == 0

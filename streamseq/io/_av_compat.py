@@ -14,7 +14,7 @@ calls, the difference is bridged here and nowhere else:
   So every child forked from a process that imported streamseq's media sources leaves the
   objects it inherited out of its collections (:func:`gc.freeze`, as streamseq's own
   workers do), with any PyAV release; the collector is off across the fork itself
-  (:mod:`streamseq._collector`, over :data:`streamseq._fork_count.FORKS`), so that the
+  (:func:`streamseq._collector.across_forks`: one count with its pauses), so that the
   interpreter's own after-fork work in the child (threading's) cannot start a
   collection before that.
 
@@ -31,8 +31,7 @@ from typing import Any
 
 import av
 
-from .._collector import CollectorOff
-from .._fork_count import FORKS
+from .. import _collector
 
 #: the first PyAV release without ``metadata_errors`` (and its matching attribute)
 NO_METADATA_ERRORS = 19
@@ -78,7 +77,7 @@ def open_input(file: Any) -> Any:
     return av.open(file, "r", **open_arguments(av.__version__))
 
 
-#: the collector is off while forks are under way (from the first fork's hook before it to
-#: the last one's after it), as it was before once they are done; a child leaves what it
+#: the collector is off while forks (or pauses) are under way (from the first one's start
+#: to the last one's end), as it was before once they are done; a child leaves what it
 #: inherits out of its collections (``gc.freeze``) before collecting again
-FORKS.watch(CollectorOff())
+_collector.across_forks()
