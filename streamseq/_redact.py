@@ -86,11 +86,14 @@ SENSITIVE_PARTS = (
     "secret",
     "signature",
     "token(?!iz)",  # not a tokenizer
+    "sess(?:ion)?_?id",  # a session's identifier: jsessionid, PHPSESSID, ASPSESSIONID
 )
 
 #: names of URL query parameters (and fragment fields) that carry credentials though no
-#: word of theirs says so: OAuth codes and assertions, JSON web tokens
-SENSITIVE_QUERY_NAMES = frozenset({"assertion", "code", "id_token", "jwt", "saml", "samlresponse"})
+#: word of theirs says so: OAuth codes and assertions, JSON web tokens, session ids
+SENSITIVE_QUERY_NAMES = frozenset(
+    {"assertion", "code", "id_token", "jwt", "saml", "samlresponse", "sid"}
+)
 
 #: names of mappings of filesystem options, of which only harmless values are shown
 OPTIONS_NAMES = frozenset({"storage_options"})

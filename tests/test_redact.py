@@ -425,3 +425,20 @@ def test_credentials_in_other_query_forms_are_hidden(url, secret):
     assert_hidden(redact_urls(url), secret)
     assert_hidden(describe(url), secret)
     assert any(secret in s for s in secrets_of(url))
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://h/a.bin;jsessionid=S3CR3T-1",
+        "https://h/a.bin;jsessionid=S3CR3T-1?x=1",
+        "https://h/a.bin?PHPSESSID=S3CR3T-1",
+        "https://h/a.bin?sid=S3CR3T-1&n=2",
+        "https://h/a.bin?ASPSESSIONID=S3CR3T-1",
+        "https://h/a.bin?session_id=S3CR3T-1",
+    ],
+)
+def test_session_identifiers_in_a_url_are_hidden(url):
+    shown = redact_urls(f"cannot read {url}")
+    assert "S3CR3T" not in shown
+    assert "https://h/a.bin" in shown
