@@ -96,17 +96,17 @@ def read_store(folder: str) -> Contents | None:
     index = _read_index(folder, manifest)
     expected = layout.leaf_bytes(manifest.get("spec"), manifest["steps"])
     records = recorded_files(manifest, len(expected))
-    verified = []
+    copies = []
     for i, size in enumerate(expected):
         path = os.path.join(folder, layout.leaf_file(i, generation))
         now = check_leaf(path, size, None if records is None else records[i])
         if now is not None and records is not None:
             records = [*records[:i], now, *records[i + 1 :]]
-            verified.append(os.path.basename(path))
-    if verified:
+            copies.append(os.path.basename(path))
+    if copies:
         manifest = {**manifest, "files": records}
     done = layout.read_done(folder, generation, len(index))
-    return Contents(manifest, index, done, tuple(verified))
+    return Contents(manifest, index, done, tuple(copies))
 
 
 def check_leaf(
@@ -139,29 +139,9 @@ def check_leaf(
         )
     if record is None:
         return None
-    changed = identity_changes(record, file_identity(st))
-    if not changed:
+    if not identity_changes(record, file_identity(st)):
         return None
-    name = os.path.basename(path)
-    want = record.get(DIGEST)
-    if want is None:
-        raise Damaged(f"{name} {changed}")
-    try:
-        got = file_digest(path)
-        now = file_identity(os.stat(path))  # (as it was hashed: a change since is told)
-    except OSError as e:
-        raise Damaged(f"{name} cannot be read ({e.strerror})") from None
-    if got != want or identity_changes(file_identity(st), now):
-        raise Damaged(
-            f"{name} {changed}, and its bytes are not the build's (their {DIGEST} digest differs)"
-        )
-    log.info(
-        "store: %s is a copy of the build's (%s; its %s digest checks): its identity is recorded",
-        path,
-        changed.split("(", 1)[1].split(")", 1)[0],
-        DIGEST,
-    )
-    return {**now, DIGEST: want}
+    return verified(path, record)
 
 
 #: what the manifest records of every data file (see :func:`file_identity`)
@@ -172,8 +152,12 @@ DIGEST = "blake2b"
 DIGEST_CHUNK = 8 << 20
 
 
-def file_digest(path: str) -> str:
-    """The blake2b digest (32 bytes, hexadecimal) of the bytes of the file ``path``, streamed.
+def file_digest(path: str, fd: int | None = None) -> str:
+    """The blake2b digest (32 bytes, hexadecimal) of the bytes of a file, streamed.
+
+    Args:
+        path: the file.
+        fd: the file open (read there, whatever ``path`` names now), if it is.
 
     Example:
         >>> import tempfile
@@ -181,16 +165,70 @@ def file_digest(path: str) -> str:
         ...     file_digest(f.name) == hashlib.blake2b(digest_size=32).hexdigest()
         True
     """
+    if fd is None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            return _digest_of(fd)
+        finally:
+            os.close(fd)
+    return _digest_of(fd)
+
+
+def _digest_of(fd: int) -> str:
+    """The digest of :func:`file_digest` of the file open as ``fd``."""
     h = hashlib.blake2b(digest_size=32)
     buffer = bytearray(DIGEST_CHUNK)
     view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as f:
-        while True:
-            n = f.readinto(buffer)
-            if not n:
-                break
-            h.update(view[:n])
+    at = 0
+    while True:
+        n = os.preadv(fd, [buffer], at)
+        if not n:
+            break
+        h.update(view[:n])
+        at += n
     return h.hexdigest()
+
+
+def verified(path: str, record: dict[str, Any], fd: int | None = None) -> dict[str, Any]:
+    """The record of a data file whose identity is not ``record``'s, when its bytes are.
+
+    A copy of the store, a file linked or made read-only (its ``ctime`` changed): its
+    bytes are hashed once and compared with the digest the build recorded.
+
+    Args:
+        path: the data file.
+        record: what the build recorded of it (its identity, its digest).
+        fd: the file open (its bytes hashed there), if it is.
+
+    Returns:
+        Its :func:`file_identity` now (the one it had while it was hashed), with the digest.
+
+    Raises:
+        Damaged: the record has no digest (a store made before it did), the bytes differ,
+            or the file changed while it was hashed.
+    """
+    name = os.path.basename(path)
+    st = os.stat(path) if fd is None else os.fstat(fd)
+    changed = identity_changes(record, file_identity(st))
+    want = record.get(DIGEST)
+    if want is None:
+        raise Damaged(f"{name} {changed}")
+    try:
+        got = file_digest(path, fd)
+        now = file_identity(os.stat(path) if fd is None else os.fstat(fd))
+    except OSError as e:
+        raise Damaged(f"{name} cannot be read ({e.strerror})") from None
+    if got != want or identity_changes(file_identity(st), now):
+        raise Damaged(
+            f"{name} {changed}, and its bytes are not the build's (their {DIGEST} digest differs)"
+        )
+    log.info(
+        "store: %s is the build's (%s; its %s digest checks): its identity now is kept",
+        path,
+        changed.split("(", 1)[1].split(")", 1)[0],
+        DIGEST,
+    )
+    return {**now, DIGEST: want}
 
 
 def file_identity(st: os.stat_result) -> dict[str, int]:

@@ -228,7 +228,7 @@ def test_a_copy_verified_once_records_its_files_and_is_not_hashed_again(tmp_path
     _copy_store(store, copy, "cp -r")
     hashed = []
     real = check.file_digest
-    monkeypatch.setattr(check, "file_digest", lambda path: hashed.append(path) or real(path))
+    monkeypatch.setattr(check, "file_digest", lambda *a: hashed.append(a[0]) or real(*a))
     open_store(copy)
     assert len(hashed) == 1
     files = layout.read_manifest(copy)["files"]
@@ -271,7 +271,7 @@ def test_a_read_only_copy_opens_and_is_verified_at_each_open(tmp_path, monkeypat
     monkeypatch.setattr(layout, "write_atomic", read_only)
     hashed = []
     real = check.file_digest
-    monkeypatch.setattr(check, "file_digest", lambda path: hashed.append(path) or real(path))
+    monkeypatch.setattr(check, "file_digest", lambda *a: hashed.append(a[0]) or real(*a))
     with caplog.at_level("INFO", logger="streamseq.store"):
         opened = open_store(copy)
     assert "each open" in caplog.text
@@ -302,3 +302,26 @@ def test_two_processes_opening_a_copy_at_once_both_read_it_and_keep_the_manifest
     st = os.stat(data_file(copy))
     assert manifest["files"][0]["inode"] == st.st_ino
     assert _open_and_read(copy) == want
+
+
+@pytest.mark.parametrize("change", ["chmod", "cp -al"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_store_made_read_only_or_linked_while_a_loader_reads_it_is_read_on(
+    tmp_path, change, workers
+):
+    sources = arrays((9, 14, 6, 11))
+    store = tmp_path / "s"
+    stored = materialize(sources, store)
+    transform = None if workers == 0 else _copy_of  # (a transform: read in the workers)
+    want = [b.data.numpy().tobytes() for b in StreamLoader(stored, 2, 4)]
+    it = iter(StreamLoader(stored, 2, 4, num_workers=workers, transform=transform))
+    got = [next(it).data.numpy().tobytes()]
+    if change == "chmod":  # (its inode changed, its bytes not: ctime only)
+        os.chmod(data_file(store), 0o444)
+    else:
+        _copy_store(store, tmp_path / "c", "cp -al")
+    got += [b.data.numpy().tobytes() for b in it]
+    assert got == want
+    flip(data_file(store), 5 * 12, restore_times=True)  # (an edit still told)
+    with pytest.raises(SourceError, match="leaf-0.*changed"):
+        list(StreamLoader(stored, 2, 4, num_workers=workers, transform=transform))
