@@ -325,3 +325,16 @@ def test_a_store_made_read_only_or_linked_while_a_loader_reads_it_is_read_on(
     flip(data_file(store), 5 * 12, restore_times=True)  # (an edit still told)
     with pytest.raises(SourceError, match="leaf-0.*changed"):
         list(StreamLoader(stored, 2, 4, num_workers=workers, transform=transform))
+
+
+def test_a_copy_of_a_store_without_digests_is_refused_as_before(tmp_path):
+    store, copy = tmp_path / "s", tmp_path / "c"
+    materialize(arrays(), store)
+    manifest = layout.read_manifest(store)
+    manifest["files"] = [{k: v for k, v in f.items() if k != "blake2b"} for f in manifest["files"]]
+    manifest.pop("digest")
+    layout.write_manifest(store, manifest)
+    open_store(store)
+    _copy_store(store, copy, "cp -a")
+    with pytest.raises(SourceError, match="leaf-0.*changed.*inode"):
+        open_store(copy)
