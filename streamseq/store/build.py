@@ -38,6 +38,7 @@ from streamseq.read.transform import StepInfo, Transform
 from streamseq.store import layout
 from streamseq.store.check import (
     Contents,
+    keep_verified,
     lengths_digest,
     make_index,
     read_store,
@@ -258,6 +259,7 @@ def _build(
     empty = np.flatnonzero(~plan.done & (lengths == 0))
     manifest = {**config, "generation": plan.generation, "records": records, "complete": True}
     if found is not None and _body(found.manifest, "files") == manifest:
+        keep_verified(folder, found, locked=writable)  # (a copy: its files' identity)
         return store_table(folder, found.manifest, found.index)  # complete, as the streams are
     if not writable:
         raise SourceError(

@@ -14,7 +14,7 @@ from streamseq.errors import SourceError
 from streamseq.read.handle import ProcessLocal
 from streamseq.read.ref import ArrayTree
 from streamseq.store import layout
-from streamseq.store.check import check_leaf, file_identity, identity_changes
+from streamseq.store.check import check_leaf, file_identity, identity_changes, verified
 from streamseq.store.layout import Damaged
 
 
@@ -51,12 +51,15 @@ class _Files:
         the store (and after it). The file's size, modification time and ``ctime`` are
         those of the file mapped (an open file: a store made again, or removed, keeps it
         whole), compared with what the build recorded of it (one ``fstat`` a file; the
-        ``ctime`` of a file removed, which its removal sets, is not); a store made before
-        the build recorded them has its files' size checked only.
+        ``ctime`` of a file removed, which its removal sets, is not); a file whose
+        ``ctime`` alone changed (linked by ``cp -al``, made read-only) is hashed once, and
+        read on when its digest is the build's; a store made before the build recorded
+        them has its files' size checked only.
         Files not mapped in this process yet are checked when they are.
         """
         opened = self._maps.peek()
-        for file, size, record in [] if opened is None else opened[1]:
+        files = [] if opened is None else opened[1]
+        for k, (file, size, record) in enumerate(files):
             st = os.fstat(file.fileno())
             if st.st_size < size:
                 raise SourceError(
@@ -66,7 +69,12 @@ class _Files:
                     "make the store again",
                 )
             if record is not None and (st.st_size, st.st_mtime_ns, st.st_ctime_ns) != record[0]:
-                if st.st_nlink or (st.st_size, st.st_mtime_ns) != record[0][:2]:
+                if st.st_nlink and (st.st_size, st.st_mtime_ns) == record[0][:2]:
+                    # (its ctime alone: linked, made read-only, or edited with its times
+                    # set back: its bytes hashed once, their digest tells)
+                    now = _verified(file, record[1])
+                    files[k] = (file, size, (_times(now), now))
+                elif st.st_nlink or (st.st_size, st.st_mtime_ns) != record[0][:2]:
                     raise _changed(file.name, record[1], st)
                 # (removed, by a store made again: its ctime is the removal's, its steps kept)
 
@@ -88,8 +96,11 @@ class _Files:
                     "or damaged since these streams were opened: open it again)",
                 ) from None
             if record is not None and identity_changes(record, file_identity(st)):
-                file.close()
-                raise _changed(path, record, st)
+                try:
+                    record = _verified(file, record)  # (a copy, linked, made read-only)
+                except SourceError:
+                    file.close()
+                    raise
             if size == 0:
                 file.close()
                 return np.zeros((self.steps, *shape), dtype)
@@ -106,6 +117,18 @@ class _Files:
 def _times(record: dict[str, int]) -> tuple[int, int, int]:
     """The size, modification time and ``ctime`` of a data file's record (what fstat tells)."""
     return record["size"], record["mtime_ns"], record["ctime_ns"]
+
+
+def _verified(file: Any, record: dict[str, Any]) -> dict[str, Any]:
+    """The record of the open data file ``file`` now, when its bytes are the build's.
+
+    Raises:
+        SourceError: they are not (or the record has no digest to tell).
+    """
+    try:
+        return verified(file.name, record, file.fileno())
+    except Damaged:
+        raise _changed(file.name, record, os.fstat(file.fileno())) from None
 
 
 def _changed(path: str, record: dict[str, int], st: os.stat_result) -> SourceError:

@@ -14,7 +14,7 @@ import numpy as np
 from streamseq.errors import SourceError
 from streamseq.plan.identities import Identities
 from streamseq.store import layout
-from streamseq.store.check import read_store, recorded_files
+from streamseq.store.check import keep_verified, read_store, recorded_files
 from streamseq.store.layout import Damaged
 from streamseq.store.stream import StoredStream, _Files
 from streamseq.stream_table import StreamTable
@@ -93,7 +93,10 @@ def open_store(path: str | os.PathLike) -> Any:
         SourceError: no store there, a store of another version, one not complete (it
             names the first stream missing), or one whose files do not agree with its
             manifest (an index or a data file missing, cut short or edited: it names the
-            file, and the stream where it is one stream's).
+            file, and the stream where it is one stream's). A copy of the store
+            (``cp -r``, ``rsync -a``, hard links: its files' inodes and times are not the
+            build's) opens when its bytes have the digests the build recorded: the first
+            open reads them once and records their identity in the manifest.
 
     Example:
         >>> import tempfile
@@ -111,7 +114,7 @@ def open_store(path: str | os.PathLike) -> Any:
         raise SourceError(folder, f"{e}; run materialize to make the store again") from None
     if contents is None:
         raise SourceError(folder, f"no store here (no {layout.MANIFEST})")
-    manifest, index, done = contents
+    manifest, index, done, _ = contents
     if not done.all():
         first = int(np.flatnonzero(~done)[0])
         raise SourceError(
@@ -119,4 +122,5 @@ def open_store(path: str | os.PathLike) -> Any:
             f"the store is not complete: {int((~done).sum())} of {len(done)} streams are "
             f"not written, the first is stream {first}; run materialize to finish it",
         )
+    keep_verified(folder, contents)
     return store_table(folder, manifest, index)

@@ -109,3 +109,32 @@ def test_a_store_cut_short_in_a_loop_while_a_loader_reads_ends_in_an_error(tmp_p
     assert "ERROR" in run.stdout, run.stdout
     message = run.stdout.split("ERROR", 1)[1]
     assert "leaf-0." in message and "stream" in message and "steps" in message, message
+
+
+_FAULTHANDLER_AFTER = (
+    _PRELUDE
+    + """
+import faulthandler
+assert fill_from([mapped], 0, 4, [0], 4096) == -1  # (the guard is in place from here)
+faulthandler.enable()  # (after the guard: its handler replaces the guard's)
+os.truncate(path, 4096)
+try:
+    fill_from([mapped[8:40]], 2, 16, [7], 4096)
+except StreamError as e:
+    print("ERROR", e)
+"""
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a SIGBUS handler installed after the guard (faulthandler.enable() after the "
+    "first batch) runs first: it prints 'Fatal Python error: Bus error' and uninstalls "
+    "itself before the guard recovers the copy; re-installing the guard ahead of it would "
+    "need a chain that cannot loop with faulthandler's raise()",
+)
+def test_faulthandler_enabled_after_the_guard_prints_no_fatal_error_for_a_guarded_copy():
+    run = run_python(_FAULTHANDLER_AFTER, timeout=120)
+    assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
+    assert "ERROR" in run.stdout and "cut short" in run.stdout, run.stdout
+    assert "Fatal Python error" not in run.stderr, run.stderr[-2000:]

@@ -1,5 +1,6 @@
 """A store's data files changed after the build (same size) are never read stale."""
 
+import hashlib
 import json
 import os
 import re
@@ -131,6 +132,9 @@ def test_the_manifest_records_every_data_file(tmp_path):
             "mtime_ns": st.st_mtime_ns,
             "ctime_ns": st.st_ctime_ns,
             "inode": st.st_ino,
+            "blake2b": hashlib.blake2b(
+                open(data_file(store, i), "rb").read(), digest_size=32
+            ).hexdigest(),
         }
 
 
@@ -184,3 +188,153 @@ def test_a_data_file_edited_while_a_batch_is_copied_is_an_error_of_that_batch(
         next(it)  # (the batch copied while the file changed: never delivered)
     assert "steps 4:8" in str(raised.value)
     assert len(copies) == 2
+
+
+def _copy_store(src, dst, how):
+    """Copy a store the ways users do: ``cp -r``, ``cp -a``/``rsync -a``, ``cp -al``."""
+    if how == "cp -r":  # (new files: new inodes, times of the copy)
+        shutil.copytree(src, dst, copy_function=shutil.copyfile)
+    elif how == "cp -a":  # (times kept, new inodes and ctimes)
+        shutil.copytree(src, dst, copy_function=shutil.copy2)
+    else:  # "cp -al": hard links (the inode kept, its ctime changed by the link)
+        shutil.copytree(src, dst, copy_function=os.link)
+
+
+def _leaf_inodes(folder):
+    return sorted(os.stat(os.path.join(folder, n)).st_ino for n in os.listdir(folder))
+
+
+@pytest.mark.parametrize("how", ["cp -r", "cp -a", "cp -al"])
+def test_a_copy_of_the_store_opens_reads_the_same_batches_and_is_not_made_again(tmp_path, how):
+    sources = arrays((9, 14, 6, 11))
+    store, copy = tmp_path / "s", tmp_path / "c"
+    stored = materialize(sources, store)
+    want = [b.data.numpy().tobytes() for b in StreamLoader(stored, 2, 4)]
+    _copy_store(store, copy, how)
+    opened = open_store(copy)
+    assert [b.data.numpy().tobytes() for b in StreamLoader(opened, 2, 4)] == want
+    assert [b.data.numpy().tobytes() for b in StreamLoader(open_store(copy), 2, 4)] == want
+    inodes = _leaf_inodes(copy)
+    again = materialize(sources, copy)  # (not made again: the same files)
+    assert _leaf_inodes(copy) == inodes
+    assert [b.data.numpy().tobytes() for b in StreamLoader(again, 2, 4)] == want
+
+
+def test_a_copy_verified_once_records_its_files_and_is_not_hashed_again(tmp_path, monkeypatch):
+    from streamseq.store import check
+
+    store, copy = tmp_path / "s", tmp_path / "c"
+    materialize(arrays(), store)
+    _copy_store(store, copy, "cp -r")
+    hashed = []
+    real = check.file_digest
+    monkeypatch.setattr(check, "file_digest", lambda *a: hashed.append(a[0]) or real(*a))
+    open_store(copy)
+    assert len(hashed) == 1
+    files = layout.read_manifest(copy)["files"]
+    st = os.stat(data_file(copy))
+    assert (files[0]["inode"], files[0]["ctime_ns"]) == (st.st_ino, st.st_ctime_ns)
+    open_store(copy)
+    assert len(hashed) == 1  # (the identity of the copy recorded)
+
+
+@pytest.mark.parametrize("how", ["cp -r", "cp -a", "cp -al"])
+def test_an_edited_copy_is_refused_and_made_again(tmp_path, how):
+    sources = arrays()
+    store, copy = tmp_path / "s", tmp_path / "c"
+    materialize(sources, store)
+    _copy_store(store, copy, how)
+    if how == "cp -al":  # (shared with the store: made its own before the edit)
+        shutil.copyfile(data_file(copy), data_file(copy) + ".x")
+        os.replace(data_file(copy) + ".x", data_file(copy))
+    flip(data_file(copy), 13, restore_times=True)
+    with pytest.raises(SourceError, match=f"{copy}.*leaf-0.*(changed|digest).*materialize"):
+        open_store(copy)
+    stored = materialize(sources, copy)  # (made again)
+    assert stored_bytes(stored) == [s.tobytes() for s in sources]
+    assert stored_bytes(open_store(store)) == [s.tobytes() for s in sources]
+
+
+def test_a_read_only_copy_opens_and_is_verified_at_each_open(tmp_path, monkeypatch, caplog):
+    from streamseq.store import check
+
+    sources = arrays((9, 14, 6, 11))
+    store, copy = tmp_path / "s", tmp_path / "c"
+    stored = materialize(sources, store)
+    want = [b.data.numpy().tobytes() for b in StreamLoader(stored, 2, 4)]
+    _copy_store(store, copy, "cp -a")
+    before = (copy / layout.MANIFEST).read_bytes()
+
+    def read_only(path, data):
+        raise PermissionError(30, "Read-only file system", path)
+
+    monkeypatch.setattr(layout, "write_atomic", read_only)
+    hashed = []
+    real = check.file_digest
+    monkeypatch.setattr(check, "file_digest", lambda *a: hashed.append(a[0]) or real(*a))
+    with caplog.at_level("INFO", logger="streamseq.store"):
+        opened = open_store(copy)
+    assert "each open" in caplog.text
+    assert [b.data.numpy().tobytes() for b in StreamLoader(opened, 2, 4)] == want
+    got = [b.data.numpy().tobytes() for b in StreamLoader(opened, 2, 4, num_workers=2)]
+    assert got == want
+    open_store(copy)
+    assert len(hashed) == 2
+    assert (copy / layout.MANIFEST).read_bytes() == before
+
+
+def _open_and_read(folder):
+    return [b.data.numpy().tobytes() for b in StreamLoader(open_store(folder), 2, 4)]
+
+
+def test_two_processes_opening_a_copy_at_once_both_read_it_and_keep_the_manifest_valid(tmp_path):
+    import multiprocessing
+
+    sources = arrays((9, 14, 6, 11))
+    store, copy = tmp_path / "s", tmp_path / "c"
+    stored = materialize(sources, store)
+    want = [b.data.numpy().tobytes() for b in StreamLoader(stored, 2, 4)]
+    _copy_store(store, copy, "cp -r")
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        got = pool.map(_open_and_read, [str(copy)] * 4)
+    assert got == [want] * 4
+    manifest = layout.read_manifest(copy)  # (its digest checks)
+    st = os.stat(data_file(copy))
+    assert manifest["files"][0]["inode"] == st.st_ino
+    assert _open_and_read(copy) == want
+
+
+@pytest.mark.parametrize("change", ["chmod", "cp -al"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_store_made_read_only_or_linked_while_a_loader_reads_it_is_read_on(
+    tmp_path, change, workers
+):
+    sources = arrays((9, 14, 6, 11))
+    store = tmp_path / "s"
+    stored = materialize(sources, store)
+    transform = None if workers == 0 else _copy_of  # (a transform: read in the workers)
+    want = [b.data.numpy().tobytes() for b in StreamLoader(stored, 2, 4)]
+    it = iter(StreamLoader(stored, 2, 4, num_workers=workers, transform=transform))
+    got = [next(it).data.numpy().tobytes()]
+    if change == "chmod":  # (its inode changed, its bytes not: ctime only)
+        os.chmod(data_file(store), 0o444)
+    else:
+        _copy_store(store, tmp_path / "c", "cp -al")
+    got += [b.data.numpy().tobytes() for b in it]
+    assert got == want
+    flip(data_file(store), 5 * 12, restore_times=True)  # (an edit still told)
+    with pytest.raises(SourceError, match="leaf-0.*changed"):
+        list(StreamLoader(stored, 2, 4, num_workers=workers, transform=transform))
+
+
+def test_a_copy_of_a_store_without_digests_is_refused_as_before(tmp_path):
+    store, copy = tmp_path / "s", tmp_path / "c"
+    materialize(arrays(), store)
+    manifest = layout.read_manifest(store)
+    manifest["files"] = [{k: v for k, v in f.items() if k != "blake2b"} for f in manifest["files"]]
+    manifest.pop("digest")
+    layout.write_manifest(store, manifest)
+    open_store(store)
+    _copy_store(store, copy, "cp -a")
+    with pytest.raises(SourceError, match="leaf-0.*changed.*inode"):
+        open_store(copy)
