@@ -1288,16 +1288,6 @@ def test_a_store_table_repr_names_its_kind_and_store(tmp_path):
     assert repr(stored[1:]).startswith("StoreTable(2 streams")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a store's streams are named by its folder and their offsets in it only: a store "
-    "made again in the same folder from the same files read another way (another dtype, "
-    "frame size, rate) has the same identities and lengths, so a state of the first store "
-    "is accepted and resumes on other data. Fix in streamseq/store: name the store's "
-    "streams' reader (Identities.repeat(folder, n, offsets, reader=...)) by what the "
-    "build recorded of its sources' readers and step spec (e.g. 'store(<digest>)'), or by "
-    "its generation, so a rebuilt store refuses the state of the one before",
-)
 def test_a_state_of_a_store_is_refused_by_the_store_made_again_from_the_files_read_another_way(
     tmp_path,
 ):
@@ -1315,3 +1305,30 @@ def test_a_state_of_a_store_is_refused_by_the_store_made_again_from_the_files_re
     again = materialize([tokens(p, ">u2") for p in paths], folder)  # (made again: other steps)
     assert again[0][1:3].tolist() != stored[0][1:3].tolist()
     assert state_refused(None, again, state)
+
+
+@pytest.mark.parametrize("as_list", [False, True])
+def test_a_store_made_again_with_the_same_bytes_resumes_a_state_and_with_others_refuses_it(
+    tmp_path, as_list
+):
+    from streamseq.io import tokens
+
+    paths = []
+    for i, n in enumerate([11, 6, 9]):
+        paths.append(str(tmp_path / f"{i}.bin"))
+        np.arange(n, dtype=np.uint16).tofile(paths[-1])
+    folder = tmp_path / "store"
+
+    def made(dtype):
+        stored = materialize([tokens(p, dtype) for p in paths], folder)
+        return list(stored) if as_list else stored
+
+    loader = StreamLoader(made("<u2"), batch_size=2, tbins=3)
+    it = iter(loader)
+    next(it)
+    state, rest = loader.state_dict(), [b.data.clone() for b in it]
+    shutil.rmtree(folder)
+    again = StreamLoader(made("<u2"), batch_size=2, tbins=3)  # (the same bytes: resumes)
+    again.load_state_dict(state)
+    assert [b.data.tolist() for b in again] == [b.tolist() for b in rest]
+    assert state_refused(None, made(">u2"), state)  # (other bytes, same lengths)

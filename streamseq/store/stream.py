@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -14,7 +15,13 @@ from streamseq.errors import SourceError
 from streamseq.read.handle import ProcessLocal
 from streamseq.read.ref import ArrayTree
 from streamseq.store import layout
-from streamseq.store.check import check_leaf, file_identity, identity_changes, verified
+from streamseq.store.check import (
+    DIGEST,
+    check_leaf,
+    file_identity,
+    identity_changes,
+    verified,
+)
 from streamseq.store.layout import Damaged
 
 
@@ -37,6 +44,28 @@ class _Files:
         self.generation = generation
         self.records = records  # (what the build recorded of every data file, if it did)
         self._maps: ProcessLocal[Any] = ProcessLocal()
+
+    @property
+    def read_options(self) -> str | None:
+        """What the steps of the store are, as a reader would say how it reads: ``store(...)``.
+
+        A digest of the digests the build recorded of its data files' bytes and of the
+        step spec: a store made again in its folder from the same sources read another
+        way (another dtype, frame size, rate) holds other bytes, so its streams are other
+        streams and a state of the store before is refused; made again with the same
+        bytes, they are the same. None for a store made before the digests were recorded.
+
+        Example:
+            >>> _Files("s", {"leaf": 0}, 0, "g", [{"blake2b": "ab"}]).read_options
+            'store(244d923080beda39)'
+            >>> _Files("s", {"leaf": 0}, 0, "g").read_options is None
+            True
+        """
+        records = self.records
+        if not records or not all(r.get(DIGEST) for r in records):
+            return None
+        text = repr((self.spec, [r[DIGEST] for r in records]))
+        return f"store({hashlib.sha256(text.encode()).hexdigest()[:16]})"
 
     def maps(self) -> Any:
         """The tree of read-only memory maps of the whole data files (this process's)."""
@@ -169,6 +198,11 @@ class StoredStream:
     def file_offset(self) -> int:
         """Where the stream's steps start in the store (with the store, what names it)."""
         return self.offset
+
+    @property
+    def read_options(self) -> str | None:
+        """What the store's steps are (:attr:`_Files.read_options`): part of the stream's name."""
+        return self._files.read_options
 
     def __repr__(self) -> str:
         return f"StoredStream({self.path!r}, index={self.index}, length={self.length})"

@@ -69,7 +69,8 @@ def store_table(folder: str, manifest: dict[str, Any], index: np.ndarray) -> Sto
     step = layout.leaf_layout(spec)[0] if "leaf" in spec else None
     columns = [np.arange(len(index), dtype=np.int64), np.ascontiguousarray(index[:, 0])]
     make = functools.partial(_stored, files)
-    names = Identities.repeat(folder, len(index), columns[1])  # the folder and the offset
+    # the folder, the offset, and what the steps are (the digests of the data's bytes)
+    names = Identities.repeat(folder, len(index), columns[1], files.read_options)
     return StoreTable(
         make, np.ascontiguousarray(index[:, 1]), columns, step_spec=step, identities=names
     )
