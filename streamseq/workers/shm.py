@@ -34,6 +34,7 @@ import numpy as np
 
 ALIGN = 64
 PAGE = mmap.PAGESIZE
+SEEN = 4096  # regions a worker remembers it mapped
 
 
 class Pages:
@@ -66,11 +67,16 @@ class Pages:
         self.bytes = np.frombuffer(view, np.uint8)
         self.shift = base % PAGE  # where the view starts in its first page
         self.mapped = np.zeros((len(self.bytes) + self.shift) // PAGE + 1, bool)
+        self.seen: set[tuple[int, int]] = set()  # regions mapped (the layouts repeat)
 
     def map(self, begin: int, end: int) -> int:
         """Map the pages of ``view[begin:end]`` not mapped yet: the number of pages read."""
-        if end <= begin:
+        region = begin, end
+        if region in self.seen or end <= begin:
             return 0
+        if len(self.seen) >= SEEN:  # (regions that do not repeat: checked page by page)
+            self.seen.clear()
+        self.seen.add(region)
         first, stop = (begin + self.shift) // PAGE, (end - 1 + self.shift) // PAGE + 1
         mapped = self.mapped[first:stop]
         if mapped.all():
