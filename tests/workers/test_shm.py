@@ -82,3 +82,11 @@ def test_workers_started_again_write_the_slots_without_a_fault_a_page():
             workers.stop()
     # (new memory: a fault a page; mapped again: a few pages a fault, the kernel's fault-around)
     assert faults[1] < size // PAGE // 2, f"{faults} page faults writing {size // PAGE} pages"
+
+
+def test_pages_forgets_regions_past_its_memory_and_still_maps_each_page_once(monkeypatch):
+    monkeypatch.setattr(shm, "SEEN", 2)
+    pages = shm.Pages(memoryview(bytearray(8 * PAGE)), 0)
+    assert [pages.map(k * PAGE, (k + 1) * PAGE) for k in range(5)] == [1] * 5
+    assert len(pages.seen) <= 2
+    assert [pages.map(k * PAGE, (k + 1) * PAGE) for k in range(6)] == [0] * 5 + [1]
