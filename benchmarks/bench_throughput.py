@@ -970,6 +970,8 @@ def store_copy_limit(store: str, steps: int = B_VIDEO * T_VIDEO, fresh: bool = F
 def measure_store(job: dict) -> dict:
     """Frames a second of one decode-once configuration, in this process (after the first
     batch; a decode limit: whole passes, as :func:`measure`)."""
+    import resource
+
     torch.set_num_threads(1)
     if job.get("root"):
         check_import(job["root"])
@@ -983,9 +985,18 @@ def measure_store(job: dict) -> dict:
 
     limit = job["kind"] in ("decode1", "limit")
     workers = job["kind"] == "decode224" and job["workers"] > 0
+    # one pass untimed: files opened, the loader's slots written once (a decode limit's
+    # processes run until it is closed: their CPU would count, and they start warm anyway)
+    if job.get("warm") and not limit:
+        for _ in loader:
+            pass
+        deadline = time.monotonic() + 5  # its workers joined: their CPU is not counted
+        while multiprocessing.active_children() and time.monotonic() < deadline:
+            time.sleep(0.01)
     steps = seconds = cpu = 0.0
     epochs = batches = 0
     cpu_start, main_start = cpu_seconds(), time.process_time()
+    children_start = resource.getrusage(resource.RUSAGE_CHILDREN)
     split: list[list[float]] = []  # per pass: frames, CPU seconds of each worker
     while epochs < 1 or seconds < job["min_seconds"]:
         before = {c.pid for c in psutil.Process().children()} if workers else set()
@@ -1016,11 +1027,14 @@ def measure_store(job: dict) -> dict:
     while multiprocessing.active_children() and time.monotonic() < deadline:
         time.sleep(0.01)
     frames = epochs * total  # every frame read, the first batch and the start included
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)  # (the joined ones)
     return {
         "fps": steps / seconds,
         "epochs": epochs,
         "cpu_ms_per_1000": 1e6 * (cpu_seconds() - cpu_start) / frames,
         "main_ms_per_1000": 1e6 * main_cpu / frames,
+        "children_sys_ms_per_1000": 1e6 * (children.ru_stime - children_start.ru_stime) / frames,
+        "children_faults_per_pass": (children.ru_minflt - children_start.ru_minflt) / epochs,
         "split": split,
         "us_batch": 1e6 * seconds / max(1, batches),  # (after the first of each pass)
         "cpu_us_batch": 1e6 * cpu / max(1, batches),  # this thread's CPU
@@ -1121,16 +1135,19 @@ def decode_once(args: Any) -> None:
     paths = make_clips(data, 8 if args.quick else 24)
     store = os.path.join(data, f"store{STORE_SIZE}")
     common = {"paths": paths, "store": store, "min_seconds": 0.5 if args.quick else 2.0}
+    common["warm"] = args.warm
     small, large = (B_VIDEO, T_VIDEO), (16, 16)  # (24 clips: 16 rows, none empty)
     decoding = [("decode1", 1, small, ""), ("limit", 2, small, ""), ("decode224", 2, small, "")]
+    if args.baseline and args.workload == "unequal":  # its loader's row, timed in the same run
+        decoding.append(("decode224", 2, small, "base"))
     configs = [] if args.store_only else decoding
     built = None
     roots = {"": REPO}
+    if args.baseline:
+        roots["base"] = baseline_tree(args.baseline, args.data)
+        print(f"baseline {args.baseline}: {roots['base']}", file=sys.stderr)
     if args.workload == "store":
         built = build_store(paths, store)
-        if args.baseline:
-            roots["base"] = baseline_tree(args.baseline, args.data)
-            print(f"baseline {args.baseline}: {roots['base']}", file=sys.stderr)
         stored = []
         for size in (small, large):
             stored += [("store", 0, size, ""), ("store", 2, size, "")]
@@ -1150,10 +1167,10 @@ def decode_once(args: Any) -> None:
             what = f"{kind}{' ' + tree if tree else ''}, {workers}, {rows} x {tbins}"
             print(f"[{args.workload} {r + 1}/{repeats}] {what} ...", file=sys.stderr)
             job = dict(common, kind=kind, workers=workers, rows=rows, tbins=tbins)
-            job["root"] = roots[tree] if kind == "store" else ""
+            job["root"] = roots[tree] if kind in ("store", "decode224") else ""
             cmd = [sys.executable, os.path.abspath(__file__), "--store-child", json.dumps(job)]
             env = dict(os.environ)
-            first = roots[tree] if kind == "store" else REPO
+            first = roots[tree] if kind in ("store", "decode224") else REPO
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [first, env.get("PYTHONPATH")]))
             out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
             if out.returncode != 0:
@@ -1230,8 +1247,12 @@ def decode_once(args: Any) -> None:
         f"{med(('decode224', 2, small, '')) / med(('limit', 2, small, '')):.2f} of the "
         "2-process decode limit"
     )
+    if ("decode224", 2, small, "base") in runs:
+        base = med(("decode224", 2, small, "base"))
+        print(f"unequal clips, 2 workers, {args.baseline}: {base / best:.2f} of the best decode")
     decoded = [c for c in configs if c[0] in ("decode1", "limit", "decode224")]
-    print(cpu_lines({c[:2]: runs[c] for c in decoded}, [c[:2] for c in decoded]))
+    keys = [(c[0] + (f" {args.baseline}" if c[3] else ""), c[1]) for c in decoded]
+    print(cpu_lines({k: runs[c] for k, c in zip(keys, decoded, strict=True)}, keys))
 
 
 def cpu_lines(details: dict[tuple[str, int], list[dict]], configs: list[tuple[str, int]]) -> str:
@@ -1252,6 +1273,12 @@ def cpu_lines(details: dict[tuple[str, int], list[dict]], configs: list[tuple[st
             f"{kind:>12} {workers} workers: {med((kind, workers), 'cpu_ms_per_1000'):6.1f} "
             f"(main process {med((kind, workers), 'main_ms_per_1000'):5.1f}; repeats {each})"
         )
+        if "children_faults_per_pass" in details[(kind, workers)][0]:
+            lines.append(
+                f"{'':>24}child processes: system CPU "
+                f"{med((kind, workers), 'children_sys_ms_per_1000'):5.1f}, minor page faults "
+                f"{med((kind, workers), 'children_faults_per_pass'):7.0f} a pass"
+            )
     one, ours = ("decode1", 1), ("decode224", 2)
     if one in details and ours in details:
         ratio = med(one, "cpu_ms_per_1000") / med(ours, "cpu_ms_per_1000")

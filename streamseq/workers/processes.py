@@ -43,6 +43,7 @@ from . import (
 from .failures import Cancelled, HookFailed, NotStarted, WorkerGone
 from .loop import HOOK, STARTED, STOP, run
 from .poll import poll
+from .shm import Pages
 from .slots import Filling, Slots
 from .timing import Timing
 from .wire import Poller, dump_error, load_error, message
@@ -422,6 +423,7 @@ class _PipeChannel:
         self.jobs, self.results, self.slot_size, self.rows = jobs, results, slot_size, rows
         self.view = memoryview(memory).cast("B")
         self.base = ctypes.addressof(memory)
+        self.pages = Pages(self.view, self.base)  # (mapped before they are written)
         self.poller = Poller([jobs])
         self.filling = Filling(self.view, self.base, None, 0)
 
@@ -437,7 +439,9 @@ class _PipeChannel:
                 with contextlib.suppress(OSError):
                     self.results.send_bytes(GOODBYE)  # no more writes to the shared memory
                 return None
-            self.filling = Filling(self.view, self.base, start, self.slot_size, self.rows)
+            self.filling = Filling(
+                self.view, self.base, start, self.slot_size, self.rows, self.pages
+            )
             return item
 
     def building(self) -> Filling:

@@ -190,6 +190,8 @@ class Filling:
         rows: ``(first, total)``: this worker writes rows ``first, ...`` of batches of
             ``total`` rows that other workers write too, in the same slot
             (:mod:`.placed`); None: items of its own.
+        pages: the pages of ``view`` this process mapped already (:class:`.shm.Pages`):
+            each region is mapped before it is written; None: as it comes.
     """
 
     def __init__(
@@ -199,10 +201,13 @@ class Filling:
         start: int | None,
         size: int,
         rows: tuple[int, int] | None = None,
+        pages: _shm.Pages | None = None,
     ):
         self.view, self.base, self.start = view, base, start
         self.regions: list[tuple[int, int]] = []
-        self.slot = None if start is None else _shm.Slot(self.view, start, start + size, rows)
+        self.slot = (
+            None if start is None else _shm.Slot(self.view, start, start + size, rows, pages)
+        )
 
     def __enter__(self) -> Filling:
         _shm.use(self.slot)
@@ -225,6 +230,8 @@ class Filling:
             at = -(-slot.offset // _shm.ALIGN) * _shm.ALIGN
             if at + size > slot.stop:
                 return True  # in the pickle
+            if slot.pages is not None:
+                slot.pages.map(at, at + size)
             self.view[at : at + size] = data
             slot.offset = at + size
         self.regions.append((at, at + size))
