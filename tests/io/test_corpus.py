@@ -448,16 +448,24 @@ def test_a_file_rewritten_while_a_batch_is_copied_is_an_error_naming_the_batch(
     path = tmp_path / "c.bin"
     (np.arange(400, dtype=np.uint16) + 1).tofile(path)
     docs = token_corpus(path, index=np.arange(0, 400, 20))
-    read = corpus._Document._read
+    read, as_arrays = corpus._Document._read, corpus._Document.as_arrays
 
-    def rewritten_during_the_batch(self, handle, a, b):
+    def rewrite(self):
         if self.start >= 200:  # (the documents of the second half: once the loader runs)
             with open(path, "r+b") as f:
                 f.write(np.zeros(400, np.uint16).tobytes())
             os.utime(path, ns=(1, 1))
+
+    def rewritten_during_the_batch(self, handle, a, b):
+        rewrite(self)
         return read(self, handle, a, b)
 
+    def rewritten_before_the_copy(self):  # (a batch's rows copied straight from the map)
+        rewrite(self)
+        return as_arrays(self)
+
     monkeypatch.setattr(corpus._Document, "_read", rewritten_during_the_batch)
+    monkeypatch.setattr(corpus._Document, "as_arrays", rewritten_before_the_copy)
     loader = StreamLoader(docs, batch_size=2, tbins=5, num_workers=workers, timeout=60)
     with pytest.raises(SourceError, match="changed") as info:
         for batch in loader:  # what is delivered was read before the change
