@@ -124,7 +124,11 @@ class _Batch:
 
     def checks(self, files: _Files) -> bool:
         """Whether this batch checks ``files`` after a read made now, here."""
-        return self.open and self.files == files and self.pid == current_pid()
+        return (
+            self.open
+            and (self.files is files or self.files == files)
+            and self.pid == current_pid()
+        )
 
 
 #: the batches being written (:class:`CorpusFiles`): the reads of the files they check
@@ -283,8 +287,7 @@ class _Document(Source):
         files = self.files
         if not files or not _batch_checks(files):
             return self
-        with self._lock():
-            handle = self._handle.get(self._open_checked)
+        handle = self._handle.get(self._open_checked)  # (made once a process: its own lock)
         if self.stop > len(handle):  # (a range past the end of the file: the read says so)
             return self
         return handle[self.start : self.stop]
