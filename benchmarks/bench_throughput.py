@@ -110,6 +110,28 @@ def token_streams(count: int, seed: int = 0) -> list[np.ndarray]:
     return [rng.integers(0, 50_000, n, dtype=np.int64) for n in lengths]
 
 
+#: the end-of-document token of the corpus workload (GPT-2's)
+EOD = 50256
+
+
+def corpus_path(folder: str, documents: int, seed: int = 0) -> str:
+    """A token corpus of ``documents`` (made once in ``folder``, kept): its path.
+
+    nanoGPT's layout: flat ``uint16`` tokens, each document of 10 to 400 tokens followed
+    by ``EOD``.
+    """
+    path = os.path.join(folder, f"corpus-{documents}-{seed}.bin")
+    if not os.path.exists(path):
+        rng = np.random.default_rng(seed)
+        lengths = rng.integers(10, 401, documents)
+        tokens = rng.integers(0, EOD, int(lengths.sum()) + documents, dtype=np.uint16)
+        tokens[np.cumsum(lengths + 1) - 1] = EOD
+        os.makedirs(folder, exist_ok=True)
+        tokens.tofile(path + ".part")
+        os.replace(path + ".part", path)
+    return path
+
+
 def make_clips(folder: str, count: int, seed: int = 0) -> list[str]:
     """``count`` H.264 clips of 224x224 with 60 to 240 frames (kept for the next run)."""
     import av
@@ -458,12 +480,25 @@ def measure(job: dict) -> dict:
         sources: list[Any] = paths
         total = sum(frames_in(p) for p in paths)
         first_steps = B_VIDEO * T_VIDEO
+    elif job["workload"] == "corpus":
+        path = corpus_path(job["data"], job["count"])
+        if job["loader"] == "limit":
+            tokens = np.fromfile(path, np.uint16)
+            sources = np.split(tokens, np.flatnonzero(tokens == EOD)[:-1] + 1)
+        else:  # (the tree timed is imported only once check_import found it)
+            sources = []
+        total = os.path.getsize(path) // 2
+        first_steps = B_TOKENS * T_TOKENS
     else:
         sources = token_streams(job["count"])
         total = sum(len(s) for s in sources)
         first_steps = B_TOKENS * T_TOKENS
     kind, workers = job["loader"], job["workers"]
     imported = check_import(job["root"]) if kind.startswith("streamseq") else None
+    if job["workload"] == "corpus" and kind != "limit":
+        from streamseq.io import token_corpus
+
+        sources = token_corpus(path, eod=EOD)
     if kind == "limit":
         loader = DecodeLimit(sources, workers) if video else copy_limit(sources)
     elif kind == "pyav-defaults":
@@ -652,7 +687,11 @@ def lookahead_ratios(rows: list[tuple[dict, list[dict]]]) -> str:
 # -- report --------------------------------------------------------------------------------
 
 LABELS = {
-    "limit": {"tokens": "copy limit (1 process)", "video": "decode limit ({w} x 1 thread)"},
+    "limit": {
+        "tokens": "copy limit (1 process)",
+        "corpus": "copy limit (1 process)",
+        "video": "decode limit ({w} x 1 thread)",
+    },
     "pyav-defaults": {"video": "decode, PyAV default threads ({w} proc.)"},
     "memcpy": {"tokens": "memcpy of whole batches (data only)"},
     "streamseq": "streamseq",
@@ -715,6 +754,18 @@ def table(workload: str, rows: list[tuple[dict, list[dict]]], unit: str, head: s
             f"{1e3 * first:7.0f} ms {peak / 2**20:6.0f} MB"
         )
     return f"\n{workload} ({head})\n" + "\n".join(lines) + ratios(rows)
+
+
+def main_cpu_table(rows: list[tuple[dict, list[dict]]]) -> str:
+    """The main process's CPU a batch (us) of each configuration, every repeat and the median."""
+    lines = ["", f"{'main CPU a batch (us)':44s} {'median':>7s}   per repeat"]
+    for job, results in rows:
+        if job["loader"] == "limit":
+            continue
+        each = [1e6 * r["main_cpu_per_batch"] for r in results]
+        text = " ".join(f"{x:.0f}" for x in each)
+        lines.append(f"{label(job):44s} {statistics.median(each):7.0f}   {text}")
+    return "\n".join(lines)
 
 
 def ratios(rows: list[tuple[dict, list[dict]]]) -> str:
@@ -1303,7 +1354,9 @@ def cpu_lines(details: dict[tuple[str, int], list[dict]], configs: list[tuple[st
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--workload", choices=["tokens", "video", "all", "store", "unequal"], default="all"
+        "--workload",
+        choices=["tokens", "video", "corpus", "all", "store", "unequal"],
+        default="all",
     )
     parser.add_argument("--quick", action="store_true", help="smaller data, one repeat")
     parser.add_argument(
@@ -1345,7 +1398,8 @@ def main() -> None:
         nargs="?",
         const=BASELINE,
         metavar="REV",
-        help=f"also time the streamseq of git revision REV (default {BASELINE})",
+        help=f"also time the streamseq of git revision REV (default {BASELINE}); "
+        "--workload corpus takes several, comma-separated (REV,REV)",
     )
     parser.add_argument(
         "--loaders",
@@ -1391,19 +1445,30 @@ def main() -> None:
     w = args.compare_workers
     n = cores()
     workloads = ["tokens", "video"] if args.workload == "all" else [args.workload]
+    if args.workload == "corpus" and (sweep or args.loaders):
+        parser.error("--workload corpus times streamseq and its baselines only")
     results: dict[str, Any] = {"workers": w, "cores": n, "cpu_count": os.cpu_count()}
     data = os.path.join(args.data, "quick" if args.quick else "full")
-    base = {"baseline": args.baseline, "root": None}
-    if args.baseline:
-        base["root"] = baseline_tree(args.baseline, args.data)
-        print(f"baseline {args.baseline}: {base['root']}", file=sys.stderr)
+    bases = [
+        {"baseline": rev, "root": baseline_tree(rev, args.data)}
+        for rev in (args.baseline.split(",") if args.baseline else [])
+    ]
+    for b in bases:
+        print(f"baseline {b['baseline']}: {b['root']}", file=sys.stderr)
+    if len(bases) > 1 and workloads != ["corpus"]:
+        parser.error("several baselines: --workload corpus only")
+    base = bases[0] if bases else {"baseline": None, "root": None}
     print(f"current: {REPO} ({describe_current()})", file=sys.stderr)
     start_load = load()
     for workload in workloads:
         video = workload == "video"
+        count = (8 if args.quick else 24) if video else (128 if args.quick else 512)
+        if workload == "corpus":
+            count = 5_000 if args.quick else 50_000
+            corpus_path(data, count)  # (written once, outside the timings)
         common = {
             "workload": workload,
-            "count": (8 if args.quick else 24) if video else (128 if args.quick else 512),
+            "count": count,
             "data": data,
             "root": REPO,
             "min_seconds": 0.5 if args.quick else 2.0,
@@ -1418,6 +1483,10 @@ def main() -> None:
             configs = limits + [("streamseq", k, {}) for k in counts]
             if args.persistent_workers:
                 configs += [("streamseq", k, {"persistent": True}) for k in counts if k]
+        elif workload == "corpus":  # in-process and w workers, beside every baseline
+            configs = [("limit", 0, {})]
+            for k in (0, w):
+                configs += [("streamseq", k, {})] + [("streamseq", k, b) for b in bases]
         elif video:
             configs = [("limit", n, {}), ("pyav-defaults", n, {}), ("streamseq", w, {})]
             configs += [("streamseq", w, base)] if args.baseline else []
@@ -1455,6 +1524,8 @@ def main() -> None:
         head = f"{machine()}; {at_start} at start, {load()} at end; {repeats} repeats"
         if not sweep:
             print(table(workload, results[workload], unit, head), flush=True)
+            if workload == "corpus":
+                print(main_cpu_table(results[workload]), flush=True)
             if args.lookahead:
                 print(lookahead_ratios(results[workload]), flush=True)
     if sweep:

@@ -124,7 +124,11 @@ class _Batch:
 
     def checks(self, files: _Files) -> bool:
         """Whether this batch checks ``files`` after a read made now, here."""
-        return self.open and self.files == files and self.pid == current_pid()
+        return (
+            self.open
+            and (self.files is files or self.files == files)
+            and self.pid == current_pid()
+        )
 
 
 #: the batches being written (:class:`CorpusFiles`): the reads of the files they check
@@ -132,6 +136,12 @@ class _Batch:
 _BATCH_CHECKED: contextvars.ContextVar[tuple[_Batch, ...]] = contextvars.ContextVar(
     "streamseq_corpus_batch_checked", default=()
 )
+
+
+def _batch_checks(files: _Files) -> bool:
+    """Whether a batch being written here checks ``files`` after it (:class:`_Batch`)."""
+    batches = _BATCH_CHECKED.get()
+    return bool(batches) and any(b.checks(files) for b in batches)
 
 
 class CorpusFiles:
@@ -247,10 +257,45 @@ class _Document(Source):
         _check_unchanged(self.files, self.start, self.stop)
         return _map(self.key)
 
+    #: a list of documents is not arrays already mapped (a store's): its reads check
+    #: their files each (:meth:`as_arrays` gives arrays only to a batch that checks them)
+    mapped = False
+
+    def as_arrays(self) -> Any:
+        """The tokens as a read-only slice of the file's map, while a batch checks the files.
+
+        A loader's batch that checks the files before and after it (:meth:`CorpusFiles.batch`,
+        in this process) copies the tokens of its rows straight out of the map, in one
+        compiled pass: a file cut short during the copy is an error of the batch (the
+        compiled copy is guarded against ``SIGBUS``), one rewritten in place is found by
+        the check after it. Anywhere else (a list of documents, a read of its own, a
+        forked child, a context copied out of the batch), the document itself: its reads
+        check the files before and after each copy.
+
+        Example:
+            >>> import tempfile, numpy as np
+            >>> path = tempfile.mkdtemp() + "/c.bin"
+            >>> np.arange(6, dtype=np.uint16).tofile(path)
+            >>> docs = token_corpus(path, index=[0, 2])
+            >>> doc = docs[1]
+            >>> doc.as_arrays() is doc  # (no batch checks the files: the document)
+            True
+            >>> with docs.stores[0].batch():
+            ...     type(doc.as_arrays()).__name__, doc.as_arrays().tolist()
+            ('memmap', [2, 3, 4, 5])
+        """
+        files = self.files
+        if not files or not _batch_checks(files):
+            return self
+        handle = self._handle.get(self._open_checked)  # (made once a process: its own lock)
+        if self.stop > len(handle):  # (a range past the end of the file: the read says so)
+            return self
+        return handle[self.start : self.stop]
+
     def _read(self, handle: Any, a: int, b: int) -> np.ndarray:
         if self.files:  # (before every read: a map of a file cut short kills its reader)
             _check_unchanged(self.files, self.start + a, self.start + b)
-        checked = not self.files or any(b.checks(self.files) for b in _BATCH_CHECKED.get())
+        checked = not self.files or _batch_checks(self.files)
         if self.start + b > len(handle) and b > a:  # a range past the end of the file
             raise SourceError(
                 self.key[0],

@@ -245,7 +245,12 @@ def _mapped(part: Any) -> bool:
     """Whether every stream of ``part`` (a table, or references) is arrays already mapped."""
     if is_table(part):
         return bool(getattr(part, "mapped", False))  # one answer for all its streams
-    return all(callable(getattr(type(r.source), "as_arrays", None)) for r in part)
+    # (a source's class may say it is not, as a table does: a corpus's document)
+    return all(
+        callable(getattr(type(r.source), "as_arrays", None))
+        and getattr(type(r.source), "mapped", True)
+        for r in part
+    )
 
 
 def check_picklable(

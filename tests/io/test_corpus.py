@@ -448,16 +448,24 @@ def test_a_file_rewritten_while_a_batch_is_copied_is_an_error_naming_the_batch(
     path = tmp_path / "c.bin"
     (np.arange(400, dtype=np.uint16) + 1).tofile(path)
     docs = token_corpus(path, index=np.arange(0, 400, 20))
-    read = corpus._Document._read
+    read, as_arrays = corpus._Document._read, corpus._Document.as_arrays
 
-    def rewritten_during_the_batch(self, handle, a, b):
+    def rewrite(self):
         if self.start >= 200:  # (the documents of the second half: once the loader runs)
             with open(path, "r+b") as f:
                 f.write(np.zeros(400, np.uint16).tobytes())
             os.utime(path, ns=(1, 1))
+
+    def rewritten_during_the_batch(self, handle, a, b):
+        rewrite(self)
         return read(self, handle, a, b)
 
+    def rewritten_before_the_copy(self):  # (a batch's rows copied straight from the map)
+        rewrite(self)
+        return as_arrays(self)
+
     monkeypatch.setattr(corpus._Document, "_read", rewritten_during_the_batch)
+    monkeypatch.setattr(corpus._Document, "as_arrays", rewritten_before_the_copy)
     loader = StreamLoader(docs, batch_size=2, tbins=5, num_workers=workers, timeout=60)
     with pytest.raises(SourceError, match="changed") as info:
         for batch in loader:  # what is delivered was read before the change
@@ -543,3 +551,66 @@ def test_a_state_of_documents_is_refused_by_the_documents_read_with_another_dtyp
     same = StreamLoader(token_corpus(path, dtype="<u2", index=index), batch_size=2, tbins=3)
     same.load_state_dict(state)
     assert [b.data.tolist() for b in same] == [b.data.tolist() for b in list(saving)[1:]]
+
+
+def test_a_loader_copies_a_corpus_tables_tokens_straight_from_the_map(tmp_path, monkeypatch):
+    import streamseq.io.corpus as corpus
+
+    path = tmp_path / "c.bin"
+    tokens = (np.arange(4000) % 500).astype(np.uint16)
+    tokens.tofile(path)
+    docs = token_corpus(path, index=np.arange(0, 4000, 10))
+    reads = []
+    read = corpus._Document._read
+    monkeypatch.setattr(
+        corpus._Document, "_read", lambda self, h, a, b: reads.append(a) or read(self, h, a, b)
+    )
+    batches = list(StreamLoader(docs, batch_size=8, tbins=16))
+    assert reads == [0]  # (its first step, to learn the data; then the batch's copy only)
+    plain = list(StreamLoader([tokens[a : a + 10] for a in range(0, 4000, 10)], 8, 16))
+    assert all(np.array_equal(a.data, b.data) for a, b in zip(batches, plain, strict=True))
+    listed = list(StreamLoader(list(docs), batch_size=8, tbins=16))  # (a list: reads checked)
+    assert len(reads) >= len(docs)
+    assert all(np.array_equal(a.data, b.data) for a, b in zip(listed, plain, strict=True))
+
+
+def _read_with_the_file_cut_short_after_a_check(path, queue):
+    """A loader over a corpus whose file is truncated just after a batch's check: what came."""
+    import streamseq.io.corpus as corpus
+
+    docs = token_corpus(path, index=np.arange(0, 1 << 17, 1 << 12))
+    check, seen = corpus.CorpusFiles.check, []
+
+    def cut_short_after_the_third(self):
+        check(self)
+        seen.append(1)
+        if len(seen) == 5:  # (before the third batch: after its check, before its copy)
+            with open(path, "r+b") as f:
+                f.truncate(4096)
+
+    corpus.CorpusFiles.check = cut_short_after_the_third
+    got = 0
+    try:
+        for _ in StreamLoader(docs, batch_size=8, tbins=1024):
+            got += 1
+        queue.put(("read", got))
+    except SourceError as e:
+        queue.put(("refused", got, e.path, str(e)))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_file_cut_short_between_the_check_and_the_copy_is_an_error_not_a_killed_process(
+    tmp_path,
+):
+    path = tmp_path / "c.bin"
+    (np.arange(1 << 17) % 500 + 1).astype(np.uint16).tofile(path)  # (256 kB: 64 pages)
+    queue = multiprocessing.get_context("fork").Queue()
+    child = multiprocessing.get_context("fork").Process(
+        target=_read_with_the_file_cut_short_after_a_check, args=(str(path), queue)
+    )
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0  # (not killed by a SIGBUS)
+    kind, got, where, message = queue.get(timeout=10)
+    assert kind == "refused" and got == 2 and where == str(path)
+    assert "stream" in message and "steps" in message
