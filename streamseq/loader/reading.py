@@ -78,13 +78,17 @@ class _StoreChecked(ZipBatch):
         stores = self.stores
         self._check(i, stores)
         after = self._after()
-        if not after:
-            out = write(*args)
-        else:
-            with contextlib.ExitStack() as stack:
-                for files in after:
-                    stack.enter_context(files.batch())
+        try:
+            if not after:
                 out = write(*args)
+            else:
+                with contextlib.ExitStack() as stack:
+                    for files in after:
+                        stack.enter_context(files.batch())
+                    out = write(*args)
+        except SourceError:  # (a map cut short during the copy: the file's change says it)
+            self._check(i, stores)
+            raise
         self._check(i, stores)  # (what changed during the copy: this batch's error)
         return out
 

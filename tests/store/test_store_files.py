@@ -338,3 +338,25 @@ def test_a_copy_of_a_store_without_digests_is_refused_as_before(tmp_path):
     _copy_store(store, copy, "cp -a")
     with pytest.raises(SourceError, match="leaf-0.*changed.*inode"):
         open_store(copy)
+
+
+def test_a_data_file_cut_short_during_the_copy_is_the_error_of_the_file_check(
+    tmp_path, monkeypatch
+):
+    from streamseq.gather import writer
+
+    store = tmp_path / "s"
+    stored = materialize(arrays((9, 14, 6, 11)), store)
+    real = writer.fill
+
+    def fill(*args):  # another program cuts the file short while the batch is copied
+        with open(data_file(store), "r+b") as f:
+            f.truncate(0)
+        return real(*args)
+
+    it = iter(StreamLoader(stored, 2, 4))
+    next(it)
+    monkeypatch.setattr(writer, "fill", fill)
+    with pytest.raises(SourceError, match="leaf-0.*cut short to 0 bytes") as raised:
+        next(it)  # (the check's words, with the batch's streams, not the copy's alone)
+    assert re.search(r"batch 1: stream \d+ \(StoredStream.*\),? steps 4:8", str(raised.value))
