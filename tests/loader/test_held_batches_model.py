@@ -1,7 +1,9 @@
 """A hostile user, as a state machine: every batch held stays as it was delivered.
 
-The machine drives a loader (0 or 2 workers, persistent or not, plain or dict data) and,
-in lockstep, the same loader read in this process (``num_workers=0``): the reference.
+The machine drives a loader (0 or 2 workers, persistent or not, plain or dict data, or
+the same streams stored by :func:`materialize`: read in this process, or with 2 workers
+by the workers) and, in lockstep, the same loader over the arrays read in this process
+(``num_workers=0``): the reference.
 It holds batches and views of every kind, starts passes and leaves them early, sets
 epochs, saves and loads states (its own, and those of a loader with another batch
 size), forks children that check their batches after the parent dropped and reused
@@ -9,8 +11,12 @@ them, closes and deletes loaders. After every step, every batch delivered equals
 reference's, and everything held equals its copy taken at delivery (invariant 8).
 """
 
+import atexit
+import functools
 import gc
 import os
+import shutil
+import tempfile
 
 import numpy as np
 import pytest
@@ -19,7 +25,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from streamseq import StreamLoader, mix
+import streamseq.loader.reading
+from streamseq import StreamLoader, materialize, mix
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -29,11 +36,27 @@ ROWS, TBINS = 4, 4
 def streams(kind, weights=(1.0, 1.0)):
     rng = np.random.default_rng(1)
     tokens = [rng.integers(0, 1000, n, dtype=np.int64) for n in rng.integers(10, 60, 8)]
+    tokens[3] = tokens[3][:0]  # (an empty stream: a store keeps it, the plan skips it)
+    if kind in ("store", "store dict"):
+        return stored(kind)
     if kind == "plain":
         return tokens
     if kind == "mix":  # two groups whose weights a resume may change
         return mix({"a": tokens[:5], "b": tokens[5:]}, dict(zip("ab", weights, strict=True)))
     return [{"x": s, "y": (s * 2).astype(np.float32)[:, None].repeat(2, 1)} for s in tokens]
+
+
+@functools.cache
+def stored(kind):
+    """The streams of ``kind`` without "store " (plain or dict), materialized once."""
+    folder = tempfile.mkdtemp(prefix="streamseq-held-")
+    atexit.register(shutil.rmtree, folder, True)
+    return materialize(streams("plain" if kind == "store" else "dict"), folder)
+
+
+def reference(kind):
+    """The data a loader of ``kind`` reads, as arrays (a store's: its sources)."""
+    return {"store": "plain", "store dict": "dict"}.get(kind, kind)
 
 
 def tensors(batch):
@@ -83,6 +106,12 @@ def unchanged(held, copy):
     return all(torch.equal(t, c) for t, c in zip(tensors(held), copy, strict=True))
 
 
+def same_position(state, ref_state):
+    """Whether two states stand at the same place (a store's names other sources)."""
+    where = ("epoch", "next_batch", "epoch_done", "length", "batch_size", "progress", "resumed")
+    return all(state[k] == ref_state[k] for k in where)
+
+
 KINDS = ["batch", "numpy", "asarray", "slice", "from_numpy", "reset"]
 
 
@@ -90,20 +119,24 @@ class HostileUser(RuleBasedStateMachine):
     @initialize(
         workers=st.sampled_from([2, 0, 2]),  # (workers: where slots are)
         persistent=st.booleans(),
-        data=st.sampled_from(["plain", "dict", "mix"]),
+        data=st.sampled_from(["plain", "dict", "mix", "store", "store dict"]),
     )
     def start(self, workers, persistent, data):
         self.data, self.workers, self.persistent = data, workers, persistent and workers > 0
+        self.here_bytes = streamseq.loader.reading.COPY_HERE_BYTES
+        if data.startswith("store") and workers:  # (else read here whatever the workers)
+            streamseq.loader.reading.COPY_HERE_BYTES = 0
         self.weights = (1.0, 1.0)
         self.held = []  # (what is held, its copy at delivery)
+        self.steps = 0  # valid steps of the batches of the pass in progress
         self.states = []
         self.loader = self.ref = None
         self.it = self.ref_it = None
         self.new_loaders()
 
-    def make(self, workers, batch_size=ROWS):
+    def make(self, workers, batch_size=ROWS, ref=False):
         return StreamLoader(
-            streams(self.data, self.weights),
+            streams(reference(self.data) if ref else self.data, self.weights),
             batch_size,
             TBINS,
             shuffle=True,
@@ -114,10 +147,11 @@ class HostileUser(RuleBasedStateMachine):
         )
 
     def new_loaders(self):
-        self.loader, self.ref = self.make(self.workers), self.make(0)
+        self.loader, self.ref = self.make(self.workers), self.make(0, ref=True)
         self.it = self.ref_it = None
 
     def teardown(self):
+        streamseq.loader.reading.COPY_HERE_BYTES = self.here_bytes
         if self.loader is not None:
             self.loader.close()
 
@@ -131,6 +165,10 @@ class HostileUser(RuleBasedStateMachine):
             self.it = self.ref_it = None
             return None
         assert same_batch(got, want), "a batch differs from the reference's"
+        valid, stats = int(got.valid.sum()), self.loader.stats
+        self.steps = (self.steps if stats.batches > 1 else 0) + valid  # (a pass's first)
+        assert stats.steps == self.steps, "the pass's figures are not those of its batches"
+        assert stats.padding_steps == got.valid.numel() * stats.batches - stats.steps
         return got
 
     @rule(
@@ -168,23 +206,23 @@ class HostileUser(RuleBasedStateMachine):
             self.ref.set_epoch(epoch)
             return  # (a pass may go on after set_epoch)
         if action == "save":
-            state = self.loader.state_dict()
-            assert state == self.ref.state_dict()
-            self.states.append((state, self.weights))
+            state, ref_state = self.loader.state_dict(), self.ref.state_dict()
+            assert same_position(state, ref_state)
+            self.states.append((state, ref_state, self.weights))
             return
         if action == "load" and self.states:
-            state, weights = data.draw(st.sampled_from(self.states))
+            state, ref_state, weights = data.draw(st.sampled_from(self.states))
             changed = weights != self.weights  # (a mixture's state of other weights)
             self.loader.load_state_dict(state, weights_changed=changed)
-            self.ref.load_state_dict(state, weights_changed=changed)
+            self.ref.load_state_dict(ref_state, weights_changed=changed)
         elif action in ("load", "load other"):  # a state of a loader of another batch size
-            other = self.make(0, data.draw(st.sampled_from([2, 3])))
-            it = iter(other)
-            for _ in range(data.draw(st.integers(0, 5))):
-                next(it, None)
-            state = other.state_dict()
-            self.loader.load_state_dict(state)
-            self.ref.load_state_dict(state)
+            batch_size, count = data.draw(st.sampled_from([2, 3])), data.draw(st.integers(0, 5))
+            for loader, ref in ((self.loader, False), (self.ref, True)):
+                other = self.make(0, batch_size, ref=ref)
+                it = iter(other)
+                for _ in range(count):
+                    next(it, None)
+                loader.load_state_dict(other.state_dict())
         elif action == "close":
             self.loader.close()
             self.ref.close()
@@ -232,10 +270,11 @@ class HostileUser(RuleBasedStateMachine):
         self.loader.close()
         self.ref.close()
         self.weights = weights
+        ref_state = self.ref.state_dict()
         self.loader = self.make(self.workers, batch_size)
-        self.ref = self.make(0, batch_size)
+        self.ref = self.make(0, batch_size, ref=True)
         self.loader.load_state_dict(state, weights_changed=True)
-        self.ref.load_state_dict(state, weights_changed=True)
+        self.ref.load_state_dict(ref_state, weights_changed=True)
         self.it = self.ref_it = None
 
     @invariant()

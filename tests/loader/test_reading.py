@@ -1,8 +1,13 @@
 """Reading: whether the streams are a store's mapped arrays, answered without a stream each."""
 
 import functools
+import warnings
 
 import numpy as np
+import pytest
+import torch
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 import streamseq.read.ref as ref_module
 from streamseq import StreamLoader, StreamTable, materialize
@@ -155,3 +160,61 @@ def test_a_store_read_here_counts_the_valid_steps_of_the_plan(tmp_path):
     it = iter(loader)
     valid = sum(int(b.valid.sum()) for b in it)
     assert it.meter.steps == valid > 0
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 30), min_size=1, max_size=8).filter(any),
+    batch_size=st.integers(1, 6),
+    tbins=st.integers(1, 5),
+    pad=st.sampled_from(["zeros", "drop", "wrap", "pack", "pack cap"]),
+    lookahead=st.integers(0, 3),
+    segment=st.booleans(),
+    layout=st.sampled_from(["", "time_major", "pin_memory"]),
+    resume=st.tuples(st.integers(1, 6), st.integers(0, 6)) | st.none(),
+)
+@pytest.mark.filterwarnings("ignore")
+def test_a_store_read_here_delivers_its_arrays_batches_and_counts_their_valid_steps(
+    tmp_path_factory, lengths, batch_size, tbins, pad, lookahead, segment, layout, resume
+):
+    """Every batch of a store read in this process equals the one of its arrays, and the
+    pass's figures are ``valid`` summed over the batches it delivered, whatever the
+    options, also after a resume from another batch size."""
+    warnings.simplefilter("ignore")  # (empty rows, pin_memory without CUDA: they say so)
+    rng = np.random.default_rng(len(lengths))
+    arrays = [rng.integers(0, 99, (n, 2)).astype(np.int16) for n in lengths]
+    stored = materialize(arrays, tmp_path_factory.mktemp("s"))
+    options = {
+        "pad": pad.split()[0],
+        "max_streams_per_chunk": 2 if pad == "pack cap" else None,
+        "lookahead": min(lookahead, max(lengths)),
+        "segment_length": 2 * tbins if segment else None,
+        "shuffle": True,
+        "seed": 5,
+    }
+    if layout:
+        options[layout] = True
+    try:
+        StreamLoader(arrays, batch_size, tbins, **options)
+    except ValueError:  # (options that do not go together: rows that would idle, ...)
+        assume(False)
+    loaders = [StreamLoader(s, batch_size, tbins, **options) for s in (stored, arrays)]
+    if resume is not None:
+        for loader, streams in zip(loaders, (stored, arrays), strict=True):
+            try:
+                other = StreamLoader(streams, resume[0], tbins, **options)
+            except ValueError:
+                assume(False)
+            it = iter(other)
+            for _ in range(resume[1]):
+                next(it, None)
+            loader.load_state_dict(other.state_dict())
+    for _ in range(2):
+        got, want = list(loaders[0]), list(loaders[1])
+        assert len(got) == len(want)
+        for a, b in zip(got, want, strict=True):
+            assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+        stats = loaders[0].stats
+        assert stats.epoch == loaders[1].stats.epoch and stats.batches == len(got)
+        assert stats.steps == sum(int(b.valid.sum()) for b in got)
+        assert stats.padding_steps == sum(int((~b.valid).sum()) for b in got)
