@@ -319,11 +319,17 @@ class StreamRef:
             raise self.error(f"steps {start}:{stop} are not arrays with a step axis: {e}") from e
         if got != stop - start:
             try:
-                actual = f"{len(stream)} steps"
+                actual: int | None = len(stream)
             except Exception:
-                actual = "fewer steps"
+                actual = None
+            if actual is not None and actual == self.length:  # (its length says they exist)
+                raise self.error(
+                    f"steps {start}:{stop} returned {got} steps, not {stop - start}, though "
+                    f"its length is {actual} (its slices return fewer steps than its len() says)"
+                )
+            has = "fewer steps" if actual is None else f"{actual} steps"
             raise self.error(
-                f"declared length {self.length} but the stream has {actual}: steps "
+                f"declared length {self.length} but the stream has {has}: steps "
                 f"{start}:{stop} returned {got} steps"
             )
         return data
