@@ -160,7 +160,9 @@ def balanced_sets(costs: np.ndarray, groups: int) -> list[np.ndarray]:
     costs = np.asarray(costs, dtype=np.int64).reshape(-1)
     sizes = balanced_sizes(costs, groups)  # (checks the arguments)
     bounds = np.concatenate([[0], np.cumsum(sizes)])
-    contiguous = [np.arange(a, b, dtype=np.int64) for a, b in zip(bounds[:-1], bounds[1:])]
+    contiguous = [
+        np.arange(a, b, dtype=np.int64) for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+    ]
     n = len(costs)
     if groups == 1 or n <= 1:
         return contiguous

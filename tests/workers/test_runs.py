@@ -7,7 +7,7 @@ import pytest
 
 from streamseq import StreamLoader
 from streamseq.errors import StreamError
-from streamseq.workers.runs import Runs, RunItems, in_row_order, runs_of
+from streamseq.workers.runs import RunItems, Runs, in_row_order, runs_of
 
 pytestmark = pytest.mark.timeout(120)
 
