@@ -188,17 +188,24 @@ def _greedy(costs: np.ndarray, groups: int) -> np.ndarray:
     return owner
 
 
+_PAIRS = 1 << 18  # the most swaps weighed between two groups at once
+
+
 def _improve(costs: np.ndarray, owner: np.ndarray, groups: int, rounds: int = 64) -> None:
     """Move or swap rows out of the costliest group while that lowers it (in place)."""
     for _ in range(rounds):
         loads = np.bincount(owner, weights=costs, minlength=groups).astype(np.int64)
         h = int(np.argmax(loads))
+        if int(loads[h]) - int(loads.min()) <= 1:  # (as even as integers go)
+            return
         mine = np.flatnonzero(owner == h)
         found = None  # (new costliest of the two, row out, row in or -1, group)
         for o in range(groups):
             if o == h:
                 continue
             theirs = np.append(np.flatnonzero(owner == o), -1)  # -1: a move, nothing back
+            if len(mine) * len(theirs) > _PAIRS:  # (many rows: longest first is even already)
+                theirs = theirs[-1:]
             back = np.where(theirs >= 0, costs[theirs], 0)
             d = costs[mine][:, None] - back[None, :]  # [mine, theirs]
             worse = np.maximum(loads[h] - d, loads[o] + d)
