@@ -135,10 +135,11 @@ def balanced_sets(costs: np.ndarray, groups: int) -> list[np.ndarray]:
     """The rows of ``groups`` groups of even cost, each any set of rows (sorted indices).
 
     The contiguous split (:func:`balanced_sizes`) is kept unless a free assignment has a
-    costliest group that costs less: the rows, longest first, each onto the group that
-    costs least so far (then has fewest rows, then comes first), then improved by moving
-    a row out of the costliest group or swapping one of its rows with a cheaper one of
-    another group, as long as that lowers the costliest of the two. Deterministic.
+    costliest group that costs less. Two groups of up to 16 rows: the best of every
+    split (exact). Else the rows, longest first, each onto the group that costs least
+    so far (then has fewest rows, then comes first), then improved by moving a row out
+    of the costliest group or swapping one of its rows with a cheaper one of another
+    group, as long as that lowers the costliest of the two. Deterministic.
 
     Guarantees (the property tests): the groups partition the rows; every group has a
     row when there are as many rows as groups; the costliest group never costs more
@@ -155,7 +156,7 @@ def balanced_sets(costs: np.ndarray, groups: int) -> list[np.ndarray]:
         >>> [g.tolist() for g in balanced_sets(np.array([90, 10, 10, 90]), 2)]
         [[0, 1], [2, 3]]
         >>> [g.tolist() for g in balanced_sets(np.array([90, 90, 10, 10]), 2)]
-        [[0, 2], [1, 3]]
+        [[0, 3], [1, 2]]
     """
     costs = np.asarray(costs, dtype=np.int64).reshape(-1)
     sizes = balanced_sizes(costs, groups)  # (checks the arguments)
@@ -168,12 +169,41 @@ def balanced_sets(costs: np.ndarray, groups: int) -> list[np.ndarray]:
         return contiguous
     before = np.concatenate([np.zeros(1, np.int64), np.cumsum(costs)])
     best = _costliest(before, sizes)
-    owner = _greedy(costs, groups)
-    _improve(costs, owner, groups)
+    if groups == 2 and n <= _EXACT:
+        owner = _halves(costs)
+    else:
+        owner = _greedy(costs, groups)
+        _improve(costs, owner, groups)
     loads = np.bincount(owner, weights=costs, minlength=groups).astype(np.int64)
     if int(loads.max()) >= best:
         return contiguous
     return [np.flatnonzero(owner == g).astype(np.int64) for g in range(groups)]
+
+
+_EXACT = 16  # rows up to which two groups are chosen among every split (2 ** 16 sums)
+
+
+def _halves(costs: np.ndarray) -> np.ndarray:
+    """The group of each row of the two groups of least costliest, among every split.
+
+    Row 0 is in group 0; each group keeps a row; ties: the first split in binary order.
+
+    Example:
+        >>> _halves(np.array([5, 4, 3, 3, 3])).tolist()
+        [0, 0, 1, 1, 1]
+    """
+    n = len(costs)
+    sums = np.zeros(1, np.int64)
+    for c in costs[1:].tolist():  # bit k of a split: row k + 1 in group 1
+        sums = np.concatenate([sums, sums + c])
+    total = int(costs.sum())
+    splits = np.arange(len(sums), dtype=np.int64)
+    worse = np.maximum(sums, total - sums)
+    worse[0] = np.iinfo(np.int64).max  # (group 1 without a row)
+    best = int(splits[np.argmin(worse)])
+    owner = np.zeros(n, np.int64)
+    owner[1:] = (best >> np.arange(n - 1)) & 1
+    return owner
 
 
 def _greedy(costs: np.ndarray, groups: int) -> np.ndarray:
