@@ -1,5 +1,6 @@
 """balance: rows in contiguous groups of even cost; the loader's workers get them."""
 
+import itertools
 import warnings
 
 import numpy as np
@@ -165,3 +166,17 @@ def test_sets_beat_the_contiguous_split_of_the_unequal_rows():
     got = [int(costs[s].sum()) for s in sets]
     assert max(got) < contiguous
     assert max(got) - min(got) <= 2
+
+
+@settings(max_examples=60)
+@given(st.lists(st.integers(0, 300), min_size=2, max_size=9))
+def test_two_groups_of_few_rows_are_the_best_split(costs):
+    costs = np.array(costs, dtype=np.int64)
+    got = max(int(costs[s].sum()) for s in balanced_sets(costs, 2))
+    total, n = int(costs.sum()), len(costs)
+    best = min(
+        max(int(costs[list(m)].sum()), total - int(costs[list(m)].sum()))
+        for r in range(1, n)
+        for m in itertools.combinations(range(n), r)
+    )
+    assert got == best
