@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .._tree import tree_map
+from .._tree import leaves, tree_map
 from . import shm as _shm
 
 
@@ -94,15 +94,26 @@ class Runs:
             return RunItems([p[i] for p in self.parts], self.firsts)
         kept, total = slot.rows, slot.rows[1]
         begin = end = slot.offset
-        got = []
+        got: list[Any] = []
+        layout = None
         try:
             for part, first in zip(self.parts, self.firsts, strict=True):
                 slot.rows, slot.offset = (first, total), begin  # (the same arrays again)
                 got.append(part[i])
                 end = max(end, slot.offset)
+                mine = _layout(slot, got[-1])
+                if mine is None or (layout is not None and mine != layout):
+                    break  # (an array not of all the rows: another run may have written it)
+                layout = mine
+            else:
+                return RunItems(got, self.firsts)
         finally:
             slot.rows, slot.offset = kept, end
-        return RunItems(got, self.firsts)
+        _shm.use(None)  # each run again, in memory of its own
+        try:
+            return RunItems([p[i] for p in self.parts], self.firsts)
+        finally:
+            _shm.use(slot)
 
     def describe_item(self, i: int) -> str:
         """Item ``i`` as each run describes it (its streams and steps)."""
@@ -119,6 +130,20 @@ class Runs:
             release = getattr(part, "release", None)
             if release is not None:
                 release()
+
+
+def _layout(slot: Any, item: Any) -> tuple | None:
+    """Where each array of ``item`` is among the slot's arrays of all the rows, or None.
+
+    None when an array is not one the slot reserved for all the rows (:mod:`.placed`).
+    """
+    out = []
+    for a in leaves(item) if isinstance(item, tuple) else [item]:
+        record = slot.taken.get(id(a))
+        if record is None or record[0] is not a:
+            return None
+        out.append(record[1:])
+    return tuple(out)
 
 
 class RunOf:

@@ -7,6 +7,7 @@ import pytest
 
 from streamseq import StreamLoader
 from streamseq.errors import StreamError
+from streamseq.workers import shm
 from streamseq.workers.runs import RunItems, Runs, in_row_order, runs_of
 
 pytestmark = pytest.mark.timeout(120)
@@ -106,3 +107,47 @@ def test_in_row_order_slices_groups_and_picks_runs():
     runs = in_row_order([a, b], [np.array([0, 1, 5]), np.array([2, 3, 4])])
     assert np.concatenate([r[0] for r in runs]).tolist() == [0, 1, 2, 3, 4, 5]
     assert in_row_order([a, b], [None, None]) == [a, b]
+
+
+class _Rows:
+    """Micro-batches of ``rows`` rows written where the current slot puts them."""
+
+    def __init__(self, rows, value, in_slot=True):
+        self.num_rows, self.value, self.in_slot = rows, value, in_slot
+        self.spec_ = None
+
+    def __len__(self):
+        return 3
+
+    def __getitem__(self, i):
+        make = shm.empty if self.in_slot else np.empty
+        out = make((self.num_rows, 2), np.int64)
+        out[:] = self.value + i
+        return (out,)
+
+
+def test_runs_write_their_rows_of_the_same_arrays_in_a_slot():
+    memory = bytearray(1 << 12)
+    slot = shm.Slot(memoryview(memory), 0, len(memory), (0, 5))
+    runs = Runs([_Rows(2, 10), _Rows(1, 40)], [0, 3])  # rows 0-1 and 3 of 5
+    shm.use(slot)
+    try:
+        got = runs[1]
+    finally:
+        shm.use(None)
+    whole = np.ndarray((5, 2), np.int64, memory, 0)
+    assert whole[[0, 1, 3], 0].tolist() == [11, 11, 41]
+    assert [p[0][:, 0].tolist() for p in got.parts] == [[11, 11], [41]]
+
+
+def test_a_run_not_written_in_the_slot_is_read_again_apart_never_over_another():
+    memory = bytearray(1 << 12)
+    slot = shm.Slot(memoryview(memory), 0, len(memory), (0, 5))
+    runs = Runs([_Rows(2, 10), _Rows(1, 40, in_slot=False)], [0, 3])
+    shm.use(slot)
+    try:
+        got = runs[2]
+        assert shm.current() is slot
+    finally:
+        shm.use(None)
+    assert [p[0][:, 0].tolist() for p in got.parts] == [[12, 12], [42]]
