@@ -1118,19 +1118,23 @@ def beside_line(med: Any, size: tuple[int, int], baseline: str | None) -> str:
 def worker_split(rows: np.ndarray, workers: int, before: set[int]) -> list[float]:
     """The frames each of the ``workers`` workers of a pass read, then their CPU seconds.
 
-    The frames come from the valid steps of each row in the pass (``rows``) and the cuts
-    between the groups of rows (:func:`streamseq.plan.balance.balanced_sizes`, as the
-    loader places them); the CPU seconds are each worker's user and system time so far,
-    read once every block is handed over, before the pass stops them (the children
-    that were not there before the pass, ``before``: those of an earlier pass may still
-    be exiting).
+    The frames come from the valid steps of each row in the pass (``rows``) and the rows
+    of each group (:func:`streamseq.plan.balance.balanced_sets`, as the loader gives them;
+    the cuts of ``balanced_sizes`` in a revision without it); the CPU seconds are each
+    worker's user and system time so far, read once every block is handed over, before
+    the pass stops them (the children that were not there before the pass, ``before``:
+    those of an earlier pass may still be exiting).
     """
     import psutil
 
-    from streamseq.plan.balance import balanced_sizes
+    from streamseq.plan import balance
 
-    cuts = np.cumsum(balanced_sizes(rows, workers))[:-1]
-    frames = [float(part.sum()) for part in np.split(rows, cuts)]
+    sets = getattr(balance, "balanced_sets", None)  # (any set of rows; a revision before: cuts)
+    if sets is not None:
+        frames = [float(rows[mine].sum()) for mine in sets(rows, workers)]
+    else:
+        cuts = np.cumsum(balance.balanced_sizes(rows, workers))[:-1]
+        frames = [float(part.sum()) for part in np.split(rows, cuts)]
     cpu = []
     for child in [c for c in psutil.Process().children() if c.pid not in before][:workers]:
         try:

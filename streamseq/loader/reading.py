@@ -15,10 +15,12 @@ import pickle
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from ..deliver.assemble import Assembled
 from ..errors import SourceError
 from ..interleave import Row, make_rows
-from ..plan.balance import balanced_groups, row_costs
+from ..plan.balance import balanced_sets, row_costs
 from ..plan.planner import EpochPlan, Epochs
 from ..plan.spec import PlanSpec
 from ..read.ref import StreamRef, TableRefs, _collector_paused
@@ -29,6 +31,7 @@ from ..tbin import tbin
 from ..workers.config import WorkerConfig
 from ..workers.inline import bounded
 from ..workers.pool import WorkerPool
+from ..workers.runs import Runs, in_row_order, runs_of
 from ..workers.sizing import micro_batch_bytes
 from ..zip_batch import ZipBatch
 from .config import LoaderConfig
@@ -210,16 +213,29 @@ class Reading:
     def groups(self, plan: EpochPlan, workers: int, balanced: bool = True) -> list[ZipBatch]:
         """The rows of this rank in ``plan``'s epoch, as one group per worker.
 
-        ``balanced``: contiguous groups of even cost, the steps their rows read in this
-        epoch (:mod:`~streamseq.plan.balance`); else of as many rows each, the groups of
-        persistent workers (:meth:`group_of`: their sizes hold for every epoch, the rows'
-        costs do not).
+        ``balanced``: groups of even cost, the steps their rows read in this epoch
+        (:mod:`~streamseq.plan.balance`): contiguous where that is as even, else any set
+        of rows each, read as runs of consecutive rows (:class:`~streamseq.workers.runs.Runs`,
+        its rows in ``given_rows``: :func:`~streamseq.workers.runs.in_row_order` puts
+        them back in row order); else of as many rows each, the groups of persistent
+        workers (:meth:`group_of`: their sizes hold for every epoch, the rows' costs do not).
         """
         rows = self.rows(plan)
         if not balanced:
             return [self.group(plan, g) for g in split_by_worker(rows, workers)]
         costs = row_costs(rows, plan.length * self.spec.tbins)
-        return [self.group(plan, g) for g in balanced_groups(rows, costs, workers)]
+        sets = balanced_sets(costs, workers)
+        if all(len(s) == 0 or int(s[-1] - s[0]) + 1 == len(s) for s in sets):  # contiguous
+            sizes = [len(s) for s in sets]
+            return [self.group(plan, g) for g in _cut(rows, sizes)]
+        made: list[Any] = []
+        for mine in sets:
+            runs = runs_of(mine)
+            parts = [self.group(plan, rows[a : a + n]) for a, n in runs]
+            group = Runs(parts, [a for a, _ in runs])  # (at its rows, whatever the others)
+            group.given_rows = mine
+            made.append(group)
+        return made
 
     def group_of(self, plan: EpochPlan, w: int, workers: int) -> ZipBatch:
         """Group ``w`` of ``workers`` groups of this rank's rows in ``plan``'s epoch.
@@ -228,6 +244,12 @@ class Reading:
         (:class:`~streamseq.workers.epochs.EpochBlocks`).
         """
         return self.group(plan, split_by_worker(self.rows(plan), workers)[w])
+
+
+def _cut(rows: list[Row], sizes: list[int]) -> list[list[Row]]:
+    """``rows`` cut into contiguous groups of ``sizes`` rows."""
+    bounds = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+    return [rows[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
 def _merged(*stores: list[Any]) -> list[Any]:
@@ -319,6 +341,7 @@ def read_with(
         batches = Assembled(groups, config.pin_memory, config.time_major, share=True)
         return batches, groups, [], None, []
     kept = workers.persistent
+    given: list[Any] = [None]  # (the rows of each group, when not contiguous in order)
     if config.persistent_workers and kept is not None and len(kept) == count:
         started = kept
     else:
@@ -326,8 +349,9 @@ def read_with(
         if config.method == "process" and multiprocessing.get_start_method() != "fork":
             check_picklable(groups, config.transform, reading.refs)
         started = workers.start(groups, reading.steps, reading.group_of, epochs)
+        given = [getattr(g, "given_rows", None) for g in groups]
     prefetchers = [] if config.persistent_workers else started  # (the pool's, kept)
-    groups = workers.unblocked(started, plan.epoch, plan.length)
+    groups = in_row_order(workers.unblocked(started, plan.epoch, plan.length), given)
     batches = Assembled(groups, config.pin_memory, config.time_major, share=False)
     failed = workers.stop if config.persistent_workers else None
     return batches, groups, prefetchers, failed, [pf.timing for pf in started]

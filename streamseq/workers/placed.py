@@ -26,6 +26,7 @@ import numpy as np
 
 from .._tree import leaves, rebuilt, tree_map
 from .blocks import Failed
+from .runs import RunItems
 from .shm import Slot
 
 Layout = tuple[tuple[int, str, tuple[int, ...]], ...]
@@ -51,6 +52,8 @@ def place(value: Any, slot: Slot) -> Placed | None:
     items, failed = value, None
     if isinstance(items[-1], Failed):
         items, failed = items[:-1], items[-1]
+    if items and type(items[0]) is RunItems:  # (a group of several runs: each at its rows)
+        return _place_runs(items, failed, slot)
     if not items or not isinstance(items[0], tuple):
         return None
     taken = slot.taken
@@ -83,6 +86,55 @@ def place(value: Any, slot: Slot) -> Placed | None:
     steps = _valid_steps(slot, items, first, stride, rows) if flat else None
     used = slot.view[slot.start : slot.offset]
     return Placed(used, rows, first, stride, len(items), skeleton, steps, failed)
+
+
+def _place_runs(items: list[Any], failed: Failed | None, slot: Slot) -> Placed | None:
+    """Items of several runs (:class:`~.runs.RunItems`) as a Placed, if each is in place.
+
+    Every run's arrays must be the same arrays of all the rows (the same layout), each
+    run's rows at their place; then the block is that of the first run, with the runs.
+    """
+    if any(type(it) is not RunItems for it in items):
+        return None
+    firsts = items[0].firsts
+    runs = len(firsts)
+    if any(it.firsts != firsts or len(it.parts) != runs for it in items):
+        return None
+    taken = slot.taken
+    counts = []
+    for r in range(runs):
+        part = [it.parts[r] for it in items]
+        for item, whole in zip(part, items, strict=True):
+            if not isinstance(item, tuple):
+                return None
+            mine, first = leaves(item), leaves(whole.parts[0])
+            if len(mine) != len(first):
+                return None
+            for a, b in zip(mine, first, strict=True):
+                record, same = taken.get(id(a)), taken.get(id(b))
+                if record is None or same is None or record[0] is not a or record[1:] != same[1:]:
+                    return None
+        counts.append(len(leaves(part[0])[0]))
+    placed = place([it.parts[0] for it in items], slot)
+    if placed is None:
+        return None
+    placed.failed = failed
+    total = placed.rows[2]
+    placed.runs = tuple(zip(firsts, counts, strict=True))
+    placed.rows = (firsts[0], sum(counts), total)
+    if placed.steps is not None:  # (a named tuple with ``valid``: counted for each run)
+        counted = [
+            _valid_steps(
+                slot, [it.parts[r] for it in items], placed.layout, placed.stride, (f, n, total)
+            )
+            for r, (f, n) in enumerate(placed.runs)
+        ]
+        if any(c is None for c in counted):
+            placed.steps = None
+            return placed
+        placed.run_steps = counted  # type: ignore[assignment]
+        placed.steps = np.sum(counted, axis=0).tolist()
+    return placed
 
 
 def _valid_steps(
@@ -122,6 +174,7 @@ class Placed:
     """
 
     __slots__ = (
+        "_runs",
         "_stacked",
         "address",
         "buffer",
@@ -130,6 +183,8 @@ class Placed:
         "flat",
         "layout",
         "rows",
+        "run_steps",
+        "runs",
         "skeleton",
         "steps",
         "stride",
@@ -150,13 +205,45 @@ class Placed:
         self.count, self.skeleton, self.steps, self.failed = count, skeleton, steps, failed
         self.address = 0
         self._stacked: list[np.ndarray] | None = None
+        self.runs: tuple[tuple[int, int], ...] | None = None  # (first, count) of each run
+        self.run_steps: list[list[int]] | None = None  # valid steps of each run, each item
+        self._runs: list[Placed] | None = None
         self.flat = (  # a named tuple of arrays (a Batch of arrays): rebuilt in short
             hasattr(skeleton, "_make") and all(x is None for x in skeleton)
         )
 
     def __reduce__(self) -> tuple:
         args = (self.rows, self.layout, self.stride, self.count, self.skeleton, self.steps)
-        return _placed, (pickle.PickleBuffer(self.buffer), *args, self.failed)
+        runs = (self.runs, self.run_steps)
+        return _placed, (pickle.PickleBuffer(self.buffer), *args, self.failed, runs)
+
+    def run(self, r: int) -> Placed:
+        """Run ``r`` of this worker's rows, as a Placed of the same slot (itself: one run).
+
+        The runs of every worker, in row order, are one slot of whole items
+        (:func:`same_slot`), as contiguous groups are.
+        """
+        if self.runs is None:
+            return self
+        if self._runs is None:
+            made = []
+            for (first, count), steps in zip(
+                self.runs, self.run_steps or [None] * len(self.runs), strict=True
+            ):
+                one = Placed(
+                    self.buffer,
+                    (first, count, self.rows[2]),
+                    self.layout,
+                    self.stride,
+                    self.count,
+                    self.skeleton,
+                    steps,
+                    self.failed,
+                )
+                one.address, one._stacked = self.address, self.stacked()
+                made.append(one)
+            self._runs = made
+        return self._runs[r]
 
     def stacked(self) -> list[np.ndarray]:
         """For each leaf, the arrays of all the rows of every item, stacked (views)."""
@@ -187,7 +274,10 @@ class Placed:
         return _rebuild(self.skeleton, arrays)
 
     def item(self, m: int) -> Any:
-        """Item ``m`` with this worker's rows only."""
+        """Item ``m`` with this worker's rows only (of several runs: :class:`~.runs.RunItems`)."""
+        if self.runs is not None:
+            parts = [self.run(r).item(m) for r in range(len(self.runs))]
+            return RunItems(parts, [first for first, _ in self.runs])
         first, count, _ = self.rows
         arrays = [a[m, first : first + count] for a in self.stacked()]
         return _rebuild(self.skeleton, arrays)
@@ -199,7 +289,9 @@ def _rebuild(skeleton: Any, arrays: list[np.ndarray]) -> Any:
 
 
 def _placed(buffer: Any, *args: Any) -> Placed:
+    *args, (runs, run_steps) = args
     placed = Placed(memoryview(buffer).cast("B"), *args)
+    placed.runs, placed.run_steps = runs, run_steps
     if len(placed.buffer):
         placed.address = np.frombuffer(placed.buffer, np.uint8, 1).ctypes.data
     return placed

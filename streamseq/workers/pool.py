@@ -48,6 +48,7 @@ class WorkerPool:
         count, kept = self.config.max_buffered + 2, self.slots
         if kept is None or kept.size < need or kept.count != count or kept.owner != os.getpid():
             kept = self.slots = Slots(count, need)
+        kept.new_parties()  # (new workers: the slots still held are not theirs to join)
         return kept
 
     def start(

@@ -117,6 +117,24 @@ class Slots:
                 self._key_of[start] = key
             return start
 
+    def new_parties(self) -> None:
+        """Workers are started anew: none of them joins a slot that earlier ones took.
+
+        A slot of earlier workers may still be held (a batch the training loop keeps);
+        the new workers may split the rows otherwise (groups of other sizes: parties
+        that never took its key), and one joining it would write rows of a delivered
+        batch. Each key they take gets a slot of its own.
+
+        Example:
+            >>> slots = Slots(2, 64)
+            >>> held = slots.take(key=0, party=(0, 4))
+            >>> slots.new_parties()
+            >>> slots.take(key=0, party=(2, 4)) == held
+            False
+        """
+        with self.lock:
+            self._keys.clear()
+
     def give_back(self, start: int | None) -> None:
         """Let go of one hold of the slot at ``start``; free once none is left (None: no slot)."""
         if start is None:
