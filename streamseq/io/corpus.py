@@ -200,6 +200,17 @@ class CorpusTable(StreamTable):
         return [CorpusFiles(files)] if files else []
 
 
+def _guarded_copy() -> bool:
+    """Whether a batch's compiled copy, guarded against ``SIGBUS``, is built here.
+
+    Without it (a build without a compiler), a batch is copied by numpy, which a file cut
+    short during the copy would kill: a document is then read with its own checks.
+    """
+    from streamseq.gather import writer  # (the writer imports the readers: not at import)
+
+    return writer.fill is not None
+
+
 class _Document(Source):
     """Tokens ``start:stop`` of a file, read through the file's shared memory map.
 
@@ -269,8 +280,8 @@ class _Document(Source):
         compiled pass: a file cut short during the copy is an error of the batch (the
         compiled copy is guarded against ``SIGBUS``), one rewritten in place is found by
         the check after it. Anywhere else (a list of documents, a read of its own, a
-        forked child, a context copied out of the batch), the document itself: its reads
-        check the files before and after each copy.
+        forked child, a context copied out of the batch, a build without the compiled
+        copy), the document itself: its reads check the files before and after each copy.
 
         Example:
             >>> import tempfile, numpy as np
@@ -285,7 +296,7 @@ class _Document(Source):
             ('memmap', [2, 3, 4, 5])
         """
         files = self.files
-        if not files or not _batch_checks(files):
+        if not files or not _batch_checks(files) or not _guarded_copy():
             return self
         handle = self._handle.get(self._open_checked)  # (made once a process: its own lock)
         if self.stop > len(handle):  # (a range past the end of the file: the read says so)

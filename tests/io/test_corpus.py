@@ -614,3 +614,29 @@ def test_a_file_cut_short_between_the_check_and_the_copy_is_an_error_not_a_kille
     kind, got, where, message = queue.get(timeout=10)
     assert kind == "refused" and got == 2 and where == str(path)
     assert "stream" in message and "steps" in message
+
+
+def _read_without_the_compiled_copy_cut_short_after_a_check(path, queue):
+    """As above, the compiled copy absent (a build without a compiler): what came."""
+    from streamseq.gather import writer
+
+    writer.fill = None  # (the numpy path: a copy not guarded against SIGBUS)
+    _read_with_the_file_cut_short_after_a_check(path, queue)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_without_the_compiled_copy_a_file_cut_short_after_a_check_is_an_error_not_a_kill(
+    tmp_path,
+):
+    path = tmp_path / "c.bin"
+    (np.arange(1 << 17) % 500 + 1).astype(np.uint16).tofile(path)
+    queue = multiprocessing.get_context("fork").Queue()
+    child = multiprocessing.get_context("fork").Process(
+        target=_read_without_the_compiled_copy_cut_short_after_a_check, args=(str(path), queue)
+    )
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0  # (not killed by a SIGBUS)
+    kind, got, where, message = queue.get(timeout=10)
+    assert kind == "refused" and got == 2 and where == str(path)
+    assert "stream" in message and "steps" in message
