@@ -151,8 +151,9 @@ class CorpusFiles:
     (a memory map of a file cut short kills the process that reads it: checked just
     before, the window is a read's). Read alone, it copies the tokens and checks again,
     so a change during the copy is an error; read by a loader that checks the files
-    after the whole batch (:meth:`batch`), it copies nothing of its own: one ``stat`` a
-    file a read and one a batch, not two a read and a copy. A file changed before or
+    after the whole batch (:meth:`batch`), it is not checked again after its copy (and
+    the batch's compiled copy reads the map itself): one ``stat`` a file a read and one a
+    batch, not two a read. A file changed before or
     during the batch is a :class:`~streamseq.errors.SourceError` naming it (the loader
     adds the streams and the steps of the batch).
 
@@ -313,10 +314,13 @@ class _Document(Source):
                 f"tokens {self.start + a}:{self.start + b} are past the end of the file "
                 f"({len(handle)} tokens)",
             )
-        tokens = handle[self.start + a : self.start + b]
-        if not checked:  # copied, then checked again: what a change during the copy gave
-            tokens = np.array(tokens)
-            tokens.flags.writeable = False
+        # copied, always: what a read gives (to a transform, a batch's look-ahead or packed
+        # rows) may be kept past the batch, and a view of the map would change with the
+        # file (or kill its reader, the file cut short); a batch's compiled copy reads the
+        # map itself (:meth:`as_arrays`)
+        tokens = np.array(handle[self.start + a : self.start + b])
+        tokens.flags.writeable = False
+        if not checked:  # checked again: what a change during the copy gave
             _check_unchanged(self.files, self.start + a, self.start + b)
         return tokens
 

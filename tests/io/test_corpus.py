@@ -640,3 +640,28 @@ def test_without_the_compiled_copy_a_file_cut_short_after_a_check_is_an_error_no
     kind, got, where, message = queue.get(timeout=10)
     assert kind == "refused" and got == 2 and where == str(path)
     assert "stream" in message and "steps" in message
+
+
+class _Keep:
+    """A transform that keeps what it is given (a user's cache, a debugging list)."""
+
+    def __init__(self):
+        self.kept = []
+
+    def __call__(self, steps, info):
+        self.kept.append((steps, steps.tolist()))
+        return steps
+
+
+@pytest.mark.parametrize("pad", ["zeros", "pack"])
+def test_what_a_transform_keeps_of_a_corpus_never_changes_with_the_file(tmp_path, pad):
+    path = tmp_path / "c.bin"
+    (np.arange(4000) % 500 + 1).astype(np.uint16).tofile(path)
+    docs = token_corpus(path, index=np.arange(0, 4000, 100))
+    keep = _Keep()
+    list(StreamLoader(docs, batch_size=4, tbins=30, transform=keep, pad=pad))
+    assert keep.kept
+    with open(path, "r+b") as f:  # rewritten in place after the pass (then cut short)
+        f.write(np.zeros(4000, np.uint16).tobytes())
+    for steps, seen in keep.kept:  # (a view of the map would read the zeros, or SIGBUS)
+        assert steps.tolist() == seen
