@@ -307,7 +307,6 @@ class _Document(Source):
     def _read(self, handle: Any, a: int, b: int) -> np.ndarray:
         if self.files:  # (before every read: a map of a file cut short kills its reader)
             _check_unchanged(self.files, self.start + a, self.start + b)
-        checked = not self.files or _batch_checks(self.files)
         if self.start + b > len(handle) and b > a:  # a range past the end of the file
             raise SourceError(
                 self.key[0],
@@ -320,7 +319,10 @@ class _Document(Source):
         # map itself (:meth:`as_arrays`)
         tokens = np.array(handle[self.start + a : self.start + b])
         tokens.flags.writeable = False
-        if not checked:  # checked again: what a change during the copy gave
+        # checked again (what a change during the copy gave) unless a batch that checks the
+        # files after it is still open here: asked after the copy, so that a read begun in
+        # a batch that ends meanwhile (a thread of its context) is checked
+        if self.files and not _batch_checks(self.files):
             _check_unchanged(self.files, self.start + a, self.start + b)
         return tokens
 

@@ -665,3 +665,46 @@ def test_what_a_transform_keeps_of_a_corpus_never_changes_with_the_file(tmp_path
         f.write(np.zeros(4000, np.uint16).tobytes())
     for steps, seen in keep.kept:  # (a view of the map would read the zeros, or SIGBUS)
         assert steps.tolist() == seen
+
+
+def test_a_read_begun_in_a_batch_that_ends_before_its_copy_is_checked_after_it(
+    tmp_path, monkeypatch
+):
+    import contextvars
+    import threading
+
+    import streamseq.io.corpus as corpus
+
+    path = tmp_path / "c.bin"
+    (np.arange(100, dtype=np.uint16) + 1).tofile(path)
+    docs = token_corpus(path, index=[0, 10, 30, 60])
+    docs[2][:1]  # (the map made)
+    asked, ended = threading.Event(), threading.Event()
+    batch_checks = corpus._batch_checks
+
+    def the_batch_ends_meanwhile(files):  # (a thread of the batch's context, reading on)
+        got = batch_checks(files)
+        if threading.current_thread() is not threading.main_thread() and not asked.is_set():
+            asked.set()
+            assert ended.wait(60)
+        return got
+
+    monkeypatch.setattr(corpus, "_batch_checks", the_batch_ends_meanwhile)
+    got = []
+
+    def read():
+        try:
+            got.append(docs[2][:5].tolist())
+        except SourceError as e:
+            got.append(e.path)
+
+    with docs.stores[0].batch():
+        thread = threading.Thread(target=contextvars.copy_context().run, args=(read,))
+        thread.start()
+        assert asked.wait(60)
+    docs.stores[0].check()  # (the batch's check after it: nothing changed yet)
+    with open(path, "r+b") as f:  # then rewritten in place, before the thread's copy
+        f.write(np.zeros(100, np.uint16).tobytes())
+    ended.set()
+    thread.join(60)
+    assert got in ([[31, 32, 33, 34, 35]], [str(path)])  # never the zeros, unchecked
