@@ -151,8 +151,9 @@ class CorpusFiles:
     (a memory map of a file cut short kills the process that reads it: checked just
     before, the window is a read's). Read alone, it copies the tokens and checks again,
     so a change during the copy is an error; read by a loader that checks the files
-    after the whole batch (:meth:`batch`), it copies nothing of its own: one ``stat`` a
-    file a read and one a batch, not two a read and a copy. A file changed before or
+    after the whole batch (:meth:`batch`), it is not checked again after its copy (and
+    the batch's compiled copy reads the map itself): one ``stat`` a file a read and one a
+    batch, not two a read. A file changed before or
     during the batch is a :class:`~streamseq.errors.SourceError` naming it (the loader
     adds the streams and the steps of the batch).
 
@@ -198,6 +199,17 @@ class CorpusTable(StreamTable):
         """The files the documents read, which a loader checks around each batch."""
         files = self.make.args[1]
         return [CorpusFiles(files)] if files else []
+
+
+def _guarded_copy() -> bool:
+    """Whether a batch's compiled copy, guarded against ``SIGBUS``, is built here.
+
+    Without it (a build without a compiler), a batch is copied by numpy, which a file cut
+    short during the copy would kill: a document is then read with its own checks.
+    """
+    from streamseq.gather import writer  # (the writer imports the readers: not at import)
+
+    return writer.fill is not None
 
 
 class _Document(Source):
@@ -269,8 +281,8 @@ class _Document(Source):
         compiled pass: a file cut short during the copy is an error of the batch (the
         compiled copy is guarded against ``SIGBUS``), one rewritten in place is found by
         the check after it. Anywhere else (a list of documents, a read of its own, a
-        forked child, a context copied out of the batch), the document itself: its reads
-        check the files before and after each copy.
+        forked child, a context copied out of the batch, a build without the compiled
+        copy), the document itself: its reads check the files before and after each copy.
 
         Example:
             >>> import tempfile, numpy as np
@@ -285,7 +297,7 @@ class _Document(Source):
             ('memmap', [2, 3, 4, 5])
         """
         files = self.files
-        if not files or not _batch_checks(files):
+        if not files or not _batch_checks(files) or not _guarded_copy():
             return self
         handle = self._handle.get(self._open_checked)  # (made once a process: its own lock)
         if self.stop > len(handle):  # (a range past the end of the file: the read says so)
@@ -295,17 +307,22 @@ class _Document(Source):
     def _read(self, handle: Any, a: int, b: int) -> np.ndarray:
         if self.files:  # (before every read: a map of a file cut short kills its reader)
             _check_unchanged(self.files, self.start + a, self.start + b)
-        checked = not self.files or _batch_checks(self.files)
         if self.start + b > len(handle) and b > a:  # a range past the end of the file
             raise SourceError(
                 self.key[0],
                 f"tokens {self.start + a}:{self.start + b} are past the end of the file "
                 f"({len(handle)} tokens)",
             )
-        tokens = handle[self.start + a : self.start + b]
-        if not checked:  # copied, then checked again: what a change during the copy gave
-            tokens = np.array(tokens)
-            tokens.flags.writeable = False
+        # copied, always: what a read gives (to a transform, a batch's look-ahead or packed
+        # rows) may be kept past the batch, and a view of the map would change with the
+        # file (or kill its reader, the file cut short); a batch's compiled copy reads the
+        # map itself (:meth:`as_arrays`)
+        tokens = np.array(handle[self.start + a : self.start + b])
+        tokens.flags.writeable = False
+        # checked again (what a change during the copy gave) unless a batch that checks the
+        # files after it is still open here: asked after the copy, so that a read begun in
+        # a batch that ends meanwhile (a thread of its context) is checked
+        if self.files and not _batch_checks(self.files):
             _check_unchanged(self.files, self.start + a, self.start + b)
         return tokens
 

@@ -614,3 +614,97 @@ def test_a_file_cut_short_between_the_check_and_the_copy_is_an_error_not_a_kille
     kind, got, where, message = queue.get(timeout=10)
     assert kind == "refused" and got == 2 and where == str(path)
     assert "stream" in message and "steps" in message
+
+
+def _read_without_the_compiled_copy_cut_short_after_a_check(path, queue):
+    """As above, the compiled copy absent (a build without a compiler): what came."""
+    from streamseq.gather import writer
+
+    writer.fill = None  # (the numpy path: a copy not guarded against SIGBUS)
+    _read_with_the_file_cut_short_after_a_check(path, queue)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_without_the_compiled_copy_a_file_cut_short_after_a_check_is_an_error_not_a_kill(
+    tmp_path,
+):
+    path = tmp_path / "c.bin"
+    (np.arange(1 << 17) % 500 + 1).astype(np.uint16).tofile(path)
+    queue = multiprocessing.get_context("fork").Queue()
+    child = multiprocessing.get_context("fork").Process(
+        target=_read_without_the_compiled_copy_cut_short_after_a_check, args=(str(path), queue)
+    )
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0  # (not killed by a SIGBUS)
+    kind, got, where, message = queue.get(timeout=10)
+    assert kind == "refused" and got == 2 and where == str(path)
+    assert "stream" in message and "steps" in message
+
+
+class _Keep:
+    """A transform that keeps what it is given (a user's cache, a debugging list)."""
+
+    def __init__(self):
+        self.kept = []
+
+    def __call__(self, steps, info):
+        self.kept.append((steps, steps.tolist()))
+        return steps
+
+
+@pytest.mark.parametrize("pad", ["zeros", "pack"])
+def test_what_a_transform_keeps_of_a_corpus_never_changes_with_the_file(tmp_path, pad):
+    path = tmp_path / "c.bin"
+    (np.arange(4000) % 500 + 1).astype(np.uint16).tofile(path)
+    docs = token_corpus(path, index=np.arange(0, 4000, 100))
+    keep = _Keep()
+    list(StreamLoader(docs, batch_size=4, tbins=30, transform=keep, pad=pad))
+    assert keep.kept
+    with open(path, "r+b") as f:  # rewritten in place after the pass (then cut short)
+        f.write(np.zeros(4000, np.uint16).tobytes())
+    for steps, seen in keep.kept:  # (a view of the map would read the zeros, or SIGBUS)
+        assert steps.tolist() == seen
+
+
+def test_a_read_begun_in_a_batch_that_ends_before_its_copy_is_checked_after_it(
+    tmp_path, monkeypatch
+):
+    import contextvars
+    import threading
+
+    import streamseq.io.corpus as corpus
+
+    path = tmp_path / "c.bin"
+    (np.arange(100, dtype=np.uint16) + 1).tofile(path)
+    docs = token_corpus(path, index=[0, 10, 30, 60])
+    docs[2][:1]  # (the map made)
+    asked, ended = threading.Event(), threading.Event()
+    batch_checks = corpus._batch_checks
+
+    def the_batch_ends_meanwhile(files):  # (a thread of the batch's context, reading on)
+        got = batch_checks(files)
+        if threading.current_thread() is not threading.main_thread() and not asked.is_set():
+            asked.set()
+            assert ended.wait(60)
+        return got
+
+    monkeypatch.setattr(corpus, "_batch_checks", the_batch_ends_meanwhile)
+    got = []
+
+    def read():
+        try:
+            got.append(docs[2][:5].tolist())
+        except SourceError as e:
+            got.append(e.path)
+
+    with docs.stores[0].batch():
+        thread = threading.Thread(target=contextvars.copy_context().run, args=(read,))
+        thread.start()
+        assert asked.wait(60)
+    docs.stores[0].check()  # (the batch's check after it: nothing changed yet)
+    with open(path, "r+b") as f:  # then rewritten in place, before the thread's copy
+        f.write(np.zeros(100, np.uint16).tobytes())
+    ended.set()
+    thread.join(60)
+    assert got in ([[31, 32, 33, 34, 35]], [str(path)])  # never the zeros, unchecked
