@@ -151,3 +151,37 @@ def test_a_run_not_written_in_the_slot_is_read_again_apart_never_over_another():
     finally:
         shm.use(None)
     assert [p[0][:, 0].tolist() for p in got.parts] == [[12, 12], [42]]
+
+
+def test_batches_held_across_stopped_passes_whose_groups_differ_stay_those_of_0_workers():
+    rng = np.random.default_rng(3)
+    data = [
+        rng.integers(0, 1000, (int(n), 3)).astype(np.float32) for n in rng.integers(20, 200, 24)
+    ]
+    want = StreamLoader(data, 8, 8, shuffle=True)
+    wanted = []
+    for e in range(3):
+        want.set_epoch(e)
+        wanted.append(fields(want))
+    loader = StreamLoader(data, 8, 8, num_workers=3, shuffle=True)
+    try:
+        sets = []
+        for e in range(3):
+            loader.set_epoch(e)
+            sets.append([g.given_rows.tolist() for g in loader._reading.groups(loader.plan(), 3)])
+        assert len({str(s) for s in sets}) > 1  # (the groups differ from one epoch to the next)
+        held = []
+        for e in range(3):
+            loader.set_epoch(e)
+            for i, batch in enumerate(loader):  # each pass stopped early: a new one after
+                held.append((e, i, batch))
+                if i == 3 + e:
+                    break
+        gc.collect()
+        for e, i, batch in held:
+            got = [
+                np.ascontiguousarray(np.asarray(x)).tobytes() for x in (batch.data, *batch[1:5])
+            ]
+            assert got == wanted[e][i], (e, i)
+    finally:
+        loader.close()
