@@ -17,17 +17,20 @@
  * the GIL, holding a reference to every stream they read.
  *
  * A memory map whose file is cut short (truncate) while its pages are copied raises
- * SIGBUS, which would kill the process.  The copies of a thread are guarded: a SIGBUS
- * handler, installed once (its previous action kept, and put back at exit), jumps out of
- * the copy of the thread that faulted (a thread-local jump buffer, set only while it
- * copies), and fill raises a streamseq.errors.SourceError naming the file, the stream and
- * its steps.  A SIGBUS of any other code, or of another thread, does what it did before
- * (the previous handler, or the default: the process ends).  The guard costs no system
- * call a batch (sigsetjmp without the signal mask: the handler does not block SIGBUS).
+ * SIGBUS, which would kill the process.  The copies are guarded: while any thread copies,
+ * a SIGBUS handler is installed (by the first thread to start copying, the action it
+ * found kept; put back by the last to end, unless another was installed meanwhile), which
+ * jumps out of the copy of the thread that faulted (a thread-local jump buffer, set only
+ * while it copies), and fill raises a streamseq.errors.SourceError naming the file, the
+ * stream and its steps.  Installed for each copy, the guard holds whatever handlers a
+ * program or a library (faulthandler) installs or removes between batches.  A SIGBUS of
+ * any other code, or of another thread, does what the action found did (that handler, or
+ * the default: the process ends).  The guard costs two sigaction calls a batch.
  */
 #define PY_SSIZE_T_CLEAN
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <Python.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <string.h>
@@ -39,7 +42,8 @@ static PyTypeObject *memmap_type;  /* numpy.memmap */
  * initial-exec model: read by the handler without an allocation. */
 static __thread sigjmp_buf *volatile copying __attribute__((tls_model("initial-exec")));
 static struct sigaction previous;  /* what SIGBUS did before the guard */
-static int guarded;                /* whether the guard is installed (set with the GIL) */
+static int copiers;                /* threads copying under the guard */
+static pthread_mutex_t guard_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void
 on_bus(int sig, siginfo_t *info, void *context)
@@ -68,34 +72,63 @@ on_bus(int sig, siginfo_t *info, void *context)
     raise(sig);
 }
 
-static void
-unguard(void)
+static int
+is_ours(const struct sigaction *action)
 {
-    if (guarded) {
-        sigaction(SIGBUS, &previous, NULL);
-        guarded = 0;
-    }
+    return (action->sa_flags & SA_SIGINFO) && action->sa_sigaction == on_bus;
 }
 
-/* Install the SIGBUS guard once (called with the GIL held). */
+/* Guard this thread's copy: the handler installed while any thread copies. */
 static int
 guard(void)
 {
-    if (guarded)
-        return 0;
-    struct sigaction ours;
-    memset(&ours, 0, sizeof ours);
-    ours.sa_sigaction = on_bus;
-    ours.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
-    sigemptyset(&ours.sa_mask);
-    copying = NULL;  /* (this thread's copy of it made now) */
-    if (sigaction(SIGBUS, NULL, &previous) != 0 || sigaction(SIGBUS, &ours, NULL) != 0) {
-        PyErr_SetFromErrno(PyExc_OSError);
-        return -1;
+    int failed = 0;
+    pthread_mutex_lock(&guard_lock);
+    if (copiers == 0) {
+        struct sigaction ours, found;
+        memset(&ours, 0, sizeof ours);
+        ours.sa_sigaction = on_bus;
+        ours.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
+        sigemptyset(&ours.sa_mask);
+        if (sigaction(SIGBUS, NULL, &found) != 0)
+            failed = 1;
+        else if (!is_ours(&found)) {  /* (ours left installed: its previous stays) */
+            previous = found;
+            failed = sigaction(SIGBUS, &ours, NULL) != 0;
+        }
     }
-    guarded = 1;
-    Py_AtExit(unguard);
-    return 0;
+    if (!failed)
+        copiers++;
+    pthread_mutex_unlock(&guard_lock);
+    if (failed)
+        PyErr_SetFromErrno(PyExc_OSError);
+    return failed ? -1 : 0;
+}
+
+/* The end of a guarded copy: the last one puts back the action found (if still ours). */
+static void
+unguard(void)
+{
+    pthread_mutex_lock(&guard_lock);
+    if (--copiers == 0) {
+        struct sigaction now;
+        if (sigaction(SIGBUS, NULL, &now) == 0 && is_ours(&now))
+            sigaction(SIGBUS, &previous, NULL);
+    }
+    pthread_mutex_unlock(&guard_lock);
+}
+
+/* A forked child has no thread copying: a fresh lock, and the action found put back. */
+static void
+guard_in_child(void)
+{
+    pthread_mutex_init(&guard_lock, NULL);
+    if (copiers) {
+        struct sigaction now;
+        copiers = 0;
+        if (sigaction(SIGBUS, NULL, &now) == 0 && is_ours(&now))
+            sigaction(SIGBUS, &previous, NULL);
+    }
 }
 
 /* The error of a copy from ``array`` (row ``id``'s steps start:start + count) that
@@ -233,11 +266,13 @@ fill(PyObject *self, PyObject *args)
         if (n[r] && !readable(PyList_GET_ITEM(streams, r), data, a[r], n[r]))
             return PyLong_FromSsize_t(r);
     }
-    if (guard() < 0)
-        return NULL;
     PyObject **held = PyMem_Malloc(rows * sizeof(PyObject *) + 1);
     if (held == NULL)
         return PyErr_NoMemory();
+    if (guard() < 0) {
+        PyMem_Free(held);
+        return NULL;
+    }
     for (npy_intp r = 0; r < rows; r++) {
         held[r] = n[r] ? PyList_GET_ITEM(streams, r) : NULL;
         Py_XINCREF(held[r]);  /* alive while the GIL is released */
@@ -281,6 +316,7 @@ fill(PyObject *self, PyObject *args)
     }
 copied:
     copying = NULL;
+    unguard();
     Py_END_ALLOW_THREADS
     if (faulted) {
         npy_intp r = at;
@@ -323,6 +359,11 @@ PyInit__gather(void)
     if (!PyType_Check(memmap_type)) {
         Py_DECREF(memmap_type);
         PyErr_SetString(PyExc_TypeError, "numpy.memmap is not a type");
+        return NULL;
+    }
+    if (pthread_atfork(NULL, NULL, guard_in_child) != 0) {
+        Py_DECREF(memmap_type);
+        PyErr_SetString(PyExc_OSError, "pthread_atfork failed");
         return NULL;
     }
     return PyModule_Create(&module);
