@@ -209,7 +209,7 @@ class Placed:
         self.run_steps: list[list[int]] | None = None  # valid steps of each run, each item
         self._runs: list[Placed] | None = None
         self.flat = (  # a named tuple of arrays (a Batch of arrays): rebuilt in short
-            hasattr(skeleton, "_make") and all(x is None for x in skeleton)
+            hasattr(skeleton, "_make") and skeleton.count(None) == len(skeleton)
         )
 
     def __reduce__(self) -> tuple:
