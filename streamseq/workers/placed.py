@@ -174,7 +174,6 @@ class Placed:
     """
 
     __slots__ = (
-        "_of",
         "_runs",
         "_stacked",
         "address",
@@ -206,7 +205,6 @@ class Placed:
         self.count, self.skeleton, self.steps, self.failed = count, skeleton, steps, failed
         self.address = 0
         self._stacked: list[np.ndarray] | None = None
-        self._of: Placed | None = None  # (a run's: the Placed whose arrays it shares)
         self.runs: tuple[tuple[int, int], ...] | None = None  # (first, count) of each run
         self.run_steps: list[list[int]] | None = None  # valid steps of each run, each item
         self._runs: list[Placed] | None = None
@@ -242,15 +240,14 @@ class Placed:
                     steps,
                     self.failed,
                 )
-                one.address, one._of = self.address, self  # (arrays made when used)
+                # (the arrays, where made already; else a run makes its own when used)
+                one.address, one._stacked = self.address, self._stacked
                 made.append(one)
             self._runs = made
         return self._runs[r]
 
     def stacked(self) -> list[np.ndarray]:
         """For each leaf, the arrays of all the rows of every item, stacked (views)."""
-        if self._stacked is None and self._of is not None:
-            self._stacked = self._of.stacked()  # (one set for all the runs)
         if self._stacked is None:
             out = []
             for offset, dtype, shape in self.layout:
@@ -280,6 +277,7 @@ class Placed:
     def item(self, m: int) -> Any:
         """Item ``m`` with this worker's rows only (of several runs: :class:`~.runs.RunItems`)."""
         if self.runs is not None:
+            self.stacked()  # (made once, for all the runs)
             parts = [self.run(r).item(m) for r in range(len(self.runs))]
             return RunItems(parts, [first for first, _ in self.runs])
         first, count, _ = self.rows
