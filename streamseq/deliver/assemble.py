@@ -76,7 +76,9 @@ class Assembled:
         self.length = lengths.pop()
         self.pin, self.time_major = pin and can_pin(), time_major
         self.share = share and len(self.groups) == 1 and not self.pin and not time_major
-        self._prepare = [g.prepare for g in self.groups if hasattr(g, "prepare")]
+        # (the runs of one group share its ``prepare``: it is called once a batch)
+        prepare = [g.prepare for g in self.groups if hasattr(g, "prepare")]
+        self._prepare = list(dict.fromkeys(prepare))
         # groups whose workers write their rows of the same batches (:mod:`..workers.placed`)
         self._blocks = [g.block for g in self.groups if hasattr(g, "block")]
         if len(self._blocks) != len(self.groups):

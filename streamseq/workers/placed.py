@@ -209,7 +209,7 @@ class Placed:
         self.run_steps: list[list[int]] | None = None  # valid steps of each run, each item
         self._runs: list[Placed] | None = None
         self.flat = (  # a named tuple of arrays (a Batch of arrays): rebuilt in short
-            hasattr(skeleton, "_make") and all(x is None for x in skeleton)
+            hasattr(skeleton, "_make") and skeleton.count(None) == len(skeleton)
         )
 
     def __reduce__(self) -> tuple:
@@ -240,7 +240,8 @@ class Placed:
                     steps,
                     self.failed,
                 )
-                one.address, one._stacked = self.address, self.stacked()
+                # (the arrays, where made already; else a run makes its own when used)
+                one.address, one._stacked = self.address, self._stacked
                 made.append(one)
             self._runs = made
         return self._runs[r]
@@ -276,6 +277,7 @@ class Placed:
     def item(self, m: int) -> Any:
         """Item ``m`` with this worker's rows only (of several runs: :class:`~.runs.RunItems`)."""
         if self.runs is not None:
+            self.stacked()  # (made once, for all the runs)
             parts = [self.run(r).item(m) for r in range(len(self.runs))]
             return RunItems(parts, [first for first, _ in self.runs])
         first, count, _ = self.rows

@@ -254,7 +254,10 @@ class Prefetched:
 
     def _ready(self) -> bool:
         """Whether workers can start: with processes, once the slots are sized."""
-        return self.num_workers > 0 and not (self.method == "process" and self.slot_size is None)
+        config = self.config
+        return config.num_workers > 0 and not (
+            config.method == "process" and self.slot_size is None
+        )
 
     def prepare(self, i: int) -> None:
         """Start the workers on item ``i`` now, if they are not there already.
@@ -268,12 +271,15 @@ class Prefetched:
                     self._start(i)
 
     def __getitem__(self, i: int) -> Any:
-        given, i = i, check_int(i, "an item index")
+        given = i
+        if type(i) is not int:  # (an int is one already: the common case, once a batch)
+            i = check_int(i, "an item index")
         if i < 0 and self.length != ENDLESS:
             i += self.length
         if not 0 <= i < self.length:
             raise IndexError(f"item {given} out of range for {self.length} items")
-        if self.num_workers == 0:
+        config = self.config
+        if config.num_workers == 0:
             return self._here(i)
         if not self._ready():
             return self._sizing(i)
@@ -281,7 +287,7 @@ class Prefetched:
             if self._window is None or self._window.next != i:
                 self._start(i)  # out of order: restart there instead of draining the queue
             value = self._take(i)
-            if self.method == "process":
+            if config.method == "process":
                 self._check_slots(i, value)
             return value
 
@@ -358,8 +364,10 @@ class Prefetched:
                 "sooner (copy what you keep) or raise max_buffered",
                 RuntimeWarning,
             )
+        if self.shared is not None:
+            return  # (slots of someone else's never grow: a larger item travelled pickled)
         size = nbytes(value)
-        if self.shared is None and size > self.slot_size:
+        if size > self.slot_size:
             self.grown += 1
             logger.info(
                 "item %d (%d bytes) outgrew its shared-memory slot (%d bytes): growing",

@@ -117,3 +117,21 @@ def test_holding_more_batches_than_slots_copies_them_and_says_so(caplog):
     assert slots.held() == 0
     assert_same(list(loader), expected)  # the slots serve again
     loader.close()
+
+
+def test_a_block_of_runs_frees_its_slot_once_dropped_without_a_collection():
+    slots = Slots(2, 1 << 16)
+    start = slots.take(key=0, party=0)
+    block = write_rows(slots, start, 0, 4, 4)
+    block.runs = ((0, 1), (1, 3))  # the worker's rows are two runs of the batch's
+    gc.disable()  # (a reference cycle would hold the slot until a collection)
+    try:
+        runs = [block.run(r) for r in range(2)]
+        assert runs[0].whole(1).data[:, 0, 0].tolist() == [100, 101, 102, 103]
+        parts = block.item(2).parts
+        assert [p.stream[:, 0].tolist() for p in parts] == [[0], [1, 2, 3]]
+        assert start not in slots.free
+        del block, runs, parts
+        assert start in slots.free and slots.held() == 0
+    finally:
+        gc.enable()
