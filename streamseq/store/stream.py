@@ -67,6 +67,15 @@ class _Files:
         text = repr((self.spec, [r[DIGEST] for r in records]))
         return f"store({hashlib.sha256(text.encode()).hexdigest()[:16]})"
 
+    def __del__(self) -> None:
+        # (the files this process opened, closed with their owner: maps keep their own)
+        try:
+            opened = self._maps.peek()
+        except Exception:  # (half made, or at interpreter exit)
+            return
+        for file, *_ in () if opened is None else opened[1]:
+            file.close()
+
     def maps(self) -> Any:
         """The tree of read-only memory maps of the whole data files (this process's)."""
         return self._maps.get(self._open)[0]

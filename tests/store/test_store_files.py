@@ -360,3 +360,16 @@ def test_a_data_file_cut_short_during_the_copy_is_the_error_of_the_file_check(
     with pytest.raises(SourceError, match="leaf-0.*cut short to 0 bytes") as raised:
         next(it)  # (the check's words, with the batch's streams, not the copy's alone)
     assert re.search(r"batch 1: stream \d+ \(StoredStream.*\),? steps 4:8", str(raised.value))
+
+
+def test_a_store_let_go_closes_its_files_without_a_resource_warning(tmp_path):
+    import gc
+    import warnings
+
+    stored = materialize(arrays((9, 14, 6, 11)), tmp_path / "s")
+    list(StreamLoader(stored, 2, 4))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        del stored
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)], caught
