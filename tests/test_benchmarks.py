@@ -58,5 +58,5 @@ def test_unequal_worker_split_counts_the_frames_of_each_group_of_rows():
     bench = load("bench_throughput")
     rows = bench.np.array([465, 482, 491, 466, 448, 449, 448, 443])
     split = bench.worker_split(rows, 2, before=set())
-    assert split[:2] == [1904.0, 1788.0]
+    assert split[:2] == [1847.0, 1845.0]  # (rows 0, 2, 6, 7 and 1, 3, 4, 5, as the loader has)
     assert len(split) == 4  # (no worker here: their CPU is not a number)
