@@ -70,7 +70,11 @@ class Pages:
         self.seen: set[tuple[int, int]] = set()  # regions mapped (the layouts repeat)
 
     def map(self, begin: int, end: int) -> int:
-        """Map the pages of ``view[begin:end]`` not mapped yet: the number of pages read."""
+        """Map the pages of ``view[begin:end]`` not mapped yet: the number of pages read.
+
+        A region past the end of the view is mapped up to its end.
+        """
+        end = min(end, len(self.bytes))
         region = begin, end
         if region in self.seen or end <= begin:
             return 0
