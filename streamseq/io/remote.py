@@ -360,6 +360,7 @@ class RemoteFile(io.RawIOBase):
         etag: str | None = None,
     ):
         super().__init__()
+        self._file: Any = None  # (first: a file whose stat fails is closed when collected)
         self.url = url
         self.storage_options = dict(storage_options or {})
         if size is None:
@@ -369,7 +370,6 @@ class RemoteFile(io.RawIOBase):
         self.cache_type = cache_type
         self.etag = etag
         self.pos = 0
-        self._file: Any = None
         self._start = start
 
     def __repr__(self) -> str:

@@ -494,3 +494,19 @@ def test_empty_and_missing_files_made_to_read(s3_server, tmp_path):  # noqa: F81
         with pytest.raises(FileNotFoundError):
             tokens(f"s3://{s3_server.bucket}/nowhere.npy", storage_options=s3_server.options)
         assert time.monotonic() - start < 5  # not retried
+
+
+def test_a_remote_file_that_cannot_be_opened_leaves_nothing_to_report_when_collected(
+    tmp_path, monkeypatch
+):
+    import gc
+
+    from streamseq.io.remote import RemoteFile
+
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    with pytest.raises(Exception, match="missing.bin") as raised:
+        RemoteFile(f"file://{tmp_path}/missing.bin")
+    del raised  # (its traceback holds the half-made file)
+    gc.collect()
+    assert not reported, [str(r.exc_value) for r in reported]
