@@ -258,7 +258,7 @@ def _build(
     pending = np.flatnonzero(~plan.done & (lengths > 0))
     empty = np.flatnonzero(~plan.done & (lengths == 0))
     manifest = {**config, "generation": plan.generation, "records": records, "complete": True}
-    if found is not None and _body(found.manifest, "files") == manifest:
+    if found is not None and layout.manifest_body(found.manifest, "files") == manifest:
         keep_verified(folder, found, locked=writable)  # (a copy: its files' identity)
         return store_table(folder, found.manifest, found.index)  # complete, as the streams are
     if not writable:
@@ -409,11 +409,6 @@ def _stable(value: Any) -> str:
     if callable(value):
         return _name(value)
     return _ADDRESS.sub("", repr(value))
-
-
-def _body(manifest: dict[str, Any], *also: str) -> dict[str, Any]:
-    """The manifest without its digest (nor the fields ``also``)."""
-    return {k: v for k, v in manifest.items() if k != "digest" and k not in also}
 
 
 def _contents(folder: str, writable: bool) -> Contents | None:

@@ -380,7 +380,7 @@ def keep_verified(folder: str, contents: Contents, locked: bool = False) -> None
             if current.get("digest") != contents.manifest.get("digest"):
                 return  # (recorded by another process, or the store made again)
             if writable:
-                layout.write_manifest(folder, _without_digest(contents.manifest))
+                layout.write_manifest(folder, contents.manifest)
                 return
             why = "its folder cannot be written"
     except TimeoutError:
@@ -395,7 +395,3 @@ def keep_verified(folder: str, contents: Contents, locked: bool = False) -> None
         names,
         why,
     )
-
-
-def _without_digest(manifest: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in manifest.items() if k != "digest"}

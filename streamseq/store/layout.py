@@ -293,10 +293,19 @@ def sync_folder(folder: str) -> None:
         os.close(fd)
 
 
+def manifest_body(manifest: dict[str, Any], *also: str) -> dict[str, Any]:
+    """The manifest without its ``digest`` (nor the fields ``also``).
+
+    Example:
+        >>> manifest_body({"steps": 3, "files": [], "digest": "ab"}, "files")
+        {'steps': 3}
+    """
+    return {k: v for k, v in manifest.items() if k != "digest" and k not in also}
+
+
 def _digest(manifest: dict[str, Any]) -> str:
     """The sha256 of the manifest's canonical JSON, its ``digest`` left out."""
-    body = {k: v for k, v in manifest.items() if k != "digest"}
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    text = json.dumps(manifest_body(manifest), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -329,8 +338,8 @@ def read_manifest(folder: str) -> dict[str, Any] | None:
 
 
 def write_manifest(folder: str, manifest: dict[str, Any]) -> None:
-    """Write the manifest of the store in ``folder`` atomically, with its digest."""
-    text = json.dumps({**manifest, "digest": _digest(manifest)})
+    """Write the manifest of the store in ``folder`` atomically, with its digest (new)."""
+    text = json.dumps({**manifest_body(manifest), "digest": _digest(manifest)})
     write_atomic(os.path.join(folder, MANIFEST), text.encode())
 
 
