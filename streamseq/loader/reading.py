@@ -15,12 +15,10 @@ import pickle
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-
 from ..deliver.assemble import Assembled
 from ..errors import SourceError
 from ..interleave import Row, make_rows
-from ..plan.balance import balanced_sets, row_costs
+from ..plan.balance import balanced_sets, cut_rows, row_costs
 from ..plan.planner import EpochPlan, Epochs
 from ..plan.spec import PlanSpec
 from ..read.ref import StreamRef, TableRefs, _collector_paused
@@ -227,7 +225,7 @@ class Reading:
         sets = balanced_sets(costs, workers)
         if all(len(s) == 0 or int(s[-1] - s[0]) + 1 == len(s) for s in sets):  # contiguous
             sizes = [len(s) for s in sets]
-            return [self.group(plan, g) for g in _cut(rows, sizes)]
+            return [self.group(plan, g) for g in cut_rows(rows, sizes)]
         made: list[Any] = []
         for mine in sets:
             runs = runs_of(mine)
@@ -244,12 +242,6 @@ class Reading:
         (:class:`~streamseq.workers.epochs.EpochBlocks`).
         """
         return self.group(plan, split_by_worker(self.rows(plan), workers)[w])
-
-
-def _cut(rows: list[Row], sizes: list[int]) -> list[list[Row]]:
-    """``rows`` cut into contiguous groups of ``sizes`` rows."""
-    bounds = np.concatenate([[0], np.cumsum(sizes)]).tolist()
-    return [rows[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
 def _merged(*stores: list[Any]) -> list[Any]:

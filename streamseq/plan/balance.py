@@ -127,7 +127,18 @@ def balanced_groups(rows: Sequence[T], costs: np.ndarray, groups: int) -> list[l
     rows = list(rows)
     if len(costs) != len(rows):
         raise ValueError(f"{len(costs)} costs for {len(rows)} rows")
-    bounds = np.concatenate([[0], np.cumsum(balanced_sizes(costs, groups))]).tolist()
+    return cut_rows(rows, balanced_sizes(costs, groups))
+
+
+def cut_rows(rows: Sequence[T], sizes: Sequence[int] | np.ndarray) -> list[list[T]]:
+    """``rows`` cut into contiguous groups of ``sizes`` rows, in order.
+
+    Example:
+        >>> cut_rows(list("abcde"), [2, 0, 3])
+        [['a', 'b'], [], ['c', 'd', 'e']]
+    """
+    rows = list(rows)
+    bounds = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).tolist()
     return [rows[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
