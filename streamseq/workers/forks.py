@@ -39,7 +39,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-PAGE = mmap.PAGESIZE
+from .shm import PAGE
 
 _pools: weakref.WeakSet = weakref.WeakSet()  # every set of slots of this process
 _local = threading.local()  # .worker: this thread is starting a worker process

@@ -80,8 +80,8 @@ class Slots:
         self.size = max(0, int(size))
         self.count = int(count)
         # whole pages around the slots, so that a child can copy theirs (:mod:`.forks`)
-        self.memory = shared_bytes(max(1, count * self.size) + 2 * _forks.PAGE)
-        self.origin = -ctypes.addressof(self.memory) % _forks.PAGE  # where slot 0 starts
+        self.memory = shared_bytes(max(1, count * self.size) + 2 * _shm.PAGE)
+        self.origin = -ctypes.addressof(self.memory) % _shm.PAGE  # where slot 0 starts
         self.free = {self.origin + k * self.size for k in range(count)} if self.size else set()
         self.owner = os.getpid()  # a forked child has its own slots, never these
         self._holds: dict[int, int] = {}  # start of a held slot -> its holds
