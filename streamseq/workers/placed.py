@@ -26,7 +26,7 @@ import numpy as np
 
 from .._tree import leaves, rebuilt, tree_map
 from .blocks import Failed
-from .runs import RunItems
+from .runs import RunItems, slot_layout
 from .shm import Slot
 
 Layout = tuple[tuple[int, str, tuple[int, ...]], ...]
@@ -100,20 +100,15 @@ def _place_runs(items: list[Any], failed: Failed | None, slot: Slot) -> Placed |
     runs = len(firsts)
     if any(it.firsts != firsts or len(it.parts) != runs for it in items):
         return None
-    taken = slot.taken
     counts = []
     for r in range(runs):
         part = [it.parts[r] for it in items]
         for item, whole in zip(part, items, strict=True):
             if not isinstance(item, tuple):
                 return None
-            mine, first = leaves(item), leaves(whole.parts[0])
-            if len(mine) != len(first):
+            mine = slot_layout(slot, item)  # (each array where the first run's is)
+            if mine is None or mine != slot_layout(slot, whole.parts[0]):
                 return None
-            for a, b in zip(mine, first, strict=True):
-                record, same = taken.get(id(a)), taken.get(id(b))
-                if record is None or same is None or record[0] is not a or record[1:] != same[1:]:
-                    return None
         counts.append(len(leaves(part[0])[0]))
     placed = place([it.parts[0] for it in items], slot)
     if placed is None:

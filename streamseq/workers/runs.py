@@ -101,7 +101,7 @@ class Runs:
                 slot.rows, slot.offset = (first, total), begin  # (the same arrays again)
                 got.append(part[i])
                 end = max(end, slot.offset)
-                mine = _layout(slot, got[-1])
+                mine = slot_layout(slot, got[-1])
                 if mine is None or (layout is not None and mine != layout):
                     break  # (an array not of all the rows: another run may have written it)
                 layout = mine
@@ -132,7 +132,7 @@ class Runs:
                 release()
 
 
-def _layout(slot: Any, item: Any) -> tuple | None:
+def slot_layout(slot: Any, item: Any) -> tuple | None:
     """Where each array of ``item`` is among the slot's arrays of all the rows, or None.
 
     None when an array is not one the slot reserved for all the rows (:mod:`.placed`).
