@@ -219,12 +219,12 @@ class StreamTable(Sequence):
                 read_codes.append(np.fromiter(how, np.int64, n))
                 at = (-1 if (a := file_offset(x)) is None else a for x in block)
                 starts.append(np.fromiter(at, np.int64, n))
-            own = _coded(names, codes, len(self))
             offsets = np.concatenate(starts) if starts else np.zeros(0, np.int64)
-            if len(offsets) and int(offsets.max()) >= 0:  # (ranges of files: where each starts)
-                own = Identities(own.names, own.codes, own.count, offsets)
-            readers = _coded(read, read_codes, len(self))
-            self._identities = own.with_readers(readers if any(read) else None)
+            ranges = len(offsets) and int(offsets.max()) >= 0  # (of files: where each starts)
+            readers = Identities.coded(read, read_codes, len(self)) if any(read) else None
+            self._identities = Identities.coded(
+                names, codes, len(self), offsets if ranges else None, readers
+            )
         return self._identities
 
     def _own_streams(self) -> Iterator[list[Any]]:
@@ -332,14 +332,6 @@ class StreamTable(Sequence):
         if type(self) is StreamTable:
             return (_rebuilt, args)
         return (_rebuilt, (*args, type(self)))
-
-
-def _coded(index: dict[str, int], codes: list[np.ndarray], count: int) -> Identities:
-    """The identities of ``count`` streams: the strings of ``index``, a code each."""
-    if len(index) <= 1:
-        return Identities(tuple(index), None, count)
-    joined = np.concatenate(codes).astype(np.min_scalar_type(len(index) - 1))
-    return Identities(tuple(index), joined, count)
 
 
 def _rebuilt(

@@ -90,9 +90,32 @@ class Identities(Sequence):
             return identities
         index: dict[str, int] = {}
         codes = np.fromiter((index.setdefault(s, len(index)) for s in identities), np.int64)
-        if len(index) <= 1:
-            return cls(tuple(index), None, len(codes))
-        return cls(tuple(index), codes.astype(np.min_scalar_type(len(index) - 1)), len(codes))
+        return cls.coded(index, [codes], len(codes))
+
+    @classmethod
+    def coded(
+        cls,
+        names: Iterable[str],
+        codes: Sequence[np.ndarray],
+        count: int,
+        offsets: np.ndarray | None = None,
+        readers: Identities | None = None,
+    ) -> Identities:
+        """``count`` streams, stream ``i`` named ``names[code i]``.
+
+        ``codes``: the code of every stream, in one or several int arrays one after
+        another (joined, in the smallest dtype, only when there are several names).
+
+        Example:
+            >>> ids = Identities.coded(["a", "b"], [np.array([1, 1]), np.array([0])], 3)
+            >>> list(ids), ids.codes.dtype.name
+            (['b', 'b', 'a'], 'uint8')
+        """
+        names = tuple(names)
+        if len(names) <= 1:
+            return cls(names, None, count, offsets, readers)
+        joined = np.concatenate(codes).astype(np.min_scalar_type(len(names) - 1))
+        return cls(names, joined, count, offsets, readers)
 
     @classmethod
     def empty(cls) -> Identities:
@@ -142,10 +165,7 @@ class Identities(Sequence):
                     for p in parts
                 ]
             )
-        if len(index) == 1:
-            return cls(tuple(index), None, sum(p.count for p in parts), offsets, readers)
-        joined = np.concatenate(codes).astype(np.min_scalar_type(len(index) - 1))
-        return cls(tuple(index), joined, len(joined), offsets, readers)
+        return cls.coded(index, codes, sum(p.count for p in parts), offsets, readers)
 
     def replace_all(self, name: str) -> Identities:
         """As many streams, all with the identity ``name`` (the same offsets and readers)."""
@@ -418,10 +438,7 @@ def zipped_readers(keys: Sequence[str], parts: Sequence[Identities]) -> Identiti
         ],
         np.int64,
     )
-    if len(index) == 1:
-        return Identities(tuple(index), None, count)
-    joined = remap[inverse.reshape(-1)].astype(np.min_scalar_type(len(index) - 1))
-    return Identities(tuple(index), joined, count)
+    return Identities.coded(index, [remap[inverse.reshape(-1)]], count)
 
 
 def _zip_text(keys: Sequence[str], readers: Sequence[str]) -> str:
