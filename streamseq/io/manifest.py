@@ -42,7 +42,7 @@ from streamseq.io._options import read_options
 from streamseq.io.audio import audio
 from streamseq.io.events import events
 from streamseq.io.tokens import tokens
-from streamseq.io.video import _CHANNELS, video
+from streamseq.io.video import _CHANNELS, start_us, video
 from streamseq.plan.identities import BLOCK, Identities
 from streamseq.stream_table import StreamTable
 
@@ -160,7 +160,7 @@ class _Row(Source):
         if self.start is None:
             return None
         if self.reading.kind in _WINDOWED:
-            return int(np.round(np.float64(self.start) * 1e6))
+            return start_us(self.start)
         return int(self.start)
 
     @property
@@ -699,7 +699,7 @@ def _offsets(starts: np.ndarray, kind: str) -> np.ndarray | None:
     given = ~np.isnan(starts)
     if not given.any():
         return None
-    at = np.round(starts * 1e6) if kind in _WINDOWED else starts
+    at = start_us(starts) if kind in _WINDOWED else starts
     return np.where(given, at, -1).astype(np.int64)
 
 

@@ -47,6 +47,21 @@ from streamseq.io.remote import Remote
 #: seconds within which a frame counts as shown at a time (float rounding of timestamps)
 TIME_TOLERANCE = 1e-6
 
+
+def start_us(seconds: Any) -> Any:
+    """Where a window starts (seconds, or an array of them) in whole microseconds.
+
+    With its file, what names a video window across runs: a list's ``video(path,
+    start=...)`` and a manifest's row name it alike.
+
+    Example:
+        >>> start_us(0.2), start_us(np.array([0.0, 1.5])).tolist()
+        (200000, [0.0, 1500000.0])
+    """
+    at = np.round(np.asarray(seconds, np.float64) * 1e6)
+    return int(at) if at.ndim == 0 else at
+
+
 #: files whose demuxing pass a process keeps for the windows of the file (the most recent)
 CACHED_PROBES = 16
 
@@ -324,7 +339,7 @@ class _Video(MediaSource):
 
         With the file, what names the stream across runs, as a manifest's row names it.
         """
-        return None if self.start is None else int(np.round(np.float64(self.start) * 1e6))
+        return None if self.start is None else start_us(self.start)
 
     def __repr__(self) -> str:
         rate = "" if self.step_rate is None else f", fps={self.step_rate:g}"
