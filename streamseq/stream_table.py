@@ -26,7 +26,7 @@ from .plan.identities import BLOCK, Identities
 from .read.ref import file_offset, identity, reader_of
 
 
-def _stamp(path: str) -> tuple[int, int, int]:
+def file_stamp(path: str) -> tuple[int, int, int]:
     """What tells that ``path`` changed: its size, modification time and inode."""
     st = os.stat(path)
     return st.st_size, st.st_mtime_ns, st.st_ino
@@ -47,7 +47,7 @@ def _reopen(
     """
     if stamp is not None:
         try:
-            now = _stamp(path)
+            now = file_stamp(path)
         except OSError as e:
             raise SourceError(path, f"a table's column file changed since: {e}") from e
         if now != tuple(stamp):
@@ -72,7 +72,7 @@ def _file_place(array: np.ndarray) -> tuple[str, str, int, tuple[int, ...], Any]
     start = array.offset - array.offset % mmap.ALLOCATIONGRANULARITY
     at = start + array.ctypes.data - base.ctypes.data
     path = os.fspath(path)
-    return path, array.dtype.str, int(at), array.shape, _stamp(path)
+    return path, array.dtype.str, int(at), array.shape, file_stamp(path)
 
 
 def _column(array: np.ndarray) -> Any:

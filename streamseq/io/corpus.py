@@ -35,7 +35,7 @@ from streamseq.io._options import read_options
 from streamseq.plan.identities import Identities
 from streamseq.read.handle import ProcessLocal, SharedHandles, current_pid
 from streamseq.read.ref import identity
-from streamseq.stream_table import StreamTable
+from streamseq.stream_table import StreamTable, file_stamp
 
 _NPY_MAGIC = b"\x93NUMPY"
 #: tokens compared with ``eod`` at a time (bounds the temporary boolean array)
@@ -75,12 +75,6 @@ _Stamp = tuple[int, int, int]
 _Files = tuple[tuple[str, _Stamp], ...]
 
 
-def _stamp(path: str) -> _Stamp:
-    """The size, modification time and inode of ``path`` now."""
-    st = os.stat(path)
-    return st.st_size, st.st_mtime_ns, st.st_ino
-
-
 def _check_unchanged(files: _Files, a: int, b: int) -> None:
     """Raise when one of ``files`` is no longer what was split (tokens ``a:b`` asked).
 
@@ -95,7 +89,7 @@ def _check_unchanged(files: _Files, a: int, b: int) -> None:
 
 def _check_file(path: str, stamp: _Stamp, what: str) -> None:
     try:
-        now = _stamp(path)
+        now = file_stamp(path)
     except OSError as e:
         raise SourceError(path, f"the file changed since the corpus was read ({what}): {e}") from e
     if now != stamp:
@@ -215,8 +209,9 @@ def _guarded_copy() -> bool:
 class _Document(Source):
     """Tokens ``start:stop`` of a file, read through the file's shared memory map.
 
-    With ``files`` (the files read through maps and what :func:`_stamp` gave of them when
-    the corpus was split), every read first checks that they are unchanged.
+    With ``files`` (the files read through maps and what
+    :func:`~streamseq.stream_table.file_stamp` gave of them when the corpus was split),
+    every read first checks that they are unchanged.
     """
 
     __slots__ = ("_handle", "files", "key", "start", "stop")
@@ -547,7 +542,7 @@ def token_corpus(
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise SourceError(path, "no such file")
-    stamp = _stamp(path)
+    stamp = file_stamp(path)
     size = stamp[0]
     megatron = isinstance(index, (str, os.PathLike)) and os.fspath(index).endswith(".idx")
     if megatron:
@@ -566,7 +561,7 @@ def token_corpus(
             starts, stops = _index_bounds(path, index, count)
             if isinstance(index, (str, os.PathLike)) and _mapped(starts):
                 where = os.fspath(index)  # the starts read the index's pages: check it too
-                files += ((where, _stamp(where)),)
+                files += ((where, file_stamp(where)),)
     starts = np.asarray(starts, np.int64)
     return CorpusTable(
         functools.partial(_document, key, files),

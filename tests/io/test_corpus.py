@@ -430,8 +430,8 @@ def test_a_loader_checks_the_corpus_files_once_a_read_and_once_after_each_batch(
     docs = token_corpus(path, index=np.arange(0, 4000, 10))  # 400 documents of 10 tokens
     loader = StreamLoader(docs, batch_size=8, tbins=16)
     stats = []
-    stamp = corpus._stamp
-    monkeypatch.setattr(corpus, "_stamp", lambda p: stats.append(p) or stamp(p))
+    stamp = corpus.file_stamp
+    monkeypatch.setattr(corpus, "file_stamp", lambda p: stats.append(p) or stamp(p))
     batches = list(loader)
     reads = len(docs)  # (a document of 10 tokens: one read, 2 at most across a batch)
     assert len(stats) < reads + 2 * len(batches) + 20 < 2 * reads  # (not two a read)
