@@ -82,14 +82,18 @@ def test_any_byte_edited_after_the_build_is_never_read(tmp_path_factory, lengths
         list(StreamLoader(stored, 1, 3))
 
 
+def _stored_for(tmp_path, workers):
+    """A store of four streams, and the transform that has ``workers`` read it (None: here)."""
+    store = tmp_path / "s"
+    stored = materialize(arrays((9, 14, 6, 11)), store)
+    return store, stored, None if workers == 0 else _copy_of  # (a transform: in the workers)
+
+
 @pytest.mark.parametrize(("workers", "when"), [(0, "during"), (0, "before"), (2, "before")])
 def test_a_data_file_edited_is_an_error_of_the_loader_naming_file_stream_steps(
     tmp_path, workers, when
 ):
-    sources = arrays((9, 14, 6, 11))
-    store = tmp_path / "s"
-    stored = materialize(sources, store)
-    transform = None if workers == 0 else _copy_of  # (a transform: read in the workers)
+    store, stored, transform = _stored_for(tmp_path, workers)
     it = iter(StreamLoader(stored, 2, 4, num_workers=workers, transform=transform))
     if when == "during":
         next(it)  # (the files mapped and checked in this process)
@@ -170,8 +174,7 @@ def test_a_data_file_edited_while_a_batch_is_copied_is_an_error_of_that_batch(
 ):
     from streamseq.gather import writer
 
-    store = tmp_path / "s"
-    stored = materialize(arrays((9, 14, 6, 11)), store)
+    store, stored, _ = _stored_for(tmp_path, 0)
     real, copies = writer.fill, []
 
     def fill(*args):  # another program edits the file in place while the batch is copied
@@ -309,10 +312,7 @@ def test_two_processes_opening_a_copy_at_once_both_read_it_and_keep_the_manifest
 def test_a_store_made_read_only_or_linked_while_a_loader_reads_it_is_read_on(
     tmp_path, change, workers
 ):
-    sources = arrays((9, 14, 6, 11))
-    store = tmp_path / "s"
-    stored = materialize(sources, store)
-    transform = None if workers == 0 else _copy_of  # (a transform: read in the workers)
+    store, stored, transform = _stored_for(tmp_path, workers)
     want = [b.data.numpy().tobytes() for b in StreamLoader(stored, 2, 4)]
     it = iter(StreamLoader(stored, 2, 4, num_workers=workers, transform=transform))
     got = [next(it).data.numpy().tobytes()]
@@ -345,8 +345,7 @@ def test_a_data_file_cut_short_during_the_copy_is_the_error_of_the_file_check(
 ):
     from streamseq.gather import writer
 
-    store = tmp_path / "s"
-    stored = materialize(arrays((9, 14, 6, 11)), store)
+    store, stored, _ = _stored_for(tmp_path, 0)
     real = writer.fill
 
     def fill(*args):  # another program cuts the file short while the batch is copied
@@ -366,7 +365,7 @@ def test_a_store_let_go_closes_its_files_without_a_resource_warning(tmp_path):
     import gc
     import warnings
 
-    stored = materialize(arrays((9, 14, 6, 11)), tmp_path / "s")
+    _, stored, _ = _stored_for(tmp_path, 0)
     list(StreamLoader(stored, 2, 4))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ResourceWarning)
