@@ -100,12 +100,13 @@ class ZipBatch:
             raise IndexError(f"batch {given} out of range for {self.length} batches")
         return self.item(i)
 
-    def written(self, i: int) -> tuple[Any, ...]:
+    def written(self, i: int, copy: Any = None) -> tuple[Any, ...]:
         """Batch ``i`` (``0 <= i < len``) as its five fields, its look-ahead and its valid steps.
 
         The fields are those of ``self[i]``, without a :class:`Batch` made around them (a
         caller that makes its own, of tensors, makes one); the valid steps are None where
-        the plan does not give them (count ``valid`` then).
+        the plan does not give them (count ``valid`` then). ``copy``: the compiled copies
+        left to it (:meth:`.BatchWriter.written`); the fields are whole once it is waited for.
 
         Example:
             >>> import numpy as np
@@ -118,7 +119,7 @@ class ZipBatch:
         if self._table is not None and type(i) is int and 0 <= i < self.length:
             spec = self.spec_ if self.spec_ is not None else self.spec()
             if spec is not None:
-                data, m, la, steps = self._table.written(i, spec)
+                data, m, la, steps = self._table.written(i, spec, copy)
                 return data, *m, la, steps
         b = self[i]
         return (*b, b.lookahead, None)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -86,6 +87,10 @@ class Assembled:
         self._whole: tuple[list[Any], bool] | None = None  # (blocks, one slot of whole batches)
         # the one group's batches as their fields (made into tensors here, one Batch a batch)
         self._written = getattr(self.groups[0], "written", None) if self.share else None
+        # ... and with their copies run by the process's copying thread (stores)
+        self._started = getattr(self.groups[0], "started", None) if self.share else None
+        self._ahead: tuple[int, Callable[[], tuple[Any, ...]]] | None = None
+        self._ahead_lock = threading.Lock()
 
     def __len__(self) -> int:
         return self.length
@@ -134,8 +139,50 @@ class Assembled:
         return to_torch(batch), counted
 
     def release(self) -> None:
-        """Let go of the blocks last looked at (their slots are free once no batch uses them)."""
+        """Let go of the blocks last looked at (their slots are free once no batch uses them).
+
+        A batch started ahead (:meth:`counted_next`) is dropped (its copy ends first).
+        """
         self._whole = None
+        self._ahead = None
+
+    def counted_next(self, i: int, stop: int) -> tuple[Batch, int]:
+        """:meth:`counted` of batch ``i`` of a pass that reads on to ``stop``.
+
+        Where the group copies its batches in the process's copying thread (a store read
+        here: its ``started``), batch ``i + 1`` is started before batch ``i`` is handed
+        over, so its copy runs while the caller works on batch ``i``: the batches, their
+        checks and their errors are those of :meth:`counted` (an error of starting batch
+        ``i + 1`` is raised when it is asked for, by reading it again). Batch ``i``'s
+        arrays are new: held batches never change.
+
+        Example:
+            >>> from streamseq import interleave_streams, tbin, zip_batch
+            >>> rows = interleave_streams([np.arange(4), np.arange(10, 13)], 2)
+            >>> batches = assemble([zip_batch([tbin(r, 2)]) for r in rows])
+            >>> [batches.counted_next(i, 2)[1] for i in range(2)]
+            [4, 3]
+        """
+        started = self._started
+        if started is None or not self._ahead_lock.acquire(blocking=False):
+            return self.counted(i)  # (two threads reading one pass: each reads its own)
+        try:
+            ahead, self._ahead = self._ahead, None
+            finish = ahead[1] if ahead is not None and ahead[0] == i else None
+            if finish is None:
+                finish = started(i)
+                if finish is None:  # (the group's batches are not copied so)
+                    self._started = None
+                    return self.counted(i)
+            if i + 1 < stop:
+                try:
+                    later = started(i + 1)
+                except Exception:  # (its error is batch i + 1's: raised when it is read)
+                    later = None
+                self._ahead = None if later is None else (i + 1, later)
+            return _shared(*finish())
+        finally:
+            self._ahead_lock.release()
 
     def counted(self, i: int) -> tuple[Batch, int]:
         """Batch ``i`` and its number of valid steps.

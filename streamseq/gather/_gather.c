@@ -33,7 +33,9 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <errno.h>
 #include <string.h>
+#include <time.h>
 #include <numpy/arrayobject.h>
 
 static PyTypeObject *memmap_type;  /* numpy.memmap */
@@ -78,9 +80,10 @@ is_ours(const struct sigaction *action)
     return (action->sa_flags & SA_SIGINFO) && action->sa_sigaction == on_bus;
 }
 
-/* Guard this thread's copy: the handler installed while any thread copies. */
+/* Guard this thread's copy: the handler installed while any thread copies.  0, or the
+ * errno of a failed sigaction (without the GIL). */
 static int
-guard(void)
+guard_nogil(void)
 {
     int failed = 0;
     pthread_mutex_lock(&guard_lock);
@@ -91,18 +94,30 @@ guard(void)
         ours.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
         sigemptyset(&ours.sa_mask);
         if (sigaction(SIGBUS, NULL, &found) != 0)
-            failed = 1;
+            failed = errno;
         else if (!is_ours(&found)) {  /* (ours left installed: its previous stays) */
             previous = found;
-            failed = sigaction(SIGBUS, &ours, NULL) != 0;
+            if (sigaction(SIGBUS, &ours, NULL) != 0)
+                failed = errno;
         }
     }
     if (!failed)
         copiers++;
     pthread_mutex_unlock(&guard_lock);
-    if (failed)
+    return failed;
+}
+
+/* :func:`guard_nogil` with the GIL: -1 and an OSError when it failed. */
+static int
+guard(void)
+{
+    int failed = guard_nogil();
+    if (failed) {
+        errno = failed;
         PyErr_SetFromErrno(PyExc_OSError);
-    return failed ? -1 : 0;
+        return -1;
+    }
+    return 0;
 }
 
 /* The end of a guarded copy: the last one puts back the action found (if still ours). */
@@ -222,14 +237,439 @@ readable(PyObject *obj, PyArrayObject *data, npy_int64 start, npy_int64 count)
     return start >= 0 && start <= (npy_int64)shape[0] - count;  /* (no overflow) */
 }
 
+/* One fill's rows: where they come from and where they go. */
+typedef struct {
+    npy_intp rows, t, step_bytes;
+    char *out;
+    npy_bool *res, *val;
+    npy_int64 *sid, *pos;
+    const npy_int64 *a, *n, *id;
+    PyObject **held;    /* the stream of each row that reads (a reference), else NULL */
+    PyObject *keep[5];  /* in a Copy: data, reset, valid, stream, step (references) */
+} Rows;
+
+/* Write row ``r`` of ``w``: its steps, zeros after them, its metadata. */
+static void
+copy_row(Rows *w, npy_intp r)
+{
+    npy_intp t = w->t, step_bytes = w->step_bytes, count = (npy_intp)w->n[r];
+    const npy_int64 first = w->a[r], which = w->id[r];
+    char *row = w->out + r * t * step_bytes;
+    if (count) {
+        const char *src = PyArray_DATA((PyArrayObject *)w->held[r]);
+        memmove(row, src + (npy_intp)first * step_bytes, count * step_bytes);
+    }
+    memset(row + count * step_bytes, 0, (t - count) * step_bytes);
+    w->res[r] = first == 0;
+    memset(w->val + r * t, 1, count);
+    memset(w->val + r * t + count, 0, t - count);
+    npy_int64 *s = w->sid + r * t, *p = w->pos + r * t;
+    for (npy_intp j = 0; j < count; j++) {
+        s[j] = which;
+        p[j] = first + j;
+    }
+    for (npy_intp j = count; j < t; j++) {
+        s[j] = -1;
+        p[j] = -1;
+    }
+}
+
+/* Write every row of ``w``; -1, or the row whose copy faulted (SIGBUS).  Runs without
+ * the GIL, under the guard. */
+static npy_intp
+copy_rows(Rows *w)
+{
+    sigjmp_buf jump;
+    volatile npy_intp at = -1;  /* the row being written (where a SIGBUS was) */
+    if (sigsetjmp(jump, 0) != 0) {
+        copying = NULL;
+        return at;
+    }
+    copying = &jump;
+    for (npy_intp r = 0; r < w->rows; r++) {
+        at = r;
+        copy_row(w, r);
+    }
+    copying = NULL;
+    return -1;
+}
+
+/* The error of row ``r`` of ``w``, whose copy faulted (a SourceError, or an OSError). */
+static void
+set_fault(Rows *w, npy_intp r)
+{
+    if (r >= 0 && w->held[r] != NULL)
+        set_cut_short(w->held[r], w->id[r], w->a[r], w->n[r]);
+    if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_OSError, "fill: SIGBUS while a batch was written (a memory "
+                        "map cut short)");
+}
+
+/* Let go of what ``w`` holds (with the GIL). */
+static void
+release_rows(Rows *w, int owned)
+{
+    for (npy_intp r = 0; r < w->rows; r++)
+        Py_XDECREF(w->held[r]);
+    PyMem_Free(w->held);
+    w->held = NULL;
+    for (int k = 0; k < 5; k++)
+        Py_CLEAR(w->keep[k]);
+    if (owned)
+        PyMem_Free((void *)w->a);  /* (n and id follow a in one block) */
+    w->rows = 0;
+}
+
+/* ---- Copy: the rows of a batch, written by the copying thread and by its waiter ----
+ *
+ * A started Copy is queued for the one copying thread of the process, which takes its
+ * rows one at a time; the thread that waits for it takes rows too (from the same
+ * counter, the GIL released), so a batch asked for before its copy is done is written
+ * by two cores.  A Copy is done when every row taken is written: wait() returns then,
+ * and nothing of the copying thread touches it after. */
+
+enum { COPY_OPEN, COPY_STARTED, COPY_DONE };
+
+typedef struct CopyObject {
+    PyObject_HEAD
+    Rows *fills;
+    Py_ssize_t count, cap;
+    int state;                /* COPY_* */
+    Py_ssize_t units;         /* the rows of all fills */
+    Py_ssize_t taken;         /* rows taken (atomic) */
+    Py_ssize_t fault;         /* the first row (of all fills) whose copy faulted, or -1 */
+    int guard_errno;          /* the guard could not be installed (errno), or 0 */
+    struct CopyObject *next;  /* in the queue */
+} CopyObject;
+
+static pthread_mutex_t q_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t q_work = PTHREAD_COND_INITIALIZER;  /* a copy was queued */
+static pthread_cond_t q_done = PTHREAD_COND_INITIALIZER;  /* the thread left a copy */
+static CopyObject *q_head, *q_tail;
+static CopyObject *q_current;  /* the copy the thread takes rows of */
+static int q_started;          /* the thread runs (in this process) */
+
+#define SPIN_NS 100000  /* the idle thread looks for a copy (a waiter for the thread's
+                        * last row) for 0.1 ms before sleeping */
+
+static long long
+now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Write rows of ``job`` until none is left to take (without the GIL). */
+static void
+take_rows(CopyObject *job)
+{
+    int err = guard_nogil();
+    if (err) {
+        __atomic_store_n(&job->guard_errno, err, __ATOMIC_RELAXED);
+        return;
+    }
+    sigjmp_buf jump;
+    volatile Py_ssize_t u = -1;
+    volatile Py_ssize_t f = 0, base = 0;  /* the fill of row u, and its first row */
+    if (sigsetjmp(jump, 0) != 0) {
+        copying = NULL;
+        Py_ssize_t none = -1;
+        __atomic_compare_exchange_n(&job->fault, &none, u, 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED);
+        goto next;  /* (the other rows are still written: they may be the caller's) */
+    }
+    for (;;) {
+        copying = &jump;
+        u = __atomic_fetch_add(&job->taken, 1, __ATOMIC_RELAXED);
+        if (u >= job->units)
+            break;
+        while (u >= base + job->fills[f].rows) {
+            base += job->fills[f].rows;
+            f++;
+        }
+        copy_row(&job->fills[f], u - base);
+        copying = NULL;
+    next:;
+    }
+    copying = NULL;
+    unguard();
+}
+
+static void *
+copier(void *unused)
+{
+    (void)unused;
+    sigset_t all;  /* signals go to Python's threads; faults of this one stay its own */
+    sigfillset(&all);
+    sigdelset(&all, SIGBUS);
+    sigdelset(&all, SIGSEGV);
+    sigdelset(&all, SIGFPE);
+    sigdelset(&all, SIGILL);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    pthread_mutex_lock(&q_lock);
+    for (;;) {
+        if (q_head == NULL) {  /* the next batch comes soon when batches are read in a loop */
+            pthread_mutex_unlock(&q_lock);
+            long long until = now_ns() + SPIN_NS;
+            while (__atomic_load_n(&q_head, __ATOMIC_ACQUIRE) == NULL && now_ns() < until)
+                ;
+            pthread_mutex_lock(&q_lock);
+        }
+        while (q_head == NULL)
+            pthread_cond_wait(&q_work, &q_lock);
+        CopyObject *job = q_head;
+        __atomic_store_n(&q_head, job->next, __ATOMIC_RELEASE);
+        if (q_head == NULL)
+            q_tail = NULL;
+        job->next = NULL;
+        q_current = job;
+        pthread_mutex_unlock(&q_lock);
+        take_rows(job);
+        pthread_mutex_lock(&q_lock);
+        __atomic_store_n(&q_current, NULL, __ATOMIC_RELEASE);
+        pthread_cond_broadcast(&q_done);
+    }
+    return NULL;
+}
+
+/* Take ``job`` out of the queue, and wait until the thread has left it (``q_lock`` held). */
+static void
+unqueue(CopyObject *job)
+{
+    CopyObject **at = &q_head, *before = NULL;
+    while (*at != NULL && *at != job) {
+        before = *at;
+        at = &(*at)->next;
+    }
+    if (*at == job) {
+        *at = job->next;
+        if (q_tail == job)
+            q_tail = before;
+        job->next = NULL;
+    }
+    while (q_current == job)
+        pthread_cond_wait(&q_done, &q_lock);
+}
+
+/* Write the rows of ``job`` left, then wait for the thread's (without the GIL). */
+static void
+finish(CopyObject *job)
+{
+    take_rows(job);
+    long long until = now_ns() + SPIN_NS;  /* (the thread's last row: a row's copy at most) */
+    while (__atomic_load_n(&q_current, __ATOMIC_ACQUIRE) == job && now_ns() < until)
+        ;
+    pthread_mutex_lock(&q_lock);
+    unqueue(job);
+    pthread_mutex_unlock(&q_lock);
+    job->state = COPY_DONE;
+}
+
+/* Before a fork: the thread's copy ends first (the child has no copying thread). */
+static void
+copies_before_fork(void)
+{
+    pthread_mutex_lock(&q_lock);
+    while (q_current != NULL)
+        pthread_cond_wait(&q_done, &q_lock);
+}
+
+static void
+copies_after_fork_parent(void)
+{
+    pthread_mutex_unlock(&q_lock);
+}
+
+/* A forked child has no copying thread: what was queued is written by its waiters. */
+static void
+copies_in_child(void)
+{
+    pthread_mutex_init(&q_lock, NULL);
+    pthread_cond_init(&q_work, NULL);
+    pthread_cond_init(&q_done, NULL);
+    for (CopyObject *job = q_head, *next; job != NULL; job = next) {
+        next = job->next;
+        job->next = NULL;
+    }
+    q_head = q_tail = q_current = NULL;
+    q_started = 0;
+}
+
+static void
+release_copy(CopyObject *job)
+{
+    for (Py_ssize_t f = 0; f < job->count; f++)
+        release_rows(&job->fills[f], 1);
+    PyMem_Free(job->fills);
+    job->fills = NULL;
+    job->count = job->cap = job->units = 0;
+}
+
+static PyObject *
+copy_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, ":Copy", kwlist))
+        return NULL;
+    CopyObject *job = (CopyObject *)type->tp_alloc(type, 0);
+    if (job == NULL)
+        return NULL;
+    job->state = COPY_OPEN;
+    job->fault = -1;
+    return (PyObject *)job;
+}
+
+static void
+copy_dealloc(CopyObject *job)
+{
+    if (job->state == COPY_STARTED) {
+        Py_BEGIN_ALLOW_THREADS  /* its rows are written into arrays it holds: end them */
+        finish(job);
+        Py_END_ALLOW_THREADS
+    }
+    release_copy(job);
+    Py_TYPE(job)->tp_free((PyObject *)job);
+}
+
+/* Take the rows of a fill into ``job`` (written once it is started). */
+static int
+copy_take(CopyObject *job, Rows *w)
+{
+    if (job->count == job->cap) {
+        Py_ssize_t cap = job->cap ? 2 * job->cap : 4;
+        Rows *grown = PyMem_Realloc(job->fills, cap * sizeof(Rows));
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        job->fills = grown;
+        job->cap = cap;
+    }
+    npy_int64 *own = PyMem_Malloc(3 * w->rows * sizeof(npy_int64) + 1);
+    if (own == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(own, w->a, w->rows * sizeof(npy_int64));
+    memcpy(own + w->rows, w->n, w->rows * sizeof(npy_int64));
+    memcpy(own + 2 * w->rows, w->id, w->rows * sizeof(npy_int64));
+    Rows *kept = &job->fills[job->count++];
+    *kept = *w;
+    kept->a = own;
+    kept->n = own + w->rows;
+    kept->id = own + 2 * w->rows;
+    for (int k = 0; k < 5; k++)
+        Py_XINCREF(kept->keep[k]);
+    job->units += w->rows;
+    w->held = NULL;  /* (now the job's) */
+    return 0;
+}
+
+static PyObject *
+copy_start(CopyObject *job, PyObject *unused)
+{
+    if (job->state != COPY_OPEN) {
+        PyErr_SetString(PyExc_RuntimeError, "Copy.start: started already");
+        return NULL;
+    }
+    if (job->units == 0) {
+        job->state = COPY_DONE;
+        Py_RETURN_NONE;
+    }
+    pthread_mutex_lock(&q_lock);
+    if (!q_started) {
+        pthread_t thread;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int err = pthread_create(&thread, &attr, copier, NULL);
+        pthread_attr_destroy(&attr);
+        if (err == 0)
+            q_started = 1;  /* (else its waiter writes every row) */
+    }
+    job->state = COPY_STARTED;
+    job->next = NULL;
+    if (q_started) {
+        if (q_tail != NULL)
+            q_tail->next = job;
+        else
+            __atomic_store_n(&q_head, job, __ATOMIC_RELEASE);
+        q_tail = job;
+        pthread_cond_signal(&q_work);
+    }
+    pthread_mutex_unlock(&q_lock);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+copy_wait(CopyObject *job, PyObject *unused)
+{
+    if (job->state == COPY_OPEN) {
+        PyErr_SetString(PyExc_RuntimeError, "Copy.wait: not started");
+        return NULL;
+    }
+    if (job->state == COPY_STARTED) {
+        Py_BEGIN_ALLOW_THREADS
+        finish(job);
+        Py_END_ALLOW_THREADS
+    }
+    PyObject *result = Py_None;
+    if (job->guard_errno) {
+        errno = job->guard_errno;
+        PyErr_SetFromErrno(PyExc_OSError);
+        result = NULL;
+    } else if (job->fault >= 0) {
+        Py_ssize_t f = 0, u = job->fault;
+        while (u >= job->fills[f].rows)
+            u -= job->fills[f++].rows;
+        set_fault(&job->fills[f], u);
+        result = NULL;
+    }
+    release_copy(job);
+    job->guard_errno = 0;
+    job->fault = -1;
+    Py_XINCREF(result);
+    return result;
+}
+
+static PyMethodDef copy_methods[] = {
+    {"start", (PyCFunction)copy_start, METH_NOARGS,
+     "start()\n\nHand the copies taken by fill to the copying thread (one a process)."},
+    {"wait", (PyCFunction)copy_wait, METH_NOARGS,
+     "wait()\n\nWait until they are done; raise the error of a copy that faulted."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject CopyType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "streamseq.gather._gather.Copy",
+    .tp_basicsize = sizeof(CopyObject),
+    .tp_dealloc = (destructor)copy_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Copy()\n\nThe copies of fill(..., copy): done by one thread of the process "
+              "after start(), while the caller goes on; wait() ends them.",
+    .tp_methods = copy_methods,
+    .tp_new = copy_new,
+};
+
 static PyObject *
 fill(PyObject *self, PyObject *args)
 {
     PyObject *streams, *o_starts, *o_counts, *o_ids, *o_data, *o_reset, *o_valid, *o_stream,
-        *o_step;
-    if (!PyArg_ParseTuple(args, "O!OOOOOOOO", &PyList_Type, &streams, &o_starts, &o_counts,
-                          &o_ids, &o_data, &o_reset, &o_valid, &o_stream, &o_step))
+        *o_step, *o_job = Py_None;
+    if (!PyArg_ParseTuple(args, "O!OOOOOOOO|O", &PyList_Type, &streams, &o_starts, &o_counts,
+                          &o_ids, &o_data, &o_reset, &o_valid, &o_stream, &o_step, &o_job))
         return NULL;
+    if (o_job != Py_None && !PyObject_TypeCheck(o_job, &CopyType)) {
+        PyErr_SetString(PyExc_TypeError, "fill: copy must be a Copy or None");
+        return NULL;
+    }
+    CopyObject *job = o_job == Py_None ? NULL : (CopyObject *)o_job;
+    if (job != NULL && job->state != COPY_OPEN) {
+        PyErr_SetString(PyExc_RuntimeError, "fill: the Copy was started already");
+        return NULL;
+    }
     PyArrayObject *starts, *counts, *ids, *data, *reset, *valid, *stream, *step;
     if (as_array(o_starts, NPY_INT64, 1, "starts", &starts) ||
         as_array(o_counts, NPY_INT64, 1, "counts", &counts) ||
@@ -266,77 +706,62 @@ fill(PyObject *self, PyObject *args)
         if (n[r] && !readable(PyList_GET_ITEM(streams, r), data, a[r], n[r]))
             return PyLong_FromSsize_t(r);
     }
-    PyObject **held = PyMem_Malloc(rows * sizeof(PyObject *) + 1);
-    if (held == NULL)
+    Rows w;
+    memset(&w, 0, sizeof w);
+    w.held = PyMem_Malloc(rows * sizeof(PyObject *) + 1);
+    if (w.held == NULL)
         return PyErr_NoMemory();
+    w.rows = rows;
+    w.t = t;
+    for (npy_intp r = 0; r < rows; r++) {
+        w.held[r] = n[r] ? PyList_GET_ITEM(streams, r) : NULL;
+        Py_XINCREF(w.held[r]);  /* alive while the GIL is released */
+    }
+    w.step_bytes = PyArray_ITEMSIZE(data);
+    for (int k = 2; k < PyArray_NDIM(data); k++)
+        w.step_bytes *= PyArray_DIM(data, k);
+    w.out = PyArray_DATA(data);
+    w.res = PyArray_DATA(reset);
+    w.val = PyArray_DATA(valid);
+    w.sid = PyArray_DATA(stream);
+    w.pos = PyArray_DATA(step);
+    w.a = a;
+    w.n = n;
+    w.id = id;
+    if (job != NULL) {  /* copied by the job's thread, once started */
+        w.keep[0] = o_data;
+        w.keep[1] = o_reset;
+        w.keep[2] = o_valid;
+        w.keep[3] = o_stream;
+        w.keep[4] = o_step;
+        if (copy_take(job, &w) < 0) {
+            memset(w.keep, 0, sizeof w.keep);
+            release_rows(&w, 0);
+            return NULL;
+        }
+        return PyLong_FromLong(-1);
+    }
     if (guard() < 0) {
-        PyMem_Free(held);
+        release_rows(&w, 0);
         return NULL;
     }
-    for (npy_intp r = 0; r < rows; r++) {
-        held[r] = n[r] ? PyList_GET_ITEM(streams, r) : NULL;
-        Py_XINCREF(held[r]);  /* alive while the GIL is released */
-    }
-    npy_intp step_bytes = PyArray_ITEMSIZE(data);
-    for (int k = 2; k < PyArray_NDIM(data); k++)
-        step_bytes *= PyArray_DIM(data, k);
-    char *out = PyArray_DATA(data);
-    npy_bool *res = PyArray_DATA(reset), *val = PyArray_DATA(valid);
-    npy_int64 *sid = PyArray_DATA(stream), *pos = PyArray_DATA(step);
-    sigjmp_buf jump;
-    volatile npy_intp at = -1;  /* the row being written (where a SIGBUS was) */
-    int faulted = 0;
+    npy_intp faulted;
     Py_BEGIN_ALLOW_THREADS
-    if (sigsetjmp(jump, 0) != 0) {
-        faulted = 1;
-        goto copied;
-    }
-    copying = &jump;
-    for (npy_intp r = 0; r < rows; r++) {
-        at = r;
-        npy_intp count = (npy_intp)n[r];
-        char *row = out + r * t * step_bytes;
-        if (count) {
-            const char *src = PyArray_DATA((PyArrayObject *)held[r]);
-            memmove(row, src + (npy_intp)a[r] * step_bytes, count * step_bytes);
-        }
-        memset(row + count * step_bytes, 0, (t - count) * step_bytes);
-        res[r] = a[r] == 0;
-        memset(val + r * t, 1, count);
-        memset(val + r * t + count, 0, t - count);
-        npy_int64 *s = sid + r * t, *p = pos + r * t, first = a[r], which = id[r];
-        for (npy_intp j = 0; j < count; j++) {
-            s[j] = which;
-            p[j] = first + j;
-        }
-        for (npy_intp j = count; j < t; j++) {
-            s[j] = -1;
-            p[j] = -1;
-        }
-    }
-copied:
-    copying = NULL;
+    faulted = copy_rows(&w);
     unguard();
     Py_END_ALLOW_THREADS
-    if (faulted) {
-        npy_intp r = at;
-        if (r >= 0 && held[r] != NULL)
-            set_cut_short(held[r], id[r], a[r], n[r]);
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_OSError, "fill: SIGBUS while a batch was written (a memory "
-                            "map cut short)");
-    }
-    for (npy_intp r = 0; r < rows; r++)
-        Py_XDECREF(held[r]);
-    PyMem_Free(held);
-    return faulted ? NULL : PyLong_FromLong(-1);
+    if (faulted >= 0)
+        set_fault(&w, faulted);
+    release_rows(&w, 0);
+    return faulted >= 0 ? NULL : PyLong_FromLong(-1);
 }
 
 static PyMethodDef methods[] = {
     {"fill", fill, METH_VARARGS,
-     "fill(streams, starts, counts, ids, data, reset, valid, stream, step) -> int\n\n"
+     "fill(streams, starts, counts, ids, data, reset, valid, stream, step, copy=None) -> int\n\n"
      "Write one batch from array streams; -1, or the first row that must take the "
-     "general path (nothing written then; 0 when the data holds object references)."},
+     "general path (nothing written then; 0 when the data holds object references). "
+     "With a Copy, the rows are written by its thread once it is started."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -361,10 +786,24 @@ PyInit__gather(void)
         PyErr_SetString(PyExc_TypeError, "numpy.memmap is not a type");
         return NULL;
     }
-    if (pthread_atfork(NULL, NULL, guard_in_child) != 0) {
+    if (PyType_Ready(&CopyType) < 0) {
+        Py_DECREF(memmap_type);
+        return NULL;
+    }
+    if (pthread_atfork(copies_before_fork, copies_after_fork_parent, copies_in_child) != 0 ||
+        pthread_atfork(NULL, NULL, guard_in_child) != 0) {
         Py_DECREF(memmap_type);
         PyErr_SetString(PyExc_OSError, "pthread_atfork failed");
         return NULL;
     }
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&CopyType);
+    if (PyModule_AddObject(m, "Copy", (PyObject *)&CopyType) < 0) {
+        Py_DECREF(&CopyType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

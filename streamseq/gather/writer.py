@@ -24,9 +24,9 @@ from .positions import Positions, packed_pieces
 from .warm import first_reads, in_memory
 
 try:  # the compiled batch assembly (built with the package; optional)
-    from ._gather import fill
+    from ._gather import Copy, fill
 except ImportError:  # pragma: no cover - a build without a C compiler
-    fill = None
+    Copy = fill = None
 
 
 _NOTHING = np.zeros(0)
@@ -87,12 +87,16 @@ class BatchWriter(ChunkMap):
             data, m, la, _ = self._write(i, spec)
         return Batch(data, *m, la)
 
-    def written(self, i: int, spec: Any) -> Written:
+    def written(self, i: int, spec: Any, copy: Any = None) -> Written:
         """Batch ``i`` as its arrays, its look-ahead and its valid steps (None: not known).
 
         What :meth:`batch` writes, without a :class:`Batch` around it: its caller builds
         one of its own (tensors, :mod:`streamseq.deliver`). The valid steps come from
         the plan (the reads of its rows), not from counting ``valid``.
+
+        With ``copy`` (a ``Copy`` of the compiled pass), the rows that pass copies are
+        left to ``copy``: they are written once it is started and waited for, while
+        the caller goes on. Everything else is written before this returns.
 
         Example:
             >>> from streamseq import interleave_streams, tbin
@@ -103,14 +107,17 @@ class BatchWriter(ChunkMap):
             (4, 4, None)
         """
         with self._lock.get():
-            return self._write(i, spec)
+            return self._write(i, spec, copy)
 
     def positions(self, first: int, size: int) -> Positions:
         """Where every row reads in batches ``first`` to ``first + size - 1``."""
         return Positions(self, first, size)
 
-    def _write(self, i: int, spec: Any) -> Written:
-        """Batch ``i`` (:data:`Written`), its steps allocated once and written in place."""
+    def _write(self, i: int, spec: Any, copy: Any = None) -> Written:
+        """Batch ``i`` (:data:`Written`), its steps allocated once and written in place.
+
+        ``copy``: see :meth:`written`.
+        """
         st = self._state.get()
         bt, la = self.shape, self.lookahead
         empty = np.empty if _shm.current() is None else _shm.empty
@@ -155,13 +162,13 @@ class BatchWriter(ChunkMap):
                 reads = r, blk.pos[k, r], blk.source_start[k, r] + self.tbins, blk.ahead[k, r]
                 _ahead.read_rows(self, data, spec, reads)
         elif type(spec) is np.ndarray:
-            if self._copy(data, st.open, blk, k, m):
+            if self._copy(data, st.open, blk, k, m, copy):
                 return data, m, la, steps
         else:  # a tree: each leaf of every stream, copied as an array stream
             parts = [_leaves_as(spec, s) for s in st.open]
             for n, out in enumerate(leaves(data)):
                 streams = [_NOTHING if p is None else p[n] for p in parts]
-                self._copy(out, streams, blk, k, None)
+                self._copy(out, streams, blk, k, None, copy)
         self._write_meta(m, blk, k)
         return data, m, la, steps
 
@@ -177,20 +184,29 @@ class BatchWriter(ChunkMap):
         _ahead.write_meta(m, t, blk.ahead[k], blk.id_rows[k], first)
 
     def _copy(
-        self, out: np.ndarray, streams: list[Any], blk: Positions, k: int, m: meta.Meta | None
+        self,
+        out: np.ndarray,
+        streams: list[Any],
+        blk: Positions,
+        k: int,
+        m: meta.Meta | None,
+        copy: Any = None,
     ) -> bool:
         """Copy every row's slice of ``streams`` (arrays) into ``out``.
 
         The compiled pass does it (and writes the metadata ``m`` when given) unless it
         declines, which it decides before copying anything (a stream that is not exactly
         an array or a memmap, another byte order, not contiguous); then one
-        :func:`numpy.concatenate` does. Returns whether the metadata was written.
+        :func:`numpy.concatenate` does. Returns whether the metadata was written (or
+        will be, by ``copy``: see :meth:`written`; segmented rows are written now, their
+        resets written after the pass).
         """
         reads = blk.reads[k] if self.lookahead else blk.count[k]  # (the steps after: one read)
         if fill is not None:
             reset, valid, stream, step = m or meta.allocate(*out.shape[:2])
             start, ids = blk.source_start[k], blk.id_rows[k]
-            if fill(streams, start, reads, ids, out, reset, valid, stream, step) < 0:
+            later = None if self.segmented else copy
+            if fill(streams, start, reads, ids, out, reset, valid, stream, step, later) < 0:
                 if self.segmented:  # a segment starts where its own step 0 is
                     meta.write_resets(reset, blk, k)
                 return m is not None

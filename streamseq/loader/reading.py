@@ -17,6 +17,7 @@ from typing import Any
 
 from ..deliver.assemble import Assembled
 from ..errors import SourceError
+from ..gather.writer import Copy
 from ..interleave import Row, make_rows
 from ..plan.balance import balanced_sets, cut_rows, row_costs
 from ..plan.planner import EpochPlan, Epochs
@@ -65,6 +66,35 @@ class _StoreChecked(ZipBatch):
 
     def written(self, i: int) -> tuple[Any, ...]:
         return self._checked(i, super().written, i)
+
+    def started(self, i: int) -> Callable[[], tuple[Any, ...]] | None:
+        """Batch ``i`` with its copy under way: a call that waits for it, checked; or None.
+
+        The files are checked before the batch is written (as :meth:`written` does); the
+        compiled copies of its rows run in the copying thread of the process (``Copy``)
+        while the caller goes on (the batch before is handed over meanwhile). The call
+        returned waits for them and checks the files again, raising what :meth:`written`
+        would: the batch's fields are whole only once it returned. None where the batch
+        cannot be copied so (no compiled pass, or files checked by their own ``batch()``).
+        """
+        if Copy is None or self._after():
+            return None
+        stores = self.stores
+        self._check(i, stores)
+        copy = Copy()
+        out = ZipBatch.written(self, i, copy)
+        copy.start()
+
+        def finish() -> tuple[Any, ...]:
+            try:
+                copy.wait()
+            except SourceError:  # (a map cut short during the copy: the file's change says it)
+                self._check(i, stores)
+                raise
+            self._check(i, stores)  # (what changed during the copy: this batch's error)
+            return out
+
+        return finish
 
     def _after(self) -> list[Any]:
         """The files checked around a batch by their own ``batch()`` (of :attr:`stores`)."""

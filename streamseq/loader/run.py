@@ -205,7 +205,7 @@ class Pass:
                     self.background = Background(produce)
                 batch, steps = next(self.background)
             else:
-                batch, steps = self.batches.counted(self.next)
+                batch, steps = self.batches.counted_next(self.next, self.stop)
         except BaseException:
             self.close()
             if self.failed is not None:

@@ -1,4 +1,6 @@
 import numpy as np
+import pytest
+import torch
 
 from streamseq import interleave_streams, tbin, zip_batch
 from streamseq.deliver.assemble import assemble
@@ -34,3 +36,46 @@ def test_runs_of_one_group_prepare_it_once_per_batch():
         assert np.array_equal(batch.step.numpy(), whole[i].step)
         assert steps == int(whole[i].valid.sum())
     assert [g.prepared for g in groups] == [list(range(len(whole)))] * 2
+
+
+def test_a_store_read_here_copies_the_next_batch_while_this_one_is_handed_over(tmp_path):
+    from streamseq import StreamLoader, materialize
+    from streamseq.gather import writer
+
+    pytest.importorskip("streamseq.gather._gather")
+    rng = np.random.default_rng(0)
+    sources = [rng.integers(0, 255, (n, 6, 5), np.uint8) for n in (9, 30, 4, 17, 12)]
+    stored = materialize(sources, tmp_path / "s")
+    loader = StreamLoader(stored, 3, 4, lookahead=1)
+    want = [loader[i] for i in range(len(loader))]  # (indexed: read at once)
+    it = iter(loader)
+    held, ahead = [], []
+    for batch in it:
+        held.append(batch)
+        ahead.append(None if it.batches._ahead is None else it.batches._ahead[0])
+    assert ahead == [*range(1, len(loader)), None]  # (never past the pass)
+    assert writer.Copy is not None
+    for got, w in zip(held, want, strict=True):  # (held batches never change)
+        for a, b in zip(got, w, strict=True):
+            assert torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
+    arrays = [b.data.numpy().tobytes() for b in StreamLoader(sources, 3, 4, lookahead=1)]
+    assert [b.data.numpy().tobytes() for b in held] == arrays
+
+
+def test_a_pass_stopped_with_a_batch_copied_ahead_resumes_at_the_batch_after_the_last_one(
+    tmp_path,
+):
+    from streamseq import StreamLoader, materialize
+
+    sources = [np.arange(n * 3, dtype=np.int32).reshape(n, 3) + n for n in (9, 30, 4, 17)]
+    stored = materialize(sources, tmp_path / "s")
+    loader = StreamLoader(stored, 2, 3)
+    want = [b.data.clone() for b in loader]
+    it = iter(loader)
+    first = [next(it).data for _ in range(3)]
+    state = loader.state_dict()
+    del it
+    again = StreamLoader(stored, 2, 3)
+    again.load_state_dict(state)
+    rest = [b.data for b in again]
+    assert all(torch.equal(a, b) for a, b in zip(first + rest, want, strict=True))
