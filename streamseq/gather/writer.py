@@ -24,9 +24,33 @@ from .positions import Positions, packed_pieces
 from .warm import first_reads, in_memory
 
 try:  # the compiled batch assembly (built with the package; optional)
-    from ._gather import Copy, fill
+    from ._gather import Copy, block, fill
 except ImportError:  # pragma: no cover - a build without a C compiler
-    Copy = fill = None
+    Copy = block = fill = None
+
+#: batch arrays of this many bytes or more are made over kept memory (:func:`new_array`)
+KEPT_FROM = 64 << 10
+
+
+def new_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """A new batch array (a batch its user holds never changes), without page faults.
+
+    A large array (``KEPT_FROM`` bytes or more) is made over a block of memory the
+    compiled pass keeps, once every view of the array before it is gone, for the next
+    array of its size: the allocator would give it back to the system between batches
+    and fault it in again, a page at a time. Others are :func:`numpy.empty`.
+
+    Example:
+        >>> a = new_array((256, 512), np.dtype(np.float32))
+        >>> a.shape, a.dtype, a.flags.c_contiguous, a.flags.writeable
+        ((256, 512), dtype('float32'), True, True)
+    """
+    n = 1
+    for d in shape:
+        n *= d
+    if block is None or dtype.hasobject or n * dtype.itemsize < KEPT_FROM:
+        return np.empty(shape, dtype)
+    return np.frombuffer(block(n * dtype.itemsize), dtype, n).reshape(shape)
 
 
 _NOTHING = np.zeros(0)
@@ -120,10 +144,11 @@ class BatchWriter(ChunkMap):
         """
         st = self._state.get()
         bt, la = self.shape, self.lookahead
-        empty = np.empty if _shm.current() is None else _shm.empty
+        here = _shm.current() is None
+        empty = np.empty if here else _shm.empty
         m = meta.allocate(*bt, empty)  # (once: they may be in shm)
         if type(spec) is np.ndarray:  # (the common case, in short)
-            data = empty((*bt, *spec.shape[1:]), spec.dtype)
+            data = (new_array if here else empty)((*bt, *spec.shape[1:]), spec.dtype)
         elif spec is None:
             data = None
         else:

@@ -38,9 +38,10 @@ from .first_step import FirstStepSpec
 from .run import Setup
 
 #: the largest batch of mapped arrays read in the calling process whatever the workers:
-#: its copy (0.1 to 0.4 ms at memory speed) costs that process no more than taking a
-#: batch over from workers (about 0.5 ms on 2 cores, ``docs/performance.rst``)
-COPY_HERE_BYTES = 2 << 20
+#: its copy, by two threads at memory speed (3 MiB: 0.06 ms on 2 cores), costs that
+#: process less than taking a batch over from workers (3 MiB: 0.8 ms a batch in a pass
+#: of 14; ``docs/performance.rst``)
+COPY_HERE_BYTES = 8 << 20
 
 
 class _StoreChecked(ZipBatch):

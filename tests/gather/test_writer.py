@@ -283,3 +283,30 @@ def test_a_segmented_loader_counts_the_valid_steps_of_the_plan():
         it = iter(loader)
         valid = sum(int(b.valid.sum()) for b in it)
         assert it.meter.steps == valid > 0
+
+
+def test_new_arrays_reuse_memory_only_once_every_view_of_it_is_gone():
+    import torch
+
+    from streamseq.gather.writer import KEPT_FROM, block, new_array
+
+    if block is None:
+        pytest.skip("without the compiled pass")
+    shape, dtype = (KEPT_FROM // 8, 2), np.dtype(np.int64)
+    first = new_array(shape, dtype)
+    assert type(first.base.base) is type(block(1))  # (over a kept block)
+    first[:] = 7
+    views = [first[3:], torch.from_numpy(first)[5], first.reshape(-1)[::3]]
+    address = first.ctypes.data
+    del first
+    later = [new_array(shape, dtype) for _ in range(12)]
+    for a in later:
+        assert a.ctypes.data != address  # (its memory is still seen through the views)
+        a[:] = -1
+    assert all((np.asarray(v) == 7).all() for v in views)
+    del views, later
+    kept = {new_array(shape, dtype).ctypes.data for _ in range(3)}
+    assert len(kept) == 1  # (each one gone before the next: one block kept, given out again)
+    assert new_array((4,), dtype).base is None  # (small: numpy's)
+    objects = new_array((KEPT_FROM,), np.dtype(object))
+    assert objects.base is None and objects[0] is None
