@@ -987,6 +987,8 @@ def store_loader(job: dict) -> Any:
         streams = [open_video(p) for p in paths]
     elif kind in ("copy", "copyfresh"):
         return store_copy_limit(job["store"], rows * tbins, fresh=kind == "copyfresh")
+    elif kind == "copy2":
+        return store_copy_two_threads(job["store"], rows, tbins)
     elif kind == "decode1":
         return DecodeLimit(paths, 1)
     else:
@@ -1018,6 +1020,38 @@ def store_copy_limit(store: str, steps: int = B_VIDEO * T_VIDEO, fresh: bool = F
     return _Iterable(batches)
 
 
+def store_copy_two_threads(store: str, rows: int, tbins: int) -> Any:
+    """Two threads copying the store's bytes into ONE reused batch-sized array.
+
+    The compiled copy alone (``gather._gather.Copy``: the copying thread and its waiter
+    take the rows of a batch), with nothing to decide: the floor of a process that
+    copies with two cores, as the store read in this process does.
+    """
+    from streamseq.gather._gather import Copy, fill
+
+    import streamseq
+
+    whole = streamseq.store.open_store(store)[0]._files.maps()
+    out = np.empty((rows, tbins, *whole.shape[1:]), whole.dtype)
+    meta = (
+        np.empty(rows, bool),
+        np.empty((rows, tbins), bool),
+        np.empty((rows, tbins), np.int64),
+        np.empty((rows, tbins), np.int64),
+    )
+    streams, counts, ids = [whole] * rows, np.full(rows, tbins), np.arange(rows)
+
+    def batches() -> Any:
+        for a in range(0, len(whole) - rows * tbins + 1, rows * tbins):
+            copy = Copy()
+            fill(streams, np.arange(rows) * tbins + a, counts, ids, out, *meta, copy)
+            copy.start()
+            copy.wait()
+            yield out
+
+    return _Iterable(batches)
+
+
 def measure_store(job: dict) -> dict:
     """Frames a second of one decode-once configuration, in this process (after the first
     batch; a decode limit: whole passes, as :func:`measure`)."""
@@ -1029,7 +1063,7 @@ def measure_store(job: dict) -> dict:
     loader = store_loader(job)
     total = sum(frames_in(p) for p in job["paths"])
     first_steps = job.get("rows", B_VIDEO) * job.get("tbins", T_VIDEO)
-    copy = job["kind"] in ("copy", "copyfresh")
+    copy = job["kind"] in ("copy", "copyfresh", "copy2")
     if copy:
         total = total // first_steps * first_steps
     import psutil
@@ -1170,10 +1204,12 @@ def decode_once(args: Any) -> None:
     0 and 2 workers), against the copy limit of the store's bytes (one process copying
     them into ONE reused batch-sized array), and beside it the same copy into a fresh
     array a batch (what a loader, which hands out memory its user may keep, is up
-    against; :func:`store_copy_limit`). Targets: the store at 0.9 of the copy limit (of
-    the reused array) or more, and 20 times the decode or more. A second size, batches
-    of 16 x 16 (3 MiB: read by workers when there are some; 16 rows, none of them empty
-    with 24 clips), shows how the ratio moves with the batch's size. The store rows also
+    against; :func:`store_copy_limit`), and two threads copying into one reused array
+    (the store read here copies a batch with two threads: :func:`store_copy_two_threads`).
+    Targets: the store at 0.9 of the copy limit (of the reused array, one thread) or
+    more, and 20 times the decode or more. A second size, batches of 16 x 16 (3 MiB:
+    read here too, whatever the workers; 16 rows, none of them empty with 24 clips),
+    shows how the ratio moves with the batch's size. The store rows also
     show the wall time and this thread's CPU time a batch (medians, after the first
     batch of each pass), and for each size the per-batch cost beside the copy: the
     store's microseconds a batch less those of the copy into a fresh array (wall and CPU
@@ -1209,7 +1245,7 @@ def decode_once(args: Any) -> None:
             stored += [("store", 0, size, "base"), ("store", 2, size, "base")] * bool(
                 args.baseline
             )
-            stored += [("copy", 0, size, ""), ("copyfresh", 0, size, "")]
+            stored += [("copy", 0, size, ""), ("copyfresh", 0, size, ""), ("copy2", 0, size, "")]
         decode64 = (
             [] if args.store_only else [("decode64", 0, small, ""), ("decode64", 2, small, "")]
         )
@@ -1245,6 +1281,7 @@ def decode_once(args: Any) -> None:
         "store": f"video at {STORE_SIZE}x{STORE_SIZE}, read from the store",
         "copy": "copy limit of the store's bytes (reused array)",
         "copyfresh": "copy of the store's bytes, fresh array a batch",
+        "copy2": "copy limit, two threads (reused array)",
         "decode1": f"decode at {SIZE}x{SIZE}, 1 process",
         "limit": f"decode limit at {SIZE}x{SIZE} (2 processes x 1 thread)",
         "decode224": f"video at {SIZE}x{SIZE}, streamseq",
@@ -1256,7 +1293,9 @@ def decode_once(args: Any) -> None:
         each = " ".join(f"{x['fps']:.0f}" for x in runs[config])
         name = names[kind] + (f" ({args.baseline})" if tree else "")
         per = (
-            "" if kind not in ("store", "copy", "copyfresh") else f"{med(config, 'us_batch'):8.1f}"
+            ""
+            if kind not in ("store", "copy", "copyfresh", "copy2")
+            else f"{med(config, 'us_batch'):8.1f}"
         )
         cpu = "" if not per else f"{med(config, 'cpu_us_batch'):7.1f}"
         print(
@@ -1277,9 +1316,11 @@ def decode_once(args: Any) -> None:
             for w in (0, 2):
                 x_copy = med(("store", w, size, "")) / copy
                 x_fresh = med(("store", w, size, "")) / fresh
+                x_two = med(("store", w, size, "")) / med(("copy2", 0, size, ""))
                 line = (
                     f"store {size[0]}x{size[1]}, {w} workers: {x_copy:.2f} of the copy limit "
-                    f"(target 0.9), {x_fresh:.2f} of the copy into fresh arrays"
+                    f"(target 0.9), {x_fresh:.2f} of the copy into fresh arrays, {x_two:.2f} "
+                    "of two threads' copy"
                 )
                 if args.baseline:
                     base = med(("store", w, size, "base"))
