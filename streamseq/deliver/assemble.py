@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -89,7 +90,8 @@ class Assembled:
         self._written = getattr(self.groups[0], "written", None) if self.share else None
         # ... and with their copies run by the process's copying thread (stores)
         self._started = getattr(self.groups[0], "started", None) if self.share else None
-        self._ahead: tuple[int, Callable[[], tuple[Any, ...]]] | None = None
+        # (the batch started ahead, the process that started it, what finishes it)
+        self._ahead: tuple[int, int, Callable[[], tuple[Any, ...]]] | None = None
         self._ahead_lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -154,7 +156,9 @@ class Assembled:
         over, so its copy runs while the caller works on batch ``i``: the batches, their
         checks and their errors are those of :meth:`counted` (an error of starting batch
         ``i + 1`` is raised when it is asked for, by reading it again). Batch ``i``'s
-        arrays are new: held batches never change.
+        arrays are new: held batches never change. A forked child reads the batch its
+        parent started ahead again: its files were checked in the parent only (a child
+        checks the files it maps itself).
 
         Example:
             >>> from streamseq import interleave_streams, tbin, zip_batch
@@ -168,7 +172,8 @@ class Assembled:
             return self.counted(i)  # (two threads reading one pass: each reads its own)
         try:
             ahead, self._ahead = self._ahead, None
-            finish = ahead[1] if ahead is not None and ahead[0] == i else None
+            mine = ahead is not None and ahead[0] == i and ahead[1] == os.getpid()
+            finish = ahead[2] if mine else None
             if finish is None:
                 finish = started(i)
                 if finish is None:  # (the group's batches are not copied so)
@@ -179,7 +184,7 @@ class Assembled:
                     later = started(i + 1)
                 except Exception:  # (its error is batch i + 1's: raised when it is read)
                     later = None
-                self._ahead = None if later is None else (i + 1, later)
+                self._ahead = None if later is None else (i + 1, os.getpid(), later)
             return _shared(*finish())
         finally:
             self._ahead_lock.release()

@@ -326,7 +326,8 @@ release_rows(Rows *w, int owned)
  * A started Copy is queued for the one copying thread of the process, which takes its
  * rows one at a time; the thread that waits for it takes rows too (from the same
  * counter, the GIL released), so a batch asked for before its copy is done is written
- * by two cores.  A Copy is done when every row taken is written: wait() returns then,
+ * by two cores.  A fork waits until neither the thread nor any waiter is writing rows:
+ * the child's waiters write every row of its copies that no one took.  A Copy is done when every row taken is written: wait() returns then,
  * and nothing of the copying thread touches it after. */
 
 enum { COPY_OPEN, COPY_STARTED, COPY_DONE };
@@ -348,6 +349,7 @@ static pthread_cond_t q_work = PTHREAD_COND_INITIALIZER;  /* a copy was queued *
 static pthread_cond_t q_done = PTHREAD_COND_INITIALIZER;  /* the thread left a copy */
 static CopyObject *q_head, *q_tail;
 static CopyObject *q_current;  /* the copy the thread takes rows of */
+static int q_takers;           /* waiters taking rows (a fork waits until none does) */
 static int q_started;          /* the thread runs (in this process) */
 
 #define SPIN_NS 100000  /* the idle thread looks for a copy (a waiter for the thread's
@@ -457,7 +459,14 @@ unqueue(CopyObject *job)
 static void
 finish(CopyObject *job)
 {
+    pthread_mutex_lock(&q_lock);  /* (a fork waits for the rows this thread takes) */
+    q_takers++;
+    pthread_mutex_unlock(&q_lock);
     take_rows(job);
+    pthread_mutex_lock(&q_lock);
+    if (--q_takers == 0)
+        pthread_cond_broadcast(&q_done);
+    pthread_mutex_unlock(&q_lock);
     long long until = now_ns() + SPIN_NS;  /* (the thread's last row: a row's copy at most) */
     while (__atomic_load_n(&q_current, __ATOMIC_ACQUIRE) == job && now_ns() < until)
         ;
@@ -467,12 +476,14 @@ finish(CopyObject *job)
     job->state = COPY_DONE;
 }
 
-/* Before a fork: the thread's copy ends first (the child has no copying thread). */
+/* Before a fork: the thread's copy ends first (the child has no copying thread), and
+ * so do the rows that waiters took (a waiter of another thread is not in the child: a
+ * row it took there would never be written, and the child's wait would not know). */
 static void
 copies_before_fork(void)
 {
     pthread_mutex_lock(&q_lock);
-    while (q_current != NULL)
+    while (q_current != NULL || q_takers > 0)
         pthread_cond_wait(&q_done, &q_lock);
 }
 
@@ -495,6 +506,7 @@ copies_in_child(void)
     }
     q_head = q_tail = q_current = NULL;
     q_started = 0;
+    q_takers = 0;
 }
 
 static void

@@ -1,3 +1,5 @@
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -79,3 +81,37 @@ def test_a_pass_stopped_with_a_batch_copied_ahead_resumes_at_the_batch_after_the
     again.load_state_dict(state)
     rest = [b.data for b in again]
     assert all(torch.equal(a, b) for a, b in zip(first + rest, want, strict=True))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+@pytest.mark.parametrize("change", ["edit", "truncate"])
+def test_a_forked_child_checks_the_batch_copied_ahead_in_its_parent_against_its_files(
+    tmp_path, change
+):
+    from streamseq import StreamLoader, materialize
+    from streamseq.errors import SourceError
+
+    pytest.importorskip("streamseq.gather._gather")
+    sources = [np.arange(n * 64, dtype=np.uint8).reshape(n, 64) for n in (40, 33, 50, 20)]
+    stored = materialize(sources, tmp_path / "s")
+    (leaf,) = [p for p in (tmp_path / "s").iterdir() if p.name.startswith("leaf-")]
+    it = iter(StreamLoader(stored, 2, 4))
+    next(it)  # (batch 1 is copied ahead, its files checked in this process)
+    pid = os.fork()
+    if pid == 0:  # the child changes the file, then reads on: batch 1 is an error there too
+        code = 1
+        try:
+            if change == "edit":
+                with open(leaf, "r+b") as f:
+                    f.write(b"\xff" * 4096)
+            else:
+                os.truncate(leaf, 64)
+            try:
+                next(it)
+                code = 3  # (delivered: its files were never checked in the child)
+            except SourceError as e:
+                code = 0 if leaf.name in str(e) and "steps 4:8" in str(e) else 4
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

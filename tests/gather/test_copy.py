@@ -206,3 +206,39 @@ print("AFTER", int(out[0][0, :4].min()))
     assert "leaf-0.bin" in message and "cut short" in message, message
     assert "stream 7" in message and "steps 2:18" in message, message
     assert "AFTER 1" in run.stdout
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_fork_while_another_thread_writes_a_copys_rows_leaves_the_child_every_row():
+    code = """
+import os, threading
+import numpy as np
+from streamseq.gather._gather import Copy, fill
+W = 1 << 22  # (rows long enough that a fork comes while a waiter writes one)
+stream = np.random.default_rng(0).integers(1, 255, (32, W), dtype=np.uint8)
+bad = []
+for rep in range(24):
+    out = (np.zeros((8, 4, W), np.uint8), np.zeros(8, bool), np.zeros((8, 4), bool),
+           np.zeros((8, 4), np.int64), np.zeros((8, 4), np.int64))
+    copy = Copy()
+    fill([stream] * 8, np.arange(8, dtype=np.int64) * 4, np.full(8, 4, np.int64),
+         np.arange(8, dtype=np.int64), *out, copy)
+    copy.start()
+    waiter = threading.Thread(target=copy.wait)  # (a thread of the parent writes rows)
+    waiter.start()
+    for _ in range(rep % 6 * 20000):
+        pass
+    pid = os.fork()
+    if pid == 0:  # the child waits for the copy itself: every row is whole there
+        copy.wait()
+        whole = all((out[0][r] == stream[4 * r : 4 * r + 4]).all() for r in range(8))
+        os._exit(0 if whole and out[2].all() else 3)
+    waiter.join()
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        bad.append(rep)
+print("BAD", bad)
+"""
+    run = run_python(code, timeout=240)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "BAD []" in run.stdout, (run.stdout, run.stderr[-2000:])

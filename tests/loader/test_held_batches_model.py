@@ -7,8 +7,10 @@ by the workers) and, in lockstep, the same loader over the arrays read in this p
 It holds batches and views of every kind, starts passes and leaves them early, sets
 epochs, saves and loads states (its own, and those of a loader with another batch
 size), forks children that check their batches after the parent dropped and reused
-them, closes and deletes loaders. After every step, every batch delivered equals the
-reference's, and everything held equals its copy taken at delivery (invariant 8).
+them and children that read on in the parent's pass (a store's next batch copied ahead),
+indexes the loader from another thread during a pass, closes and deletes loaders. After
+every step, every batch delivered equals the reference's, and everything held equals its
+copy taken at delivery (invariant 8).
 """
 
 import atexit
@@ -17,6 +19,7 @@ import gc
 import os
 import shutil
 import tempfile
+import threading
 
 import numpy as np
 import pytest
@@ -258,6 +261,44 @@ class HostileUser(RuleBasedStateMachine):
             os.close(go_w)
             _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0, "a batch held by a forked child changed"
+
+    @precondition(lambda self: self.it is not None and hasattr(os, "fork"))
+    @rule(count=st.integers(1, 6))
+    def fork_a_child_that_reads_on_in_the_pass(self, count):
+        """The child reads on in the parent's pass (a batch copied ahead there); so does it."""
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                for _ in range(count):
+                    if self.next_pair() is None:
+                        break
+                code = 0 if all(unchanged(h, c) for h, c in self.held) else 3
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, "a forked child read other batches"
+        for _ in range(count):
+            if self.next_pair() is None:
+                break
+
+    @precondition(lambda self: self.it is not None)
+    @rule(data=st.data())
+    def index_from_a_thread_during_the_pass(self, data):
+        """``loader[i]`` in another thread while a pass stands (a batch copied ahead)."""
+        i = data.draw(st.integers(0, len(self.loader) - 1))
+        before = self.ref[i]  # (the pass may end meanwhile: loader[i] is of the epoch then)
+        got = []
+        thread = threading.Thread(target=lambda: got.append(self.loader[i]))
+        thread.start()
+        batch = self.next_pair()
+        thread.join(60)
+        assert not thread.is_alive(), "loader[i] in a thread did not return"
+        assert got and (same_batch(got[0], before) or same_batch(got[0], self.ref[i])), (
+            "loader[i] in a thread differs"
+        )
+        if batch is not None:
+            self.held.append((batch, copy_of(batch)))
 
     @precondition(lambda self: self.data == "mix")
     @rule(
