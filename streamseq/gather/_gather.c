@@ -327,8 +327,9 @@ release_rows(Rows *w, int owned)
  * rows one at a time; the thread that waits for it takes rows too (from the same
  * counter, the GIL released), so a batch asked for before its copy is done is written
  * by two cores.  A fork waits until neither the thread nor any waiter is writing rows:
- * the child's waiters write every row of its copies that no one took.  A Copy is done when every row taken is written: wait() returns then,
- * and nothing of the copying thread touches it after. */
+ * the child's waiters write every row of its copies that no one took.  A Copy is done
+ * when every row taken is written: wait() returns then, and nothing of the copying
+ * thread touches it after. */
 
 enum { COPY_OPEN, COPY_STARTED, COPY_DONE };
 
