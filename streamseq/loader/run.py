@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import threading
 from collections.abc import Callable
 from time import perf_counter
 from typing import Any, NamedTuple
@@ -176,6 +177,7 @@ class Pass:
         self.meter = Meter(-1, 0) if meter is None else meter
         self.latest = latest
         self.trial, self.reopen = trial, reopen
+        self._lock = (os.getpid(), threading.Lock())
         if trial is not None:
             trial.opened()
 
@@ -183,6 +185,14 @@ class Pass:
         return self
 
     def __next__(self) -> Batch:
+        """The next batch: one thread at a time (threads reading one pass share its batches)."""
+        lock = self._lock
+        if lock[0] != os.getpid():  # (forked: a parent's thread may have held it)
+            lock = self._lock = (os.getpid(), threading.Lock())
+        with lock[1]:
+            return self._next()
+
+    def _next(self) -> Batch:
         if self.closed:
             if self.superseded and (self.next > self.start or self.newer_running(self)):
                 raise RuntimeError(
