@@ -38,7 +38,8 @@ def new_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     A large array (``KEPT_FROM`` bytes or more) is made over a block of memory the
     compiled pass keeps, once every view of the array before it is gone, for the next
     array of its size: the allocator would give it back to the system between batches
-    and fault it in again, a page at a time. Others are :func:`numpy.empty`.
+    and fault it in again, a page at a time. Others are :func:`numpy.empty`, and so is
+    one whose memory cannot be had (numpy's error names its size, shape and dtype).
 
     Example:
         >>> a = new_array((256, 512), np.dtype(np.float32))
@@ -50,7 +51,11 @@ def new_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         n *= d
     if block is None or dtype.hasobject or n * dtype.itemsize < KEPT_FROM:
         return np.empty(shape, dtype)
-    return np.frombuffer(block(n * dtype.itemsize), dtype, n).reshape(shape)
+    try:
+        kept = block(n * dtype.itemsize)
+    except (MemoryError, OverflowError):  # (numpy's error names the size, shape and dtype)
+        return np.empty(shape, dtype)
+    return np.frombuffer(kept, dtype, n).reshape(shape)
 
 
 _NOTHING = np.zeros(0)

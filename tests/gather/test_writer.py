@@ -310,3 +310,14 @@ def test_new_arrays_reuse_memory_only_once_every_view_of_it_is_gone():
     assert new_array((4,), dtype).base is None  # (small: numpy's)
     objects = new_array((KEPT_FROM,), np.dtype(object))
     assert objects.base is None and objects[0] is None
+
+
+def test_a_batch_array_too_large_raises_numpys_error_naming_its_size_shape_and_dtype():
+    from streamseq.gather.writer import new_array
+
+    for shape in [(1 << 40, 1 << 10), (1 << 31, 1 << 31, 8)]:  # 8 PiB; bytes past 2**63
+        with pytest.raises(Exception) as expected:
+            np.empty(shape, np.float64)
+        with pytest.raises(type(expected.value)) as got:
+            new_array(shape, np.dtype(np.float64))
+        assert str(got.value) == str(expected.value) != ""
