@@ -674,7 +674,9 @@ static PyTypeObject CopyType = {
  * faults where the allocator gives the memory back to the system between batches (large
  * blocks: a fault a page, 100 a 3 MiB batch).  Here the memory of an array whose every
  * view is gone is kept (up to POOL_SLOTS blocks, POOL_BYTES in all) for the next array of
- * the same size.  An array over a Block (numpy.frombuffer) holds it: no view outlives it. */
+ * the same size; to keep one, the blocks kept longest go (freed) as needed, so sizes no
+ * longer made (another loader's batches) never keep out the sizes made now.  An array
+ * over a Block (numpy.frombuffer) holds it: no view outlives it. */
 
 #define POOL_SLOTS 8
 #define POOL_BYTES (64 << 20)
@@ -685,28 +687,83 @@ typedef struct {
     Py_ssize_t size;
 } BlockObject;
 
-static struct { char *data; Py_ssize_t size; } pool[POOL_SLOTS];
+static struct { char *data; Py_ssize_t size; unsigned long long at; } pool[POOL_SLOTS];
 static Py_ssize_t pool_bytes;
+static unsigned long long pool_clock;  /* when each block was kept (its ``at``) */
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The slot of the block kept longest (``pool_lock`` held; some slot holds one). */
+static int
+pool_oldest(void)
+{
+    int oldest = -1;
+    for (int k = 0; k < POOL_SLOTS; k++)
+        if (pool[k].data != NULL && (oldest < 0 || pool[k].at < pool[oldest].at))
+            oldest = k;
+    return oldest;
+}
 
 static void
 block_dealloc(BlockObject *b)
 {
     char *data = b->data;
+    char *gone[POOL_SLOTS];  /* the blocks that make room for it: freed after the lock */
+    int n_gone = 0;
     pthread_mutex_lock(&pool_lock);
-    if (pool_bytes + b->size <= POOL_BYTES) {
-        for (int k = 0; k < POOL_SLOTS; k++)
-            if (pool[k].data == NULL) {
-                pool[k].data = data;
-                pool[k].size = b->size;
-                pool_bytes += b->size;
-                data = NULL;
+    if (b->size <= POOL_BYTES) {
+        int free_slot = -1;
+        for (;;) {
+            for (int k = 0; k < POOL_SLOTS && free_slot < 0; k++)
+                if (pool[k].data == NULL)
+                    free_slot = k;
+            if (free_slot >= 0 && pool_bytes + b->size <= POOL_BYTES)
                 break;
-            }
+            int k = pool_oldest();
+            gone[n_gone++] = pool[k].data;
+            pool_bytes -= pool[k].size;
+            pool[k].data = NULL;
+        }
+        pool[free_slot].data = data;
+        pool[free_slot].size = b->size;
+        pool[free_slot].at = ++pool_clock;
+        pool_bytes += b->size;
+        data = NULL;
     }
     pthread_mutex_unlock(&pool_lock);
     free(data);
+    for (int k = 0; k < n_gone; k++)
+        free(gone[k]);
     Py_TYPE(b)->tp_free((PyObject *)b);
+}
+
+static PyObject *
+kept(PyObject *self, PyObject *unused)
+{
+    Py_ssize_t sizes[POOL_SLOTS];
+    unsigned long long at[POOL_SLOTS];
+    int n = 0;
+    pthread_mutex_lock(&pool_lock);
+    for (int k = 0; k < POOL_SLOTS; k++)
+        if (pool[k].data != NULL) {  /* (in the order they were kept: insertion) */
+            int j = n++;
+            for (; j > 0 && at[j - 1] > pool[k].at; j--) {
+                at[j] = at[j - 1];
+                sizes[j] = sizes[j - 1];
+            }
+            at[j] = pool[k].at;
+            sizes[j] = pool[k].size;
+        }
+    pthread_mutex_unlock(&pool_lock);
+    PyObject *list = PyList_New(n);
+    for (int k = 0; list != NULL && k < n; k++) {
+        PyObject *size = PyLong_FromSsize_t(sizes[k]);
+        if (size == NULL) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, k, size);
+    }
+    return list;
 }
 
 static int
@@ -878,6 +935,9 @@ static PyMethodDef methods[] = {
      "Write one batch from array streams; -1, or the first row that must take the "
      "general path (nothing written then; 0 when the data holds object references). "
      "With a Copy, the rows are written by its thread once it is started."},
+    {"kept", kept, METH_NOARGS,
+     "kept() -> list of int\n\n"
+     "The sizes of the blocks kept for the next block of their size, kept longest first."},
     {"block", block, METH_VARARGS,
      "block(size) -> Block\n\n"
      "``size`` bytes (a writable buffer) kept, once nothing uses them, for the next block "

@@ -321,3 +321,25 @@ def test_a_batch_array_too_large_raises_numpys_error_naming_its_size_shape_and_d
         with pytest.raises(type(expected.value)) as got:
             new_array(shape, np.dtype(np.float64))
         assert str(got.value) == str(expected.value) != ""
+
+
+def test_the_kept_blocks_make_room_for_the_sizes_in_use():
+    """Blocks of sizes no longer made (another loader's batches) do not keep the sizes
+    made now out of the pool: the oldest kept go, and the pool stays bounded."""
+    from streamseq.gather import _gather
+    from streamseq.gather.writer import KEPT_FROM, new_array
+
+    u1 = np.dtype(np.uint8)
+    for k in range(1, 20):  # sizes of earlier batches, each gone before the next
+        new_array((KEPT_FROM * k,), u1)
+    size = 3 << 20
+    new_array((size,), u1)
+    kept = _gather.kept()
+    assert kept[-1] == size  # (kept for the next array of its size)
+    assert len(kept) <= 8 and sum(kept) <= 64 << 20
+    held = new_array((size,), u1)  # (given out again: no longer kept)
+    assert size not in _gather.kept()
+    big = [new_array((20 << 20,), u1) for _ in range(5)]
+    del big
+    assert len(_gather.kept()) <= 8 and sum(_gather.kept()) <= 64 << 20
+    del held
