@@ -48,7 +48,7 @@ def new_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """
     n = 1
     for d in shape:
-        n *= d
+        n *= int(d)  # (exact: a numpy integer's product wraps round)
     if block is None or dtype.hasobject or n * dtype.itemsize < KEPT_FROM:
         return np.empty(shape, dtype)
     try:

@@ -343,3 +343,14 @@ def test_the_kept_blocks_make_room_for_the_sizes_in_use():
     del big
     assert len(_gather.kept()) <= 8 and sum(_gather.kept()) <= 64 << 20
     del held
+
+
+def test_a_batch_shape_of_numpy_integers_whose_bytes_overflow_is_numpys_error():
+    from streamseq.gather.writer import new_array
+
+    shape = (np.int64(2**61 + 2**14), 8)  # (its bytes, in int64, wrap round to 1 MiB)
+    with pytest.raises(ValueError) as expected:
+        np.empty(shape, np.float64)
+    with np.errstate(over="ignore"), pytest.raises(ValueError) as got:
+        new_array(shape, np.dtype(np.float64))
+    assert str(got.value) == str(expected.value)
