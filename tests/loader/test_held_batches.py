@@ -146,3 +146,55 @@ def test_batches_held_while_the_next_epoch_splits_the_rows_otherwise_never_chang
         assert changed == [], f"{len(changed)} of {len(e0)} batches held changed"
     finally:
         loader.close()
+
+
+def wide_streams(count=12, seed=0):
+    """Streams of 16 KiB a step: a batch of them read here is over memory kept between
+    batches (:func:`streamseq.gather.writer.new_array`)."""
+    return [s[:, None] + np.arange(2048) for s in token_streams(count, 20, 60, seed)]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("source", ["arrays", "store"])
+def test_batches_read_here_over_kept_memory_held_through_passes_and_a_fork_never_change(
+    source, tmp_path
+):
+    """Batches written in this process (``num_workers=0``, or a store's whatever the
+    workers), each of its own memory, kept for the next batch only once nothing holds it:
+    batches, tensors, numpy views, storages, held here and by a forked child, never change
+    while the loader reads on."""
+    from streamseq import materialize
+
+    streams = wide_streams()
+    if source == "store":
+        streams = materialize(streams, tmp_path / "s")
+    workers = 0 if source == "arrays" else 2
+    loader = StreamLoader(streams, 4, 4, num_workers=workers, shuffle=True)
+    held, copies = [], []
+    for batch in loader:  # (each copied as it comes)
+        held.append(batch)
+        copies.append(snapshot(batch))
+    assert np.asarray(held[0].data).nbytes >= 64 << 10
+    views = [held[0].data.numpy()[1:], held[1].data[2].numpy(), held[2].data.untyped_storage()]
+    copies = copies, [bytes(memoryview(np.asarray(v))) for v in views[:2]]
+    storage = bytes(views[2])
+    pid = os.fork()
+    if pid == 0:  # the child: its own batches, then the parent's held ones
+        code = 1
+        try:
+            for _ in range(2):
+                for _ in loader:
+                    pass
+            code = 0 if all(same(b, c) for b, c in zip(held, copies[0], strict=True)) else 3
+        finally:
+            os._exit(code)
+    del held[3:]  # (their memory kept: the next batches take it)
+    for _ in range(3):
+        for _ in loader:
+            pass
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "a batch held by the child changed"
+    assert all(same(b, c) for b, c in zip(held, copies[0][:3], strict=True))
+    assert [bytes(memoryview(np.asarray(v))) for v in views[:2]] == copies[1]
+    assert bytes(views[2]) == storage
+    loader.close()

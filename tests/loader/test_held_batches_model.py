@@ -1,9 +1,11 @@
 """A hostile user, as a state machine: every batch held stays as it was delivered.
 
-The machine drives a loader (0 or 2 workers, persistent or not, plain or dict data, or
-the same streams stored by :func:`materialize`: read in this process, or with 2 workers
-by the workers) and, in lockstep, the same loader over the arrays read in this process
-(``num_workers=0``): the reference.
+The machine drives a loader (0 or 2 workers, persistent or not, plain or dict data, wide
+steps whose batches read in this process are over memory kept between batches
+(:func:`streamseq.gather.writer.new_array`), or the same streams stored by
+:func:`materialize`: read in this process, or with 2 workers by the workers) and, in
+lockstep, the same loader over the arrays read in this process (``num_workers=0``): the
+reference.
 It holds batches and views of every kind, starts passes and leaves them early, sets
 epochs, saves and loads states (its own, and those of a loader with another batch
 size), forks children that check their batches after the parent dropped and reused
@@ -40,10 +42,12 @@ def streams(kind, weights=(1.0, 1.0)):
     rng = np.random.default_rng(1)
     tokens = [rng.integers(0, 1000, n, dtype=np.int64) for n in rng.integers(10, 60, 8)]
     tokens[3] = tokens[3][:0]  # (an empty stream: a store keeps it, the plan skips it)
-    if kind in ("store", "store dict"):
+    if kind.startswith("store"):
         return stored(kind)
     if kind == "plain":
         return tokens
+    if kind == "wide":  # 16 KiB a step: a batch of 4 x 4 steps is a kept block's
+        return [s[:, None] + np.arange(2048) for s in tokens]
     if kind == "mix":  # two groups whose weights a resume may change
         return mix({"a": tokens[:5], "b": tokens[5:]}, dict(zip("ab", weights, strict=True)))
     return [{"x": s, "y": (s * 2).astype(np.float32)[:, None].repeat(2, 1)} for s in tokens]
@@ -51,15 +55,15 @@ def streams(kind, weights=(1.0, 1.0)):
 
 @functools.cache
 def stored(kind):
-    """The streams of ``kind`` without "store " (plain or dict), materialized once."""
+    """The streams of ``kind`` without "store " (plain, dict or wide), materialized once."""
     folder = tempfile.mkdtemp(prefix="streamseq-held-")
     atexit.register(shutil.rmtree, folder, True)
-    return materialize(streams("plain" if kind == "store" else "dict"), folder)
+    return materialize(streams(reference(kind)), folder)
 
 
 def reference(kind):
     """The data a loader of ``kind`` reads, as arrays (a store's: its sources)."""
-    return {"store": "plain", "store dict": "dict"}.get(kind, kind)
+    return {"store": "plain", "store dict": "dict", "store wide": "wide"}.get(kind, kind)
 
 
 def tensors(batch):
@@ -122,7 +126,9 @@ class HostileUser(RuleBasedStateMachine):
     @initialize(
         workers=st.sampled_from([2, 0, 2]),  # (workers: where slots are)
         persistent=st.booleans(),
-        data=st.sampled_from(["plain", "dict", "mix", "store", "store dict"]),
+        data=st.sampled_from(
+            ["plain", "dict", "mix", "store", "store dict", "wide", "store wide"]
+        ),
     )
     def start(self, workers, persistent, data):
         self.data, self.workers, self.persistent = data, workers, persistent and workers > 0
