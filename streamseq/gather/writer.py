@@ -152,12 +152,13 @@ class BatchWriter(ChunkMap):
         here = _shm.current() is None
         empty = np.empty if here else _shm.empty
         m = meta.allocate(*bt, empty)  # (once: they may be in shm)
+        new = new_array if here else empty
         if type(spec) is np.ndarray:  # (the common case, in short)
-            data = (new_array if here else empty)((*bt, *spec.shape[1:]), spec.dtype)
+            data = new((*bt, *spec.shape[1:]), spec.dtype)
         elif spec is None:
             data = None
-        else:
-            data = tree_map(lambda s: empty((*bt, *s.shape[1:]), s.dtype), spec)
+        else:  # (each leaf as an array's data)
+            data = tree_map(lambda s: new((*bt, *s.shape[1:]), s.dtype), spec)
         if self.pad == "pack":
             self._read_packed(st, i, spec, data, m)
             if la:

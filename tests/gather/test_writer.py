@@ -354,3 +354,21 @@ def test_a_batch_shape_of_numpy_integers_whose_bytes_overflow_is_numpys_error():
     with np.errstate(over="ignore"), pytest.raises(ValueError) as got:
         new_array(shape, np.dtype(np.float64))
     assert str(got.value) == str(expected.value)
+
+
+def test_the_large_arrays_of_a_tree_of_steps_are_made_over_kept_memory_like_an_arrays():
+    from streamseq.gather.writer import KEPT_FROM, block
+
+    if block is None:
+        pytest.skip("without the compiled pass")
+    kept = type(block(1))
+    rng = np.random.default_rng(0)
+    wide = [rng.integers(0, 99, (n, 2048)) for n in (5, 9, 7)]  # 16 KiB a step
+    streams = [{"x": w, "y": w[:, :2].astype(np.float32)} for w in wide]
+    batches = zip_batch([tbin(r, 4) for r in interleave_streams(streams, 2)])
+    for i in range(len(batches)):
+        batch = batches[i]
+        x, y = batch.data["x"], batch.data["y"]
+        assert x.nbytes >= KEPT_FROM and type(x.base.base) is kept  # (as an array's data)
+        assert y.nbytes < KEPT_FROM and y.base is None  # (small: numpy's)
+        assert (x[~batch.valid] == 0).all() and (y[~batch.valid] == 0).all()
