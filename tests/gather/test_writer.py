@@ -372,3 +372,56 @@ def test_the_large_arrays_of_a_tree_of_steps_are_made_over_kept_memory_like_an_a
         assert x.nbytes >= KEPT_FROM and type(x.base.base) is kept  # (as an array's data)
         assert y.nbytes < KEPT_FROM and y.base is None  # (small: numpy's)
         assert (x[~batch.valid] == 0).all() and (y[~batch.valid] == 0).all()
+
+
+def _add_one(steps, info):
+    """A transform (picklable): batches read through the checked path."""
+    return steps + 1
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 12), min_size=1, max_size=6).filter(any),
+    batch_size=st.integers(1, 4),
+    pad=st.sampled_from(["zeros", "wrap", "drop", "pack"]),
+    lookahead=st.integers(0, 2),
+    segment=st.booleans(),
+    how=st.sampled_from(["arrays", "tree", "transform"]),
+)
+@pytest.mark.filterwarnings("ignore")
+def test_batches_over_kept_memory_equal_those_over_numpys_every_byte_written(
+    lengths, batch_size, pad, lookahead, segment, how
+):
+    """A kept block holds the bytes of the batch before it: every byte of a batch (its
+    padding zeros) is written whatever the options, so batches over kept memory (16 KiB
+    steps) are those over fresh memory, pass after pass."""
+    if writer.block is None:
+        pytest.skip("without the compiled pass")
+    rng = np.random.default_rng(len(lengths))
+    arrays = [rng.integers(1, 99, (n, 2048)) for n in lengths]
+    streams = [{"x": a, "y": a[:, :4].copy()} for a in arrays] if how == "tree" else arrays
+    options = {
+        "pad": pad,
+        "lookahead": min(lookahead, max(lengths)),
+        "segment_length": 4 if segment else None,
+        "shuffle": True,
+        "transform": _add_one if how == "transform" else None,
+    }
+    try:
+        kept = StreamLoader(streams, batch_size, 3, **options)
+    except ValueError:  # (options that do not go together)
+        return
+    with mock.patch.object(writer, "block", None):
+        fresh = StreamLoader(streams, batch_size, 3, **options)
+        want = [[as_numpy_tree(b) for b in fresh] for _ in range(2)]
+    got = [[as_numpy_tree(b) for b in kept] for _ in range(2)]
+    assert got == want
+
+
+def as_numpy_tree(batch):
+    """The bytes of every field of a batch (each leaf of a tree)."""
+    out = []
+    for f in batch:
+        for leaf in [f[k] for k in sorted(f)] if isinstance(f, dict) else [f]:
+            out.append(np.asarray(leaf).tobytes())
+    return out
