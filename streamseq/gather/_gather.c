@@ -353,6 +353,8 @@ static CopyObject *q_current;  /* the copy the thread takes rows of */
 static int q_takers;           /* waiters taking rows (a fork waits until none does) */
 static int q_started;          /* the thread runs (in this process) */
 
+#define IDLE_S 1  /* a thread with nothing to copy for a second ends */
+
 #define SPIN_NS 100000  /* the idle thread looks for a copy (a waiter for the thread's
                         * last row) for 0.1 ms before sleeping */
 
@@ -420,8 +422,18 @@ copier(void *unused)
                 ;
             pthread_mutex_lock(&q_lock);
         }
-        while (q_head == NULL)
-            pthread_cond_wait(&q_work, &q_lock);
+        if (q_head == NULL) {  /* idle for IDLE_S: the thread ends (started again when needed) */
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_sec += IDLE_S;
+            while (q_head == NULL)
+                if (pthread_cond_timedwait(&q_work, &q_lock, &until) == ETIMEDOUT &&
+                    q_head == NULL) {
+                    q_started = 0;
+                    pthread_mutex_unlock(&q_lock);
+                    return NULL;
+                }
+        }
         CopyObject *job = q_head;
         __atomic_store_n(&q_head, job->next, __ATOMIC_RELEASE);
         if (q_head == NULL)

@@ -242,3 +242,36 @@ print("BAD", bad)
     run = run_python(code, timeout=240)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "BAD []" in run.stdout, (run.stdout, run.stderr[-2000:])
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+def test_the_copying_thread_ends_when_idle_and_starts_again_when_needed():
+    code = """
+import os, time
+import numpy as np
+from streamseq.gather._gather import Copy, fill
+def threads():
+    return len(os.listdir("/proc/self/task"))
+def copy_once():
+    out = (np.zeros((2, 4, 4096), np.uint8), np.zeros(2, bool), np.zeros((2, 4), bool),
+           np.zeros((2, 4), np.int64), np.zeros((2, 4), np.int64))
+    copy = Copy()
+    fill([np.ones((8, 4096), np.uint8)] * 2, np.zeros(2, np.int64), np.full(2, 4, np.int64),
+         np.arange(2, dtype=np.int64), *out, copy)
+    copy.start()
+    copy.wait()
+    return int(out[0].min())
+before = threads()
+assert copy_once() == 1
+during = threads()
+deadline = time.monotonic() + 20
+while threads() > before and time.monotonic() < deadline:
+    time.sleep(0.05)
+after = threads()
+assert copy_once() == 1  # (a thread started again)
+print(before, during, after)
+"""
+    run = run_python(code, timeout=60)
+    assert run.returncode == 0, run.stderr[-2000:]
+    before, during, after = map(int, run.stdout.split())
+    assert during == before + 1 and after == before  # (a fork after it finds no thread)
