@@ -177,7 +177,7 @@ class Pass:
         self.meter = Meter(-1, 0) if meter is None else meter
         self.latest = latest
         self.trial, self.reopen = trial, reopen
-        self._lock = (os.getpid(), threading.Lock())
+        self._lock = (os.getpid(), threading.RLock())
         if trial is not None:
             trial.opened()
 
@@ -188,7 +188,7 @@ class Pass:
         """The next batch: one thread at a time (threads reading one pass share its batches)."""
         lock = self._lock
         if lock[0] != os.getpid():  # (forked: a parent's thread may have held it)
-            lock = self._lock = (os.getpid(), threading.Lock())
+            lock = self._lock = (os.getpid(), threading.RLock())
         with lock[1]:
             return self._next()
 
