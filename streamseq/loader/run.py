@@ -23,6 +23,18 @@ Setup = tuple[Assembled, list[Any], list[Prefetched], Any, list[Any]]
 """What a pass reads from: batches, groups, the workers it started, what to call when it
 fails, and the workers' timings."""
 
+_making = threading.Lock()
+"""Held to make a pass's lock in a forked child (made again there: a parent's thread may
+have held it)."""
+
+
+def _after_fork_in_child() -> None:
+    global _making
+    _making = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
 Move = Callable[[Cursor], Cursor]
 """A transition of the run's cursor (:meth:`Cursor.delivered`, :meth:`Cursor.ended`)."""
 
@@ -177,19 +189,32 @@ class Pass:
         self.meter = Meter(-1, 0) if meter is None else meter
         self.latest = latest
         self.trial, self.reopen = trial, reopen
-        self._lock = (os.getpid(), threading.RLock())
+        self._locks = (os.getpid(), threading.RLock(), threading.Lock())
         if trial is not None:
             trial.opened()
 
     def __iter__(self) -> Pass:
         return self
 
+    def _guard(self) -> tuple[threading.RLock, threading.Lock]:
+        """The locks of the pass in this process (a parent's thread may have held them).
+
+        The first is held while a batch is read (one thread at a time), the second while
+        the pass counts a batch delivered or is closed: a close from another thread waits
+        for no read (workers stopped there end it), and the batch read meanwhile is not
+        delivered (nor counted in the position of the next pass).
+        """
+        locks = self._locks
+        if locks[0] != os.getpid():  # (forked: made once, by the first of its threads here)
+            with _making:
+                locks = self._locks
+                if locks[0] != os.getpid():
+                    locks = self._locks = (os.getpid(), threading.RLock(), threading.Lock())
+        return locks[1], locks[2]
+
     def __next__(self) -> Batch:
         """The next batch: one thread at a time (threads reading one pass share its batches)."""
-        lock = self._lock
-        if lock[0] != os.getpid():  # (forked: a parent's thread may have held it)
-            lock = self._lock = (os.getpid(), threading.RLock())
-        with lock[1]:
+        with self._guard()[0]:
             return self._next()
 
     def _next(self) -> Batch:
@@ -221,13 +246,18 @@ class Pass:
             if self.failed is not None:
                 self.failed()
             raise
+        if self.closed:  # (by another thread, or the batch's own code: a new pass moves on)
+            return self._next()
         if self.trial is not None:
             self.trial.delivered(self, perf_counter() - asked, self.stop)
         self.meter.delivered(steps, asked)
         if self.next == self.start and self.latest is not None:
             self.latest.started(self.meter)
-        self.next += 1
-        self.moved(Cursor.delivered)  # (a loaded position is used once)
+        with self._guard()[1]:
+            if self.closed:  # (meanwhile)
+                return self._next()
+            self.next += 1
+            self.moved(Cursor.delivered)  # (a loaded position is used once)
         return batch
 
     def switch(self, workers: int) -> None:
@@ -262,7 +292,16 @@ class Pass:
         self.batches.release()
 
     def close(self, log: bool = True) -> None:
-        """Stop the pinning thread and the worker processes; log the pass's figures once."""
+        """Stop the pinning thread and the worker processes; log the pass's figures once.
+
+        Called from another thread, the batch being read there is not delivered (that
+        ``next()`` raises as on a closed pass).
+        """
+        with self._guard()[1]:
+            self.closed = True
+        self._close(log)
+
+    def _close(self, log: bool) -> None:
         self.closed = True
         if self.meter.end() and log:
             self.meter.log("ended" if self.next >= self.stop else "stopped")
@@ -270,6 +309,6 @@ class Pass:
 
     def __del__(self) -> None:
         try:
-            self.close(log=False)  # (perhaps at interpreter shutdown)
+            self._close(log=False)  # (perhaps at interpreter shutdown; no thread reads it)
         except Exception:
             pass

@@ -1,11 +1,13 @@
 """A pass (``loader.run.Pass``): what it delivers, however it is iterated."""
 
+import os
 import threading
 
 import numpy as np
 import pytest
 
 from streamseq import StreamLoader, materialize
+from streamseq.loader import run
 
 
 @pytest.mark.parametrize("stored", [False, True])
@@ -28,3 +30,135 @@ def test_one_pass_read_from_several_threads_delivers_every_batch_once(tmp_path, 
         for t in threads:
             t.join(60)
         assert sorted(got) == want  # (each batch once: none twice, none lost)
+
+
+@pytest.mark.parametrize("stored", [False, True])
+def test_a_pass_superseded_while_another_thread_reads_it_moves_the_new_pass_not(tmp_path, stored):
+    # A thread reads a batch of a pass while another thread starts a new pass: the
+    # position saved is that of the new pass (the old pass's batch is not counted in it).
+    sources = [np.arange(40, dtype=np.int64) + 100 * i for i in range(4)]
+    streams = materialize(sources, tmp_path / "s") if stored else sources
+    entered, delivered = threading.Event(), threading.Event()
+    blocking = []
+
+    def transform(x, info):
+        if blocking and threading.current_thread().name == "old-reader":
+            blocking.clear()
+            entered.set()
+            delivered.wait(1)  # (the new pass's batch, where the new pass does not wait)
+        return x
+
+    loader = StreamLoader(streams, 2, 2, transform=transform)
+    old = iter(loader)
+    next(old)
+    got = {}
+
+    def read_old():
+        blocking.append(True)
+        try:
+            got["old"] = next(old)
+        except RuntimeError as e:  # (closed while its batch was read: not delivered)
+            got["old"] = e
+
+    def read_new():
+        new = iter(loader)
+        got["new"] = next(new)
+        got["state"] = loader.state_dict()
+        delivered.set()
+        got["new it"] = new
+
+    reader = threading.Thread(target=read_old, name="old-reader")
+    reader.start()
+    assert entered.wait(30)
+    starter = threading.Thread(target=read_new)
+    starter.start()
+    reader.join(30)
+    starter.join(30)
+    assert got["state"]["next_batch"] == 1
+    assert loader.state_dict()["next_batch"] == 1  # (one batch of the new pass delivered)
+    assert isinstance(got["old"], RuntimeError) and "superseded" in str(got["old"])
+    with pytest.raises(RuntimeError, match="superseded"):
+        next(old)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forks")
+def test_threads_of_a_forked_child_reading_the_parents_pass_share_one_lock():
+    # The first threads of a child to read a pass make its lock there: one lock, each
+    # batch once (two threads making one each at once would read the same batch).
+    sources = [np.arange(n * 4, dtype=np.int64).reshape(n, 4) + 1000 * n for n in range(5, 30)]
+    loader = StreamLoader(sources, 4, 3)
+    it = iter(loader)
+    next(it)
+    pid = os.fork()
+    if pid == 0:  # (the child reports by its exit status only)
+        try:
+            made, real, meet = [], threading.RLock, threading.Barrier(2)
+
+            def rlock():  # (both threads first look at the parent's lock, then make one)
+                made.append(1)
+                try:
+                    meet.wait(1)
+                except threading.BrokenBarrierError:
+                    pass
+                return real()
+
+            run.threading.RLock = rlock
+            got, start = [], threading.Barrier(2)
+
+            def read():
+                start.wait(10)
+                got.extend(b.step[:, 0].tolist() + b.stream[:, 0].tolist() for b in it)
+
+            readers = [threading.Thread(target=read) for _ in range(2)]
+            for t in readers:
+                t.start()
+            for t in readers:
+                t.join(30)
+            keys = sorted(map(str, got))
+            os._exit(0 if len(made) == 1 and keys == sorted(set(keys)) else 1)
+        finally:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_state_loaded_while_another_thread_reads_the_pass_is_the_position_after():
+    # The batch being read when the state is loaded is not counted after the load.
+    entered, loaded = threading.Event(), threading.Event()
+    blocking = []
+
+    def transform(x, info):
+        if blocking and threading.current_thread().name == "reader":
+            blocking.clear()
+            entered.set()
+            loaded.wait(1)  # (the load, where it does not wait for this batch)
+        return x
+
+    sources = [np.arange(40, dtype=np.int64) + 100 * i for i in range(4)]
+    loader = StreamLoader(sources, 2, 2, transform=transform)
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    saved = loader.state_dict()
+
+    def read():
+        blocking.append(True)
+        got.append(next(it, None))
+
+    got = []
+
+    def load():
+        loader.load_state_dict(saved)
+        loaded.set()
+
+    reader = threading.Thread(target=read, name="reader")
+    reader.start()
+    assert entered.wait(30)
+    loading = threading.Thread(target=load)
+    loading.start()
+    reader.join(30)
+    loading.join(30)
+    assert loader.state_dict()["next_batch"] == saved["next_batch"] == 3
+    assert got == [None]  # (the pass was closed while the batch was read)
+    want = [b.step.tolist() for b in StreamLoader(sources, 2, 2)][3:]
+    assert [b.step.tolist() for b in loader] == want  # (resumed at batch 3: none skipped)
