@@ -27,10 +27,14 @@ _making = threading.Lock()
 """Held to make a pass's lock in a forked child (made again there: a parent's thread may
 have held it)."""
 
+_forks = 0
+"""How many forks made this process (a pass's locks of another are made again)."""
+
 
 def _after_fork_in_child() -> None:
-    global _making
+    global _making, _forks
     _making = threading.Lock()
+    _forks += 1
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -189,7 +193,7 @@ class Pass:
         self.meter = Meter(-1, 0) if meter is None else meter
         self.latest = latest
         self.trial, self.reopen = trial, reopen
-        self._locks = (os.getpid(), threading.RLock(), threading.Lock())
+        self._locks = (_forks, threading.RLock(), threading.Lock())
         if trial is not None:
             trial.opened()
 
@@ -205,19 +209,20 @@ class Pass:
         delivered (nor counted in the position of the next pass).
         """
         locks = self._locks
-        if locks[0] != os.getpid():  # (forked: made once, by the first of its threads here)
+        if locks[0] != _forks:  # (forked: made once, by the first of its threads here)
             with _making:
                 locks = self._locks
-                if locks[0] != os.getpid():
-                    locks = self._locks = (os.getpid(), threading.RLock(), threading.Lock())
+                if locks[0] != _forks:
+                    locks = self._locks = (_forks, threading.RLock(), threading.Lock())
         return locks[1], locks[2]
 
     def __next__(self) -> Batch:
         """The next batch: one thread at a time (threads reading one pass share its batches)."""
-        with self._guard()[0]:
-            return self._next()
+        reading, counting = self._guard()
+        with reading:
+            return self._next(counting)
 
-    def _next(self) -> Batch:
+    def _next(self, counting: threading.Lock) -> Batch:
         if self.closed:
             if self.superseded and (self.next > self.start or self.newer_running(self)):
                 raise RuntimeError(
@@ -247,15 +252,15 @@ class Pass:
                 self.failed()
             raise
         if self.closed:  # (by another thread, or the batch's own code: a new pass moves on)
-            return self._next()
+            return self._next(counting)
         if self.trial is not None:
             self.trial.delivered(self, perf_counter() - asked, self.stop)
         self.meter.delivered(steps, asked)
         if self.next == self.start and self.latest is not None:
             self.latest.started(self.meter)
-        with self._guard()[1]:
+        with counting:
             if self.closed:  # (meanwhile)
-                return self._next()
+                return self._next(counting)
             self.next += 1
             self.moved(Cursor.delivered)  # (a loaded position is used once)
         return batch
