@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -12,6 +11,7 @@ import torch
 
 from .._tree import rebuilt, tree_map
 from ..batch import Batch
+from ..read.handle import current_pid
 from ..workers.placed import same_slot
 from .torch import _native, can_pin, empty, to_torch
 
@@ -172,7 +172,7 @@ class Assembled:
             return self.counted(i)  # (two threads reading one pass: each reads its own)
         try:
             ahead, self._ahead = self._ahead, None
-            mine = ahead is not None and ahead[0] == i and ahead[1] == os.getpid()
+            mine = ahead is not None and ahead[0] == i and ahead[1] == current_pid()
             finish = ahead[2] if mine else None
             if finish is None:
                 finish = started(i)
@@ -184,7 +184,7 @@ class Assembled:
                     later = started(i + 1)
                 except Exception:  # (its error is batch i + 1's: raised when it is read)
                     later = None
-                self._ahead = None if later is None else (i + 1, os.getpid(), later)
+                self._ahead = None if later is None else (i + 1, current_pid(), later)
             return _shared(*finish())
         finally:
             self._ahead_lock.release()
