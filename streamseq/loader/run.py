@@ -14,6 +14,7 @@ from ..batch import Batch
 from ..deliver.assemble import Assembled, counted_from
 from ..deliver.background import Background
 from ..plan.cursor import Cursor
+from ..read.handle import ProcessLocal
 from ..workers.prefetched import Prefetched, close_together
 from .stats import Latest, Meter
 
@@ -23,21 +24,11 @@ Setup = tuple[Assembled, list[Any], list[Prefetched], Any, list[Any]]
 """What a pass reads from: batches, groups, the workers it started, what to call when it
 fails, and the workers' timings."""
 
-_making = threading.Lock()
-"""Held to make a pass's lock in a forked child (made again there: a parent's thread may
-have held it)."""
 
-_forks = 0
-"""How many forks made this process (a pass's locks of another are made again)."""
+def _pass_locks() -> tuple[threading.RLock, threading.Lock]:
+    """A pass's locks in one process: to read a batch, and to count one or to close."""
+    return threading.RLock(), threading.Lock()
 
-
-def _after_fork_in_child() -> None:
-    global _making, _forks
-    _making = threading.Lock()
-    _forks += 1
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
 
 Move = Callable[[Cursor], Cursor]
 """A transition of the run's cursor (:meth:`Cursor.delivered`, :meth:`Cursor.ended`)."""
@@ -193,7 +184,7 @@ class Pass:
         self.meter = Meter(-1, 0) if meter is None else meter
         self.latest = latest
         self.trial, self.reopen = trial, reopen
-        self._locks = (_forks, threading.RLock(), threading.Lock())
+        self._locks = ProcessLocal(_pass_locks)  # (a parent's thread may have held them)
         if trial is not None:
             trial.opened()
 
@@ -208,13 +199,7 @@ class Pass:
         for no read (workers stopped there end it), and the batch read meanwhile is not
         delivered (nor counted in the position of the next pass).
         """
-        locks = self._locks
-        if locks[0] != _forks:  # (forked: made once, by the first of its threads here)
-            with _making:
-                locks = self._locks
-                if locks[0] != _forks:
-                    locks = self._locks = (_forks, threading.RLock(), threading.Lock())
-        return locks[1], locks[2]
+        return self._locks.get()  # (in a child: made once, by the first of its threads)
 
     def __next__(self) -> Batch:
         """The next batch: one thread at a time (threads reading one pass share its batches)."""
