@@ -32,22 +32,40 @@ def test_one_pass_read_from_several_threads_delivers_every_batch_once(tmp_path, 
         assert sorted(got) == want  # (each batch once: none twice, none lost)
 
 
+def _pausing_once(thread_name, until):
+    """A transform and its switch: once armed, the next read in ``thread_name`` says so
+    (``entered``) and waits for ``until`` (a second at most) before it goes on."""
+    entered, armed = threading.Event(), []
+
+    def transform(x, info):
+        if armed and threading.current_thread().name == thread_name:
+            armed.clear()
+            entered.set()
+            until.wait(1)
+        return x
+
+    return transform, armed, entered
+
+
+def _while_read(read, name, entered, other):
+    """Run ``read`` in a thread named ``name``, and ``other`` in another once it paused."""
+    reader = threading.Thread(target=read, name=name)
+    reader.start()
+    assert entered.wait(30)
+    second = threading.Thread(target=other)
+    second.start()
+    reader.join(30)
+    second.join(30)
+
+
 @pytest.mark.parametrize("stored", [False, True])
 def test_a_pass_superseded_while_another_thread_reads_it_moves_the_new_pass_not(tmp_path, stored):
     # A thread reads a batch of a pass while another thread starts a new pass: the
     # position saved is that of the new pass (the old pass's batch is not counted in it).
     sources = [np.arange(40, dtype=np.int64) + 100 * i for i in range(4)]
     streams = materialize(sources, tmp_path / "s") if stored else sources
-    entered, delivered = threading.Event(), threading.Event()
-    blocking = []
-
-    def transform(x, info):
-        if blocking and threading.current_thread().name == "old-reader":
-            blocking.clear()
-            entered.set()
-            delivered.wait(1)  # (the new pass's batch, where the new pass does not wait)
-        return x
-
+    delivered = threading.Event()  # (the new pass's batch, where the new pass does not wait)
+    transform, blocking, entered = _pausing_once("old-reader", delivered)
     loader = StreamLoader(streams, 2, 2, transform=transform)
     old = iter(loader)
     next(old)
@@ -67,13 +85,7 @@ def test_a_pass_superseded_while_another_thread_reads_it_moves_the_new_pass_not(
         delivered.set()
         got["new it"] = new
 
-    reader = threading.Thread(target=read_old, name="old-reader")
-    reader.start()
-    assert entered.wait(30)
-    starter = threading.Thread(target=read_new)
-    starter.start()
-    reader.join(30)
-    starter.join(30)
+    _while_read(read_old, "old-reader", entered, read_new)
     assert got["state"]["next_batch"] == 1
     assert loader.state_dict()["next_batch"] == 1  # (one batch of the new pass delivered)
     assert isinstance(got["old"], RuntimeError) and "superseded" in str(got["old"])
@@ -124,16 +136,8 @@ def test_threads_of_a_forked_child_reading_the_parents_pass_share_one_lock():
 
 def test_a_state_loaded_while_another_thread_reads_the_pass_is_the_position_after():
     # The batch being read when the state is loaded is not counted after the load.
-    entered, loaded = threading.Event(), threading.Event()
-    blocking = []
-
-    def transform(x, info):
-        if blocking and threading.current_thread().name == "reader":
-            blocking.clear()
-            entered.set()
-            loaded.wait(1)  # (the load, where it does not wait for this batch)
-        return x
-
+    loaded = threading.Event()  # (the load, where it does not wait for this batch)
+    transform, blocking, entered = _pausing_once("reader", loaded)
     sources = [np.arange(40, dtype=np.int64) + 100 * i for i in range(4)]
     loader = StreamLoader(sources, 2, 2, transform=transform)
     it = iter(loader)
@@ -151,13 +155,7 @@ def test_a_state_loaded_while_another_thread_reads_the_pass_is_the_position_afte
         loader.load_state_dict(saved)
         loaded.set()
 
-    reader = threading.Thread(target=read, name="reader")
-    reader.start()
-    assert entered.wait(30)
-    loading = threading.Thread(target=load)
-    loading.start()
-    reader.join(30)
-    loading.join(30)
+    _while_read(read, "reader", entered, load)
     assert loader.state_dict()["next_batch"] == saved["next_batch"] == 3
     assert got == [None]  # (the pass was closed while the batch was read)
     want = [b.step.tolist() for b in StreamLoader(sources, 2, 2)][3:]
