@@ -231,10 +231,13 @@ class Pass:
                 batch, steps = next(self.background)
             else:
                 batch, steps = self.batches.counted_next(self.next, self.stop)
+        except Exception:
+            if self.closed:  # closed meanwhile by another thread: this batch is not delivered
+                return self._next(counting)
+            self._failed()
+            raise
         except BaseException:
-            self.close()
-            if self.failed is not None:
-                self.failed()
+            self._failed()
             raise
         if self.closed:  # (by another thread, or the batch's own code: a new pass moves on)
             return self._next(counting)
@@ -249,6 +252,12 @@ class Pass:
             self.next += 1
             self.moved(Cursor.delivered)  # (a loaded position is used once)
         return batch
+
+    def _failed(self) -> None:
+        """Reading a batch raised: close the pass, then tell the loader."""
+        self.close()
+        if self.failed is not None:
+            self.failed()
 
     def switch(self, workers: int) -> None:
         """Read the next batches with ``workers`` workers (0: here) instead, from the next batch.
@@ -271,11 +280,12 @@ class Pass:
         if self.background is not None:
             self.background.close()
             self.background = None
+        # (for good: a thread about to wait for them meanwhile starts no new ones)
         if self.next >= self.stop:  # read to its end: no worker is in the middle of a read
             for pf in self.prefetchers:
-                pf.close(wait=False)  # (cheaper than together: measured, bench_throughput)
+                pf.retire(wait=False)  # (cheaper than together: measured, bench_throughput)
         else:  # left early: all at once, bounded; they exit by themselves meanwhile
-            close_together(self.prefetchers)
+            close_together(self.prefetchers, retire=True)
         self.prefetchers = []
         for g in self.groups:
             g.release()

@@ -273,6 +273,7 @@ class StreamLoader:
         self._latest = Latest()  # the figures of the latest pass
         self._whole: tuple[Any, ZipBatch] | None = None
         self._lock = ProcessLocal(threading.RLock)  # plan and in-process reads; per process
+        self._moving = ProcessLocal(threading.Lock)  # held while the cursor changes
 
     def _new_trial(self, workers: WorkerPool) -> Trial | None:
         """The ``num_workers="auto"`` trial of a loader (None: the number was given)."""
@@ -379,8 +380,15 @@ class StreamLoader:
         return self._cursor.settled()
 
     def _moved(self, move: Move) -> None:
-        """A transition of the pass in progress (a batch delivered, the end reached)."""
-        self._cursor = move(self._cursor)
+        """A transition of the cursor, one thread at a time.
+
+        Those of the pass in progress (a batch delivered, the end reached), of
+        :meth:`set_epoch`, of a new pass and of a state loaded. Two at once
+        (``set_epoch`` while a pass counts a batch in another thread) would each make
+        theirs from the same cursor, one lost.
+        """
+        with self._moving.get():
+            self._cursor = move(self._cursor)
 
     def _running(self) -> bool:
         """Whether a pass is in progress (opened, not ended, closed or let go)."""
@@ -395,6 +403,7 @@ class StreamLoader:
         """
         state = self.__dict__.copy()
         state["_lock"] = ProcessLocal(threading.RLock)
+        state["_moving"] = ProcessLocal(threading.Lock)
         state["_active"], state["_whole"], state["_latest"] = None, None, Latest()
         self._trial_now()  # (a choice made is kept)
         state["_config"] = self._config
@@ -545,7 +554,7 @@ class StreamLoader:
             raise ValueError(f"epoch must be <= 2**63 - 1, got {epoch}")
         if not running:
             self._end_pass()
-        self._cursor = self._cursor.set_epoch(epoch, running=running)
+        self._moved(functools.partial(Cursor.set_epoch, epoch=epoch, running=running))
 
     def state_dict(self) -> dict[str, Any]:
         """Where the run stands: epoch, next batch and where every stream of the epoch is.
@@ -629,7 +638,7 @@ class StreamLoader:
             self._workers.stop()  # they plan epochs from the rest they were given
         with self._lock.get():
             self._epochs, self._whole = epochs, None
-        self._cursor = cursor
+        self._moved(lambda _: cursor)
 
     def row_map(self, state: dict[str, Any], *, weights_changed: bool = False) -> list[int]:
         """For each row of this loader, the global row of ``state``'s run it continues.
@@ -716,7 +725,7 @@ class StreamLoader:
         if live is not None and not live.closed:
             live.superseded = True
         self._end_pass()
-        self._cursor = self._cursor.pass_opened()  # (a pass left early: the next epoch)
+        self._moved(Cursor.pass_opened)  # (a pass left early: the next epoch)
         it = self._open_pass(self._cursor.next)
         self._active = weakref.ref(it)
         return it

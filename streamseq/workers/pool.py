@@ -96,6 +96,6 @@ class WorkerPool:
         return [Unblocked(b, size, stop) for b in blocks]
 
     def stop(self) -> None:
-        """Stop the persistent workers, if any."""
+        """Stop the persistent workers, if any, for good (new ones are made next time)."""
         kept, self.persistent = self.persistent, None
-        close_together(kept or ())  # all at once (bounded)
+        close_together(kept or (), retire=True)  # all at once (bounded)

@@ -88,6 +88,7 @@ class Prefetched:
         self._workers: ProcessWorkers | ThreadWorkers | None = None
         self._window: Window | None = None
         self._iterating = 0
+        self._retired = False  # closed for good: no workers start again (:meth:`retire`)
         self.grown = 0  # times the slots grew for an item larger than a slot
         self.pickled = 0  # items pickled through a pipe: no slot was free
         self.timing = Timing()  # what the workers spent reading and idle, all along
@@ -185,6 +186,32 @@ class Prefetched:
         finally:
             self._lock.release()
 
+    def retire(self, wait: bool = True) -> None:
+        """Stop the workers for good: a later access raises instead of starting new ones.
+
+        What a loader's pass does with the workers it started when it ends, and a loader
+        with its persistent workers when it stops them: a thread that was about to
+        wait for them meanwhile (another thread closed the loader) ends with a
+        :class:`WorkerError` instead of starting workers that would outlive the close.
+
+        Example:
+            >>> import numpy as np
+            >>> ahead = prefetch([np.arange(3)] * 4, 1, shm_size=1 << 16)
+            >>> int(ahead[0][2])
+            2
+            >>> ahead.retire()
+            >>> ahead[1]  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            ...
+            streamseq.errors.WorkerError: the workers were closed for good ... item 1 was read
+        """
+        self._acquire()
+        try:
+            self._retired = True
+            self._stop(wait)
+        finally:
+            self._lock.release()
+
     def _acquire(self) -> None:
         """Take the lock, waking up a thread that waits for these workers meanwhile."""
         while not self._lock.acquire(timeout=0.05):
@@ -213,7 +240,15 @@ class Prefetched:
 
         New workers replace the old ones, unless they persist: then the items they have
         in flight are awaited and dropped, and they go on from ``i``.
+
+        Raises:
+            WorkerError: the workers were retired (:meth:`retire`).
         """
+        if self._retired:
+            raise WorkerError(
+                "the workers were closed for good (their loader or pass was closed, by "
+                f"another thread?) before {describe_item(self.seq, i)} was read"
+            )
         if self.persistent_workers and self._workers is not None and self._window is not None:
             if i >= self.length:
                 return
@@ -379,13 +414,16 @@ class Prefetched:
             self._stop()
 
 
-def close_together(prefetched: Sequence[Prefetched], grace: float = GRACE) -> None:
+def close_together(
+    prefetched: Sequence[Prefetched], grace: float = GRACE, *, retire: bool = False
+) -> None:
     """Stop the workers of several prefetches at once, without waiting for them to exit.
 
     Their worker processes all get the stop marker first, then share one deadline of
     ``grace`` seconds to say goodbye (a worker still reading then is killed): what
     :meth:`Prefetched.close` with ``wait=False`` does for each, in a bounded time for
-    any number of them (the groups of a loader that a pass leaves early).
+    any number of them (the groups of a loader that a pass leaves early). With
+    ``retire``, for good (:meth:`Prefetched.retire`).
 
     Example:
         >>> import numpy as np
@@ -404,6 +442,7 @@ def close_together(prefetched: Sequence[Prefetched], grace: float = GRACE) -> No
         workers = [pf._workers for pf in held]
         for pf in held:
             pf._workers, pf._window = None, None
+            pf._retired = pf._retired or retire
         processes = [w for w in workers if isinstance(w, ProcessWorkers)]
         stop_together(processes, wait=False, grace=grace)
         for w in workers:

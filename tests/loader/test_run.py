@@ -1,7 +1,9 @@
 """A pass (``loader.run.Pass``): what it delivers, however it is iterated."""
 
+import multiprocessing
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -160,3 +162,112 @@ def test_a_state_loaded_while_another_thread_reads_the_pass_is_the_position_afte
     assert got == [None]  # (the pass was closed while the batch was read)
     want = [b.step.tolist() for b in StreamLoader(sources, 2, 2)][3:]
     assert [b.step.tolist() for b in loader] == want  # (resumed at batch 3: none skipped)
+
+
+def _stuck_once_flagged(flag):
+    """A transform that never returns, in a worker, once the file ``flag`` exists."""
+
+    def transform(x, info):
+        while os.path.exists(flag):
+            time.sleep(0.05)
+        return x
+
+    return transform
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_loader_closed_just_before_a_read_awaits_its_workers_ends_that_read(
+    tmp_path, monkeypatch, persistent
+):
+    # A thread's read passed the pass's own checks and is about to wait for the workers
+    # when another thread closes the loader: that read ends as on a closed pass. It
+    # starts no workers again (they would outlive the close, and, on a source that is
+    # stuck, wait for ever with timeout=None).
+    from streamseq.workers import prefetched
+
+    flag = tmp_path / "stuck"
+    sources = [np.arange(400, dtype=np.int64) + 1000 * i for i in range(4)]
+    loader = StreamLoader(
+        sources,
+        2,
+        2,
+        num_workers=1,
+        transform=_stuck_once_flagged(flag),
+        persistent_workers=persistent,
+    )
+    it = iter(loader)
+    next(it)
+    paused, go = threading.Event(), threading.Event()
+    real = prefetched.Prefetched.__getitem__
+
+    def getitem(self, i):
+        if threading.current_thread().name == "reader" and not go.is_set():
+            paused.set()
+            go.wait(30)
+        return real(self, i)
+
+    monkeypatch.setattr(prefetched.Prefetched, "__getitem__", getitem)
+    got = []
+
+    def read():
+        try:
+            got.append(next(it))
+        except BaseException as e:  # noqa: BLE001 (what the read ended with)
+            got.append(e)
+
+    reader = threading.Thread(target=read, name="reader", daemon=True)
+    reader.start()
+    assert paused.wait(30)
+    flag.touch()  # (any worker started from now on is stuck)
+    before = {p.pid for p in multiprocessing.active_children()}  # (exiting after the close)
+    loader.close()
+    go.set()
+    reader.join(20)
+    flag.unlink()
+    alive = reader.is_alive()
+    started = [p for p in multiprocessing.active_children() if p.pid not in before]
+    loader.close()  # (what the read may have started)
+    assert not alive, "the read waits for workers started after the close"
+    assert started == [], "workers started after the close"
+    (outcome,) = got
+    assert isinstance(outcome, StopIteration)
+    want = [b.step.tolist() for b in StreamLoader(sources, 2, 2)]
+    assert [b.step.tolist() for b in loader] == want  # (a pass left early: the next epoch)
+
+
+def test_set_epoch_from_another_thread_while_a_batch_is_counted_loses_neither(monkeypatch):
+    # set_epoch() in one thread while another thread's pass counts a batch delivered:
+    # both changes of the position are kept (the batch counted, the epoch set), whatever
+    # the order the two threads run in.
+    from streamseq.plan import cursor
+
+    sources = [np.arange(40, dtype=np.int64) + 100 * i for i in range(4)]
+    loader = StreamLoader(sources, 2, 2, shuffle=True)
+    it = iter(loader)
+    next(it)
+    counted, real = threading.Event(), cursor.Cursor.set_epoch
+
+    def set_epoch(self, epoch, *, running):
+        if threading.current_thread().name == "setter":
+            counted.wait(1)  # (the other thread counts its batch meanwhile, if it can)
+        return real(self, epoch, running=running)
+
+    monkeypatch.setattr(cursor.Cursor, "set_epoch", set_epoch)
+
+    def read():
+        next(it)
+        counted.set()
+
+    setter = threading.Thread(target=loader.set_epoch, args=(5,), name="setter")
+    setter.start()
+    time.sleep(0.2)  # (the setter waits inside set_epoch)
+    reader = threading.Thread(target=read)
+    reader.start()
+    setter.join(30)
+    reader.join(30)
+    assert loader.state_dict()["next_batch"] == 2  # (the batch counted)
+    rest = list(it)
+    assert len(rest) == len(StreamLoader(sources, 2, 2)) - 2  # (the pass goes on, epoch 0)
+    want = StreamLoader(sources, 2, 2, shuffle=True)
+    want.set_epoch(5)
+    assert [b.stream.tolist() for b in loader] == [b.stream.tolist() for b in want]
