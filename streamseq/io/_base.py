@@ -31,6 +31,7 @@ import numpy as np
 
 from streamseq._index import slice_bounds, step_index
 from streamseq.errors import SourceError
+from streamseq.io.remote import is_url
 from streamseq.read.handle import ProcessLocal, current_pid
 
 _S = TypeVar("_S", bound="Source")
@@ -139,6 +140,27 @@ class Source:
 
     def __init__(self, close: Callable[[Any], Any] | None = None) -> None:
         self._handle: ProcessLocal[Any] = ProcessLocal(close=close)
+
+    @property
+    def on_network(self) -> bool:
+        """Whether reading may wait on a network, not only on this process's work.
+
+        False for a source of a local file (its ``path``, not a URL); True for a file at
+        a URL, and for a source that names no file (what it waits on is not known).
+
+        Example:
+            >>> import os, tempfile
+            >>> import numpy as np
+            >>> from streamseq.io import tokens
+            >>> path = os.path.join(tempfile.mkdtemp(), "tokens.npy")
+            >>> np.save(path, np.arange(4))
+            >>> tokens(path).on_network
+            False
+        """
+        if getattr(self, "_remote", None) is not None:
+            return True
+        path = getattr(self, "path", None)
+        return not isinstance(path, str) or is_url(path)
 
     def __getitem__(self, key: int | slice) -> Any:
         n = len(self)

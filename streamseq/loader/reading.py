@@ -87,15 +87,10 @@ class _StoreChecked(ZipBatch):
         copy.start()
 
         def finish() -> tuple[Any, ...]:
-            try:
-                copy.wait()
-            except SourceError:  # (a map cut short during the copy: the file's change says it)
-                self._check(i, stores)
-                raise
-            self._check(i, stores)  # (what changed during the copy: this batch's error)
+            copy.wait()
             return out
 
-        return finish
+        return functools.partial(self._checked_after, i, stores, finish)
 
     def _after(self) -> list[Any]:
         """The files checked around a batch by their own ``batch()`` (of :attr:`stores`)."""
@@ -110,15 +105,21 @@ class _StoreChecked(ZipBatch):
         stores = self.stores
         self._check(i, stores)
         after = self._after()
+        if after:
+            write = functools.partial(_held, after, write)
+        return self._checked_after(i, stores, write, *args)
+
+    def _checked_after(
+        self, i: Any, stores: list[Any], write: Callable[..., Any], *args: Any
+    ) -> Any:
+        """``write(*args)``, then the files checked again: a change meanwhile is its error.
+
+        A :class:`SourceError` of the write (a map cut short during the copy) is replaced
+        by the error of the file's change, when the check finds one.
+        """
         try:
-            if not after:
-                out = write(*args)
-            else:
-                with contextlib.ExitStack() as stack:
-                    for files in after:
-                        stack.enter_context(files.batch())
-                    out = write(*args)
-        except SourceError:  # (a map cut short during the copy: the file's change says it)
+            out = write(*args)
+        except SourceError:
             self._check(i, stores)
             raise
         self._check(i, stores)  # (what changed during the copy: this batch's error)
@@ -130,6 +131,14 @@ class _StoreChecked(ZipBatch):
                 files.check()
         except SourceError as e:
             raise SourceError(e.path, f"{e.detail}; {self.describe_item(i)}") from None
+
+
+def _held(after: list[Any], write: Callable[..., Any], *args: Any) -> Any:
+    """``write(*args)`` with the files of ``after`` held as checked around a batch."""
+    with contextlib.ExitStack() as stack:
+        for files in after:
+            stack.enter_context(files.batch())
+        return write(*args)
 
 
 class Reading:

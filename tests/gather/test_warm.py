@@ -78,3 +78,47 @@ def test_shared_sources_are_left_to_the_writer():
     rows = interleave_streams([one, one], 2)
     table = BatchWriter([tbin(r, 2) for r in rows], "zeros", 2)
     assert warm.first_reads(table.rows, table.first_list, table.positions(0, 1), 0) == {}
+
+
+class Local(Slow):
+    """A stream of a local file: its reads wait on nothing but this process's work."""
+
+    on_network = False
+
+
+@pytest.mark.parametrize("on_network", [False, True, None])
+def test_in_a_worker_process_only_reads_that_wait_on_a_network_are_concurrent(
+    monkeypatch, on_network
+):
+    # A worker process shares the cores with the others: the first reads of local files
+    # are left to the writer (one by one); those of files at URLs (and of streams that
+    # do not say) still overlap their waits. The batches are the same either way.
+    kind = {False: Local, True: type("Remote", (Slow,), {"on_network": True}), None: Slow}
+    cls = kind[on_network]
+    monkeypatch.setattr(warm.multiprocessing, "parent_process", lambda: object())
+    cls.most = 0
+    made = [cls(np.arange(10 + i) + 100 * i) for i in range(6)]
+    got = [b.data.clone() for b in StreamLoader(made, 6, 4, pin_memory=False)]
+    assert (cls.most == 1) == (on_network is False)
+    want, _ = batches(1, monkeypatch)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_source_is_on_a_network_when_its_file_is_at_a_url_or_unknown(tmp_path):
+    from streamseq.io import video
+    from streamseq.io._base import Source
+    from tests.io.media import write_video
+
+    path = tmp_path / "a.mp4"
+    write_video(path, n=4)
+    assert video(str(path)).on_network is False
+
+    class At(Source):
+        def __init__(self, path=None):
+            super().__init__()
+            if path is not None:
+                self.path = path
+
+    assert At("https://host/a.mp4").on_network and not At(str(path)).on_network
+    assert At().on_network  # (a source that names no file: what it waits on is not known)
