@@ -571,8 +571,11 @@ class StreamLoader:
             >>> state["epoch"], state["next_batch"], state["length"], state["progress"]["next"]
             (0, 1, 3, [2])
         """
-        epoch, next_batch = self._now().to_state()
-        return make_state(self.spec, self.plan(), next_batch, self._epochs.before_of(epoch))
+        with self._lock.get():  # (a state loaded meanwhile: after this one is saved)
+            epochs = self._epochs
+            epoch, next_batch = self._now().to_state()  # (one cursor: epoch and batch)
+            plan = epochs.plan(epoch)
+        return make_state(self.spec, plan, next_batch, epochs.before_of(epoch))
 
     def load_state_dict(self, state: dict[str, Any], *, weights_changed: bool = False) -> None:
         """Resume: the next iteration starts where the state's run stood.
@@ -636,9 +639,9 @@ class StreamLoader:
         self._end_pass()  # an invalid state changes nothing: checked first
         if epochs.rest is not None or self._epochs.rest is not None:
             self._workers.stop()  # they plan epochs from the rest they were given
-        with self._lock.get():
+        with self._lock.get():  # (with the cursor: state_dict() sees both or neither)
             self._epochs, self._whole = epochs, None
-        self._moved(lambda _: cursor)
+            self._moved(lambda _: cursor)
 
     def row_map(self, state: dict[str, Any], *, weights_changed: bool = False) -> list[int]:
         """For each row of this loader, the global row of ``state``'s run it continues.

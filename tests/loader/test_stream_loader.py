@@ -172,3 +172,47 @@ def test_an_epoch_a_state_cannot_hold_is_refused_by_set_epoch():
     again = StreamLoader(STREAMS, 2, 3, shuffle=True)
     again.load_state_dict(loader.state_dict())
     assert again.epoch == 2**63 - 1 and again.state_dict()["next_batch"] == 1
+
+
+@pytest.mark.parametrize("meanwhile", ["end", "set_epoch", "load"])
+def test_a_state_saved_while_another_thread_moves_the_run_is_a_position_of_a_run(
+    monkeypatch, meanwhile
+):
+    # state_dict() in one thread while another thread moves the run (its pass reaches
+    # the end, set_epoch, load_state_dict) saves where the run stood before the move or
+    # after it, never the batch of one with the epoch of the other.
+    from streamseq.plan.cursor import Cursor
+
+    streams = [np.arange(n) for n in (9, 3, 5, 2, 8, 6)]
+    loader = StreamLoader(streams, 2, 2, shuffle=True)
+    length = len(loader)
+    it = iter(loader)
+    for _ in range(length if meanwhile == "end" else 3):
+        next(it)
+    if meanwhile != "end":
+        it.close()  # (a pass left after 3 batches: the run stands at batch 3 of epoch 0)
+    other = StreamLoader(streams, 2, 2, shuffle=True)
+    other.set_epoch(4)
+    other_it = iter(other)
+    next(other_it)
+    loaded = other.state_dict()  # (epoch 4, batch 1)
+    move = {
+        "end": lambda: next(it, None),  # (the last batch was delivered: the end)
+        "set_epoch": lambda: loader.set_epoch(5),
+        "load": lambda: loader.load_state_dict(loaded),
+    }[meanwhile]
+    before = loader.state_dict()
+    original = Cursor.settled
+
+    def settled_then_moved(cursor):
+        # the saving thread read the cursor; the other thread moves the run here
+        monkeypatch.setattr(Cursor, "settled", original)
+        now = original(cursor)
+        move()
+        return now
+
+    monkeypatch.setattr(Cursor, "settled", settled_then_moved)
+    state = loader.state_dict()
+    monkeypatch.setattr(Cursor, "settled", original)
+    after = loader.state_dict()
+    assert state in (before, after)
