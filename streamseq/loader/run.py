@@ -195,9 +195,10 @@ class Pass:
         """The locks of the pass in this process (a parent's thread may have held them).
 
         The first is held while a batch is read (one thread at a time), the second while
-        the pass counts a batch delivered or is closed: a close from another thread waits
-        for no read (workers stopped there end it), and the batch read meanwhile is not
-        delivered (nor counted in the position of the next pass).
+        the pass counts a batch delivered, reaches its end, or is closed: a close from
+        another thread waits for no read (workers stopped there end it), the batch read
+        meanwhile is not delivered (nor counted in the position of the next pass), and
+        a position loaded meanwhile is not taken for the end of the pass.
         """
         return self._locks.get()  # (in a child: made once, by the first of its threads)
 
@@ -217,7 +218,10 @@ class Pass:
                 )
             raise StopIteration
         if self.next >= self.stop:
-            self.moved(Cursor.ended)  # the loader moves on to the next epoch
+            with counting:
+                if self.closed:  # (meanwhile: a position set then is not used up here)
+                    return self._next(counting)
+                self.moved(Cursor.ended)  # the loader moves on to the next epoch
             self.close()
             raise StopIteration
         if self.background is not None and self.background.pid != os.getpid():

@@ -271,3 +271,50 @@ def test_set_epoch_from_another_thread_while_a_batch_is_counted_loses_neither(mo
     want = StreamLoader(sources, 2, 2, shuffle=True)
     want.set_epoch(5)
     assert [b.stream.tolist() for b in loader] == [b.stream.tolist() for b in want]
+
+
+@pytest.mark.parametrize("meanwhile", ["load", "set_epoch"])
+def test_a_position_set_while_another_thread_reaches_the_end_of_the_pass_is_kept(meanwhile):
+    # One thread's next() finds the pass at its end while another thread loads a state
+    # (or sets the epoch, the pass closed): the end of that pass does not use up the
+    # position set (the run resumes where the state stood, or at batch 0 of the epoch set).
+    sources = [np.arange(40, dtype=np.int64) + 100 * i for i in range(4)]
+    loader = StreamLoader(sources, 2, 2, shuffle=True)
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    saved = loader.state_dict()
+    for _ in range(len(loader) - 3):
+        next(it)  # (every batch delivered; the end not reached yet)
+    entered, done, real = threading.Event(), threading.Event(), it.moved
+
+    def moved(move):
+        if threading.current_thread().name == "reader":
+            entered.set()
+            done.wait(1)  # (the other thread sets the position here, if it can)
+        real(move)
+
+    it.moved = moved
+    got = []
+
+    def read():
+        got.append(next(it, None))
+
+    def other():
+        if meanwhile == "load":
+            loader.load_state_dict(saved)
+        else:
+            it.close()
+            loader.set_epoch(4)
+        done.set()
+
+    _while_read(read, "reader", entered, other)
+    assert got == [None]
+    want = StreamLoader(sources, 2, 2, shuffle=True)
+    if meanwhile == "load":
+        assert (loader.state_dict()["epoch"], loader.state_dict()["next_batch"]) == (0, 3)
+        expected = [b.stream.tolist() for b in want][3:]
+    else:
+        want.set_epoch(4)
+        expected = [b.stream.tolist() for b in want]
+    assert [b.stream.tolist() for b in loader] == expected
