@@ -153,6 +153,10 @@ class StreamLoader:
 
     Thread safety: indexing a loader (``loader[i]``) from several threads, also while
     one thread iterates it, gives correct batches; a loader runs one pass at a time.
+    ``iter(loader)``, :meth:`close`, :meth:`set_epoch` and :meth:`load_state_dict`
+    from several threads take effect one after the other, and :meth:`state_dict` from
+    another thread saves a position the run stood at (a batch being read then is
+    counted or not, never half).
 
     Raises:
         ValueError: no streams, ``batch_size`` or ``tbins`` < 1, ``lookahead`` < 0 or
