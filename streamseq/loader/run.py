@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -160,6 +161,8 @@ class Pass:
         trial: ``num_workers="auto"`` choosing (:class:`Trial`), or None.
         reopen: makes what the pass reads from with a number of workers, from the batch
             it is at (for the trial to switch).
+        serial: the loader's lock, under which passes open: held while the workers are
+            stopped after a failure, unless a newer pass reads with them by then.
     """
 
     def __init__(
@@ -174,6 +177,7 @@ class Pass:
         latest: Latest | None = None,
         trial: Trial | None = None,
         reopen: Callable[[int], Setup] | None = None,
+        serial: Callable[[], Any] | None = None,
     ):
         self.batches, self.groups, self.prefetchers, self.failed, _ = opened
         self.stop, self.moved, self.newer_running = stop, moved, newer_running
@@ -183,7 +187,7 @@ class Pass:
         self.background: Background | None = None
         self.meter = Meter(-1, 0) if meter is None else meter
         self.latest = latest
-        self.trial, self.reopen = trial, reopen
+        self.trial, self.reopen, self.serial = trial, reopen, serial
         self._locks = ProcessLocal(_pass_locks)  # (a parent's thread may have held them)
         if trial is not None:
             trial.opened()
@@ -258,10 +262,17 @@ class Pass:
         return batch
 
     def _failed(self) -> None:
-        """Reading a batch raised: close the pass, then tell the loader."""
+        """Reading a batch raised: close the pass, then tell the loader.
+
+        Not when a newer pass (opened by another thread meanwhile) reads with the
+        persistent workers the loader would stop: they would be stopped for good under it.
+        """
         self.close()
-        if self.failed is not None:
-            self.failed()
+        if self.failed is None:
+            return
+        with contextlib.nullcontext() if self.serial is None else self.serial():
+            if not self.newer_running(self):
+                self.failed()
 
     def switch(self, workers: int) -> None:
         """Read the next batches with ``workers`` workers (0: here) instead, from the next batch.

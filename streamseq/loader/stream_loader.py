@@ -763,6 +763,7 @@ class StreamLoader:
             latest=self._latest,
             trial=trial,
             reopen=None if trial is None else setup,
+            serial=self._lock.get,
         )
 
     def _trial_now(self) -> Trial | None:

@@ -318,3 +318,66 @@ def test_a_position_set_while_another_thread_reaches_the_end_of_the_pass_is_kept
         want.set_epoch(4)
         expected = [b.stream.tolist() for b in want]
     assert [b.stream.tolist() for b in loader] == expected
+
+
+def _failing_once_flagged(flag):
+    """A transform that raises once the file ``flag`` exists (and removes it)."""
+
+    def transform(x, info):
+        if os.path.exists(flag):
+            os.unlink(flag)
+            raise ValueError("a bad read")
+        return x
+
+    return transform
+
+
+def test_a_pass_opened_while_a_failed_pass_stops_its_persistent_workers_keeps_them(tmp_path):
+    # A read fails in one thread (the loader stops its persistent workers then) while
+    # another thread has just started a new pass with them: the new pass reads its
+    # batches (the workers it reads with are not stopped for good under it).
+    from streamseq.errors import StreamError
+
+    flag = tmp_path / "fail"
+    sources = [np.arange(40, dtype=np.int64) + 100 * i for i in range(4)]
+    loader = StreamLoader(
+        sources,
+        2,
+        2,
+        num_workers=1,
+        persistent_workers=True,
+        transform=_failing_once_flagged(flag),
+    )
+    it = iter(loader)
+    next(it)
+    opened, done, real = threading.Event(), threading.Event(), it.close
+
+    def close(*args, **kwargs):
+        real(*args, **kwargs)
+        if threading.current_thread().name == "reader":
+            opened.set()
+            done.wait(1)  # (the other thread starts a new pass here, if it can)
+
+    it.close = close
+    got, passes = [], []
+
+    def read():
+        try:
+            for _ in it:
+                pass
+        except StreamError as e:  # (the transform's error, naming the stream and steps)
+            got.append(e)
+
+    def start():
+        passes.append(iter(loader))
+        done.set()
+
+    flag.touch()
+    _while_read(read, "reader", opened, start)
+    assert len(got) == 1 and "a bad read" in str(got[0])
+    (new,) = passes
+    want = [b.step.tolist() for b in StreamLoader(sources, 2, 2)]
+    try:
+        assert [b.step.tolist() for b in new] == want
+    finally:
+        loader.close()
