@@ -249,14 +249,15 @@ class Pass:
             raise
         if self.closed:  # (by another thread, or the batch's own code: a new pass moves on)
             return self._next(counting)
-        if self.trial is not None:
-            self.trial.delivered(self, perf_counter() - asked, self.stop)
-        self.meter.delivered(steps, asked)
-        if self.next == self.start and self.latest is not None:
-            self.latest.started(self.meter)
+        took = perf_counter() - asked
         with counting:
             if self.closed:  # (meanwhile)
                 return self._next(counting)
+            if self.trial is not None:  # (a switch starts workers: never for a closed pass)
+                self.trial.delivered(self, took, self.stop)
+            self.meter.delivered(steps, asked)
+            if self.next == self.start and self.latest is not None:
+                self.latest.started(self.meter)
             self.next += 1
             self.moved(Cursor.delivered)  # (a loaded position is used once)
         return batch

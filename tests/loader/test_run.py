@@ -381,3 +381,40 @@ def test_a_pass_opened_while_a_failed_pass_stops_its_persistent_workers_keeps_th
         assert [b.step.tolist() for b in new] == want
     finally:
         loader.close()
+
+
+def test_a_trial_switching_while_another_thread_closes_the_loader_leaves_no_workers(
+    monkeypatch,
+):
+    # num_workers="auto": the read that switches the pass to its workers runs while
+    # another thread closes the loader. The workers are not started for the closed pass
+    # (nothing would stop them but the collection of its iterator), or are stopped with it.
+    from tests.helpers import live_children, no_children
+
+    monkeypatch.setattr(run.Trial, "MIN_BATCHES", 2)
+    monkeypatch.setattr(run.Trial, "MAX_BATCHES", 3)
+    monkeypatch.setattr(run.Trial, "MIN_SECONDS", 0.0)
+    before = {c.pid for c in live_children()}
+    sources = [np.arange(40, dtype=np.int64) + 100 * i for i in range(4)]
+    loader = StreamLoader(sources, 2, 2, num_workers="auto")
+    it = iter(loader)
+    next(it)  # (the first batch here: a start, not timed)
+    next(it)  # (one timed: the next one switches)
+    entered, done, real = threading.Event(), threading.Event(), run.Trial.delivered
+
+    def delivered(self, *args):
+        if threading.current_thread().name == "reader" and self.phase == 0:
+            entered.set()
+            done.wait(1)  # (the other thread closes the loader here, if it can)
+        return real(self, *args)
+
+    monkeypatch.setattr(run.Trial, "delivered", delivered)
+    got = []
+
+    def close():
+        loader.close()
+        done.set()
+
+    _while_read(lambda: got.append(next(it, None)), "reader", entered, close)
+    assert it.closed and it.prefetchers == []
+    assert no_children(before)
