@@ -490,9 +490,11 @@ class StreamLoader:
             >>> narrow.progress, len(narrow)
             (EpochProgress(epoch=0, done=1, total=4), 3)
         """
-        cursor = self._now()
-        before = self._epochs.before_of(cursor.epoch)
-        return EpochProgress(cursor.epoch, before + cursor.next, before + len(self))
+        with self._lock.get():  # (as state_dict: one cursor, and that epoch's plan)
+            epochs, cursor = self._epochs, self._now()
+            length = epochs.plan(cursor.epoch).length
+        before = epochs.before_of(cursor.epoch)
+        return EpochProgress(cursor.epoch, before + cursor.next, before + length)
 
     @property
     def stats(self) -> PassStats:

@@ -304,3 +304,35 @@ def test_a_pass_opening_while_another_thread_moves_the_run_is_the_only_pass(
     want.set_epoch(epoch)
     assert got == [b.stream.tolist() for b in want][start:]
     loader.close()
+
+
+def test_the_progress_read_while_another_thread_ends_the_pass_is_one_of_the_run(monkeypatch):
+    # progress in one thread while another thread's pass (of an epoch resumed on other
+    # rows: its batches are not those of the next epoch) reaches its end: the progress
+    # before the end or after it, never the batches of one with the length of the other.
+    from streamseq.plan.cursor import Cursor
+
+    streams = [np.arange(n) for n in (9, 3, 5, 2, 8, 6)]
+    narrow = StreamLoader(streams, 1, 2)
+    it = iter(narrow)
+    for _ in range(4):
+        next(it)
+    loader = StreamLoader(streams, 3, 2)
+    loader.load_state_dict(narrow.state_dict())
+    it = iter(loader)
+    for _ in range(len(loader)):
+        next(it)
+    before = loader.progress
+    original = Cursor.settled
+
+    def settled_then_ended(cursor):
+        monkeypatch.setattr(Cursor, "settled", original)
+        now = original(cursor)
+        next(it, None)  # (the other thread's pass reaches its end here)
+        return now
+
+    monkeypatch.setattr(Cursor, "settled", settled_then_ended)
+    progress = loader.progress
+    monkeypatch.setattr(Cursor, "settled", original)
+    assert progress.done <= progress.total
+    assert progress in (before, loader.progress)
