@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -160,6 +161,8 @@ class Pass:
         trial: ``num_workers="auto"`` choosing (:class:`Trial`), or None.
         reopen: makes what the pass reads from with a number of workers, from the batch
             it is at (for the trial to switch).
+        serial: the loader's lock, under which passes open: held while the workers are
+            stopped after a failure, unless a newer pass reads with them by then.
     """
 
     def __init__(
@@ -174,6 +177,7 @@ class Pass:
         latest: Latest | None = None,
         trial: Trial | None = None,
         reopen: Callable[[int], Setup] | None = None,
+        serial: Callable[[], Any] | None = None,
     ):
         self.batches, self.groups, self.prefetchers, self.failed, _ = opened
         self.stop, self.moved, self.newer_running = stop, moved, newer_running
@@ -183,7 +187,7 @@ class Pass:
         self.background: Background | None = None
         self.meter = Meter(-1, 0) if meter is None else meter
         self.latest = latest
-        self.trial, self.reopen = trial, reopen
+        self.trial, self.reopen, self.serial = trial, reopen, serial
         self._locks = ProcessLocal(_pass_locks)  # (a parent's thread may have held them)
         if trial is not None:
             trial.opened()
@@ -195,9 +199,10 @@ class Pass:
         """The locks of the pass in this process (a parent's thread may have held them).
 
         The first is held while a batch is read (one thread at a time), the second while
-        the pass counts a batch delivered or is closed: a close from another thread waits
-        for no read (workers stopped there end it), and the batch read meanwhile is not
-        delivered (nor counted in the position of the next pass).
+        the pass counts a batch delivered, reaches its end, or is closed: a close from
+        another thread waits for no read (workers stopped there end it), the batch read
+        meanwhile is not delivered (nor counted in the position of the next pass), and
+        a position loaded meanwhile is not taken for the end of the pass.
         """
         return self._locks.get()  # (in a child: made once, by the first of its threads)
 
@@ -217,7 +222,10 @@ class Pass:
                 )
             raise StopIteration
         if self.next >= self.stop:
-            self.moved(Cursor.ended)  # the loader moves on to the next epoch
+            with counting:
+                if self.closed:  # (meanwhile: a position set then is not used up here)
+                    return self._next(counting)
+                self.moved(Cursor.ended)  # the loader moves on to the next epoch
             self.close()
             raise StopIteration
         if self.background is not None and self.background.pid != os.getpid():
@@ -241,23 +249,31 @@ class Pass:
             raise
         if self.closed:  # (by another thread, or the batch's own code: a new pass moves on)
             return self._next(counting)
-        if self.trial is not None:
-            self.trial.delivered(self, perf_counter() - asked, self.stop)
-        self.meter.delivered(steps, asked)
-        if self.next == self.start and self.latest is not None:
-            self.latest.started(self.meter)
+        took = perf_counter() - asked
         with counting:
             if self.closed:  # (meanwhile)
                 return self._next(counting)
+            if self.trial is not None:  # (a switch starts workers: never for a closed pass)
+                self.trial.delivered(self, took, self.stop)
+            self.meter.delivered(steps, asked)
+            if self.next == self.start and self.latest is not None:
+                self.latest.started(self.meter)
             self.next += 1
             self.moved(Cursor.delivered)  # (a loaded position is used once)
         return batch
 
     def _failed(self) -> None:
-        """Reading a batch raised: close the pass, then tell the loader."""
+        """Reading a batch raised: close the pass, then tell the loader.
+
+        Not when a newer pass (opened by another thread meanwhile) reads with the
+        persistent workers the loader would stop: they would be stopped for good under it.
+        """
         self.close()
-        if self.failed is not None:
-            self.failed()
+        if self.failed is None:
+            return
+        with contextlib.nullcontext() if self.serial is None else self.serial():
+            if not self.newer_running(self):
+                self.failed()
 
     def switch(self, workers: int) -> None:
         """Read the next batches with ``workers`` workers (0: here) instead, from the next batch.

@@ -153,6 +153,10 @@ class StreamLoader:
 
     Thread safety: indexing a loader (``loader[i]``) from several threads, also while
     one thread iterates it, gives correct batches; a loader runs one pass at a time.
+    ``iter(loader)``, :meth:`close`, :meth:`set_epoch` and :meth:`load_state_dict`
+    from several threads take effect one after the other, and :meth:`state_dict` from
+    another thread saves a position the run stood at (a batch being read then is
+    counted or not, never half).
 
     Raises:
         ValueError: no streams, ``batch_size`` or ``tbins`` < 1, ``lookahead`` < 0 or
@@ -272,7 +276,8 @@ class StreamLoader:
         self._active: weakref.ref | None = None
         self._latest = Latest()  # the figures of the latest pass
         self._whole: tuple[Any, ZipBatch] | None = None
-        self._lock = ProcessLocal(threading.RLock)  # plan and in-process reads; per process
+        # the plan, in-process reads, a pass opened or stopped (iter, close, loads); per process
+        self._lock = ProcessLocal(threading.RLock)
         self._moving = ProcessLocal(threading.Lock)  # held while the cursor changes
 
     def _new_trial(self, workers: WorkerPool) -> Trial | None:
@@ -485,9 +490,11 @@ class StreamLoader:
             >>> narrow.progress, len(narrow)
             (EpochProgress(epoch=0, done=1, total=4), 3)
         """
-        cursor = self._now()
-        before = self._epochs.before_of(cursor.epoch)
-        return EpochProgress(cursor.epoch, before + cursor.next, before + len(self))
+        with self._lock.get():  # (as state_dict: one cursor, and that epoch's plan)
+            epochs, cursor = self._epochs, self._now()
+            length = epochs.plan(cursor.epoch).length
+        before = epochs.before_of(cursor.epoch)
+        return EpochProgress(cursor.epoch, before + cursor.next, before + length)
 
     @property
     def stats(self) -> PassStats:
@@ -549,12 +556,14 @@ class StreamLoader:
             TypeError: ``epoch`` is not an integer.
             ValueError: ``epoch`` is negative, or more than a state holds (2**63 - 1).
         """
-        epoch, running = check_int(epoch, "epoch", 0), self._running()
+        epoch = check_int(epoch, "epoch", 0)
         if epoch > MAX_INT:  # (a state could not hold it)
             raise ValueError(f"epoch must be <= 2**63 - 1, got {epoch}")
-        if not running:
-            self._end_pass()
-        self._moved(functools.partial(Cursor.set_epoch, epoch=epoch, running=running))
+        with self._lock.get():  # (a pass opened meanwhile: before or after, not during)
+            running = self._running()
+            if not running:
+                self._end_pass()
+            self._moved(functools.partial(Cursor.set_epoch, epoch=epoch, running=running))
 
     def state_dict(self) -> dict[str, Any]:
         """Where the run stands: epoch, next batch and where every stream of the epoch is.
@@ -571,8 +580,11 @@ class StreamLoader:
             >>> state["epoch"], state["next_batch"], state["length"], state["progress"]["next"]
             (0, 1, 3, [2])
         """
-        epoch, next_batch = self._now().to_state()
-        return make_state(self.spec, self.plan(), next_batch, self._epochs.before_of(epoch))
+        with self._lock.get():  # (a state loaded meanwhile: after this one is saved)
+            epochs = self._epochs
+            epoch, next_batch = self._now().to_state()  # (one cursor: epoch and batch)
+            plan = epochs.plan(epoch)
+        return make_state(self.spec, plan, next_batch, epochs.before_of(epoch))
 
     def load_state_dict(self, state: dict[str, Any], *, weights_changed: bool = False) -> None:
         """Resume: the next iteration starts where the state's run stood.
@@ -633,12 +645,12 @@ class StreamLoader:
         cursor = Cursor.from_state(epoch, resumed.next_batch, epochs.plan(epoch).length)
         if cursor.epoch != epoch:  # the next epoch: planned afresh, as any
             epochs = Epochs(self.spec, None, self.transform is not None)
-        self._end_pass()  # an invalid state changes nothing: checked first
-        if epochs.rest is not None or self._epochs.rest is not None:
-            self._workers.stop()  # they plan epochs from the rest they were given
-        with self._lock.get():
+        with self._lock.get():  # (with the cursor: state_dict() sees both or neither)
+            self._end_pass()  # an invalid state changes nothing: checked first
+            if epochs.rest is not None or self._epochs.rest is not None:
+                self._workers.stop()  # they plan epochs from the rest they were given
             self._epochs, self._whole = epochs, None
-        self._moved(lambda _: cursor)
+            self._moved(lambda _: cursor)
 
     def row_map(self, state: dict[str, Any], *, weights_changed: bool = False) -> list[int]:
         """For each row of this loader, the global row of ``state``'s run it continues.
@@ -721,14 +733,15 @@ class StreamLoader:
         uses it). A pass that ended, or that :meth:`close` or :meth:`load_state_dict`
         stopped, stays ended (StopIteration); :meth:`set_epoch` lets it go on.
         """
-        live = self._active() if self._active is not None else None
-        if live is not None and not live.closed:
-            live.superseded = True
-        self._end_pass()
-        self._moved(Cursor.pass_opened)  # (a pass left early: the next epoch)
-        it = self._open_pass(self._cursor.next)
-        self._active = weakref.ref(it)
-        return it
+        with self._lock.get():  # (one pass opens at a time: passes, close, loads wait)
+            live = self._active() if self._active is not None else None
+            if live is not None and not live.closed:
+                live.superseded = True
+            self._end_pass()
+            self._moved(Cursor.pass_opened)  # (a pass left early: the next epoch)
+            it = self._open_pass(self._cursor.next)
+            self._active = weakref.ref(it)
+            return it
 
     def _open_pass(self, start: int) -> Pass:
         """A pass from batch ``start``: read here, or by workers (new or persistent)."""
@@ -752,6 +765,7 @@ class StreamLoader:
             latest=self._latest,
             trial=trial,
             reopen=None if trial is None else setup,
+            serial=self._lock.get,
         )
 
     def _trial_now(self) -> Trial | None:
@@ -810,8 +824,9 @@ class StreamLoader:
 
     def close(self) -> None:
         """Stop the pass in progress and the workers, persistent ones included."""
-        self._end_pass()
-        self._workers.stop()
+        with self._lock.get():  # (a pass opened meanwhile: before or after, not during)
+            self._end_pass()
+            self._workers.stop()
 
     def __del__(self) -> None:
         try:

@@ -271,3 +271,150 @@ def test_set_epoch_from_another_thread_while_a_batch_is_counted_loses_neither(mo
     want = StreamLoader(sources, 2, 2, shuffle=True)
     want.set_epoch(5)
     assert [b.stream.tolist() for b in loader] == [b.stream.tolist() for b in want]
+
+
+@pytest.mark.parametrize("meanwhile", ["load", "set_epoch"])
+def test_a_position_set_while_another_thread_reaches_the_end_of_the_pass_is_kept(meanwhile):
+    # One thread's next() finds the pass at its end while another thread loads a state
+    # (or sets the epoch, the pass closed): the end of that pass does not use up the
+    # position set (the run resumes where the state stood, or at batch 0 of the epoch set).
+    sources = [np.arange(40, dtype=np.int64) + 100 * i for i in range(4)]
+    loader = StreamLoader(sources, 2, 2, shuffle=True)
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    saved = loader.state_dict()
+    for _ in range(len(loader) - 3):
+        next(it)  # (every batch delivered; the end not reached yet)
+    entered, done, real = threading.Event(), threading.Event(), it.moved
+
+    def moved(move):
+        if threading.current_thread().name == "reader":
+            entered.set()
+            done.wait(1)  # (the other thread sets the position here, if it can)
+        real(move)
+
+    it.moved = moved
+    got = []
+
+    def read():
+        got.append(next(it, None))
+
+    def other():
+        if meanwhile == "load":
+            loader.load_state_dict(saved)
+        else:
+            it.close()
+            loader.set_epoch(4)
+        done.set()
+
+    _while_read(read, "reader", entered, other)
+    assert got == [None]
+    want = StreamLoader(sources, 2, 2, shuffle=True)
+    if meanwhile == "load":
+        assert (loader.state_dict()["epoch"], loader.state_dict()["next_batch"]) == (0, 3)
+        expected = [b.stream.tolist() for b in want][3:]
+    else:
+        want.set_epoch(4)
+        expected = [b.stream.tolist() for b in want]
+    assert [b.stream.tolist() for b in loader] == expected
+
+
+def _failing_once_flagged(flag):
+    """A transform that raises once the file ``flag`` exists (and removes it)."""
+
+    def transform(x, info):
+        if os.path.exists(flag):
+            os.unlink(flag)
+            raise ValueError("a bad read")
+        return x
+
+    return transform
+
+
+def test_a_pass_opened_while_a_failed_pass_stops_its_persistent_workers_keeps_them(tmp_path):
+    # A read fails in one thread (the loader stops its persistent workers then) while
+    # another thread has just started a new pass with them: the new pass reads its
+    # batches (the workers it reads with are not stopped for good under it).
+    from streamseq.errors import StreamError
+
+    flag = tmp_path / "fail"
+    sources = [np.arange(40, dtype=np.int64) + 100 * i for i in range(4)]
+    loader = StreamLoader(
+        sources,
+        2,
+        2,
+        num_workers=1,
+        persistent_workers=True,
+        transform=_failing_once_flagged(flag),
+    )
+    it = iter(loader)
+    next(it)
+    opened, done, real = threading.Event(), threading.Event(), it.close
+
+    def close(*args, **kwargs):
+        real(*args, **kwargs)
+        if threading.current_thread().name == "reader":
+            opened.set()
+            done.wait(1)  # (the other thread starts a new pass here, if it can)
+
+    it.close = close
+    got, passes = [], []
+
+    def read():
+        try:
+            for _ in it:
+                pass
+        except StreamError as e:  # (the transform's error, naming the stream and steps)
+            got.append(e)
+
+    def start():
+        passes.append(iter(loader))
+        done.set()
+
+    flag.touch()
+    _while_read(read, "reader", opened, start)
+    assert len(got) == 1 and "a bad read" in str(got[0])
+    (new,) = passes
+    want = [b.step.tolist() for b in StreamLoader(sources, 2, 2)]
+    try:
+        assert [b.step.tolist() for b in new] == want
+    finally:
+        loader.close()
+
+
+def test_a_trial_switching_while_another_thread_closes_the_loader_leaves_no_workers(
+    monkeypatch,
+):
+    # num_workers="auto": the read that switches the pass to its workers runs while
+    # another thread closes the loader. The workers are not started for the closed pass
+    # (nothing would stop them but the collection of its iterator), or are stopped with it.
+    from tests.helpers import live_children, no_children
+
+    monkeypatch.setattr(run.Trial, "MIN_BATCHES", 2)
+    monkeypatch.setattr(run.Trial, "MAX_BATCHES", 3)
+    monkeypatch.setattr(run.Trial, "MIN_SECONDS", 0.0)
+    before = {c.pid for c in live_children()}
+    sources = [np.arange(40, dtype=np.int64) + 100 * i for i in range(4)]
+    loader = StreamLoader(sources, 2, 2, num_workers="auto")
+    it = iter(loader)
+    next(it)  # (the first batch here: a start, not timed)
+    next(it)  # (one timed: the next one switches)
+    entered, done, real = threading.Event(), threading.Event(), run.Trial.delivered
+
+    def delivered(self, *args):
+        if threading.current_thread().name == "reader" and self.phase == 0:
+            entered.set()
+            done.wait(1)  # (the other thread closes the loader here, if it can)
+        return real(self, *args)
+
+    monkeypatch.setattr(run.Trial, "delivered", delivered)
+    got = []
+
+    def close():
+        loader.close()
+        done.set()
+
+    _while_read(lambda: got.append(next(it, None)), "reader", entered, close)
+    assert it.closed and it.prefetchers == []
+    assert no_children(before)

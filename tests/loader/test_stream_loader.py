@@ -172,3 +172,167 @@ def test_an_epoch_a_state_cannot_hold_is_refused_by_set_epoch():
     again = StreamLoader(STREAMS, 2, 3, shuffle=True)
     again.load_state_dict(loader.state_dict())
     assert again.epoch == 2**63 - 1 and again.state_dict()["next_batch"] == 1
+
+
+@pytest.mark.parametrize("meanwhile", ["end", "set_epoch", "load"])
+def test_a_state_saved_while_another_thread_moves_the_run_is_a_position_of_a_run(
+    monkeypatch, meanwhile
+):
+    # state_dict() in one thread while another thread moves the run (its pass reaches
+    # the end, set_epoch, load_state_dict) saves where the run stood before the move or
+    # after it, never the batch of one with the epoch of the other.
+    from streamseq.plan.cursor import Cursor
+
+    streams = [np.arange(n) for n in (9, 3, 5, 2, 8, 6)]
+    loader = StreamLoader(streams, 2, 2, shuffle=True)
+    length = len(loader)
+    it = iter(loader)
+    for _ in range(length if meanwhile == "end" else 3):
+        next(it)
+    if meanwhile != "end":
+        it.close()  # (a pass left after 3 batches: the run stands at batch 3 of epoch 0)
+    other = StreamLoader(streams, 2, 2, shuffle=True)
+    other.set_epoch(4)
+    other_it = iter(other)
+    next(other_it)
+    loaded = other.state_dict()  # (epoch 4, batch 1)
+    move = {
+        "end": lambda: next(it, None),  # (the last batch was delivered: the end)
+        "set_epoch": lambda: loader.set_epoch(5),
+        "load": lambda: loader.load_state_dict(loaded),
+    }[meanwhile]
+    before = loader.state_dict()
+    original = Cursor.settled
+
+    def settled_then_moved(cursor):
+        # the saving thread read the cursor; the other thread moves the run here
+        monkeypatch.setattr(Cursor, "settled", original)
+        now = original(cursor)
+        move()
+        return now
+
+    monkeypatch.setattr(Cursor, "settled", settled_then_moved)
+    state = loader.state_dict()
+    monkeypatch.setattr(Cursor, "settled", original)
+    after = loader.state_dict()
+    assert state in (before, after)
+
+
+def _at_once(monkeypatch, name, owner, method, other):
+    """Run ``other`` in a thread while the thread ``name`` is about to call ``method`` of
+    ``owner`` (it waits a second at most for ``other`` to end first, if it can)."""
+    import threading
+
+    entered, done, real = threading.Event(), threading.Event(), getattr(owner, method)
+
+    def paused(self, *args, **kwargs):
+        if threading.current_thread().name == name:
+            entered.set()
+            done.wait(1)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(owner, method, paused)
+
+    def then():
+        other()
+        done.set()
+
+    return entered, then
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+@pytest.mark.parametrize("meanwhile", ["iter", "load", "set_epoch", "close", "close first"])
+def test_a_pass_opening_while_another_thread_moves_the_run_is_the_only_pass(
+    monkeypatch, workers, meanwhile
+):
+    # iter(loader) in one thread while another thread starts a pass too (or closes the
+    # loader, loads a state, sets the epoch): one of them comes first. At most one pass
+    # runs after both (two would count their batches into one position), it reads
+    # every batch of its epoch from where the run stands (no worker stopped under it),
+    # and the position saved counts each of its batches once.
+    import threading
+
+    from streamseq.workers.pool import WorkerPool
+
+    streams = [np.arange(n) for n in (9, 3, 5, 2, 8, 6)]
+    loader = StreamLoader(
+        streams, 2, 2, shuffle=True, num_workers=workers, persistent_workers=bool(workers)
+    )
+    list(loader)  # (persistent workers started: a close stops them)
+    other = StreamLoader(streams, 2, 2, shuffle=True)
+    other.set_epoch(4)
+    next(iter(other))
+    loaded = other.state_dict()  # (epoch 4, batch 1)
+    passes = {}
+    first, pause = (
+        (loader.close, (WorkerPool, "stop"))
+        if meanwhile == "close first"
+        else (
+            lambda: passes.setdefault("first", iter(loader)),
+            (StreamLoader, "_open_pass"),
+        )
+    )
+    entered, then = _at_once(
+        monkeypatch,
+        "first",
+        *pause,
+        {
+            "iter": lambda: passes.setdefault("second", iter(loader)),
+            "close": loader.close,
+            "close first": lambda: passes.setdefault("second", iter(loader)),
+            "load": lambda: loader.load_state_dict(loaded),
+            "set_epoch": lambda: loader.set_epoch(4),
+        }[meanwhile],
+    )
+    thread = threading.Thread(target=first, name="first")
+    thread.start()
+    assert entered.wait(30)
+    second = threading.Thread(target=then)
+    second.start()
+    thread.join(30)
+    second.join(30)
+    running = [it for it in passes.values() if not it.closed]
+    assert len(running) <= 1  # (none: a close or a load came last)
+    it = running[0] if running else iter(loader)
+    epoch, start = loader.state_dict()["epoch"], loader.state_dict()["next_batch"]
+    got = []
+    for batch in it:
+        got.append(batch.stream.tolist())
+        state = loader.state_dict()  # (each batch counted once, by this pass only)
+        assert (state["epoch"], state["next_batch"]) == (epoch, start + len(got))
+    want = StreamLoader(streams, 2, 2, shuffle=True)
+    want.set_epoch(epoch)
+    assert got == [b.stream.tolist() for b in want][start:]
+    loader.close()
+
+
+def test_the_progress_read_while_another_thread_ends_the_pass_is_one_of_the_run(monkeypatch):
+    # progress in one thread while another thread's pass (of an epoch resumed on other
+    # rows: its batches are not those of the next epoch) reaches its end: the progress
+    # before the end or after it, never the batches of one with the length of the other.
+    from streamseq.plan.cursor import Cursor
+
+    streams = [np.arange(n) for n in (9, 3, 5, 2, 8, 6)]
+    narrow = StreamLoader(streams, 1, 2)
+    it = iter(narrow)
+    for _ in range(4):
+        next(it)
+    loader = StreamLoader(streams, 3, 2)
+    loader.load_state_dict(narrow.state_dict())
+    it = iter(loader)
+    for _ in range(len(loader)):
+        next(it)
+    before = loader.progress
+    original = Cursor.settled
+
+    def settled_then_ended(cursor):
+        monkeypatch.setattr(Cursor, "settled", original)
+        now = original(cursor)
+        next(it, None)  # (the other thread's pass reaches its end here)
+        return now
+
+    monkeypatch.setattr(Cursor, "settled", settled_then_ended)
+    progress = loader.progress
+    monkeypatch.setattr(Cursor, "settled", original)
+    assert progress.done <= progress.total
+    assert progress in (before, loader.progress)
