@@ -983,7 +983,7 @@ def store_loader(job: dict) -> Any:
         streams = [open_video(p, size=(STORE_SIZE, STORE_SIZE)) for p in paths]
     elif kind == "store":
         streams = streamseq.store.open_store(job["store"])
-    elif kind == "decode224":
+    elif kind in ("decode224", "decode224p"):
         streams = [open_video(p) for p in paths]
     elif kind in ("copy", "copyfresh"):
         return store_copy_limit(job["store"], rows * tbins, fresh=kind == "copyfresh")
@@ -993,7 +993,10 @@ def store_loader(job: dict) -> Any:
         return DecodeLimit(paths, 1)
     else:
         return DecodeLimit(paths, workers)
-    return streamseq.StreamLoader(streams, rows, tbins, num_workers=workers)
+    persistent = kind == "decode224p"  # (workers kept from pass to pass)
+    return streamseq.StreamLoader(
+        streams, rows, tbins, num_workers=workers, persistent_workers=persistent
+    )
 
 
 def store_copy_limit(store: str, steps: int = B_VIDEO * T_VIDEO, fresh: bool = False) -> Any:
@@ -1219,7 +1222,10 @@ def decode_once(args: Any) -> None:
     at 224x224 with 2 workers against the best decode the machine allows: twice the
     rate of one process decoding every frame (one thread, as :func:`count_frames`),
     measured here; and, for reference, :class:`DecodeLimit` with 2 processes.
-    Target: 0.85.
+    Target: 0.85. The loader's row is timed twice: with its workers started at every
+    pass (the default, as PyTorch's), and kept from pass to pass
+    (``persistent_workers=True``; its CPU a frame is left out: a kept worker's time is
+    counted only once it exits, the untimed first pass's with it).
     """
     repeats = args.repeats or (1 if args.quick else 3)
     data = os.path.join(args.data, "quick" if args.quick else "full")
@@ -1229,6 +1235,7 @@ def decode_once(args: Any) -> None:
     common["warm"] = args.warm
     small, large = (B_VIDEO, T_VIDEO), (16, 16)  # (24 clips: 16 rows, none empty)
     decoding = [("decode1", 1, small, ""), ("limit", 2, small, ""), ("decode224", 2, small, "")]
+    decoding.append(("decode224p", 2, small, ""))  # (persistent_workers=True)
     if args.baseline and args.workload == "unequal":  # its loader's row, timed in the same run
         decoding.append(("decode224", 2, small, "base"))
     configs = [] if args.store_only else decoding
@@ -1285,6 +1292,7 @@ def decode_once(args: Any) -> None:
         "decode1": f"decode at {SIZE}x{SIZE}, 1 process",
         "limit": f"decode limit at {SIZE}x{SIZE} (2 processes x 1 thread)",
         "decode224": f"video at {SIZE}x{SIZE}, streamseq",
+        "decode224p": f"video at {SIZE}x{SIZE}, streamseq, persistent_workers",
     }
     head = f"{'':>52}  {'batch':>7}  {'workers':>7}  {'frames/s':>10}  {'us/batch':>8}"
     print(f"{head}  {'CPU us':>7}  {'per repeat':>24}")
@@ -1342,6 +1350,11 @@ def decode_once(args: Any) -> None:
         f"{best:.0f} frames/s; target 0.85): {'met' if ratio >= 0.85 else 'MISSED'}; "
         f"{med(('decode224', 2, small, '')) / med(('limit', 2, small, '')):.2f} of the "
         "2-process decode limit"
+    )
+    kept = med(("decode224p", 2, small, "")) / best
+    print(
+        f"unequal clips, 2 workers kept from pass to pass (persistent_workers=True): "
+        f"{kept:.2f} of the best decode (target 0.85): {'met' if kept >= 0.85 else 'MISSED'}"
     )
     if ("decode224", 2, small, "base") in runs:
         base = med(("decode224", 2, small, "base"))
