@@ -10,6 +10,7 @@ import pytest
 
 from streamseq import StreamLoader, materialize
 from streamseq.loader import run
+from tests.loader.threads import while_paused
 
 
 @pytest.mark.parametrize("stored", [False, True])
@@ -49,17 +50,6 @@ def _pausing_once(thread_name, until):
     return transform, armed, entered
 
 
-def _while_read(read, name, entered, other):
-    """Run ``read`` in a thread named ``name``, and ``other`` in another once it paused."""
-    reader = threading.Thread(target=read, name=name)
-    reader.start()
-    assert entered.wait(30)
-    second = threading.Thread(target=other)
-    second.start()
-    reader.join(30)
-    second.join(30)
-
-
 @pytest.mark.parametrize("stored", [False, True])
 def test_a_pass_superseded_while_another_thread_reads_it_moves_the_new_pass_not(tmp_path, stored):
     # A thread reads a batch of a pass while another thread starts a new pass: the
@@ -87,7 +77,7 @@ def test_a_pass_superseded_while_another_thread_reads_it_moves_the_new_pass_not(
         delivered.set()
         got["new it"] = new
 
-    _while_read(read_old, "old-reader", entered, read_new)
+    while_paused(read_old, "old-reader", entered, read_new)
     assert got["state"]["next_batch"] == 1
     assert loader.state_dict()["next_batch"] == 1  # (one batch of the new pass delivered)
     assert isinstance(got["old"], RuntimeError) and "superseded" in str(got["old"])
@@ -136,16 +126,21 @@ def test_threads_of_a_forked_child_reading_the_parents_pass_share_one_lock():
     assert os.waitstatus_to_exitcode(status) == 0
 
 
+def _three_batches_in(loader):
+    """A pass of ``loader`` that delivered 3 batches, and the state saved then."""
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    return it, loader.state_dict()
+
+
 def test_a_state_loaded_while_another_thread_reads_the_pass_is_the_position_after():
     # The batch being read when the state is loaded is not counted after the load.
     loaded = threading.Event()  # (the load, where it does not wait for this batch)
     transform, blocking, entered = _pausing_once("reader", loaded)
     sources = [np.arange(40, dtype=np.int64) + 100 * i for i in range(4)]
     loader = StreamLoader(sources, 2, 2, transform=transform)
-    it = iter(loader)
-    for _ in range(3):
-        next(it)
-    saved = loader.state_dict()
+    it, saved = _three_batches_in(loader)
 
     def read():
         blocking.append(True)
@@ -157,7 +152,7 @@ def test_a_state_loaded_while_another_thread_reads_the_pass_is_the_position_afte
         loader.load_state_dict(saved)
         loaded.set()
 
-    _while_read(read, "reader", entered, load)
+    while_paused(read, "reader", entered, load)
     assert loader.state_dict()["next_batch"] == saved["next_batch"] == 3
     assert got == [None]  # (the pass was closed while the batch was read)
     want = [b.step.tolist() for b in StreamLoader(sources, 2, 2)][3:]
@@ -280,10 +275,7 @@ def test_a_position_set_while_another_thread_reaches_the_end_of_the_pass_is_kept
     # position set (the run resumes where the state stood, or at batch 0 of the epoch set).
     sources = [np.arange(40, dtype=np.int64) + 100 * i for i in range(4)]
     loader = StreamLoader(sources, 2, 2, shuffle=True)
-    it = iter(loader)
-    for _ in range(3):
-        next(it)
-    saved = loader.state_dict()
+    it, saved = _three_batches_in(loader)
     for _ in range(len(loader) - 3):
         next(it)  # (every batch delivered; the end not reached yet)
     entered, done, real = threading.Event(), threading.Event(), it.moved
@@ -308,7 +300,7 @@ def test_a_position_set_while_another_thread_reaches_the_end_of_the_pass_is_kept
             loader.set_epoch(4)
         done.set()
 
-    _while_read(read, "reader", entered, other)
+    while_paused(read, "reader", entered, other)
     assert got == [None]
     want = StreamLoader(sources, 2, 2, shuffle=True)
     if meanwhile == "load":
@@ -373,7 +365,7 @@ def test_a_pass_opened_while_a_failed_pass_stops_its_persistent_workers_keeps_th
         done.set()
 
     flag.touch()
-    _while_read(read, "reader", opened, start)
+    while_paused(read, "reader", opened, start)
     assert len(got) == 1 and "a bad read" in str(got[0])
     (new,) = passes
     want = [b.step.tolist() for b in StreamLoader(sources, 2, 2)]
@@ -415,6 +407,6 @@ def test_a_trial_switching_while_another_thread_closes_the_loader_leaves_no_work
         loader.close()
         done.set()
 
-    _while_read(lambda: got.append(next(it, None)), "reader", entered, close)
+    while_paused(lambda: got.append(next(it, None)), "reader", entered, close)
     assert it.closed and it.prefetchers == []
     assert no_children(before)

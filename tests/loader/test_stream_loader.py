@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from streamseq import StreamLoader
+from tests.loader.threads import while_paused
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -250,7 +251,6 @@ def test_a_pass_opening_while_another_thread_moves_the_run_is_the_only_pass(
     # runs after both (two would count their batches into one position), it reads
     # every batch of its epoch from where the run stands (no worker stopped under it),
     # and the position saved counts each of its batches once.
-    import threading
 
     from streamseq.workers.pool import WorkerPool
 
@@ -284,13 +284,7 @@ def test_a_pass_opening_while_another_thread_moves_the_run_is_the_only_pass(
             "set_epoch": lambda: loader.set_epoch(4),
         }[meanwhile],
     )
-    thread = threading.Thread(target=first, name="first")
-    thread.start()
-    assert entered.wait(30)
-    second = threading.Thread(target=then)
-    second.start()
-    thread.join(30)
-    second.join(30)
+    while_paused(first, "first", entered, then)
     running = [it for it in passes.values() if not it.closed]
     assert len(running) <= 1  # (none: a close or a load came last)
     it = running[0] if running else iter(loader)
