@@ -11,6 +11,7 @@ from collections.abc import Callable
 from time import perf_counter
 from typing import Any, NamedTuple
 
+from .._redact import redact_text
 from ..batch import Batch
 from ..deliver.assemble import Assembled, counted_from
 from ..deliver.background import Background
@@ -239,8 +240,15 @@ class Pass:
                 batch, steps = next(self.background)
             else:
                 batch, steps = self.batches.counted_next(self.next, self.stop)
-        except Exception:
+        except Exception as e:
             if self.closed:  # closed meanwhile by another thread: this batch is not delivered
+                logger.info(
+                    "batch %d of a pass closed meanwhile by another thread is not delivered; "
+                    "reading it raised %s: %s",
+                    self.next,
+                    type(e).__name__,
+                    redact_text(str(e)),
+                )
                 return self._next(counting)
             self._failed()
             raise

@@ -1,5 +1,6 @@
 """A pass (``loader.run.Pass``): what it delivers, however it is iterated."""
 
+import logging
 import multiprocessing
 import os
 import threading
@@ -172,7 +173,7 @@ def _stuck_once_flagged(flag):
 
 @pytest.mark.parametrize("persistent", [False, True])
 def test_a_loader_closed_just_before_a_read_awaits_its_workers_ends_that_read(
-    tmp_path, monkeypatch, persistent
+    tmp_path, monkeypatch, caplog, persistent
 ):
     # A thread's read passed the pass's own checks and is about to wait for the workers
     # when another thread closes the loader: that read ends as on a closed pass. It
@@ -210,6 +211,7 @@ def test_a_loader_closed_just_before_a_read_awaits_its_workers_ends_that_read(
         except BaseException as e:  # noqa: BLE001 (what the read ended with)
             got.append(e)
 
+    caplog.set_level(logging.INFO, logger="streamseq")
     reader = threading.Thread(target=read, name="reader", daemon=True)
     reader.start()
     assert paused.wait(30)
@@ -226,6 +228,8 @@ def test_a_loader_closed_just_before_a_read_awaits_its_workers_ends_that_read(
     assert started == [], "workers started after the close"
     (outcome,) = got
     assert isinstance(outcome, StopIteration)
+    said = [r.getMessage() for r in caplog.records if "closed meanwhile" in r.getMessage()]
+    assert said and "WorkerError" in said[0]  # (what that read raised is logged, not lost)
     want = [b.step.tolist() for b in StreamLoader(sources, 2, 2)]
     assert [b.step.tolist() for b in loader] == want  # (a pass left early: the next epoch)
 
