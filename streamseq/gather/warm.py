@@ -111,12 +111,31 @@ def _waits(stream: Any, worker: bool = False) -> bool:
     """Whether reading ``stream`` may wait (not arrays in memory, nor a failed open).
 
     In a worker process (``worker``), only on a network (a source's ``on_network``;
-    any stream that does not say): the worker processes share the cores already, and
-    the work of local files (decoding) gains nothing from more threads there.
+    any stream that does not say, or cannot: :func:`_on_network`): the
+    worker processes share the cores already, and the work of local files (decoding)
+    gains nothing from more threads there.
     """
     return (
         stream is not None
         and not isinstance(stream, (np.ndarray, ArrayTree))
         and getattr(type(stream), "as_arrays", None) is None
-        and (not worker or getattr(stream, "on_network", True))
+        and (not worker or _on_network(stream))
     )
+
+
+def _on_network(stream: Any) -> bool:
+    """A stream's ``on_network``; True where it does not say, or cannot.
+
+    An ``on_network`` that raises, or is None, counts as True; any other answer as its
+    truth (an array of several: True). Whether the first reads overlap is only a way to
+    read, never an error of its own.
+
+    Example:
+        >>> _on_network(np.arange(3)), _on_network(type("Local", (), {"on_network": False})())
+        (True, False)
+    """
+    try:
+        said = getattr(stream, "on_network", True)
+        return True if said is None else bool(said)
+    except Exception:  # (a property that raises; an array of several values)
+        return True

@@ -99,7 +99,9 @@ class BatchWriter(ChunkMap):
         self.block_size = max(1, 4096 // max(1, len(self.rows)))
         self.shape = (len(self.rows), tbins + self.lookahead)  # (with the look-ahead steps)
         self._state = ProcessLocal(functools.partial(_ReadState, len(self.rows)))
-        self._lock = ProcessLocal(threading.Lock)  # a forked child's own: the parent's may be held
+        # a forked child's own (the parent's may be held); reentrant, so that a batch's own
+        # read asking for a batch in the same thread is an error (:meth:`_writing`), not a hang
+        self._lock = ProcessLocal(threading.RLock)
 
     def forget(self) -> None:
         """Drop the references to open streams (the rows closed them, or will)."""
@@ -113,7 +115,11 @@ class BatchWriter(ChunkMap):
         (:mod:`.ahead`).
         """
         with self._lock.get():
-            data, m, la, _ = self._write(i, spec)
+            st = self._writing()
+            try:
+                data, m, la, _ = self._write(i, spec)
+            finally:
+                st.writing = False
         return Batch(data, *m, la)
 
     def written(self, i: int, spec: Any, copy: Any = None) -> Written:
@@ -136,7 +142,28 @@ class BatchWriter(ChunkMap):
             (4, 4, None)
         """
         with self._lock.get():
-            return self._write(i, spec, copy)
+            st = self._writing()
+            try:
+                return self._write(i, spec, copy)
+            finally:
+                st.writing = False
+
+    def _writing(self) -> _ReadState:
+        """The state of this process, marked as writing a batch (under the lock).
+
+        Only the thread writing holds the lock, so a batch asked for while one is
+        written is asked by that batch's own reads (a transform or a source asking the
+        loader for a batch): a RuntimeError (the read's error, naming its stream and
+        steps), where it waited for itself for ever.
+        """
+        st = self._state.get()
+        if st.writing:
+            raise RuntimeError(
+                "a batch was asked for while one is written, in the same thread: a read of "
+                "a batch (a transform, a source) cannot ask the loader for a batch"
+            )
+        st.writing = True  # (the caller sets it back once written)
+        return st
 
     def positions(self, first: int, size: int) -> Positions:
         """Where every row reads in batches ``first`` to ``first + size - 1``."""
@@ -517,4 +544,5 @@ class _ReadState:
         self.checked = [-1] * rows  # position whose dtype and shape were checked
         self.next = -1  # the batch after the last one read here
         self.started = False  # a batch was written here (the first opens concurrently)
+        self.writing = False  # a batch is being written here (:meth:`BatchWriter._writing`)
         self.block: Positions | None = None

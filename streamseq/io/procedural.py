@@ -18,6 +18,9 @@ _TERMS = 3  # sinusoids per degree of freedom of the camera path
 
 
 class _VirtualCamera(Source):
+    #: its frames are drawn by this process: it waits on no network (:attr:`Source.on_network`)
+    on_network = False
+
     def __init__(
         self,
         image: np.ndarray,

@@ -185,6 +185,7 @@ class Pass:
         self.start = self.next = start
         self.closed = False
         self.superseded = False
+        self.broken = False  # reading a batch raised (:meth:`_failed`)
         self.background: Background | None = None
         self.meter = Meter(-1, 0) if meter is None else meter
         self.latest = latest
@@ -241,7 +242,9 @@ class Pass:
             else:
                 batch, steps = self.batches.counted_next(self.next, self.stop)
         except Exception as e:
-            if self.closed:  # closed meanwhile by another thread: this batch is not delivered
+            # closed meanwhile by another thread: this batch is not delivered (but a pass
+            # that failed, in a read this one's own code asked for, fails with its error)
+            if self.closed and not self.broken:
                 logger.info(
                     "batch %d of a pass closed meanwhile by another thread is not delivered; "
                     "reading it raised %s: %s",
@@ -276,6 +279,7 @@ class Pass:
         Not when a newer pass (opened by another thread meanwhile) reads with the
         persistent workers the loader would stop: they would be stopped for good under it.
         """
+        self.broken = True
         self.close()
         if self.failed is None:
             return

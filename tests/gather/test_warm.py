@@ -122,3 +122,31 @@ def test_a_source_is_on_a_network_when_its_file_is_at_a_url_or_unknown(tmp_path)
 
     assert At("https://host/a.mp4").on_network and not At(str(path)).on_network
     assert At().on_network  # (a source that names no file: what it waits on is not known)
+
+
+class Unsure(Slow):
+    """A stream whose ``on_network`` cannot say: it raises, or is not a bool."""
+
+    answer = None
+
+    @property
+    def on_network(self):
+        if Unsure.answer is None:
+            raise RuntimeError("cannot tell")
+        return Unsure.answer
+
+
+@pytest.mark.parametrize("answer", [None, np.array([True, False])], ids=["raises", "array"])
+def test_in_a_worker_process_a_stream_that_cannot_say_counts_as_on_a_network(monkeypatch, answer):
+    # ``on_network`` only decides whether the first reads overlap: one that raises or is
+    # no bool is taken as "on a network" (what a stream that does not say is), the
+    # batches are those of a stream read one by one, never an error of the warm-up.
+    monkeypatch.setattr(Unsure, "answer", answer)
+    monkeypatch.setattr(warm.multiprocessing, "parent_process", lambda: object())
+    Unsure.most = 0
+    made = [Unsure(np.arange(10 + i) + 100 * i) for i in range(6)]
+    got = [b.data.clone() for b in StreamLoader(made, 6, 4, pin_memory=False)]
+    assert Unsure.most > 1
+    want, _ = batches(1, monkeypatch)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)

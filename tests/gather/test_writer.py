@@ -425,3 +425,47 @@ def as_numpy_tree(batch):
         for leaf in [f[k] for k in sorted(f)] if isinstance(f, dict) else [f]:
             out.append(np.asarray(leaf).tobytes())
     return out
+
+
+class _Reentering:
+    """A stream whose read asks for the next batch of the pass it is read for."""
+
+    def __init__(self, data, ask):
+        self.data, self.ask = data, ask  # (ask: a list of at most one call, made once)
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, key):
+        if self.ask:
+            self.ask.pop()()
+        return self.data[key]
+
+
+@pytest.mark.parametrize("asks", ["next", "index"])
+def test_a_batch_whose_own_read_asks_for_a_batch_is_an_error_not_a_hang(asks):
+    # The writer writes one batch at a time; a read of the batch (a transform, a source)
+    # that asks the same writer for a batch in the same thread would wait for itself
+    # for ever: it is an error naming the stream and the steps.
+    import threading
+
+    ask = []
+    streams = [_Reentering(np.arange(12), ask), np.arange(10) + 100]
+    loader = StreamLoader(streams, 2, 3, pin_memory=False)
+    it = iter(loader)
+    ask.append(lambda: next(it) if asks == "next" else loader[2])
+    got = {}
+
+    def run():
+        try:
+            next(it)
+        except Exception as e:
+            got["error"] = e
+
+    reader = threading.Thread(target=run, daemon=True)
+    reader.start()
+    reader.join(60)  # (a bound on a hang, not a measure of speed)
+    assert not reader.is_alive(), "the read that asked for a batch waits for ever"
+    error = got["error"]
+    assert isinstance(error, StreamError)
+    assert "steps 0:3" in str(error) and "same thread" in str(error)

@@ -79,3 +79,9 @@ def test_bad_arguments(image):
         virtual_camera(image.astype(float), length=3)
     with pytest.raises(ValueError, match="length"):
         virtual_camera(image, length=-1)
+
+
+def test_a_virtual_camera_waits_on_no_network(image):
+    # Its frames are drawn by this process (no file, no request): in a worker process its
+    # first reads are the writer's, one by one, as those of a local file are.
+    assert virtual_camera(image, length=4, size=(8, 8)).on_network is False
