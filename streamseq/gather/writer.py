@@ -60,6 +60,23 @@ def new_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
 
 _NOTHING = np.zeros(0)
 
+_THREAD = threading.local()  # ``writing``: this thread writes a batch (:func:`writing_here`)
+
+
+def writing_here() -> bool:
+    """Whether the calling thread is writing a batch (of any writer) now.
+
+    A batch asked for then (a transform or a source asking a pass for a batch) may be
+    one the thread that waits for this batch holds: :meth:`~streamseq.loader.run.Pass.__next__`
+    does not wait for it.
+
+    Example:
+        >>> writing_here()
+        False
+    """
+    return getattr(_THREAD, "writing", 0) > 0
+
+
 Written = tuple[Any, meta.Meta, int, "int | None"]
 """A batch as written: ``(data, (reset, valid, stream, step), lookahead, valid steps)``;
 the valid steps None where the plan does not say (packed rows: count ``valid``)."""
@@ -116,10 +133,12 @@ class BatchWriter(ChunkMap):
         """
         with self._lock.get():
             st = self._writing()
+            _THREAD.writing = getattr(_THREAD, "writing", 0) + 1
             try:
                 data, m, la, _ = self._write(i, spec)
             finally:
                 st.writing = False
+                _THREAD.writing -= 1
         return Batch(data, *m, la)
 
     def written(self, i: int, spec: Any, copy: Any = None) -> Written:
@@ -143,10 +162,12 @@ class BatchWriter(ChunkMap):
         """
         with self._lock.get():
             st = self._writing()
+            _THREAD.writing = getattr(_THREAD, "writing", 0) + 1
             try:
                 return self._write(i, spec, copy)
             finally:
                 st.writing = False
+                _THREAD.writing -= 1
 
     def _writing(self) -> _ReadState:
         """The state of this process, marked as writing a batch (under the lock).

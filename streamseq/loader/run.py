@@ -15,6 +15,7 @@ from .._redact import redact_text
 from ..batch import Batch
 from ..deliver.assemble import Assembled, counted_from
 from ..deliver.background import Background
+from ..gather.writer import writing_here
 from ..plan.cursor import Cursor
 from ..read.handle import ProcessLocal
 from ..workers.prefetched import Prefetched, close_together
@@ -209,10 +210,25 @@ class Pass:
         return self._locks.get()  # (in a child: made once, by the first of its threads)
 
     def __next__(self) -> Batch:
-        """The next batch: one thread at a time (threads reading one pass share its batches)."""
+        """The next batch: one thread at a time (threads reading one pass share its batches).
+
+        Asked for by a thread writing a batch (a transform or a source of a worker
+        thread, or of the helper thread of a bounded read) while another thread reads
+        the pass, it raises RuntimeError at once: that thread may wait for this write.
+        """
         reading, counting = self._guard()
-        with reading:
+        if not reading.acquire(blocking=not writing_here()):
+            # a read of a batch (a transform, a source) in a thread that writes for a
+            # next() waiting in another thread: it would wait for that next() for ever
+            raise RuntimeError(
+                "a batch was asked for while one is written, by a read of it in another "
+                "thread than the one reading the pass: a read of a batch (a transform, a "
+                "source) cannot ask the loader for a batch"
+            )
+        try:
             return self._next(counting)
+        finally:
+            reading.release()
 
     def _next(self, counting: threading.Lock) -> Batch:
         if self.closed:

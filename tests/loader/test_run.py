@@ -414,3 +414,40 @@ def test_a_trial_switching_while_another_thread_closes_the_loader_leaves_no_work
     while_paused(lambda: got.append(next(it, None)), "reader", entered, close)
     assert it.closed and it.prefetchers == []
     assert no_children(before)
+
+
+@pytest.mark.parametrize("how", [dict(num_workers=2, method="thread"), dict(timeout=120)])
+def test_a_transform_asking_for_a_batch_of_the_pass_from_another_thread_is_an_error(how):
+    # The batch's rows are read in another thread than the one waiting in next() (a
+    # worker thread; the helper thread of a bounded read): a transform there that asks
+    # the pass for a batch would wait for that next(), which waits for the transform.
+    it = None
+
+    def ask(steps, info):
+        if it is not None and info.start > 0:
+            next(it)
+        return steps
+
+    streams = [np.arange(12), np.arange(10) + 100, np.arange(7) + 200, np.arange(9) + 300]
+    loader = StreamLoader(streams, 2, 3, transform=ask, pin_memory=False, **how)
+    got = {}
+
+    def read():
+        nonlocal it
+        it = iter(loader)
+        try:
+            for _ in it:
+                pass
+        except Exception as e:
+            got["error"] = e
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(60)  # (a bound on a hang, not a measure of speed)
+    assert not reader.is_alive(), "the transform waits for the next() that waits for it"
+    assert "asked for while one is written" in str(got["error"])
+    it = None  # (the transform asks for nothing more)
+    assert [b.data.tolist() for b in StreamLoader(streams, 2, 3, pin_memory=False)] == [
+        b.data.tolist() for b in loader
+    ]  # (usable after: the same batches)
+    loader.close()
