@@ -212,23 +212,19 @@ class Pass:
     def __next__(self) -> Batch:
         """The next batch: one thread at a time (threads reading one pass share its batches).
 
-        Asked for by a thread writing a batch (a transform or a source of a worker
-        thread, or of the helper thread of a bounded read) while another thread reads
-        the pass, it raises RuntimeError at once: that thread may wait for this write.
+        Asked for by a thread writing a batch (a transform or a source read in this
+        thread, in a worker thread, or in the helper thread of a bounded read), it raises
+        RuntimeError at once: that batch may be one this pass waits for.
         """
         reading, counting = self._guard()
-        if not reading.acquire(blocking=not writing_here()):
-            # a read of a batch (a transform, a source) in a thread that writes for a
-            # next() waiting in another thread: it would wait for that next() for ever
+        if writing_here():  # (it would wait for itself, or for a next() waiting for it)
             raise RuntimeError(
-                "a batch was asked for while one is written, by a read of it in another "
-                "thread than the one reading the pass: a read of a batch (a transform, a "
-                "source) cannot ask the loader for a batch"
+                "a batch was asked for while one is written, by a read of it (a transform, "
+                "a source) in the same thread or in a worker thread: a read of a batch "
+                "cannot ask the loader for a batch"
             )
-        try:
+        with reading:
             return self._next(counting)
-        finally:
-            reading.release()
 
     def _next(self, counting: threading.Lock) -> Batch:
         if self.closed:

@@ -451,3 +451,32 @@ def test_a_transform_asking_for_a_batch_of_the_pass_from_another_thread_is_an_er
         b.data.tolist() for b in loader
     ]  # (usable after: the same batches)
     loader.close()
+
+
+def test_a_transform_of_a_worker_thread_asking_for_a_batch_between_two_nexts_is_an_error():
+    # No thread waits in next() then: the worker thread's own next() would wait for the
+    # workers' batches, its own among them, for ever (and every next() after it).
+    passes, asked = [], threading.Event()
+    got = {}
+
+    def ask(steps, info):
+        if len(passes) == 2 and not got:  # (read ahead by a worker: no next() waits)
+            got["asking"] = True
+            try:
+                next(passes[0])
+            except Exception as e:
+                got["error"] = e
+            asked.set()
+        return steps
+
+    streams = [np.arange(3000) + 10000 * i for i in range(8)]
+    loader = StreamLoader(
+        streams, 4, 3, transform=ask, pin_memory=False, num_workers=2, method="thread"
+    )
+    passes.append(iter(loader))
+    next(passes[0])
+    passes.append(True)  # (its first batch delivered: the workers read ahead)
+    asked.wait(60)  # (a bound on a hang, not a measure of speed)
+    assert asked.is_set(), "the worker thread waits for its own batch"
+    assert "asked for while one is written" in str(got["error"])
+    loader.close()
