@@ -37,6 +37,10 @@ def _what(seq: Any, i: int) -> str:
 def in_thread(fn: Callable[[], Any], timeout: float, name: str) -> tuple[bool, Any] | None:
     """``fn()`` in a daemon thread, waited for at most ``timeout`` seconds.
 
+    Asked by a thread writing a batch (a transform asking for ``loader[i]``), ``fn()``
+    runs in that thread, whose own read is bounded already: a thread of its own would
+    wait for the writer this one holds.
+
     Returns:
         ``(True, result)``, ``(False, exception)``, or None when it took longer (it is left
         running, see the module).
@@ -45,7 +49,14 @@ def in_thread(fn: Callable[[], Any], timeout: float, name: str) -> tuple[bool, A
         >>> in_thread(lambda: 3, 5.0, "adding")
         (True, 3)
     """
+    from ..gather.writer import writing_here  # (gather imports this package)
+
     done: list[tuple[bool, Any]] = []
+    if writing_here():  # asked by a read of a batch, bounded already: in its thread
+        try:  # (another thread would wait for the writer this one holds)
+            return True, fn()
+        except Exception as e:
+            return False, e
 
     def run() -> None:
         try:

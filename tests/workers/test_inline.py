@@ -99,3 +99,33 @@ def test_a_timeout_bounds_reads_without_workers(hung, how):
                 delivered.append(batch)
     assert len(delivered) == (0 if how == "index" else stuck)
     assert time.monotonic() - start < 50  # (not the hour of the read)
+
+
+def test_loader_index_asked_by_a_bounded_read_of_a_batch_is_the_error_of_asking_not_a_timeout():
+    # The batch is written in the helper thread of a bounded read; loader[i] from its
+    # transform would wait, in a helper thread of its own, for that writer: a timeout
+    # after all of ``timeout`` that says the read took too long, not what went wrong.
+    asking = []
+
+    def ask(steps, info):
+        if asking and info.start > 0:  # (a read of batch 1, not the first step's probe)
+            asking.pop()[2]
+        return steps
+
+    streams = [np.arange(12), np.arange(10) + 100]
+    loader = StreamLoader(streams, 2, 3, transform=ask, pin_memory=False, timeout=600)
+    got = {}
+
+    def read():
+        asking.append(loader)
+        try:
+            loader[1]
+        except Exception as e:
+            got["error"] = e
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(30)  # (a bound on a hang, not a measure of speed)
+    assert not reader.is_alive(), "loader[i] waits for the writer its own read holds"
+    assert "asked for while one is written" in str(got["error"])
+    assert loader[2].data.tolist() == [[6, 7, 8], [106, 107, 108]]  # (usable after)
