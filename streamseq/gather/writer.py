@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from .._tree import leaves, tree_map
+from .._writing import writing
 from ..batch import Batch
 from ..errors import StreamError
 from ..read.handle import ProcessLocal
@@ -59,23 +60,6 @@ def new_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
 
 
 _NOTHING = np.zeros(0)
-
-_THREAD = threading.local()  # ``writing``: this thread writes a batch (:func:`writing_here`)
-
-
-def writing_here() -> bool:
-    """Whether the calling thread is writing a batch (of any writer) now.
-
-    A batch asked for then (a transform or a source asking a pass for a batch) may be
-    one the thread that waits for this batch holds: :meth:`~streamseq.loader.run.Pass.__next__`
-    does not wait for it.
-
-    Example:
-        >>> writing_here()
-        False
-    """
-    return getattr(_THREAD, "writing", 0) > 0
-
 
 Written = tuple[Any, meta.Meta, int, "int | None"]
 """A batch as written: ``(data, (reset, valid, stream, step), lookahead, valid steps)``;
@@ -133,12 +117,11 @@ class BatchWriter(ChunkMap):
         """
         with self._lock.get():
             st = self._writing()
-            _THREAD.writing = getattr(_THREAD, "writing", 0) + 1
             try:
-                data, m, la, _ = self._write(i, spec)
+                with writing():
+                    data, m, la, _ = self._write(i, spec)
             finally:
                 st.writing = False
-                _THREAD.writing -= 1
         return Batch(data, *m, la)
 
     def written(self, i: int, spec: Any, copy: Any = None) -> Written:
@@ -162,12 +145,11 @@ class BatchWriter(ChunkMap):
         """
         with self._lock.get():
             st = self._writing()
-            _THREAD.writing = getattr(_THREAD, "writing", 0) + 1
             try:
-                return self._write(i, spec, copy)
+                with writing():
+                    return self._write(i, spec, copy)
             finally:
                 st.writing = False
-                _THREAD.writing -= 1
 
     def _writing(self) -> _ReadState:
         """The state of this process, marked as writing a batch (under the lock).

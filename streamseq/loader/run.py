@@ -12,10 +12,10 @@ from time import perf_counter
 from typing import Any, NamedTuple
 
 from .._redact import redact_text
+from .._writing import writing_here
 from ..batch import Batch
 from ..deliver.assemble import Assembled, counted_from
 from ..deliver.background import Background
-from ..gather.writer import writing_here
 from ..plan.cursor import Cursor
 from ..read.handle import ProcessLocal
 from ..workers.prefetched import Prefetched, close_together

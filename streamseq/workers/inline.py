@@ -20,6 +20,7 @@ from typing import Any
 
 import seqtools
 
+from .._writing import writing_here
 from ..errors import WorkerTimeout
 
 
@@ -49,8 +50,6 @@ def in_thread(fn: Callable[[], Any], timeout: float, name: str) -> tuple[bool, A
         >>> in_thread(lambda: 3, 5.0, "adding")
         (True, 3)
     """
-    from ..gather.writer import writing_here  # (gather imports this package)
-
     done: list[tuple[bool, Any]] = []
     if writing_here():  # asked by a read of a batch, bounded already: in its thread
         try:  # (another thread would wait for the writer this one holds)
