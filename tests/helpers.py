@@ -129,3 +129,23 @@ def run_python(code, *args, timeout):
         timeout=timeout,
         env=dict(os.environ, PYTHONPATH=path),
     )
+
+
+def raised_in_thread(fn, hang, bound=60):
+    """What ``fn()`` raised in a daemon thread (None: nothing), which must end within
+    ``bound`` seconds (a bound on a hang, not a measure of speed; ``hang`` says it)."""
+    import threading
+
+    got = []
+
+    def run():
+        try:
+            fn()
+        except Exception as e:
+            got.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(bound)
+    assert not thread.is_alive(), hang
+    return got[0] if got else None

@@ -6,7 +6,7 @@ from unittest import mock
 
 import numpy as np
 import pytest
-from helpers import assume_rows_filled
+from helpers import assume_rows_filled, raised_in_thread
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -447,25 +447,12 @@ def test_a_batch_whose_own_read_asks_for_a_batch_is_an_error_not_a_hang(asks):
     # The writer writes one batch at a time; a read of the batch (a transform, a source)
     # that asks the same writer for a batch in the same thread would wait for itself
     # for ever: it is an error naming the stream and the steps.
-    import threading
 
     ask = []
     streams = [_Reentering(np.arange(12), ask), np.arange(10) + 100]
     loader = StreamLoader(streams, 2, 3, pin_memory=False)
     it = iter(loader)
     ask.append(lambda: next(it) if asks == "next" else loader[2])
-    got = {}
-
-    def run():
-        try:
-            next(it)
-        except Exception as e:
-            got["error"] = e
-
-    reader = threading.Thread(target=run, daemon=True)
-    reader.start()
-    reader.join(60)  # (a bound on a hang, not a measure of speed)
-    assert not reader.is_alive(), "the read that asked for a batch waits for ever"
-    error = got["error"]
+    error = raised_in_thread(lambda: next(it), "the read that asked for a batch waits for ever")
     assert isinstance(error, StreamError)
     assert "steps 0:3" in str(error) and "same thread" in str(error)

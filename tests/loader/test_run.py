@@ -11,6 +11,7 @@ import pytest
 
 from streamseq import StreamLoader, materialize
 from streamseq.loader import run
+from tests.helpers import raised_in_thread
 from tests.loader.threads import while_paused
 
 
@@ -430,22 +431,15 @@ def test_a_transform_asking_for_a_batch_of_the_pass_from_another_thread_is_an_er
 
     streams = [np.arange(12), np.arange(10) + 100, np.arange(7) + 200, np.arange(9) + 300]
     loader = StreamLoader(streams, 2, 3, transform=ask, pin_memory=False, **how)
-    got = {}
 
     def read():
         nonlocal it
         it = iter(loader)
-        try:
-            for _ in it:
-                pass
-        except Exception as e:
-            got["error"] = e
+        for _ in it:
+            pass
 
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    reader.join(60)  # (a bound on a hang, not a measure of speed)
-    assert not reader.is_alive(), "the transform waits for the next() that waits for it"
-    assert "asked for while one is written" in str(got["error"])
+    error = raised_in_thread(read, "the transform waits for the next() that waits for it")
+    assert "asked for while one is written" in str(error)
     it = None  # (the transform asks for nothing more)
     assert [b.data.tolist() for b in StreamLoader(streams, 2, 3, pin_memory=False)] == [
         b.data.tolist() for b in loader

@@ -6,6 +6,7 @@ import pytest
 
 from streamseq import StreamLoader, WorkerTimeout
 from streamseq.workers.inline import Bounded, bounded, call
+from tests.helpers import raised_in_thread
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -114,18 +115,11 @@ def test_loader_index_asked_by_a_bounded_read_of_a_batch_is_the_error_of_asking_
 
     streams = [np.arange(12), np.arange(10) + 100]
     loader = StreamLoader(streams, 2, 3, transform=ask, pin_memory=False, timeout=600)
-    got = {}
 
     def read():
         asking.append(loader)
-        try:
-            loader[1]
-        except Exception as e:
-            got["error"] = e
+        loader[1]
 
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    reader.join(30)  # (a bound on a hang, not a measure of speed)
-    assert not reader.is_alive(), "loader[i] waits for the writer its own read holds"
-    assert "asked for while one is written" in str(got["error"])
+    error = raised_in_thread(read, "loader[i] waits for the writer its own read holds", 30)
+    assert "asked for while one is written" in str(error)
     assert loader[2].data.tolist() == [[6, 7, 8], [106, 107, 108]]  # (usable after)
