@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from .._tree import leaves, tree_map
-from .._writing import writing
+from .._writing import writing, writing_here
 from ..batch import Batch
 from ..errors import StreamError
 from ..read.handle import ProcessLocal
@@ -100,9 +101,7 @@ class BatchWriter(ChunkMap):
         self.block_size = max(1, 4096 // max(1, len(self.rows)))
         self.shape = (len(self.rows), tbins + self.lookahead)  # (with the look-ahead steps)
         self._state = ProcessLocal(functools.partial(_ReadState, len(self.rows)))
-        # a forked child's own (the parent's may be held); reentrant, so that a batch's own
-        # read asking for a batch in the same thread is an error (:meth:`_writing`), not a hang
-        self._lock = ProcessLocal(threading.RLock)
+        self._lock = ProcessLocal(threading.Lock)  # a forked child's own: the parent's may be held
 
     def forget(self) -> None:
         """Drop the references to open streams (the rows closed them, or will)."""
@@ -115,13 +114,8 @@ class BatchWriter(ChunkMap):
         ``lookahead`` its per-step fields hold ``tbins + lookahead`` steps
         (:mod:`.ahead`).
         """
-        with self._lock.get():
-            st = self._writing()
-            try:
-                with writing():
-                    data, m, la, _ = self._write(i, spec)
-            finally:
-                st.writing = False
+        with self._writing():
+            data, m, la, _ = self._write(i, spec)
         return Batch(data, *m, la)
 
     def written(self, i: int, spec: Any, copy: Any = None) -> Written:
@@ -143,30 +137,25 @@ class BatchWriter(ChunkMap):
             >>> steps, int(valid.sum()), data
             (4, 4, None)
         """
-        with self._lock.get():
-            st = self._writing()
-            try:
-                with writing():
-                    return self._write(i, spec, copy)
-            finally:
-                st.writing = False
+        with self._writing():
+            return self._write(i, spec, copy)
 
-    def _writing(self) -> _ReadState:
-        """The state of this process, marked as writing a batch (under the lock).
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """One batch written at a time (the lock), noted as this thread's (:mod:`._writing`).
 
-        Only the thread writing holds the lock, so a batch asked for while one is
-        written is asked by that batch's own reads (a transform or a source asking the
-        loader for a batch): a RuntimeError (the read's error, naming its stream and
-        steps), where it waited for itself for ever.
+        A batch of this writer asked for by the thread writing one is asked by that
+        batch's own reads (a transform or a source asking the loader for a batch): a
+        RuntimeError (the read's error, naming its stream and steps), where it waited for
+        the lock its own thread holds for ever.
         """
-        st = self._state.get()
-        if st.writing:
+        if writing_here(self):
             raise RuntimeError(
                 "a batch was asked for while one is written, in the same thread: a read of "
                 "a batch (a transform, a source) cannot ask the loader for a batch"
             )
-        st.writing = True  # (the caller sets it back once written)
-        return st
+        with self._lock.get(), writing(self):
+            yield
 
     def positions(self, first: int, size: int) -> Positions:
         """Where every row reads in batches ``first`` to ``first + size - 1``."""
@@ -547,5 +536,4 @@ class _ReadState:
         self.checked = [-1] * rows  # position whose dtype and shape were checked
         self.next = -1  # the batch after the last one read here
         self.started = False  # a batch was written here (the first opens concurrently)
-        self.writing = False  # a batch is being written here (:meth:`BatchWriter._writing`)
         self.block: Positions | None = None
