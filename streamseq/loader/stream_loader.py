@@ -384,6 +384,17 @@ class StreamLoader:
         """
         return self._cursor.settled()
 
+    def _standing(self) -> tuple[Epochs, Cursor, EpochPlan]:
+        """The plans, where the run stands (:meth:`_now`) and that epoch's plan, at once.
+
+        Under the loader's lock: a pass ending, :meth:`set_epoch` or a state loaded in
+        another thread gives all three before or after, never one position's batch with
+        another's epoch.
+        """
+        with self._lock.get():
+            epochs, cursor = self._epochs, self._now()
+            return epochs, cursor, epochs.plan(cursor.epoch)
+
     def _moved(self, move: Move) -> None:
         """A transition of the cursor, one thread at a time.
 
@@ -490,11 +501,9 @@ class StreamLoader:
             >>> narrow.progress, len(narrow)
             (EpochProgress(epoch=0, done=1, total=4), 3)
         """
-        with self._lock.get():  # (as state_dict: one cursor, and that epoch's plan)
-            epochs, cursor = self._epochs, self._now()
-            length = epochs.plan(cursor.epoch).length
+        epochs, cursor, plan = self._standing()
         before = epochs.before_of(cursor.epoch)
-        return EpochProgress(cursor.epoch, before + cursor.next, before + length)
+        return EpochProgress(cursor.epoch, before + cursor.next, before + plan.length)
 
     @property
     def stats(self) -> PassStats:
@@ -580,11 +589,8 @@ class StreamLoader:
             >>> state["epoch"], state["next_batch"], state["length"], state["progress"]["next"]
             (0, 1, 3, [2])
         """
-        with self._lock.get():  # (a state loaded meanwhile: after this one is saved)
-            epochs = self._epochs
-            epoch, next_batch = self._now().to_state()  # (one cursor: epoch and batch)
-            plan = epochs.plan(epoch)
-        return make_state(self.spec, plan, next_batch, epochs.before_of(epoch))
+        epochs, cursor, plan = self._standing()
+        return make_state(self.spec, plan, cursor.next, epochs.before_of(cursor.epoch))
 
     def load_state_dict(self, state: dict[str, Any], *, weights_changed: bool = False) -> None:
         """Resume: the next iteration starts where the state's run stood.
