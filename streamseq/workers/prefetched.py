@@ -180,11 +180,7 @@ class Prefetched:
                 always waited for (up to a second), until they finish the item they are
                 evaluating.
         """
-        self._acquire()
-        try:
-            self._stop(wait)
-        finally:
-            self._lock.release()
+        self._stop_held(wait, retire=False)
 
     def retire(self, wait: bool = True) -> None:
         """Stop the workers for good: a later access raises instead of starting new ones.
@@ -205,9 +201,13 @@ class Prefetched:
             ...
             streamseq.errors.WorkerError: the workers were closed for good ... item 1 was read
         """
+        self._stop_held(wait, retire=True)
+
+    def _stop_held(self, wait: bool, retire: bool) -> None:
+        """Stop the workers under the lock (:meth:`_acquire`); with ``retire``, for good."""
         self._acquire()
         try:
-            self._retired = True
+            self._retired = self._retired or retire
             self._stop(wait)
         finally:
             self._lock.release()
