@@ -140,9 +140,11 @@ _NAME_VALUE = re.compile(r"([A-Za-z_][\w.-]*)(['\"]?)(\s*[:=]\s*)")
 # may hold "@" and quotes), or "user:" and a password with a "/" up to an "@"
 _USERINFO = re.compile(r"(?i)([a-z][a-z0-9+.-]*://)(?:[^/?#\s]*|[^/?#@\s'\":]*:[^\s'\"]*)@")
 # a query value ends at "&", ";", "#", a space, a quote that closes (one that a space, a
-# comma, a bracket or the end follows) or a ":" that ends a phrase
+# comma, a bracket or the end follows), a bracket that closes (one that a space, a
+# punctuation mark, a quote, another bracket or the end follows) or a ":" that ends a phrase
 _QUERY = re.compile(
-    r"([?&;#])([^=&;#?\s'\"]+)=((?:[^&;#\s'\":]|:(?!\s|$)|['\"](?![\s,)\]}>]|$))*)"
+    r"([?&;#])([^=&;#?\s'\"]+)="
+    r"((?:[^&;#\s'\":)\]}]|:(?!\s|$)|['\"](?![\s,)\]}>]|$)|[)\]}](?![\s,.;:)\]}>'\"]|$))*)"
 )
 _QUOTES = "'\""
 _OPEN = {"(": ")", "[": "]", "{": "}"}

@@ -442,3 +442,19 @@ def test_session_identifiers_in_a_url_are_hidden(url):
     shown = redact_urls(f"cannot read {url}")
     assert "S3CR3T" not in shown
     assert "https://h/a.bin" in shown
+
+
+@pytest.mark.parametrize(
+    "text, shown",
+    [
+        ("video(https://h/x.mp4?token=abc)", "video(https://h/x.mp4?token=***)"),
+        ("[https://h/x.mp4?sig=abc]", "[https://h/x.mp4?sig=***]"),
+        ("{https://h/x.mp4?sig=abc}, next", "{https://h/x.mp4?sig=***}, next"),
+        ("f(g(https://h/x?sig=abc))", "f(g(https://h/x?sig=***))"),
+        ("(https://h/x?sig=abc) at steps 3:5", "(https://h/x?sig=***) at steps 3:5"),
+        ("https://h/x?sig=ab)c", "https://h/x?sig=***"),  # (a bracket inside a value)
+    ],
+)
+def test_a_bracket_closing_around_a_url_stays_after_its_hidden_query_value(text, shown):
+    assert redact_urls(text) == shown
+    assert redact_text(text) == shown
