@@ -69,6 +69,7 @@ class Trial:
         self.first = True  # the next batch is the first one of this way
         self.start = 0.0  # the first batch with workers: their start
         self.chosen: int | None = None
+        self.said: tuple[Any, ...] | None = None  # what to log once the pass counted
 
     def now(self) -> int:
         """The workers the next pass starts with."""
@@ -85,7 +86,9 @@ class Trial:
     def delivered(self, run: Pass, seconds: float, length: int) -> None:
         """A batch took ``seconds``; switch ``run`` to the other way when it is time.
 
-        ``length``: the batches of the epoch (over which a start is spread).
+        ``length``: the batches of the epoch (over which a start is spread). The choice
+        is logged by :meth:`tell`, once the pass no longer holds its locks (a handler
+        of the log may call the loader).
         """
         if self.chosen is not None:
             return
@@ -108,7 +111,7 @@ class Trial:
         if not self.persistent:  # what their start adds to a batch, over an epoch
             there += max(0.0, self.start - there) / max(1, length)
         self.chosen = self.workers if there < here else 0
-        logger.info(
+        self.said = (
             'num_workers="auto" chose %d: %.3g ms a batch in this process, %.3g ms with %d '
             "workers%s",
             self.chosen,
@@ -120,6 +123,12 @@ class Trial:
         if self.chosen == 0:
             run.switch(0)
             self.stop_workers()
+
+    def tell(self) -> None:
+        """Log the choice made, once (at INFO, on the logger ``"streamseq"``)."""
+        said, self.said = self.said, None
+        if said is not None:
+            logger.info(*said)
 
 
 class EpochProgress(NamedTuple):
@@ -283,6 +292,8 @@ class Pass:
                 self.latest.started(self.meter)
             self.next += 1
             self.moved(Cursor.delivered)  # (a loaded position is used once)
+        if self.trial is not None:
+            self.trial.tell()  # (out of the locks: its log's handlers may call the loader)
         return batch
 
     def _failed(self) -> None:

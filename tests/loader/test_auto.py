@@ -8,7 +8,7 @@ import pytest
 from streamseq import StreamLoader
 from streamseq.loader.config import auto_workers
 from streamseq.loader.run import Trial
-from tests.helpers import as_numpy, assert_same, live_children, no_children
+from tests.helpers import as_numpy, assert_same, live_children, no_children, raised_in_thread
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -71,6 +71,39 @@ def test_auto_keeps_workers_when_reading_is_slow_and_says_so(quick_trial, caplog
     assert type(loader.num_workers) is int
     assert loader.num_workers > 0 or auto_workers() == 1
     assert chosen[0].startswith(f'num_workers="auto" chose {loader.num_workers}:')
+    loader.close()
+
+
+class ClosingOnChoice(logging.Handler):
+    """A handler that closes the loader when the trial says what it chose."""
+
+    def __init__(self, loader):
+        super().__init__(logging.INFO)
+        self.loader, self.closed = loader, 0
+
+    def emit(self, record):
+        if 'num_workers="auto" chose' in record.getMessage():
+            self.loader.close()
+            self.closed += 1
+
+
+def test_a_log_handler_closing_the_loader_on_the_choice_does_not_hang(quick_trial):
+    loader = StreamLoader(STREAMS, 4, 5, transform=slow, num_workers="auto")
+    handler = ClosingOnChoice(loader)
+    log = logging.getLogger("streamseq")
+    level = log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        error = raised_in_thread(
+            lambda: list(loader), "closing the loader from a log handler hung"
+        )
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+    assert error is None and handler.closed == 1
+    # the close ended that pass; the next one is a whole epoch from where it stopped
+    assert sum(1 for _ in loader) <= len(loader)
     loader.close()
 
 
