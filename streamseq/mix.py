@@ -260,14 +260,15 @@ def _padding(spec: Any, plan: EpochPlan, group: np.ndarray, count: int) -> np.nd
         np.add.at(out, group, pad)
         return out
     cap = spec.max_streams_per_chunk
-    if cap is None:
+    resumed = plan.pieces[1] > 0  # (begun before a resume: each starts a chunk)
+    if cap is None and not resumed.any():
         return out
-    from .plan.packing import row_spans
+    from .plan.packing import placed_cap, row_spans
 
     rows = [np.asarray(r, np.int64) for r in plan.assignment]
     flat = np.concatenate(rows + [np.zeros(0, np.int64)])
     sizes = np.array([len(r) for r in rows], np.int64)
-    start, end = row_spans(length[flat], sizes, t, cap)
+    start, end = row_spans(length[flat], sizes, t, placed_cap(cap, t), resumed[flat])
     follows = np.ones(len(flat), bool)  # a piece with one after it in its row
     follows[np.cumsum(sizes)[sizes > 0] - 1] = False
     gaps = start[1:] - end[:-1]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .packing import row_spans
+from .packing import placed_cap, row_spans
 from .rows import assign_rows, balanced_rows, shuffle_rows
 
 #: the planning algorithms :func:`epoch_rows` knows
@@ -17,12 +17,14 @@ def row_chunks(
     tbins: int,
     pack: bool = False,
     cap: int | None = None,
+    resumed: np.ndarray | None = None,
 ) -> np.ndarray:
     """Chunks of ``tbins`` steps in each row.
 
     A chunk never spans two streams, unless ``pack``: then a row's streams follow one
     another inside chunks, and only the end of the row is padded (and the end of a chunk
-    that packed ``cap`` streams, see :mod:`~streamseq.plan.packing`).
+    that packed ``cap`` streams, or before a stream that starts a chunk: ``resumed``, one
+    flag a stream; see :mod:`~streamseq.plan.packing`).
 
     Example:
         >>> rows = [np.array([0]), np.array([1, 2])]
@@ -32,12 +34,17 @@ def row_chunks(
         [3, 3]
         >>> row_chunks(np.array([5, 3, 3]), rows, 2, pack=True).tolist()
         [3, 3]
+        >>> resumed = np.array([False, False, True])
+        >>> row_chunks(np.array([5, 3, 3]), rows, 2, pack=True, resumed=resumed).tolist()
+        [3, 4]
     """
     lengths = np.asarray(lengths, dtype=np.int64)
-    if pack and cap is not None:
+    placed = resumed is not None and bool(np.any(resumed))
+    if pack and (cap is not None or placed):
         flat = np.concatenate([np.asarray(m, np.int64) for m in assignment] + [np.zeros(0, int)])
         sizes = np.array([len(m) for m in assignment], np.int64)
-        end = row_spans(lengths[flat], sizes, tbins, cap)[1]
+        fresh = np.asarray(resumed, bool)[flat] if placed else None
+        end = row_spans(lengths[flat], sizes, tbins, placed_cap(cap, tbins), fresh)[1]
         last = np.cumsum(sizes) - 1  # (the end of a row: that of its last piece)
         ends = np.where(sizes > 0, end[np.maximum(last, 0)] if len(end) else 0, 0)
         return -(-ends // tbins)
@@ -106,6 +113,7 @@ def epoch_rows(
     order: np.ndarray | None = None,
     version: int = 1,
     cap: int | None = None,
+    resumed: np.ndarray | None = None,
 ) -> tuple[list[np.ndarray], int]:
     """The streams of every row (global rows, all ranks) and the number of batches.
 
@@ -128,7 +136,8 @@ def epoch_rows(
     so far, so the first ``num_rows`` pieces of ``order`` start rows ``0, 1, ...``.
 
     ``cap``: with ``pad="pack"``, the most streams a chunk may pack
-    (:mod:`~streamseq.plan.packing`).
+    (:mod:`~streamseq.plan.packing`). ``resumed``: with ``pad="pack"``, the streams that
+    start a chunk (one flag a stream: the rest of a stream begun before a resume).
 
     Raises:
         ValueError: an unknown ``version``.
@@ -160,5 +169,5 @@ def epoch_rows(
         )
         if shuffle:
             assignment = shuffle_rows(assignment, seed, epoch)
-    chunks = row_chunks(lengths, assignment, tbins, pack=pack, cap=cap)
+    chunks = row_chunks(lengths, assignment, tbins, pack=pack, cap=cap, resumed=resumed)
     return assignment, num_batches(chunks, pad)

@@ -72,6 +72,17 @@ class EpochPlan:
         b = spec.batch_size
         return self.assignment[spec.rank * b : (spec.rank + 1) * b]
 
+    def resumed_of(self, spec: PlanSpec) -> list[np.ndarray] | None:
+        """For each row of ``spec.rank``, which of its pieces go on with a stream begun.
+
+        Begun before the resume: packed, each starts a chunk
+        (:mod:`~streamseq.plan.packing`). None in a fresh epoch.
+        """
+        if self.rest is None:
+            return None
+        begun = self.pieces[1] > 0
+        return [begun[m] for m in self.rows_of(spec)]
+
     def units_of(self, spec: PlanSpec) -> tuple[np.ndarray, np.ndarray] | None:
         """``(stream, first step)`` of every piece, or None when pieces are whole streams."""
         if spec.segment_length is None and self.rest is None and self.units is None:
@@ -138,6 +149,7 @@ def plan_epoch(spec: PlanSpec, epoch: int, rest: Progress | None = None) -> Epoc
         order=order,
         version=spec.version,
         cap=spec.max_streams_per_chunk if spec.pad == "pack" else None,
+        resumed=None if rest is None else pieces[1] > 0,  # (streams begun: see packing)
     )
     if rest is None and spec.draws is not None and not spec.draws.fixed:
         n = spec.draws.epoch_length(spec)  # the same for every draw

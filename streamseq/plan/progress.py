@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .packing import row_spans
+from .packing import placed_cap, row_spans
 
 if TYPE_CHECKING:
     from .fields import SavedProgress
@@ -163,8 +163,9 @@ def progress_at(
     flat = flat.astype(np.int64, copy=False)
     bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     budget = batches * tbins if pack else batches
-    if pack and cap is not None:
-        start, end = row_spans(length[flat], sizes, tbins, cap)
+    resumed = (offset > 0)[flat] if pack else None  # (begun before: each starts a chunk)
+    if pack and (cap is not None or resumed.any()):
+        start, end = row_spans(length[flat], sizes, tbins, placed_cap(cap, tbins), resumed)
         finished = end <= budget
         del end
         begun = start < budget
