@@ -260,10 +260,14 @@ def _padding(spec: Any, plan: EpochPlan, group: np.ndarray, count: int) -> np.nd
         np.add.at(out, group, pad)
         return out
     cap = spec.max_streams_per_chunk
-    resumed = plan.pieces[1] > 0  # (begun before a resume: each starts a chunk)
+    from .plan.packing import placed_cap, row_spans
+    from .plan.planner import plan_resumed
+
+    resumed = plan_resumed(spec, plan.pieces, plan.rest)  # (begun before: start a chunk)
+    if resumed is None:
+        resumed = np.zeros(len(length), bool)
     if cap is None and not resumed.any():
         return out
-    from .plan.packing import placed_cap, row_spans
 
     rows = [np.asarray(r, np.int64) for r in plan.assignment]
     flat = np.concatenate(rows + [np.zeros(0, np.int64)])

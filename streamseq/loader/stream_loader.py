@@ -98,7 +98,8 @@ class StreamLoader:
             row would be all padding), ``"wrap"`` (rows that end start again) or
             ``"pack"`` (a row goes on with its next stream inside the chunk instead of
             padding it; ``step == 0`` marks where each stream starts, ``reset`` a chunk
-            that starts with one; padding is left only at the ends of rows).
+            that starts with one; padding is left only at the ends of rows, and before a
+            stream begun before a resume on other rows: it starts a chunk, with ``reset``).
         pin_memory: deliver page-locked tensors, prepared by one background thread.
         lengths: declared stream lengths, sparing the probe of openers.
         rank: this process' rank; with ``world_size``, defaults to torch.distributed's.

@@ -8,7 +8,27 @@ from .packing import placed_cap, row_spans
 from .rows import assign_rows, balanced_rows, shuffle_rows
 
 #: the planning algorithms :func:`epoch_rows` knows
-PLAN_VERSIONS = (1, 2)
+PLAN_VERSIONS = (1, 2, 3)
+
+#: the first version whose packed rest of an epoch (resumed on other rows) starts each
+#: stream begun before the resume at a chunk (:mod:`~streamseq.plan.packing`)
+RESUMED_AT_CHUNKS = 3
+
+
+def same_plans(a: int, b: int, packed_rest: bool) -> bool:
+    """Whether plan versions ``a`` and ``b`` plan an epoch alike.
+
+    Versions 2 and 3 differ only in a packed rest of an epoch resumed on other rows
+    (``packed_rest``): version 2 packs a stream begun before the resume inside a chunk,
+    where nothing marks it; 3 starts it at a chunk.
+
+    Example:
+        >>> same_plans(2, 3, False), same_plans(2, 3, True), same_plans(1, 3, False)
+        (True, False, False)
+    """
+    if a == b:
+        return True
+    return min(a, b) >= 2 and not (packed_rest and min(a, b) < RESUMED_AT_CHUNKS)
 
 
 def row_chunks(
@@ -123,12 +143,13 @@ def epoch_rows(
       shuffled from ``(seed, epoch)`` if ``shuffle``), each to the row with the fewest steps
       so far (:func:`~streamseq.plan.rows.assign_rows`). With ``shuffle`` the number of
       batches varies from epoch to epoch.
-    - ``2``: rows balanced once (:func:`~streamseq.plan.rows.balanced_rows`: longest first
-      onto the cheapest row, in chunks, or in steps for ``pad="pack"``; ``seed`` orders
-      streams of equal cost if ``shuffle``); with ``shuffle``, each epoch then permutes the
-      rows and the streams inside each row (:func:`~streamseq.plan.rows.shuffle_rows`).
-      Each row holds the same streams every epoch, so every epoch has the same number of
-      batches.
+    - ``2`` and ``3``: rows balanced once (:func:`~streamseq.plan.rows.balanced_rows`:
+      longest first onto the cheapest row, in chunks, or in steps for ``pad="pack"``;
+      ``seed`` orders streams of equal cost if ``shuffle``); with ``shuffle``, each epoch
+      then permutes the rows and the streams inside each row
+      (:func:`~streamseq.plan.rows.shuffle_rows`). Each row holds the same streams every
+      epoch, so every epoch has the same number of batches. ``3`` differs from ``2`` in a
+      packed rest of an epoch only (see :func:`same_plans`).
 
     ``order``: the order in which streams are dealt out to rows, instead of the epoch's
     (the rest of an epoch resumed on other rows: begun pieces first, one per row). Both

@@ -190,3 +190,53 @@ def test_after_a_packed_resume_every_stream_but_a_row_s_own_is_marked_where_it_s
                     assert at[1] == 0, (i, r, t, at, before)
                 last[r] = at
                 seen.add(at)
+
+
+#: saved by streamseq 0.3 (plan version 2) one batch into the rest of a packed epoch
+#: resumed on 1 row, after 1 batch on 3 rows: that batch read streams 0 and 1 to their
+#: ends, stream 1 from its step 4 packed after stream 0 (a state of the loader below)
+PACKED_REST_OF_PLAN_VERSION_2 = {
+    "version": 3,
+    "plan_version": 2,
+    "epoch": 0,
+    "next_batch": 1,
+    "epoch_done": 2,
+    "length": 3,
+    "fingerprint": "c276f47af4cfd292",
+    "plan": {
+        "streams": 3,
+        "lengths": "d3abb42a9e761a4a",
+        "sources": "3aaadac486ccdf1c",
+        "tbins": 4,
+        "pad": "pack",
+        "shuffle": False,
+        "seed": 0,
+        "segment_length": None,
+    },
+    "batch_size": 1,
+    "world_size": 1,
+    "progress": {"units": 3, "done": "wA==", "begun": [2], "next": [4], "row": [-1]},
+    "resumed": {
+        "units": 3,
+        "done": "AA==",
+        "begun": [0, 1, 2],
+        "next": [4, 4, 4],
+        "row": [0, 1, 2],
+        "epoch": 0,
+    },
+}
+
+
+def test_a_state_of_a_packed_rest_of_plan_version_2_loads_and_delivers_the_rest_once():
+    streams = [np.arange(6), np.arange(100, 106), np.arange(200, 210)]
+    for rows in (1, 2):
+        loader = StreamLoader(streams, rows, 4, pad="pack")
+        assert loader.row_map(PACKED_REST_OF_PLAN_VERSION_2) == [-1] * rows
+        loader.load_state_dict(PACKED_REST_OF_PLAN_VERSION_2)
+        batches = list(loader)
+        assert [b.stream[0].tolist() for b in batches] == [[2, 2, 2, 2], [2, 2, -1, -1]]
+        assert [b.step[0].tolist() for b in batches] == [[4, 5, 6, 7], [8, 9, -1, -1]]
+        assert [b.reset.tolist() for b in batches] == [[True] + [False] * (rows - 1)] + [
+            [False] * rows
+        ]
+        assert loader.state_dict()["plan_version"] == 3
