@@ -127,7 +127,8 @@ class StreamLoader:
             batch, as many, of any dtype and step shape (the same for every stream);
             see :func:`map_steps`.
         segment_length: cut streams longer than this into segments of at most this many
-            steps, planned as streams of their own (each starts with ``reset``; ``stream``
+            steps, planned as streams of their own (each starts with ``reset``, but with
+            ``pad="pack"`` one that follows another stream inside a chunk; ``stream``
             still names the source and ``step`` counts in it): rows, and ranks, end
             closer together, with less padding.
         persistent_workers: keep the worker processes (or threads) for the whole run
