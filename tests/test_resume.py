@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 from helpers import assume_rows_filled
-from hypothesis import event, given, settings
+from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
 from streamseq import StreamLoader
@@ -628,8 +628,8 @@ def test_a_state_of_plan_version_2_goes_on_as_the_run_did_where_version_3_plans_
         next(it)
     state = run.state_dict()
     rest = [numpy_batch(b) for b in it]
+    assume(state["resumed"] is None or pad != "pack")  # (else version 2 plans otherwise)
     old = {**copy.deepcopy(state), "plan_version": 2}
     loader = StreamLoader(streams, rows, tbins, **kw)
     loader.load_state_dict(old)
-    if state["resumed"] is None or pad != "pack":
-        assert_same([numpy_batch(b) for b in loader], rest)
+    assert_same([numpy_batch(b) for b in loader], rest)
