@@ -55,6 +55,8 @@ class Row:
             stream, see ``segment_length``); steps are then counted in the source.
         carried: whether the row's first stream goes on from a row of a resumed state,
             whose recurrent state moves with it: its first step is then no reset.
+        resumed: which streams of the row go on with a stream begun before a resume (one
+            flag a stream, or None): packed (``pad="pack"``), each starts a chunk.
 
     Example:
         >>> import numpy as np
@@ -71,10 +73,12 @@ class Row:
         transform: Transform | None = None,
         starts: Sequence[int] | None = None,
         carried: bool = False,
+        resumed: Sequence[bool] | None = None,
     ):
         # (a row of a table: its streams' indices, a reference made when it is read)
         self.refs = refs if isinstance(refs, RowRefs) else list(refs)
         self.carried = carried
+        self.resumed = None if resumed is None else np.asarray(resumed, dtype=bool)
         self.transform = transform
         if lengths is None:
             lengths = [len(r) for r in self.refs]
@@ -339,6 +343,7 @@ def make_rows(
     units: tuple[np.ndarray, np.ndarray] | None = None,
     carried: Sequence[int] | None = None,
     unread: bool = False,
+    resumed: Sequence[np.ndarray] | None = None,
 ) -> list[Row]:
     """The rows of a plan: row r reads ``refs[assignment[r]]``, transformed if asked.
 
@@ -346,7 +351,9 @@ def make_rows(
     :func:`streamseq.plan.segments.segments`), the assignment and ``sizes`` index
     segments, and row r reads segment ``m`` from ``refs[source[m]]`` at ``start[m]``.
     ``carried[r] >= 0`` marks a row whose first stream goes on from a resumed state's row
-    (see :meth:`streamseq.plan.planner.EpochPlan.continued`). ``unread`` rows are for
+    (see :meth:`streamseq.plan.planner.EpochPlan.continued`); ``resumed[r]`` flags the
+    streams of row r begun before a resume (:meth:`~streamseq.plan.planner.EpochPlan.resumed_of`:
+    packed, each starts a chunk). ``unread`` rows are for
     their plan only (lengths, stream ids: a picture of the plan): no stream is referenced
     in them, and they cannot be read.
 
@@ -370,6 +377,8 @@ def make_rows(
             rows = [Row(_pick(refs, m), sizes[m], ids[m]) for m in assignment]
     for row, c in zip(rows, carried or (), strict=False):
         row.carried = c >= 0
+    for row, flags in zip(rows, resumed or (), strict=False):
+        row.resumed = np.asarray(flags, dtype=bool)
     if transform is not None:
         rows = [map_steps(r, transform, seed=seed, epoch=epoch) for r in rows]
     return rows
@@ -412,7 +421,8 @@ def map_steps(
         True
     """
     transform = Transform(fn, seed, epoch, row.transform)
-    return Row(row.refs, row.lengths, row.stream_ids, transform, row.starts, row.carried)
+    resumed = getattr(row, "resumed", None)
+    return Row(row.refs, row.lengths, row.stream_ids, transform, row.starts, row.carried, resumed)
 
 
 class _Unread:

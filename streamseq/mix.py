@@ -260,14 +260,19 @@ def _padding(spec: Any, plan: EpochPlan, group: np.ndarray, count: int) -> np.nd
         np.add.at(out, group, pad)
         return out
     cap = spec.max_streams_per_chunk
-    if cap is None:
+    from .plan.packing import placed_cap, row_spans
+    from .plan.planner import plan_resumed
+
+    resumed = plan_resumed(spec, plan.pieces, plan.rest)  # (begun before: start a chunk)
+    if resumed is None:
+        resumed = np.zeros(len(length), bool)
+    if cap is None and not resumed.any():
         return out
-    from .plan.packing import row_spans
 
     rows = [np.asarray(r, np.int64) for r in plan.assignment]
     flat = np.concatenate(rows + [np.zeros(0, np.int64)])
     sizes = np.array([len(r) for r in rows], np.int64)
-    start, end = row_spans(length[flat], sizes, t, cap)
+    start, end = row_spans(length[flat], sizes, t, placed_cap(cap, t), resumed[flat])
     follows = np.ones(len(flat), bool)  # a piece with one after it in its row
     follows[np.cumsum(sizes)[sizes > 0] - 1] = False
     gaps = start[1:] - end[:-1]

@@ -11,7 +11,7 @@ from ._tree import tree_map
 from .batch import Chunk
 from .gather import BatchWriter
 from .interleave import Row
-from .plan.packing import capped_starts
+from .plan.packing import capped_starts, placed_cap
 from .read.step_spec import step_spec_of
 
 
@@ -74,8 +74,11 @@ class TBinned:
             else (int(self.chunk_ends[-1]) if len(counts) else 0)
         )
         self.placed = None  # packed with a cap: where each stream starts in the row
-        if pack and cap is not None:
-            self.placed = capped_starts(row.lengths, self.tbins, int(cap))
+        resumed = getattr(row, "resumed", None)  # (streams begun before: start a chunk)
+        if pack and (cap is not None or (resumed is not None and resumed.any())):
+            self.placed = capped_starts(
+                row.lengths, self.tbins, placed_cap(cap, self.tbins), resumed
+            )
             end = int(self.placed[-1] + row.lengths[-1]) if len(counts) else 0
             self.length = -(-end // self.tbins)
         self._writer: BatchWriter | None = None

@@ -112,9 +112,10 @@ def check_continuity(
             end of a row.
         state: the :meth:`~streamseq.StreamLoader.state_dict` the batches were resumed
             from: streams it saw done are done (delivered again, they are an error), and
-            a stream it saw begun goes on from its next step in any row (at the start of a
-            chunk, with or without ``reset``, or inside one with ``pack``); ``complete``
-            then covers the whole epoch.
+            a stream it saw begun goes on from its next step in any row, at the start of a
+            chunk, with or without ``reset`` (with ``pack``, after padding where the row's
+            stream before it ended inside a chunk); ``complete`` then covers the whole
+            epoch.
         lookahead: the loader's ``lookahead``: the first ``tbins`` steps of each batch
             are checked as above; the last ``lookahead`` must hold the steps that
             follow, in the same stream, each row's step at ``tbins - 1`` (padding where
@@ -180,8 +181,9 @@ def check_continuity(
         if current.get(r) == unit and expected[r] == end(unit) and k0 == first(unit):
             starts = True  # the same stream again (wrap)
         goes_on = current.get(r) != unit and pending.get(unit) == k0
-        if goes_on:  # begun before the state: it goes on here
+        if goes_on:  # begun before the state: it goes on here, at a chunk
             del pending[unit]
+            assert run == 0, f"{where}: {name(unit)} goes on at step {k0} inside the chunk"
         if starts or goes_on:
             if run == 0 and starts:
                 assert reset_r, f"{where}: {name(unit)} starts without reset"
@@ -234,7 +236,12 @@ def check_continuity(
             )
             for a in data:
                 assert not np.any(a[r, n:]), f"{where}: padding data is not zero"
-            assert n == 0 or r not in ended, f"{where}: data after padding in a packed row"
+            if n and r in ended:  # (only a stream begun before the state goes on there)
+                unit = unit_of(int(s[0]), int(k[0]))
+                assert pending.get(unit) == int(k[0]), (
+                    f"{where}: data after padding in a packed row"
+                )
+                ended.discard(r)
             if n == 0:
                 assert not reset[r], f"{where}: reset set on a chunk of padding"
                 if r in current:

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 from helpers import assume_rows_filled
-from hypothesis import event, given, settings
+from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
 from streamseq import StreamLoader
@@ -597,3 +597,39 @@ def test_row_map_and_load_read_one_state_once(monkeypatch):
     with pytest.raises(ValueError):
         other.row_map(state)
     assert len(calls) == 2
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 30), min_size=1, max_size=7),
+    rows=st.integers(1, 3),
+    other=st.integers(0, 3),
+    tbins=st.integers(1, 4),
+    stops=st.tuples(st.integers(1, 5), st.integers(0, 5)),
+    pad=st.sampled_from(["zeros", "pack"]),
+)
+def test_a_state_of_plan_version_2_goes_on_as_the_run_did_where_version_3_plans_alike(
+    lengths, rows, other, tbins, stops, pad
+):
+    # a state of streamseq 0.3 names plan version 2; where version 3 plans its epoch alike
+    # (a fresh epoch, or a rest that is not packed) it goes on with exactly the batches
+    # the run would have read
+    streams = coded_streams(lengths)
+    kw = dict(pad=pad, shuffle=True, seed=4)
+    run = StreamLoader(streams, rows, tbins, **kw)
+    if other and other != rows:  # the run reads the rest of an epoch resumed on other rows
+        first = StreamLoader(streams, other, tbins, **kw)
+        it = iter(first)
+        for _ in range(min(stops[0], len(first) - 1)):
+            next(it)
+        run.load_state_dict(first.state_dict())
+    it = iter(run)
+    for _ in range(min(stops[1], len(run) - 1)):
+        next(it)
+    state = run.state_dict()
+    rest = [numpy_batch(b) for b in it]
+    assume(state["resumed"] is None or pad != "pack")  # (else version 2 plans otherwise)
+    old = {**copy.deepcopy(state), "plan_version": 2}
+    loader = StreamLoader(streams, rows, tbins, **kw)
+    loader.load_state_dict(old)
+    assert_same([numpy_batch(b) for b in loader], rest)

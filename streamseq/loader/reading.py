@@ -224,6 +224,7 @@ class Reading:
             epoch=plan.epoch,
             units=plan.units_of(spec),
             carried=plan.continued(spec),
+            resumed=plan.resumed_of(spec),
         )
 
     def group(self, plan: EpochPlan, rows: Sequence[Row]) -> ZipBatch:

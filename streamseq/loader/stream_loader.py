@@ -98,7 +98,8 @@ class StreamLoader:
             row would be all padding), ``"wrap"`` (rows that end start again) or
             ``"pack"`` (a row goes on with its next stream inside the chunk instead of
             padding it; ``step == 0`` marks where each stream starts, ``reset`` a chunk
-            that starts with one; padding is left only at the ends of rows).
+            that starts with one; padding is left only at the ends of rows, and before a
+            stream begun before a resume on other rows: it starts a chunk, with ``reset``).
         pin_memory: deliver page-locked tensors, prepared by one background thread.
         lengths: declared stream lengths, sparing the probe of openers.
         rank: this process' rank; with ``world_size``, defaults to torch.distributed's.
@@ -126,7 +127,8 @@ class StreamLoader:
             batch, as many, of any dtype and step shape (the same for every stream);
             see :func:`map_steps`.
         segment_length: cut streams longer than this into segments of at most this many
-            steps, planned as streams of their own (each starts with ``reset``; ``stream``
+            steps, planned as streams of their own (each starts with ``reset``, but with
+            ``pad="pack"`` one that follows another stream inside a chunk; ``stream``
             still names the source and ``step`` counts in it): rows, and ranks, end
             closer together, with less padding.
         persistent_workers: keep the worker processes (or threads) for the whole run

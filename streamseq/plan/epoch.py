@@ -4,11 +4,31 @@ from __future__ import annotations
 
 import numpy as np
 
-from .packing import row_spans
+from .packing import placed_cap, row_spans
 from .rows import assign_rows, balanced_rows, shuffle_rows
 
 #: the planning algorithms :func:`epoch_rows` knows
-PLAN_VERSIONS = (1, 2)
+PLAN_VERSIONS = (1, 2, 3)
+
+#: the first version whose packed rest of an epoch (resumed on other rows) starts each
+#: stream begun before the resume at a chunk (:mod:`~streamseq.plan.packing`)
+RESUMED_AT_CHUNKS = 3
+
+
+def same_plans(a: int, b: int, packed_rest: bool) -> bool:
+    """Whether plan versions ``a`` and ``b`` plan an epoch alike.
+
+    Versions 2 and 3 differ only in a packed rest of an epoch resumed on other rows
+    (``packed_rest``): version 2 packs a stream begun before the resume inside a chunk,
+    where nothing marks it; 3 starts it at a chunk.
+
+    Example:
+        >>> same_plans(2, 3, False), same_plans(2, 3, True), same_plans(1, 3, False)
+        (True, False, False)
+    """
+    if a == b:
+        return True
+    return min(a, b) >= 2 and not (packed_rest and min(a, b) < RESUMED_AT_CHUNKS)
 
 
 def row_chunks(
@@ -17,12 +37,14 @@ def row_chunks(
     tbins: int,
     pack: bool = False,
     cap: int | None = None,
+    resumed: np.ndarray | None = None,
 ) -> np.ndarray:
     """Chunks of ``tbins`` steps in each row.
 
     A chunk never spans two streams, unless ``pack``: then a row's streams follow one
     another inside chunks, and only the end of the row is padded (and the end of a chunk
-    that packed ``cap`` streams, see :mod:`~streamseq.plan.packing`).
+    that packed ``cap`` streams, or before a stream that starts a chunk: ``resumed``, one
+    flag a stream; see :mod:`~streamseq.plan.packing`).
 
     Example:
         >>> rows = [np.array([0]), np.array([1, 2])]
@@ -32,12 +54,17 @@ def row_chunks(
         [3, 3]
         >>> row_chunks(np.array([5, 3, 3]), rows, 2, pack=True).tolist()
         [3, 3]
+        >>> resumed = np.array([False, False, True])
+        >>> row_chunks(np.array([5, 3, 3]), rows, 2, pack=True, resumed=resumed).tolist()
+        [3, 4]
     """
     lengths = np.asarray(lengths, dtype=np.int64)
-    if pack and cap is not None:
+    placed = resumed is not None and bool(np.any(resumed))
+    if pack and (cap is not None or placed):
         flat = np.concatenate([np.asarray(m, np.int64) for m in assignment] + [np.zeros(0, int)])
         sizes = np.array([len(m) for m in assignment], np.int64)
-        end = row_spans(lengths[flat], sizes, tbins, cap)[1]
+        fresh = np.asarray(resumed, bool)[flat] if placed else None
+        end = row_spans(lengths[flat], sizes, tbins, placed_cap(cap, tbins), fresh)[1]
         last = np.cumsum(sizes) - 1  # (the end of a row: that of its last piece)
         ends = np.where(sizes > 0, end[np.maximum(last, 0)] if len(end) else 0, 0)
         return -(-ends // tbins)
@@ -106,6 +133,7 @@ def epoch_rows(
     order: np.ndarray | None = None,
     version: int = 1,
     cap: int | None = None,
+    resumed: np.ndarray | None = None,
 ) -> tuple[list[np.ndarray], int]:
     """The streams of every row (global rows, all ranks) and the number of batches.
 
@@ -115,12 +143,13 @@ def epoch_rows(
       shuffled from ``(seed, epoch)`` if ``shuffle``), each to the row with the fewest steps
       so far (:func:`~streamseq.plan.rows.assign_rows`). With ``shuffle`` the number of
       batches varies from epoch to epoch.
-    - ``2``: rows balanced once (:func:`~streamseq.plan.rows.balanced_rows`: longest first
-      onto the cheapest row, in chunks, or in steps for ``pad="pack"``; ``seed`` orders
-      streams of equal cost if ``shuffle``); with ``shuffle``, each epoch then permutes the
-      rows and the streams inside each row (:func:`~streamseq.plan.rows.shuffle_rows`).
-      Each row holds the same streams every epoch, so every epoch has the same number of
-      batches.
+    - ``2`` and ``3``: rows balanced once (:func:`~streamseq.plan.rows.balanced_rows`:
+      longest first onto the cheapest row, in chunks, or in steps for ``pad="pack"``;
+      ``seed`` orders streams of equal cost if ``shuffle``); with ``shuffle``, each epoch
+      then permutes the rows and the streams inside each row
+      (:func:`~streamseq.plan.rows.shuffle_rows`). Each row holds the same streams every
+      epoch, so every epoch has the same number of batches. ``3`` differs from ``2`` in a
+      packed rest of an epoch only (see :func:`same_plans`).
 
     ``order``: the order in which streams are dealt out to rows, instead of the epoch's
     (the rest of an epoch resumed on other rows: begun pieces first, one per row). Both
@@ -128,7 +157,8 @@ def epoch_rows(
     so far, so the first ``num_rows`` pieces of ``order`` start rows ``0, 1, ...``.
 
     ``cap``: with ``pad="pack"``, the most streams a chunk may pack
-    (:mod:`~streamseq.plan.packing`).
+    (:mod:`~streamseq.plan.packing`). ``resumed``: with ``pad="pack"``, the streams that
+    start a chunk (one flag a stream: the rest of a stream begun before a resume).
 
     Raises:
         ValueError: an unknown ``version``.
@@ -160,5 +190,5 @@ def epoch_rows(
         )
         if shuffle:
             assignment = shuffle_rows(assignment, seed, epoch)
-    chunks = row_chunks(lengths, assignment, tbins, pack=pack, cap=cap)
+    chunks = row_chunks(lengths, assignment, tbins, pack=pack, cap=cap, resumed=resumed)
     return assignment, num_batches(chunks, pad)

@@ -6,6 +6,11 @@ most K streams; once a chunk has K, the rest of it is padding and the next strea
 the next chunk. A stream never starts later than it would without packing (at the next
 chunk), so a capped row has at most the chunks of an unpacked one, and at least those of
 a packed one.
+
+The rest of an epoch resumed on other rows holds streams begun before the resume: their
+rows' state went elsewhere (or nowhere), and their next step is not a first step, so
+nothing inside a chunk would mark where one starts. Packed, each of those starts a chunk
+(where ``reset`` marks it), capped or not (:func:`placed_cap`).
 """
 
 from __future__ import annotations
@@ -13,11 +18,26 @@ from __future__ import annotations
 import numpy as np
 
 
-def capped_starts(lengths: np.ndarray, tbins: int, cap: int) -> np.ndarray:
+def placed_cap(cap: int | None, tbins: int) -> int:
+    """The cap :func:`row_spans` lays out packed rows with: ``cap``, or none (``tbins + 1``).
+
+    A chunk never holds more than ``tbins`` streams, so ``tbins + 1`` never pads one:
+    rows laid out with it are packed as without a cap, but for the streams resumed.
+
+    Example:
+        >>> placed_cap(2, 4), placed_cap(None, 4)
+        (2, 5)
+    """
+    return tbins + 1 if cap is None else int(cap)
+
+
+def capped_starts(
+    lengths: np.ndarray, tbins: int, cap: int, resumed: np.ndarray | None = None
+) -> np.ndarray:
     """Where each stream of a packed row starts, in steps of the row (padding included).
 
     Empty streams start where the stream before them ends, and hold no place. The row
-    laid out by :func:`row_spans`.
+    laid out by :func:`row_spans` (``resumed``: the streams that start a chunk).
 
     Example:
         >>> capped_starts(np.array([1, 1, 1, 1]), 4, 2).tolist()
@@ -28,9 +48,12 @@ def capped_starts(lengths: np.ndarray, tbins: int, cap: int) -> np.ndarray:
         [0, 4, 8]
         >>> capped_starts(np.array([2, 2, 0, 2]), 4, 2).tolist()
         [0, 2, 4, 4]
+        >>> capped_starts(np.array([2, 3, 2]), 4, 5, np.array([False, True, False])).tolist()
+        [0, 4, 7]
     """
     lengths = np.asarray(lengths, dtype=np.int64)
-    return row_spans(lengths, np.array([len(lengths)], np.int64), tbins, cap)[0]
+    sizes = np.array([len(lengths)], np.int64)
+    return row_spans(lengths, sizes, tbins, cap, resumed)[0]
 
 
 def capped_end(lengths: np.ndarray, tbins: int, cap: int) -> int:
@@ -48,11 +71,17 @@ def capped_end(lengths: np.ndarray, tbins: int, cap: int) -> int:
 
 
 def row_spans(
-    lengths: np.ndarray, sizes: np.ndarray, tbins: int, cap: int
+    lengths: np.ndarray,
+    sizes: np.ndarray,
+    tbins: int,
+    cap: int,
+    resumed: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(start, end)`` in steps of every piece of rows laid out one after the other.
 
-    ``lengths`` are the pieces of every row in order, ``sizes`` the pieces of each row.
+    ``lengths`` are the pieces of every row in order, ``sizes`` the pieces of each row;
+    ``resumed`` (one flag a piece, or None) the pieces that start a chunk: the rest of a
+    stream begun before a resume.
     Every row is laid out at once, as arrays over the rows: the ``j``-th pieces of all
     rows are placed together (the place of a piece depends on the pieces before it in
     its row), so the work is one array step per piece of the longest row.
@@ -61,8 +90,12 @@ def row_spans(
         >>> start, end = row_spans(np.array([1, 1, 1, 2]), np.array([3, 1]), 4, 2)
         >>> start.tolist(), end.tolist()
         ([0, 1, 4, 0], [1, 2, 5, 2])
+        >>> resumed = np.array([False, True, False, False])
+        >>> row_spans(np.array([1, 1, 1, 2]), np.array([3, 1]), 4, 5, resumed)[0].tolist()
+        [0, 4, 5, 0]
     """
     lengths = np.asarray(lengths, dtype=np.int64)
+    fresh = np.zeros(len(lengths), bool) if resumed is None else np.asarray(resumed, bool)
     sizes = np.asarray(sizes, dtype=np.int64)
     start = np.zeros(len(lengths), np.int64)
     if len(lengths):
@@ -76,12 +109,15 @@ def row_spans(
             if count == 1:  # the longest row alone: the rest of it in one pass
                 k = int(first[0]) + j
                 rest = lengths[k : int(first[0]) + int(left[0])]
-                start[k : k + len(rest)] = _lay_out(rest, int(at[0]), int(touching[0]), tbins, cap)
+                flags = fresh[k : k + len(rest)]
+                start[k : k + len(rest)] = _lay_out(
+                    rest, int(at[0]), int(touching[0]), tbins, cap, flags
+                )
                 break
             a, t, k = at[:count], touching[:count], first[:count] + j
             n = lengths[k]
             t[a % tbins == 0] = 0
-            jump = (n > 0) & (t >= cap)  # (t is 0 at the start of a chunk)
+            jump = (n > 0) & ((t >= cap) | (fresh[k] & (a % tbins > 0)))  # (t: 0 at a chunk)
             a += np.where(jump, tbins - a % tbins, 0)
             t[jump] = 0
             start[k] = a
@@ -93,7 +129,9 @@ def row_spans(
     return start, start + lengths
 
 
-def _lay_out(lengths: np.ndarray, at: int, touching: int, tbins: int, cap: int) -> list[int]:
+def _lay_out(
+    lengths: np.ndarray, at: int, touching: int, tbins: int, cap: int, resumed: np.ndarray
+) -> list[int]:
     """The starts of the pieces of one row, from its next free step and its chunk's streams.
 
     What :func:`row_spans` does for every row at once, for the one row left: the pieces of
@@ -101,10 +139,10 @@ def _lay_out(lengths: np.ndarray, at: int, touching: int, tbins: int, cap: int) 
     one row are faster as integers than as arrays of one value.
     """
     starts = []
-    for n in lengths.tolist():
+    for n, fresh in zip(lengths.tolist(), resumed.tolist(), strict=True):
         if at % tbins == 0:
             touching = 0
-        if n and touching >= cap:
+        if n and (touching >= cap or (fresh and at % tbins)):
             at += tbins - at % tbins
             touching = 0
         starts.append(at)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .._checks import check_int
-from .epoch import epoch_rows, start_order
+from .epoch import RESUMED_AT_CHUNKS, epoch_rows, start_order
 from .packing import most_chunks
 from .progress import Pieces, Progress, rest_of_epoch, whole_units
 from .rows import stream_order
@@ -72,6 +72,17 @@ class EpochPlan:
         b = spec.batch_size
         return self.assignment[spec.rank * b : (spec.rank + 1) * b]
 
+    def resumed_of(self, spec: PlanSpec) -> list[np.ndarray] | None:
+        """For each row of ``spec.rank``, which of its pieces go on with a stream begun.
+
+        Begun before the resume: packed, each starts a chunk
+        (:mod:`~streamseq.plan.packing`). None in a fresh epoch.
+        """
+        begun = plan_resumed(spec, self.pieces, self.rest)
+        if begun is None:
+            return None
+        return [begun[m] for m in self.rows_of(spec)]
+
     def units_of(self, spec: PlanSpec) -> tuple[np.ndarray, np.ndarray] | None:
         """``(stream, first step)`` of every piece, or None when pieces are whole streams."""
         if spec.segment_length is None and self.rest is None and self.units is None:
@@ -108,6 +119,24 @@ class EpochPlan:
         return out
 
 
+def plan_resumed(spec: PlanSpec, pieces: Pieces, rest: Progress | None) -> np.ndarray | None:
+    """The pieces of a packed rest of an epoch that start a chunk: streams begun before.
+
+    None where no piece has to (a fresh epoch, rows not packed, or a plan of a version
+    that packs them as any: :data:`~streamseq.plan.epoch.RESUMED_AT_CHUNKS`).
+
+    Example:
+        >>> spec = PlanSpec(np.array([6, 4]), batch_size=1, tbins=2, pad="pack")
+        >>> pieces = (np.array([0, 1]), np.array([2, 0]), np.array([4, 4]))
+        >>> rest = Progress(np.array([False, False]), np.array([0]), np.array([2]), np.array([0]))
+        >>> plan_resumed(spec, pieces, rest).tolist(), plan_resumed(spec, pieces, None)
+        ([True, False], None)
+    """
+    if rest is None or spec.pad != "pack" or spec.version < RESUMED_AT_CHUNKS:
+        return None
+    return pieces[1] > 0
+
+
 def plan_epoch(spec: PlanSpec, epoch: int, rest: Progress | None = None) -> EpochPlan:
     """The plan of ``epoch``, fresh or resumed at ``rest``.
 
@@ -138,6 +167,7 @@ def plan_epoch(spec: PlanSpec, epoch: int, rest: Progress | None = None) -> Epoc
         order=order,
         version=spec.version,
         cap=spec.max_streams_per_chunk if spec.pad == "pack" else None,
+        resumed=plan_resumed(spec, pieces, rest),
     )
     if rest is None and spec.draws is not None and not spec.draws.fixed:
         n = spec.draws.epoch_length(spec)  # the same for every draw

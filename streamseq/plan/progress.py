@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .packing import row_spans
+from .packing import placed_cap, row_spans
 
 if TYPE_CHECKING:
     from .fields import SavedProgress
@@ -135,6 +135,7 @@ def progress_at(
     batches: int,
     done_before: np.ndarray | None = None,
     cap: int | None = None,
+    resumed_at_chunks: bool = True,
 ) -> Progress:
     """Where the units stand after ``batches`` batches of a plan.
 
@@ -147,6 +148,9 @@ def progress_at(
         batches: batches delivered.
         done_before: units done before this plan started (not among its pieces).
         cap: with ``pack``, the most streams a chunk may pack.
+        resumed_at_chunks: with ``pack``, a piece that goes on with a stream begun before
+            (``offset > 0``) starts a chunk (:mod:`~streamseq.plan.packing`); False: it is
+            packed as any (plans of version 2).
 
     Example:
         >>> lengths = np.array([5, 2, 3])
@@ -163,8 +167,9 @@ def progress_at(
     flat = flat.astype(np.int64, copy=False)
     bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     budget = batches * tbins if pack else batches
-    if pack and cap is not None:
-        start, end = row_spans(length[flat], sizes, tbins, cap)
+    resumed = (offset > 0)[flat] if pack and resumed_at_chunks else None  # (begun before)
+    if pack and (cap is not None or (resumed is not None and resumed.any())):
+        start, end = row_spans(length[flat], sizes, tbins, placed_cap(cap, tbins), resumed)
         finished = end <= budget
         del end
         begun = start < budget

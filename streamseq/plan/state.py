@@ -28,6 +28,7 @@ import numpy as np
 from .._redact import redact_urls
 from .cursor import Cursor
 from .draws import encode_draw
+from .epoch import RESUMED_AT_CHUNKS, same_plans
 from .fields import short
 from .planner import EpochPlan, Epochs, epoch_units
 from .progress import Progress, progress_at
@@ -177,7 +178,9 @@ def _progress_at(spec: PlanSpec, plan: EpochPlan, batches: int) -> Progress:
     lengths, pack = (spec.units if plan.units is None else plan.units)[2], spec.pad == "pack"
     done = None if plan.rest is None else plan.rest.done
     cap = spec.max_streams_per_chunk if pack else None
-    return progress_at(lengths, plan.pieces, plan.assignment, spec.tbins, pack, batches, done, cap)
+    at_chunks = spec.version >= RESUMED_AT_CHUNKS
+    pieces, rows, t = plan.pieces, plan.assignment, spec.tbins
+    return progress_at(lengths, pieces, rows, t, pack, batches, done, cap, at_chunks)
 
 
 def read_state(
@@ -351,7 +354,8 @@ def _resume(spec: PlanSpec, saved: SavedState, per_epoch: bool) -> tuple[Resumed
     progress = None
     if saved.progress is not None:
         progress = Progress.from_state(saved.progress, lengths, draw)
-    same = old.rows == spec.rows and old.version == spec.version
+    alike = same_plans(old.version, spec.version, spec.pad == "pack" and rest is not None)
+    same = old.rows == spec.rows and alike
     # on the same rows, the loader's plans: the state's plan is kept for the pass reading it
     at = None if rest is None else (epoch, rest)
     planned = Epochs(spec if same else old, at, per_epoch, done - nxt)
@@ -367,7 +371,7 @@ def _resume(spec: PlanSpec, saved: SavedState, per_epoch: bool) -> tuple[Resumed
     if same:
         return Resumed(epoch, nxt, rest, old.rows, b, w, planned, before=done - nxt), progress
     epochs = Epochs(spec, (epoch, progress), per_epoch, before=done)
-    replan = old.version != spec.version
+    replan = not alike
     resumed = Resumed(epoch, 0, progress, old.rows, b, w, epochs, replan=replan, before=done)
     return resumed, progress
 

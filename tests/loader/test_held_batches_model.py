@@ -1,8 +1,8 @@
 """A hostile user, as a state machine: every batch held stays as it was delivered.
 
-The machine drives a loader (0 or 2 workers, persistent or not, plain or dict data, wide
-steps whose batches read in this process are over memory kept between batches
-(:func:`streamseq.gather.writer.new_array`), or the same streams stored by
+The machine drives a loader (0 or 2 workers, persistent or not, packed or not, plain or
+dict data, wide steps whose batches read in this process are over memory kept between
+batches (:func:`streamseq.gather.writer.new_array`), or the same streams stored by
 :func:`materialize`: read in this process, or with 2 workers by the workers) and, in
 lockstep, the same loader over the arrays read in this process (``num_workers=0``): the
 reference.
@@ -129,9 +129,11 @@ class HostileUser(RuleBasedStateMachine):
         data=st.sampled_from(
             ["plain", "dict", "mix", "store", "store dict", "wide", "store wide"]
         ),
+        pad=st.sampled_from(["zeros", "zeros", "pack"]),  # (pack: rests laid out anew)
     )
-    def start(self, workers, persistent, data):
+    def start(self, workers, persistent, data, pad):
         self.data, self.workers, self.persistent = data, workers, persistent and workers > 0
+        self.pad = pad
         self.here_bytes = streamseq.loader.reading.COPY_HERE_BYTES
         if data.startswith("store") and workers:  # (else read here whatever the workers)
             streamseq.loader.reading.COPY_HERE_BYTES = 0
@@ -150,6 +152,7 @@ class HostileUser(RuleBasedStateMachine):
             TBINS,
             shuffle=True,
             seed=3,
+            pad=self.pad,
             num_workers=workers,
             max_buffered=4,
             persistent_workers=self.persistent and workers > 0,

@@ -134,3 +134,109 @@ def test_a_moved_hidden_state_goes_on_as_if_the_run_had_not_stopped():
     for (s, k), h in resumed.items():
         if s in goes_on:  # the state is that of the uninterrupted run, step by step
             torch.testing.assert_close(h, whole[(s, k)], rtol=0, atol=1e-12)
+
+
+def test_a_begun_stream_resumed_in_a_packed_row_starts_a_chunk_with_reset():
+    # two rows, each a stream begun; resumed on one row, the second begun stream goes on
+    # after the first: packed inside the chunk at its step 4, nothing would mark it (a
+    # model would carry the first stream's state into it)
+    streams = [np.arange(6), np.arange(100, 106)]
+    run = StreamLoader(streams, 2, 4, pad="pack")
+    next(iter(run))
+    loader = StreamLoader(streams, 1, 4, pad="pack")
+    loader.load_state_dict(run.state_dict())
+    batches = list(loader)
+    assert [b.stream.tolist() for b in batches] == [[[0, 0, -1, -1]], [[1, 1, -1, -1]]]
+    assert [b.step.tolist() for b in batches] == [[[4, 5, -1, -1]], [[4, 5, -1, -1]]]
+    assert [b.reset.tolist() for b in batches] == [[False], [True]]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    lengths=st.lists(st.integers(1, 30), min_size=1, max_size=8),
+    old_rows=st.integers(1, 4),
+    new_rows=st.integers(1, 4),
+    tbins=st.integers(1, 5),
+    stop=st.integers(1, 6),
+    cap=st.sampled_from([None, 1, 2]),
+    shuffle=st.booleans(),
+)
+def test_after_a_packed_resume_every_stream_but_a_row_s_own_is_marked_where_it_starts(
+    lengths, old_rows, new_rows, tbins, stop, cap, shuffle
+):
+    streams = [np.arange(n) + 1000 * i for i, n in enumerate(lengths)]
+    kw = dict(pad="pack", shuffle=shuffle, seed=2, max_streams_per_chunk=cap)
+    run = StreamLoader(streams, old_rows, tbins, **kw)
+    it = iter(run)
+    for _ in range(min(stop, len(run) - 1)):
+        next(it)
+    state = run.state_dict()
+    loader = StreamLoader(streams, new_rows, tbins, **kw)
+    rows = loader.row_map(state)
+    loader.load_state_dict(state)
+    seen: set[tuple[int, int]] = set()  # (stream, step) delivered after the resume
+    last: dict[int, tuple[int, int]] = {}  # each row's last valid (stream, step)
+    for i, b in enumerate(loader):
+        for r in range(new_rows):
+            for t in np.flatnonzero(b.valid[r].numpy()).tolist():
+                at = (int(b.stream[r, t]), int(b.step[r, t]))
+                before = last.get(r)
+                goes_on = before is not None and at == (before[0], before[1] + 1)
+                if t == 0 and not goes_on:
+                    # a row that starts anything but its own stream's next step resets,
+                    # except the first batch's rows that go on with their old row's
+                    assert bool(b.reset[r]) or (i == 0 and rows[r] >= 0), (i, r, at)
+                elif t > 0 and not goes_on:  # a stream starts inside a chunk: at step 0
+                    assert at[1] == 0, (i, r, t, at, before)
+                last[r] = at
+                seen.add(at)
+
+
+#: saved by streamseq 0.3 (plan version 2) one batch into the rest of a packed epoch
+#: resumed on 1 row, after 1 batch on 3 rows: that batch read streams 0 and 1 to their
+#: ends, stream 1 from its step 4 packed after stream 0 (a state of the loader below)
+PACKED_REST_OF_PLAN_VERSION_2 = {
+    "version": 3,
+    "plan_version": 2,
+    "epoch": 0,
+    "next_batch": 1,
+    "epoch_done": 2,
+    "length": 3,
+    "fingerprint": "c276f47af4cfd292",
+    "plan": {
+        "streams": 3,
+        "lengths": "d3abb42a9e761a4a",
+        "sources": "3aaadac486ccdf1c",
+        "tbins": 4,
+        "pad": "pack",
+        "shuffle": False,
+        "seed": 0,
+        "segment_length": None,
+    },
+    "batch_size": 1,
+    "world_size": 1,
+    "progress": {"units": 3, "done": "wA==", "begun": [2], "next": [4], "row": [-1]},
+    "resumed": {
+        "units": 3,
+        "done": "AA==",
+        "begun": [0, 1, 2],
+        "next": [4, 4, 4],
+        "row": [0, 1, 2],
+        "epoch": 0,
+    },
+}
+
+
+def test_a_state_of_a_packed_rest_of_plan_version_2_loads_and_delivers_the_rest_once():
+    streams = [np.arange(6), np.arange(100, 106), np.arange(200, 210)]
+    for rows in (1, 2):
+        loader = StreamLoader(streams, rows, 4, pad="pack")
+        assert loader.row_map(PACKED_REST_OF_PLAN_VERSION_2) == [-1] * rows
+        loader.load_state_dict(PACKED_REST_OF_PLAN_VERSION_2)
+        batches = list(loader)
+        assert [b.stream[0].tolist() for b in batches] == [[2, 2, 2, 2], [2, 2, -1, -1]]
+        assert [b.step[0].tolist() for b in batches] == [[4, 5, 6, 7], [8, 9, -1, -1]]
+        assert [b.reset.tolist() for b in batches] == [[True] + [False] * (rows - 1)] + [
+            [False] * rows
+        ]
+        assert loader.state_dict()["plan_version"] == 3
