@@ -44,7 +44,6 @@ import math
 import os
 import posixpath
 import re
-import stat
 import string
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -53,6 +52,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from streamseq._files import open_regular
 from streamseq._redact import redacted_repr
 from streamseq.errors import SourceError, StreamError
 from streamseq.io import remote
@@ -510,7 +510,7 @@ class _Files:
         if self.url:
             file = remote.RemoteFile(path, self.options, None, "blockcache")
         else:
-            file = _open_regular(path)
+            file = open_regular(path)
         with file:
             return pq.read_table(file, columns=list(columns))
 
@@ -519,36 +519,13 @@ class _Files:
         if self.url:
             file = remote.RemoteFile(path, self.options, None, "blockcache")
         else:
-            file = _open_regular(path)
+            file = open_regular(path)
         with file:
             return pq.read_schema(file).names
 
 
-def _open_regular(path: str) -> Any:
-    """``path`` opened to read, when it is a regular file (a link to one is followed).
-
-    Opened without waiting (a FIFO's opening waits for a writer), then refused unless it
-    is a regular file: a FIFO, a device (``/dev/zero`` never ends) or a folder of the
-    metadata is an error, not a wait or a read for ever.
-
-    Raises:
-        FileNotFoundError: there is no such file.
-        ValueError: it is not a regular file.
-    """
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError("not a regular file (a FIFO, a device or a folder)")
-        if hasattr(os, "set_blocking"):
-            os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-
-
 def _read_local(path: str) -> bytes:
-    with _open_regular(path) as f:
+    with open_regular(path) as f:
         return f.read()
 
 
