@@ -14,7 +14,9 @@ URL) and a file that changed is a :class:`~streamseq.errors.SourceError` saying 
 changed, instead of steps read from another file than the one planned. A handle already
 open is not checked again: it keeps reading what it opened (a file replaced by a rename
 leaves the open one, the planned data, in place; a file rewritten in place under an open
-handle is the one change this does not catch).
+handle is the one change this does not catch, but for a local token file's memory map,
+whose open file :func:`~streamseq.io.tokens` measures at every read, and a local media
+file's decoder, measured after each decoding).
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ The sources say what is particular to them through a few hooks (see
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
@@ -27,7 +28,7 @@ import av
 from streamseq._redact import redacted_repr
 from streamseq.errors import SourceError
 from streamseq.io._av_compat import open_input
-from streamseq.io._base import Source, check_file
+from streamseq.io._base import Source, check_file, state_changes
 from streamseq.io.remote import Remote, locate
 from streamseq.read.handle import current_pid, keep_forever
 
@@ -135,6 +136,10 @@ class Reader:
         self.pid = current_pid()
         self.path = path
         self.container, self.stream = open_media(path, kind, stream_index, remote)
+        # a local file opened again, to measure the file the decoder reads (a rewrite in
+        # place under it; a file replaced by a rename leaves the open one as it was)
+        self.watch = None if remote is not None else os.open(path, os.O_RDONLY)
+        self.watched = self._measure()
         self.frames = decoded(path, self.container.decode(self.stream))
         self.counting = True  # decoding from the start: the count is the position
         self.in_pos: int | None = 0
@@ -187,9 +192,26 @@ class Reader:
         """Forget the units before ``upto``."""
         self.take(min(upto, self.end) - self.start)
 
+    def _measure(self) -> tuple[int, int] | None:
+        if self.watch is None:
+            return None
+        st = os.fstat(self.watch)
+        return st.st_size, st.st_mtime_ns
+
+    def changes(self) -> list[str]:
+        """How the local file open changed since the decoder opened it (its size, time)."""
+        if self.watch is None or self.watched is None:
+            return []
+        names = ("size", "mtime_ns")
+        was = dict(zip(names, self.watched, strict=True))
+        return state_changes(was, dict(zip(names, self._measure() or (), strict=True)))
+
     def close(self) -> None:
         self.frames.close()
         self.container.close()
+        if self.watch is not None:
+            os.close(self.watch)
+            self.watch = None
 
     def __del__(self) -> None:
         if self.pid != current_pid():
@@ -271,8 +293,47 @@ class MediaSource(Source, ABC):
 
     def _read(self, reader: Reader, a: int, b: int) -> Any:
         start, stop = self._span(a, b)
-        reader, chunks = self._decode(reader, start, stop)
+        reader, chunks = self._decoded(reader, start, stop)
         return self._assemble(reader, chunks, a, b)
+
+    def _decoded(
+        self, reader: Reader, start: int, stop: int
+    ) -> tuple[Reader, list[Sequence[Any]]]:
+        """:meth:`_decode`, refused when the file changed under the decoder.
+
+        A local file rewritten in place while it is decoded (its size or time, measured
+        on the file the decoder opened, after the decoding) is an error saying so, never
+        frames of other bytes; a decoding that failed on a file that changed since the
+        source was made is told as that change.
+
+        Raises:
+            SourceError: the file changed, or decoding failed.
+        """
+        try:
+            reader, chunks = self._decode(reader, start, stop)
+        except SourceError as e:
+            self._check_decoder(reader, e)
+            raise
+        self._check_decoder(reader)
+        return reader, chunks
+
+    def _check_decoder(self, reader: Reader, cause: BaseException | None = None) -> None:
+        """Raise the change of the file the decoder reads (or, after ``cause``, of the path)."""
+        changes = reader.changes()
+        if changes:
+            raise SourceError(
+                self.path,
+                f"changed since the source was made ({', '.join(changes)}, while it was "
+                "decoded): its steps would not be the ones planned; make the source again "
+                "to read the new file",
+            ) from cause
+        if cause is not None:
+            try:
+                changed = self._change()
+            except Exception:  # measuring failed too: the failure to decode tells more
+                return
+            if changed is not None:
+                raise changed from cause
 
     def _decode(self, reader: Reader, start: int, stop: int) -> tuple[Reader, list[Sequence[Any]]]:
         """The output units ``start`` to ``stop``, as chunks, and the reader that holds on.

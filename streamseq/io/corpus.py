@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from streamseq._files import open_regular
 from streamseq._redact import redacted_repr
 from streamseq.errors import SourceError
 from streamseq.io._base import Source
@@ -378,6 +379,7 @@ def _index_bounds(path: str, index: Any, count: int) -> tuple[np.ndarray, np.nda
     if isinstance(index, (str, os.PathLike)):
         where = os.fspath(index)
         try:
+            open_regular(where).close()  # (a FIFO would be waited for, a device read for ever)
             offsets = np.load(where, mmap_mode="r")
         except (OSError, ValueError) as e:
             raise SourceError(where, f"cannot read the document index: {e}") from e

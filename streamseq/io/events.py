@@ -18,8 +18,9 @@ import numpy as np
 from streamseq._redact import redacted_repr
 from streamseq.errors import SourceError
 from streamseq.io._base import Source, check_file
+from streamseq.io._mapped import MappedFile
 from streamseq.io._noise import value_noise
-from streamseq.io._npy import NPY_HEADER_ERRORS, RemoteArray, read_npy_header
+from streamseq.io._npy import RemoteArray, read_npy_header
 from streamseq.io._options import read_options, reads
 from streamseq.io.remote import locate
 
@@ -94,19 +95,44 @@ class _Events(Source):
                 file.close()
                 raise SourceError(self.path, "not a .npy array of events")
             return RemoteArray(file, shape, dtype, offset)
+        mapped = self._map()
+        mapped.close()  # (the map outlives the file: this process's handle opens its own)
+        return mapped.array
+
+    def _map(self) -> MappedFile:
+        """The local file's events, memory-mapped, with the file open to check it."""
+        path = self.path
+        assert path is not None
         try:
-            recording = np.load(self.path, mmap_mode="r", allow_pickle=False)
-        except (OSError, *NPY_HEADER_ERRORS) as e:
-            raise SourceError(self.path, f"cannot load events, not a valid .npy file: {e}") from e
-        if not isinstance(recording, np.ndarray):
-            raise SourceError(self.path, "not a .npy array of events")
-        return recording
+            with open(path, "rb") as file:
+                shape, fortran, dtype, offset = read_npy_header(path, file)
+                file.seek(0)
+                header = file.read(offset)
+        except SourceError as e:
+            raise SourceError(path, f"cannot load events, {e.detail}") from e
+        except OSError as e:
+            raise SourceError(path, f"cannot load events, not a valid .npy file: {e}") from e
+        if dtype.hasobject:
+            raise SourceError(path, "not a .npy array of events")
+        order = "F" if fortran else "C"
+
+        def mapped(file: Any) -> np.ndarray:
+            if 0 in shape:  # (nothing to map: mmap refuses empty ranges)
+                return np.zeros(shape, dtype, order=order)
+            return np.memmap(file, dtype, mode="r", offset=offset, shape=shape, order=order)
+
+        try:
+            return MappedFile(path, mapped, header)
+        except (OSError, ValueError) as e:  # (a file shorter than its header says)
+            raise SourceError(path, f"cannot load events, not a valid .npy file: {e}") from e
 
     def __len__(self) -> int:
         return self.length
 
-    def _open(self) -> np.ndarray | RemoteArray:
-        return self.array if self.array is not None else self._load()
+    def _open(self) -> np.ndarray | RemoteArray | MappedFile:
+        if self.array is not None:
+            return self.array
+        return self._load() if self._remote is not None else self._map()
 
     def _empty(self) -> np.ndarray:
         return np.zeros((0, 2, self.height, self.width), np.float32)
@@ -115,7 +141,16 @@ class _Events(Source):
         """``float32`` histograms ``[2, height, width]``."""
         return np.dtype(np.float32), (2, self.height, self.width)
 
-    def _read(self, recording: np.ndarray | RemoteArray, a: int, b: int) -> np.ndarray:
+    def _read(self, handle: np.ndarray | RemoteArray | MappedFile, a: int, b: int) -> np.ndarray:
+        if not isinstance(handle, MappedFile):
+            return self._histograms(handle, a, b)
+        handle.check()  # (a file cut short under the map: zeros, or a bus error)
+        out = self._histograms(handle.array, a, b)
+        handle.check()  # a change during the read: its steps refused
+        return out
+
+    def _histograms(self, recording: np.ndarray | RemoteArray, a: int, b: int) -> np.ndarray:
+        """The histograms of windows ``a`` to ``b`` of ``recording``."""
         start, stop = self.t0 + a * self.window_us, self.t0 + b * self.window_us
         t = recording["t"]
         i0 = bisect.bisect_left(t, start)  # O(log n) reads: never copies the column
@@ -141,7 +176,7 @@ class _Events(Source):
 
 
 def _close(recording: Any) -> None:
-    if isinstance(recording, RemoteArray):
+    if isinstance(recording, (RemoteArray, MappedFile)):
         recording.close()
 
 
@@ -188,7 +223,10 @@ def events(
         ImportError: ``source`` is a URL and fsspec (or the package of its protocol) is
             missing: ``pip install 'streamseq[remote]'``.
         streamseq.errors.SourceError: the file is not a readable ``.npy`` array; a URL
-            cannot be reached (after a few attempts).
+            cannot be reached (after a few attempts); on a read, the file changed since
+            the source was made (each process checks when it opens the file, and a local
+            file's map before and after every read: a file cut short or written again in
+            place is refused, never read as zeros or as other events).
 
     Example:
         >>> ev = np.zeros(4, EVENT_DTYPE)

@@ -52,6 +52,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from streamseq._files import open_regular
 from streamseq._redact import redacted_repr
 from streamseq.errors import SourceError, StreamError
 from streamseq.io import remote
@@ -506,25 +507,25 @@ class _Files:
 
     def _parquet(self, path: str, columns: Sequence[str]) -> Any:
         pq = _pyarrow()
-        file = None
         if self.url:
             file = remote.RemoteFile(path, self.options, None, "blockcache")
-        try:
-            return pq.read_table(path if file is None else file, columns=list(columns))
-        finally:
-            if file is not None:
-                file.close()
+        else:
+            file = open_regular(path)
+        with file:
+            return pq.read_table(file, columns=list(columns))
 
     def _parquet_names(self, path: str) -> list[str]:
         pq = _pyarrow()
-        if not self.url:
-            return pq.read_schema(path).names
-        with remote.RemoteFile(path, self.options, None, "blockcache") as file:
+        if self.url:
+            file = remote.RemoteFile(path, self.options, None, "blockcache")
+        else:
+            file = open_regular(path)
+        with file:
             return pq.read_schema(file).names
 
 
 def _read_local(path: str) -> bytes:
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         return f.read()
 
 
@@ -906,8 +907,9 @@ def lerobot(
             integer (a bool, a float); a camera, a column or an episode given twice.
         streamseq.errors.SourceError: naming the dataset (and the episode, the camera
             or the column concerned): ``codebase_version`` is not one of
-            :data:`SUPPORTED_VERSIONS`, a file of the metadata is missing or malformed
-            (not JSON, not UTF-8, nested too deeply; ``fps`` not a positive number, a
+            :data:`SUPPORTED_VERSIONS`, a file of the metadata is missing, not a regular
+            file (a FIFO, a device: refused, never waited for nor read for ever) or
+            malformed (not JSON, not UTF-8, nested too deeply; ``fps`` not a positive number, a
             length or an index not an integer from 0 to :data:`MAX_COUNT`, an episode
             listed twice, a path template that cannot be filled, or that makes a path
             of more than :data:`MAX_PATH` characters), a path made from the metadata

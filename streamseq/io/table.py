@@ -38,7 +38,7 @@ import numpy as np
 from streamseq._redact import redacted_repr
 from streamseq.errors import SourceError
 from streamseq.io import remote
-from streamseq.io._base import Source
+from streamseq.io._base import Source, state_changes
 from streamseq.plan.identities import read_code
 from streamseq.read.handle import ProcessLocal
 
@@ -299,9 +299,44 @@ class _Reader:
     """
 
     def __init__(self, key: _Key):
-        self.path, self.columns = key.path, key.columns
+        self.path, self.columns, self.stamp = key.path, key.columns, key.stamp
         self.file, self.remote = _open_file(key)
         self.groups: OrderedDict[int, dict[str, np.ndarray | _Flawed]] = OrderedDict()
+        self.watch: int | None = None  # a descriptor of the local file read, to measure it
+        if self.stamp is not None:
+            try:  # (opened after the reader's: a file replaced in between is refused)
+                self.watch = os.open(self.path, os.O_RDONLY)
+                self.check(opening=True)
+            except BaseException:
+                self.close()
+                raise
+
+    def check(self, opening: bool = False) -> None:
+        """Raise when the local file read is not the one the table was made of.
+
+        Opening, its size, times and inode must be those of the stamp taken when the
+        table was made (a file replaced or rewritten since is refused); then, before a
+        row group is decoded, the open file's size and modification time (a rewrite in
+        place under the reader; a file replaced by a rename leaves the open one, the
+        rows planned).
+
+        Raises:
+            SourceError: naming the file and what changed.
+        """
+        if self.watch is None or self.stamp is None:
+            return
+        st = os.fstat(self.watch)
+        names = ("size", "mtime_ns", "inode", "ctime_ns")[: 4 if opening else 2]
+        measured = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+        was = dict(zip(names, self.stamp, strict=False))
+        now = dict(zip(names, measured, strict=False))
+        changes = state_changes(was, now)
+        if changes:
+            raise SourceError(
+                self.path,
+                f"changed since the source was made ({', '.join(changes)}): its steps would "
+                "not be the ones planned; make the source again to read the new file",
+            )
 
     def close(self) -> None:
         """Close the file (and its connection, for a URL); drop the decoded row groups."""
@@ -311,14 +346,24 @@ class _Reader:
         finally:
             if self.remote is not None:
                 self.remote.close()
+            if self.watch is not None:
+                os.close(self.watch)
+                self.watch = None
 
     def row_group(self, i: int) -> dict[str, np.ndarray | _Flawed]:
-        """Row group ``i``: one numpy array per column (or a :class:`_Flawed` column)."""
+        """Row group ``i``: one numpy array per column (or a :class:`_Flawed` column).
+
+        A row group not decoded yet is decoded once the file is found unchanged
+        (:meth:`check`), and checked again after: a rewrite during the decoding is
+        refused too.
+        """
         group = self.groups.get(i)
         if group is not None:
             self.groups.move_to_end(i)
             return group
+        self.check()
         data = self.file.read_row_group(i, columns=list(self.columns))
+        self.check()
         group = {n: _column(data.column(n), self.path, n) for n in self.columns}
         self.groups[i] = group
         if len(self.groups) > CACHED_ROW_GROUPS:
@@ -463,7 +508,9 @@ def table(
             row) or holds lists or structs; a column has a missing value or lists of
             different lengths, raised by the read of the episode holding it and naming
             its step; for a URL, the server did not answer (after the retries of
-            :mod:`streamseq.io.remote`).
+            :mod:`streamseq.io.remote`); a local file that changed since the table was
+            made (replaced, or rewritten in place: found when the reader of a process
+            opens it, and before and after each row group it decodes), raised by the read.
 
     Example:
         >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq

@@ -11,6 +11,8 @@ import numpy.typing as npt
 from streamseq._redact import redacted_repr
 from streamseq.errors import SourceError
 from streamseq.io._base import Source, check_file, file_state, state_changes
+from streamseq.io._mapped import MappedFile
+from streamseq.io._mapped import npy_state as _header_state
 from streamseq.io._npy import RemoteArray, read_npy_header
 from streamseq.io._options import read_options, reads
 from streamseq.io.remote import locate
@@ -96,7 +98,7 @@ class _Tokens(Source):
     def __len__(self) -> int:
         return self.shape[0]
 
-    def _open(self) -> np.ndarray | RemoteArray:
+    def _open(self) -> np.ndarray | RemoteArray | MappedFile:
         if min(self.shape) == 0:  # nothing to map (mmap refuses empty files)
             return np.zeros(self.shape, self.dtype, order=self.order)
         if self._remote is not None:
@@ -110,12 +112,48 @@ class _Tokens(Source):
                 data = np.frombuffer(flat, self.dtype, int(np.prod(self.shape)))
                 return data.reshape(self.shape, order="F")
             return array
-        return np.memmap(
-            self.path, self.dtype, mode="r", offset=self.offset, shape=self.shape, order=self.order
+        return MappedFile(
+            self.path,
+            lambda file: np.memmap(
+                file, self.dtype, mode="r", offset=self.offset, shape=self.shape, order=self.order
+            ),
+            self._header,
         )
 
     def _read(self, handle: Any, a: int, b: int) -> np.ndarray:
+        if isinstance(handle, MappedFile):
+            handle.check()  # (a file cut short under the map: zeros, or a bus error)
+            return handle.array[a:b]
         return handle[a:b]
+
+    def read_into(self, start: int, stop: int, out: np.ndarray) -> int | None:
+        """Copy steps ``start:stop`` of a local file's map into ``out`` (a batch's rows).
+
+        The file the map reads is measured before and after the copy: a file cut short
+        or written again in place before or during it is a
+        :class:`~streamseq.errors.SourceError`, never other tokens. Only for a local
+        file, into an ``out`` of the file's dtype and step shape; ``None`` otherwise.
+
+        Example:
+            >>> import tempfile, os
+            >>> path = os.path.join(tempfile.mkdtemp(), "a.bin")
+            >>> np.arange(10, dtype=np.uint16).tofile(path)
+            >>> out = np.zeros(3, np.uint16)
+            >>> tokens(path, np.uint16).read_into(4, 7, out), out.tolist()
+            (3, [4, 5, 6])
+        """
+        if self._remote is not None or out.dtype != self.dtype:
+            return None
+        if not 0 <= start < stop <= len(self) or out.shape != (stop - start, *self.shape[1:]):
+            return None
+        with self._lock():
+            handle = self._handle.get(self._open_checked)
+            if not isinstance(handle, MappedFile):
+                return None
+            handle.check()
+            out[...] = handle.array[start:stop]
+            handle.check()  # a change during the copy: its steps refused
+        return stop - start
 
     def _current_state(self) -> dict[str, Any]:
         """The file's ``stat`` (or ETag) and, for a ``.npy`` file, its header.
@@ -159,6 +197,9 @@ class _Tokens(Source):
         """
         with self._lock():
             handle = self._handle.get(self._open_checked)
+            if isinstance(handle, MappedFile):
+                handle.check()
+                return handle.array
             return handle[:] if isinstance(handle, RemoteArray) else handle
 
 
@@ -166,26 +207,8 @@ class _Tokens(Source):
 _HEADER_FIELDS = ("npy", "dtype", "shape", "order", "offset")
 
 
-def _header_state(
-    shape: tuple[int, ...], fortran: bool, dtype: np.dtype, offset: int
-) -> dict[str, Any]:
-    """The fields of a ``.npy`` header that identify the file with its ``stat``.
-
-    Example:
-        >>> _header_state((3, 2), False, np.dtype("int16"), 128)
-        {'npy': True, 'dtype': 'int16', 'shape': (3, 2), 'order': 'C', 'offset': 128}
-    """
-    return {
-        "npy": True,
-        "dtype": str(dtype),
-        "shape": tuple(int(n) for n in shape),
-        "order": "F" if fortran else "C",
-        "offset": int(offset),
-    }
-
-
 def _close(handle: Any) -> None:
-    if isinstance(handle, RemoteArray):
+    if isinstance(handle, (RemoteArray, MappedFile)):
         handle.close()
 
 
@@ -202,7 +225,10 @@ def tokens(
     is ``array[i]``) or a flat binary file of ``dtype`` elements in native byte order
     (step ``i`` is element ``i``; give a byte order in ``dtype`` if needed, e.g. ``"<u2"``).
     The memory map is opened on the first read, separately in each process that reads;
-    slices are views of it (no copy).
+    slices are views of it (no copy). The file it maps is measured before every read (its
+    size and time, a ``.npy`` header) and, when a loader copies steps into a batch, after
+    the copy: a file cut short or written again in place under the map is an error, never
+    zeros or other tokens (a view already taken reads what the file holds when it is read).
 
     A file at a URL cannot be memory-mapped: each slice is read as a byte range, through a
     cache that reads ahead (:data:`streamseq.io.remote.BLOCK_SIZE` bytes a request), so
@@ -231,7 +257,7 @@ def tokens(
             header declares or not a whole number of elements; a URL that cannot be
             reached (after a few attempts); on a read, a file that changed since the
             source was made (another size, time, inode, header or ETag: each process
-            checks when it opens the file).
+            checks when it opens the file, and a local file's map before every read).
 
     Example:
         >>> import tempfile, os, numpy as np

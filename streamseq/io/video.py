@@ -519,7 +519,7 @@ class _Video(MediaSource):
             arrays[first] = held[1]
         start = first + len(arrays)
         if start <= last:
-            reader, chunks = self._decode(reader, start, last + 1)
+            reader, chunks = self._decoded(reader, start, last + 1)
             wanted = set(shown.tolist())
             frames = [f for c in chunks for f in c]
             if len(frames) < last + 1 - start:  # ``_fill`` raised otherwise: a guard
@@ -560,7 +560,7 @@ class _Video(MediaSource):
                 return None
             if out.shape[1:] != shape:
                 return None
-            reader, chunks = self._decode(reader, *self._span(start, stop))
+            reader, chunks = self._decoded(reader, *self._span(start, stop))
             reformat, fmt = reader.convert.reformat, self.format
             h, w = self.size if self.size is not None else (None, None)
             size = None  # (resized to ``size=``: any size decoded is fine)

@@ -171,8 +171,8 @@ def row_cost(
         return np.where(lengths > 0, lengths * (cap - 1) + tbins, 0)
     if pack and cap is None:
         return lengths.copy()
-    chunks = lengths + (tbins - 1)  # ceil(n / tbins) of n >= 0, in one array
-    chunks //= tbins
+    chunks = lengths // tbins  # ceil(n / tbins) of n >= 0, in one array (n + tbins - 1
+    chunks += lengths % tbins != 0  # would wrap for n within tbins of the largest int64)
     return chunks
 
 

@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from streamseq._files import open_regular
+
 #: the layout of the files; a store of another version is made again
 VERSION = 2
 #: what a record of ``done.log`` is checked with
@@ -324,7 +326,7 @@ def read_manifest(folder: str) -> dict[str, Any] | None:
         4
     """
     try:
-        with open(os.path.join(folder, MANIFEST), "rb") as f:
+        with open_regular(os.path.join(folder, MANIFEST)) as f:  # (never a FIFO's wait)
             manifest = json.loads(f.read())
     except FileNotFoundError:
         return None

@@ -169,6 +169,27 @@ def test_video_rewritten_in_place(tmp_path, workers):
     assert_changed(sources, workers, path, "size")
 
 
+@pytest.mark.parametrize("workers", WORKERS)
+def test_video_rewritten_in_place_while_it_is_read_is_named_as_changed(tmp_path, workers):
+    """An open decoder reads on in the new bytes: its failure is told as the file's change."""
+    paths = [write_video(tmp_path / f"{i}.mp4", 200, gop=5, bf=0, size=(96, 128)) for i in (0, 1)]
+    other = write_video(tmp_path / "other.mp4", 200, gop=3, bf=0, size=(96, 128))
+    it = iter(StreamLoader([video(p) for p in paths], 2, 3, num_workers=workers))
+    next(it)  # the decoders are open
+    for path in paths:
+        with open(path, "r+b") as f:  # the same file (inode), another video's bytes
+            f.truncate(0)
+            f.write(other.read_bytes())
+        st_ = os.stat(path)
+        os.utime(path, ns=(st_.st_atime_ns, st_.st_mtime_ns + 1))
+    with pytest.raises(SourceError) as info:
+        for _ in it:
+            pass
+    error = info.value
+    assert error.path in {str(p) for p in paths} and error.steps is not None
+    assert "changed since the source was made" in str(error) and "stream" in str(error)
+
+
 def test_video_probed_after_the_change(tmp_path):
     path = write_video(tmp_path / "a.mp4", 20)
     v = video(path)  # not demuxed yet: the length is measured later

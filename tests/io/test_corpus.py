@@ -700,3 +700,17 @@ def test_a_read_begun_in_a_batch_that_ends_before_its_copy_is_checked_after_it(
     ended.set()
     thread.join(60)
     assert got in ([[31, 32, 33, 34, 35]], [str(path)])  # never the zeros, unchecked
+
+
+@pytest.mark.timeout(30, method="signal")
+@pytest.mark.parametrize("kind", ["fifo", "link to /dev/zero"])
+def test_an_index_that_is_not_a_regular_file_is_refused_not_waited_for(tmp_path, kind):
+    path, where = tmp_path / "c.bin", tmp_path / "offsets.npy"
+    np.arange(100, dtype=np.uint16).tofile(path)
+    if kind == "fifo":
+        os.mkfifo(where)  # (opened for reading, it waits for a writer: for ever)
+    else:
+        os.symlink("/dev/zero", where)
+    with pytest.raises(SourceError, match="not a regular file") as e:
+        token_corpus(path, dtype=np.uint16, index=where)
+    assert e.value.path == str(where)

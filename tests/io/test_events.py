@@ -1,6 +1,7 @@
 import math
 import multiprocessing
 import operator
+import os
 import pickle
 
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from streamseq import StreamLoader
 from streamseq.errors import SourceError
 from streamseq.io import EVENT_DTYPE, events, synthetic_events
 
@@ -155,3 +157,62 @@ def test_a_state_of_events_is_resumed_by_the_same_options_spelled_otherwise(tmp_
     # other options are other steps
     assert state_refused(listed(), listed(height=4, width=16))
     assert state_refused(table, listed(t0=500))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("change", ["truncate", "rewrite"])
+def test_a_file_changed_in_place_during_a_pass_is_an_error_naming_it_not_other_events(
+    tmp_path, workers, change
+):
+    rng = np.random.default_rng(0)  # 250 events: one page, a cut file never faults
+    recording = np.zeros(250, EVENT_DTYPE)
+    recording["t"] = np.sort(rng.integers(0, 50_000, 250))
+    recording["x"], recording["y"] = rng.integers(0, W, 250), rng.integers(0, H, 250)
+    recording["p"] = rng.integers(0, 2, 250)
+    paths = [tmp_path / f"{i}.npy" for i in range(2)]
+    for path in paths:
+        np.save(path, recording)
+    sources = [events(p, window_us=200, height=H, width=W, t0=0) for p in paths]
+    expected = events(recording, window_us=200, height=H, width=W, t0=0)
+    loader = StreamLoader(sources, 2, 1, num_workers=workers)
+    it = iter(loader)
+    next(it)
+    moved = recording.copy()
+    moved["x"] = (moved["x"] + 1) % W  # the same events, one pixel to the right
+    for path in paths:
+        if change == "truncate":  # (within the map's first page: zeros, never a bus error)
+            os.truncate(path, 1024)
+        else:  # the same size and header, written in place
+            with open(path, "r+b") as f:
+                np.save(f, moved)
+            st_ = os.stat(path)
+            os.utime(path, ns=(st_.st_atime_ns, st_.st_mtime_ns + 1))
+    error = None
+    try:
+        for batch in it:  # what was read before the change (workers read ahead) is right
+            for r in range(2):
+                step = np.asarray(batch.step)[r]
+                np.testing.assert_array_equal(
+                    np.asarray(batch.data)[r][step >= 0], expected[step[0] : step[-1] + 1]
+                )
+    except SourceError as e:
+        error = e
+    assert error is not None  # (250 batches: far more than the workers read ahead)
+    text = str(error)
+    assert error.path in {str(p) for p in paths} and error.path in text
+    assert "changed since the source was made" in text
+    assert error.index is not None and error.steps is not None and "steps" in text
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="only the events a read takes are checked to be sorted: one event out of order "
+    "can end a bisection early, and the events after it are left out of every window",
+)
+def test_events_out_of_order_are_an_error_not_left_out():
+    recording = np.zeros(1000, EVENT_DTYPE)
+    recording["t"], recording["x"], recording["p"] = np.arange(1000) * 100, 1, 1
+    recording["t"][500] = 10**7  # one event out of order: the rest are sorted
+    source = events(recording, window_us=1000, height=2, width=2, t0=0, length=100)
+    with pytest.raises(ValueError, match="not sorted"):
+        source[0:100]

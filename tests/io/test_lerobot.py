@@ -887,3 +887,27 @@ def test_a_data_file_replaced_is_read_anew_not_through_the_old_reader(tmp_path):
     assert not np.array_equal(was, shifted.to_numpy(False).tolist())
     second = lerobot(root, columns=["observation.state"])
     assert np.array_equal(second[0][0:4]["observation.state"], shifted.to_numpy(False).tolist())
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "version, name",
+    [
+        ("v2.1", "meta/info.json"),
+        ("v2.1", "meta/episodes.jsonl"),
+        ("v3.0", "meta/episodes/chunk-000/file-000.parquet"),
+    ],
+)
+@pytest.mark.parametrize("kind", ["fifo", "link to /dev/zero"])
+def test_metadata_that_is_not_a_regular_file_is_refused_not_waited_for(copy, version, name, kind):
+    import os
+
+    root = copy(version)
+    (root / name).unlink()
+    if kind == "fifo":
+        os.mkfifo(root / name)  # (opened for reading, it waits for a writer: for ever)
+    else:
+        os.symlink("/dev/zero", root / name)  # (read whole, it never ends)
+    with pytest.raises(SourceError, match="not a regular file") as e:
+        lerobot(root)
+    assert str(root) in str(e.value) and name in str(e.value)

@@ -544,3 +544,43 @@ def test_a_table_of_a_file_replaced_reads_the_new_file_not_the_old_reader(tmp_pa
     os.replace(tmp_path / "new.parquet", path)
     second = table(path, columns=["x"])
     assert second[0][0:3]["x"].tolist() == [101.0] * 3
+
+
+def _x_table(path, x, how):
+    """A table of 3 episodes (7, 5, 9 rows) of one column ``x``, written ``how``."""
+    rows = np.repeat(np.arange(3), [7, 5, 9])
+    data = pa.table({"episode_index": rows, "x": np.asarray(x, np.float32)})
+    if how == "rename":
+        pq.write_table(data, f"{path}.new", row_group_size=8)
+        os.replace(f"{path}.new", path)
+    else:
+        pq.write_table(data, path, row_group_size=8)
+        st_ = os.stat(path)
+        os.utime(path, ns=(st_.st_atime_ns, st_.st_mtime_ns + 1))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("how", ["rename", "in place"])
+def test_a_file_changed_after_the_table_was_made_is_an_error_not_other_rows(
+    tmp_path, workers, how
+):
+    path = str(tmp_path / "d.parquet")
+    _x_table(path, np.arange(21), "in place")
+    episodes = table(path, columns=["x"])
+    _x_table(path, -np.arange(21) - 100, how)  # the same episodes, other values
+    with pytest.raises(SourceError) as e:
+        list(StreamLoader(episodes, 2, 4, num_workers=workers))
+    text = str(e.value)
+    assert e.value.path == path and "changed since the source was made" in text
+    assert e.value.index is not None and e.value.steps is not None and "steps" in text
+
+
+def test_a_file_rewritten_in_place_under_an_open_reader_is_an_error_not_other_rows(tmp_path):
+    path = str(tmp_path / "d.parquet")
+    _x_table(path, np.arange(21), "in place")
+    first, _, last = table(path, columns=["x"])
+    assert first[0:2]["x"].tolist() == [0, 1]  # the reader is open, row group 0 decoded
+    _x_table(path, -np.arange(21) - 100, "in place")
+    with pytest.raises(SourceError, match="changed since the source was made") as e:
+        last[0:9]  # (row groups 1 and 2: decoded now)
+    assert e.value.path == path

@@ -1,5 +1,6 @@
 import multiprocessing
 import operator
+import os
 import pickle
 import tokenize
 
@@ -8,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from streamseq import StreamLoader
 from streamseq.errors import SourceError
 from streamseq.io import tokens
 
@@ -191,3 +193,57 @@ def test_a_state_of_a_store_is_refused_by_its_sources_and_the_other_way(tmp_path
     # a store of the files read another way is another folder's: told apart too
     other = materialize([tokens(p, np.int16) for p in paths], tmp_path / "store16")
     assert state_refused(stored, other)
+
+
+def _change_in_place(path, change):
+    """Cut ``path`` short, or write other tokens over it (same size, same inode)."""
+    if change == "truncate":  # (within the map's first page: zeros, not a bus error)
+        os.truncate(path, 16)
+    else:
+        size = os.path.getsize(path)
+        with open(path, "r+b") as f:
+            f.write(b"\x07" * size)
+        st_ = os.stat(path)
+        os.utime(path, ns=(st_.st_atime_ns, st_.st_mtime_ns + 1))
+
+
+@pytest.mark.parametrize("change", ["truncate", "rewrite"])
+def test_a_file_changed_in_place_under_an_open_map_is_an_error_not_other_tokens(flat, change):
+    t = tokens(flat, np.uint16)
+    np.testing.assert_array_equal(t[0:10], np.arange(10))  # the map is open
+    _change_in_place(flat, change)
+    with pytest.raises(SourceError, match="changed since the source was made") as e:
+        t[100:110]
+    assert e.value.path == str(flat)
+    out = np.zeros(10, np.uint16)
+    with pytest.raises(SourceError, match="changed since the source was made"):
+        t.read_into(100, 110, out)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("change", ["truncate", "rewrite"])
+def test_a_file_changed_in_place_during_a_pass_is_an_error_naming_it_not_other_tokens(
+    tmp_path, workers, change
+):
+    paths = []
+    for i in range(4):  # (2000 tokens: one page, a cut file reads as zeros, never faults)
+        paths.append(tmp_path / f"{i}.bin")
+        (np.arange(2000, dtype=np.uint16) + i).tofile(paths[-1])
+    loader = StreamLoader([tokens(p, np.uint16) for p in paths], 4, 5, num_workers=workers)
+    it = iter(loader)
+    next(it)
+    for path in paths:
+        _change_in_place(path, change)
+    error = None
+    try:
+        for batch in it:  # what was read before the change (workers read ahead) is right
+            valid = np.asarray(batch.valid)
+            expected = np.asarray(batch.step)[valid] + np.asarray(batch.stream)[valid]
+            np.testing.assert_array_equal(np.asarray(batch.data)[valid], expected)
+    except SourceError as e:
+        error = e
+    assert error is not None  # (400 batches: far more than the workers read ahead)
+    text = str(error)
+    assert error.path in {str(p) for p in paths} and error.path in text
+    assert "changed since the source was made" in text
+    assert error.index is not None and error.steps is not None and "steps" in text

@@ -305,3 +305,35 @@ def test_rest_of_a_balanced_epoch_on_other_rows(lengths, num_rows, tbins, pad, s
             assert left == [(int(progress.next[progress.begun == u][0]), int(lengths[u]))]
         else:
             assert left == [(0, int(lengths[u]))]
+
+
+@given(
+    lengths=st.lists(st.integers(0, 2**63 - 1), min_size=1, max_size=6).map(np.array),
+    tbins=st.integers(1, 2**20),
+)
+def test_row_cost_is_the_chunks_of_every_length_up_to_the_largest_int64(lengths, tbins):
+    expected = [-(-int(n) // tbins) for n in lengths]
+    assert row_cost(lengths, tbins).tolist() == expected
+
+
+class _Zeros:
+    """``n`` steps of zeros, made when sliced (``n`` up to the largest int64)."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, key):
+        return np.zeros(len(range(self.n)[key]))
+
+
+def test_a_stream_within_tbins_of_the_largest_int64_is_planned_not_dropped():
+    from streamseq import StreamLoader, StreamTable
+
+    lengths = [2**63 - 1, 1]
+    loader = StreamLoader(StreamTable(_Zeros, lengths), 2, 4, num_workers=0)
+    assert len(loader) == -(-(2**63 - 1) // 4)
+    rows = balanced_rows(np.array(lengths), 2, tbins=4)
+    assert sorted(np.concatenate(rows).tolist()) == [0, 1]

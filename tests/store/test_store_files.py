@@ -375,3 +375,18 @@ def test_a_store_let_go_closes_its_files_without_a_resource_warning(tmp_path):
         del stored
         gc.collect()
     assert not [w for w in caught if issubclass(w.category, ResourceWarning)], caught
+
+
+@pytest.mark.timeout(30, method="signal")
+@pytest.mark.parametrize("kind", ["fifo", "link to /dev/zero"])
+def test_a_manifest_that_is_not_a_regular_file_is_refused_not_waited_for(tmp_path, kind):
+    folder = tmp_path / "store"
+    materialize(arrays(), folder)
+    os.remove(folder / layout.MANIFEST)
+    if kind == "fifo":
+        os.mkfifo(folder / layout.MANIFEST)  # (opened for reading, it waits for a writer)
+    else:
+        os.symlink("/dev/zero", folder / layout.MANIFEST)  # (read whole, it never ends)
+    with pytest.raises(SourceError, match="not a regular file") as e:
+        open_store(folder)
+    assert str(folder) in str(e.value) and layout.MANIFEST in str(e.value)
