@@ -36,3 +36,15 @@ def open_regular(path: str | os.PathLike) -> IO[bytes]:
     except BaseException:
         os.close(fd)
         raise
+
+
+def missing(path: str | os.PathLike) -> str:
+    """Why ``path`` cannot be read as a file: there is none, or it is not a regular file.
+
+    Example:
+        >>> missing("/no/such/file"), missing("/dev/zero")
+        ('no such file', 'not a regular file (a FIFO, a device or a folder)')
+    """
+    if os.path.exists(path):
+        return "not a regular file (a FIFO, a device or a folder)"
+    return "no such file"

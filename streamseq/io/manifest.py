@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from streamseq._files import missing
 from streamseq._redact import redact_urls
 from streamseq._tree import leaves
 from streamseq.errors import SourceError
@@ -424,7 +425,8 @@ def _read_table(source: Any, format: str | None, path_column: str) -> tuple[Any,
     if fmt not in ("csv", "parquet"):
         raise ValueError(f"format must be 'parquet' or 'csv', got {format!r}")
     if not os.path.isfile(path):
-        raise SourceError(path, "no such manifest file")
+        reason = missing(path)
+        raise SourceError(path, "no such manifest file" if reason == "no such file" else reason)
     try:
         if fmt == "csv":
             import pyarrow.csv as pacsv

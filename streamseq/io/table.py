@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from streamseq._files import missing
 from streamseq._redact import redacted_repr
 from streamseq.errors import SourceError
 from streamseq.io import remote
@@ -171,7 +172,7 @@ def _open_file(key: _Key) -> tuple[Any, remote.RemoteFile | None]:
     if remote.is_url(key.path):
         file = remote.RemoteFile(key.path, key.options.options, key.size, "blockcache")
     elif not os.path.isfile(key.path):
-        raise SourceError(key.path, "no such file")
+        raise SourceError(key.path, missing(key.path))
     try:
         return pq.ParquetFile(key.path if file is None else file), file
     except Exception as e:  # pyarrow's errors: ArrowInvalid, OSError

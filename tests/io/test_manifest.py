@@ -549,3 +549,12 @@ def test_a_state_is_refused_by_streams_read_with_other_options_and_resumes_with_
     else:
         other.load_state_dict(state)
         assert_same(list(other), whole[saved_at:])
+
+
+@pytest.mark.parametrize("what", ["fifo", "folder"])
+def test_a_manifest_that_is_not_a_regular_file_is_named_so_not_missing(tmp_path, what):
+    path = tmp_path / "m.parquet"
+    os.mkfifo(path) if what == "fifo" else path.mkdir()
+    with pytest.raises(SourceError, match="not a regular file") as info:
+        manifest(str(path), "video")
+    assert "no such" not in str(info.value)

@@ -584,3 +584,12 @@ def test_a_file_rewritten_in_place_under_an_open_reader_is_an_error_not_other_ro
     with pytest.raises(SourceError, match="changed since the source was made") as e:
         last[0:9]  # (row groups 1 and 2: decoded now)
     assert e.value.path == path
+
+
+@pytest.mark.parametrize("what", ["fifo", "folder"])
+def test_a_path_that_is_not_a_regular_file_is_named_so_not_missing(tmp_path, what):
+    path = tmp_path / "episodes.parquet"
+    os.mkfifo(path) if what == "fifo" else path.mkdir()
+    with pytest.raises(SourceError, match="not a regular file") as info:
+        table(str(path), columns=["x"])
+    assert "no such file" not in str(info.value)
