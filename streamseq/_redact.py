@@ -146,6 +146,13 @@ _QUERY = re.compile(
     r"([?&;#])([^=&;#?\s'\"]+)="
     r"((?:[^&;#\s'\":)\]}]|:(?!\s|$)|['\"](?![\s,)\]}>]|$)|[)\]}](?![\s,.;:)\]}>'\"]|$))*)"
 )
+# the fragment of a URL that is not of name=value pairs (those are hidden by name, as a
+# query's): a token may stand there alone; up to a space, a quote, or a comma or a
+# bracket that closes (as a query value ends)
+_FRAGMENT = re.compile(
+    r"(?i)([a-z][a-z0-9+.-]*://[^\s'\"#]*#)"
+    r"(?:[^\s'\"=,)\]}]|[,)\]}](?![\s,.;:)\]}>'\"]|$))+(?![^\s'\",)\]}]*=)"
+)
 _QUOTES = "'\""
 _OPEN = {"(": ")", "[": "]", "{": "}"}
 _BARE_END = re.compile(r"[\s,;&)\]}'\"]")
@@ -173,11 +180,12 @@ def is_sensitive(name: Any) -> bool:
 
 
 def redact_urls(text: str) -> str:
-    """``text`` with the user information and sensitive query values of URLs hidden.
+    """``text`` with the user information, sensitive query values and fragments of URLs hidden.
 
     Safe on any text (a message, an error from another library): only
-    ``scheme://user:password@`` and ``?name=value``, ``&name=value`` or ``;name=value``
-    with a sensitive name change. Anything other than a string is returned as it is.
+    ``scheme://user:password@``, ``?name=value``, ``&name=value`` or ``;name=value``
+    with a sensitive name (``#name=value`` too), and a ``#fragment`` that is not of such
+    pairs (all of it) change. Anything other than a string is returned as it is.
 
     Example:
         >>> redact_urls("403 for s3://key:secret@bucket/a.bin")
@@ -195,6 +203,8 @@ def redact_urls(text: str) -> str:
         text = _QUERY.sub(_hide_query, text)
     if "@" in text:
         text = _USERINFO.sub(rf"\1{HIDDEN}@", text)
+    if "#" in text:
+        text = _FRAGMENT.sub(rf"\1{HIDDEN}", text)
     return text
 
 

@@ -458,3 +458,25 @@ def test_session_identifiers_in_a_url_are_hidden(url):
 def test_a_bracket_closing_around_a_url_stays_after_its_hidden_query_value(text, shown):
     assert redact_urls(text) == shown
     assert redact_text(text) == shown
+
+
+@pytest.mark.parametrize(
+    "text, shown",
+    [
+        ("no such file: https://h/a.bin#FRAGSEC123", "no such file: https://h/a.bin#***"),
+        (
+            "table(https://u@h/a.parquet#FRAGSEC123) failed",
+            "table(https://***@h/a.parquet#***) failed",
+        ),
+        ("'s3://b/k.npy#FRAGSEC123'", "'s3://b/k.npy#***'"),
+        ("https://h/a.bin?x=1#FRAGSEC123", "https://h/a.bin?x=1#***"),
+        ("https://h/a.bin#access_token=FRAGSEC123&b=2", "https://h/a.bin#access_token=***&b=2"),
+        ("https://h/a.mp4#t=3", "https://h/a.mp4#t=3"),  # (pairs: hidden by name)
+        ("https://h/a.bin#FRAGSEC123, a=1", "https://h/a.bin#***, a=1"),
+        ("(https://h/a.bin#FRAGSEC123),a=1", "(https://h/a.bin#***),a=1"),
+        ("issue #12 of /data/#1/a.bin", "issue #12 of /data/#1/a.bin"),  # (no URL)
+    ],
+)
+def test_the_fragment_of_a_url_is_hidden_unless_it_is_of_harmless_pairs(text, shown):
+    assert redact_urls(text) == shown
+    assert "FRAGSEC" not in describe(text)
