@@ -244,6 +244,8 @@ def check_continuity(
                 ended.discard(r)
             if n == 0:
                 assert not reset[r], f"{where}: reset set on a chunk of padding"
+                if pack:
+                    ended.add(r)
                 if r in current:
                     unit = current.pop(r)
                     assert expected[r] == end(unit), (

@@ -244,3 +244,19 @@ def test_the_strategies_without_hypothesis_name_the_extra(monkeypatch):
     for strategy in (testing.layouts, testing.stream_lengths):
         with pytest.raises(ImportError, match=r"streamseq\[testing\]"):
             strategy()
+
+
+def _one_row(stream, step, reset):
+    stream, step = np.array([stream]), np.array([step])
+    valid = stream >= 0
+    data = np.where(valid, stream * (1 << 32) + step + 1, 0)
+    return Batch(data, np.array([reset]), valid, stream, step)
+
+
+def test_a_packed_row_going_on_after_a_chunk_of_padding_is_caught():
+    streams = coded_streams([2, 2])
+    padded = [_one_row([0, 0], [0, 1], True), _one_row([-1, -1], [-1, -1], False)]
+    batches = [*padded, _one_row([1, 1], [0, 1], True)]
+    with pytest.raises(AssertionError, match=r"batch 2, row 0: data after padding"):
+        check_continuity(batches, [2, 2], sources=streams, pack=True)
+    assert check_continuity(batches, [2, 2], sources=streams) == 3  # (unpacked: right)
