@@ -58,6 +58,9 @@ class Row:
         resumed: which streams of the row go on with a stream begun before a resume (one
             flag a stream, or None): packed (``pad="pack"``), each starts a chunk.
 
+    Raises:
+        ValueError: ``resumed`` is not one flag a stream.
+
     Example:
         >>> import numpy as np
         >>> row = Row(as_refs([np.arange(3), np.arange(10, 12)]))
@@ -79,6 +82,11 @@ class Row:
         self.refs = refs if isinstance(refs, RowRefs) else list(refs)
         self.carried = carried
         self.resumed = None if resumed is None else np.asarray(resumed, dtype=bool)
+        if self.resumed is not None and self.resumed.shape != (len(self.refs),):
+            raise ValueError(
+                f"Row(resumed=...) takes one flag a stream: {len(self.refs)} streams, "
+                f"got flags of shape {self.resumed.shape}"
+            )
         self.transform = transform
         if lengths is None:
             lengths = [len(r) for r in self.refs]

@@ -81,6 +81,7 @@ def check_continuity(
     time_major: bool = False,
     segment_length: int | None = None,
     pack: bool = False,
+    max_streams_per_chunk: int | None = None,
     state: dict[str, Any] | None = None,
     lookahead: int = 0,
 ) -> int:
@@ -110,6 +111,10 @@ def check_continuity(
             inside a chunk (the new stream starts at its step 0; ``reset`` is set where
             a chunk starts with a stream's first step), and padding is left only at the
             end of a row.
+        max_streams_per_chunk: with ``pack``, the loader's ``max_streams_per_chunk``: a
+            chunk holds pieces of at most this many streams, and one that holds this many
+            may end in padding, the row going on at the next chunk with a stream's first
+            step (and ``reset``).
         state: the :meth:`~streamseq.StreamLoader.state_dict` the batches were resumed
             from: streams it saw done are done (delivered again, they are an error), and
             a stream it saw begun goes on from its next step in any row, at the start of a
@@ -244,6 +249,8 @@ def check_continuity(
                 ended.discard(r)
             if n == 0:
                 assert not reset[r], f"{where}: reset set on a chunk of padding"
+                if pack:
+                    ended.add(r)
                 if r in current:
                     unit = current.pop(r)
                     assert expected[r] == end(unit), (
@@ -257,6 +264,11 @@ def check_continuity(
             for j in range(1, n):
                 if s[j] != s[j - 1] or k[j] != k[j - 1] + 1 or (n_ and k[j] % n_ == 0):
                     cuts.append(j)
+            cap = max_streams_per_chunk if pack else None
+            assert cap is None or len(cuts) <= cap, (
+                f"{where}: {len(cuts)} streams in a chunk, at most {cap} "
+                f"(max_streams_per_chunk): {s[:n].tolist()}"
+            )
             if not pack and len(cuts) > 1:
                 same = (s[:n] == s[0]).all()
                 assert same, f"{where}: a chunk spans two streams: {s.tolist()}"
@@ -277,7 +289,7 @@ def check_continuity(
                 assert expected[r] == end(unit), (
                     f"{where}: {name(unit)} padded at step {expected[r]} before its end"
                 )
-                if pack:
+                if pack and (cap is None or len(cuts) < cap):  # (capped: goes on at a chunk)
                     ended.add(r)
         count += 1
     for r, unit in current.items():

@@ -212,3 +212,10 @@ def test_a_state_of_rows_is_refused_by_rows_of_the_same_files_read_another_way(t
         assert state_refused(make("<i2"), make("<u2"))
         assert not state_refused(make("<u2"), make("uint16"))
     assert not state_refused(listed("<i2"), tabled("<i2"))
+
+
+@pytest.mark.parametrize("flags", [[True], [False, True, True, True], [[True, False, True]]])
+def test_a_row_refuses_resumed_flags_that_are_not_one_a_stream(flags):
+    refs = interleave_streams(coded_streams([3, 4, 2]), 1)[0].refs
+    with pytest.raises(ValueError, match=r"resumed.* one flag a stream: 3 streams"):
+        Row(refs, resumed=flags)

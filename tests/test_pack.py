@@ -170,3 +170,41 @@ def test_a_packed_segment_that_follows_another_stream_is_marked_where_it_starts(
                 marked = at[1] == 0 or (t == 0 and bool(b.reset[0]))
                 assert goes_on or marked, (epoch, t, before, at)
                 before = at
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    lengths=stream_lengths(max_streams=9, max_length=20),
+    rows=st.tuples(st.integers(1, 4), st.integers(1, 4)),
+    tbins=st.integers(1, 5),
+    cap=st.sampled_from([None, 1, 2, 3]),
+    stop=st.integers(0, 6),
+    lookahead=st.sampled_from([0, 1]),
+)
+def test_a_capped_packed_rest_on_other_rows_passes_the_checker(
+    lengths, rows, tbins, cap, stop, lookahead
+):
+    # the rest of a packed epoch (capped or not) resumed on other rows: every stream once,
+    # begun ones at a chunk, at most `cap` streams a chunk, every step a target once
+    streams = coded_streams(lengths)
+    kw = dict(pad="pack", max_streams_per_chunk=cap, shuffle=True, lookahead=lookahead)
+    run = StreamLoader(streams, rows[0], tbins, **kw)
+    it = iter(run)
+    for _ in range(min(stop, len(run) - 1)):
+        next(it)
+    state = run.state_dict()
+    rest = StreamLoader(streams, rows[1], tbins, **kw)
+    rest.load_state_dict(state)
+    where = rest.progress
+    batches = list(rest)
+    assert len(batches) == where.total - where.done
+    if where.epoch == state["epoch"]:
+        check_continuity(
+            batches,
+            lengths,
+            sources=streams,
+            pack=True,
+            max_streams_per_chunk=cap,
+            state=state,
+            lookahead=lookahead,
+        )

@@ -244,3 +244,37 @@ def test_the_strategies_without_hypothesis_name_the_extra(monkeypatch):
     for strategy in (testing.layouts, testing.stream_lengths):
         with pytest.raises(ImportError, match=r"streamseq\[testing\]"):
             strategy()
+
+
+def _one_row(stream, step, reset):
+    stream, step = np.array([stream]), np.array([step])
+    valid = stream >= 0
+    data = np.where(valid, stream * (1 << 32) + step + 1, 0)
+    return Batch(data, np.array([reset]), valid, stream, step)
+
+
+def test_a_packed_row_going_on_after_a_chunk_of_padding_is_caught():
+    streams = coded_streams([2, 2])
+    padded = [_one_row([0, 0], [0, 1], True), _one_row([-1, -1], [-1, -1], False)]
+    batches = [*padded, _one_row([1, 1], [0, 1], True)]
+    with pytest.raises(AssertionError, match=r"batch 2, row 0: data after padding"):
+        check_continuity(batches, [2, 2], sources=streams, pack=True)
+    assert check_continuity(batches, [2, 2], sources=streams) == 3  # (unpacked: right)
+
+
+@pytest.mark.parametrize("cap", [1, 2, 3])
+def test_accepts_packed_rows_with_a_cap_on_the_streams_of_a_chunk(cap):
+    lengths = [5, 1, 2, 1, 7, 3, 1, 1, 4]
+    streams = coded_streams(lengths)
+    loader = StreamLoader(streams, 2, 3, pad="pack", max_streams_per_chunk=cap, shuffle=True)
+    batches = list(loader)
+    kw = dict(sources=streams, pack=True)
+    assert check_continuity(batches, lengths, max_streams_per_chunk=cap, **kw) == len(loader)
+    if cap < 3:  # (padded inside rows: an error for packing without a cap)
+        with pytest.raises(AssertionError, match="data after padding in a packed row"):
+            check_continuity(batches, lengths, **kw)
+    row = [_one_row([0, 1], [0, 0], True), _one_row([2, -1], [0, -1], True)]
+    lengths, streams = [1, 1, 1], coded_streams([1, 1, 1])
+    with pytest.raises(AssertionError, match=r"batch 0, row 0: 2 streams in a chunk, at most 1"):
+        check_continuity(row, lengths, sources=streams, pack=True, max_streams_per_chunk=1)
+    assert check_continuity(row, lengths, sources=streams, pack=True, max_streams_per_chunk=2)
