@@ -312,6 +312,32 @@ def test_a_thread_worker_that_exits_is_an_error_not_a_hang(clean):
         list(loader)
 
 
+class ExitOnStream:
+    """A transform that exits (``sys.exit``, Ctrl-C) on one stream, in a worker."""
+
+    def __init__(self, stream, error):
+        self.stream, self.error = stream, error
+
+    def __call__(self, steps, info):
+        if info.stream == self.stream and info.start >= 8:
+            raise self.error
+        return steps
+
+
+@pytest.mark.parametrize("method", ["thread", "process"])
+@pytest.mark.parametrize("error", [SystemExit(2), KeyboardInterrupt()])
+def test_an_exit_in_a_workers_transform_names_the_stream_and_the_steps(clean, method, error):
+    streams = [np.arange(n) for n in (40, 30, 50, 20)]
+    transform = ExitOnStream(2, error)
+    loader = StreamLoader(streams, 2, 4, num_workers=2, method=method, transform=transform)
+    with pytest.raises(WorkerError, match=type(error).__name__) as caught:
+        list(loader)
+    assert "stream 2 (" in str(caught.value)
+    assert "steps 8:12" in str(caught.value)
+    assert isinstance(caught.value.__cause__, type(error))
+    loader.close()
+
+
 def test_a_stream_error_in_a_worker_stops_every_worker(clean):
     streams = token_streams()
     openers = [functools.partial(np.array, s) for s in streams]  # opened in the workers
