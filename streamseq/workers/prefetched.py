@@ -229,6 +229,16 @@ class Prefetched:
         workers, self._workers, self._window = self._workers, None, None
         if workers is not None:
             workers.stop(wait=wait)
+            self._release_here(workers)
+
+    def _release_here(self, workers: Any) -> None:
+        """Close the files that stopped worker threads opened in this process.
+
+        Worker processes close theirs as they exit; threads read through ``seq`` here.
+        """
+        release = getattr(self.seq, "release", None)
+        if release is not None and not isinstance(workers, ProcessWorkers):
+            release()
 
     def _end(self, i: int) -> int:
         """Where the workers stop evaluating ahead of item ``i``: the end of its segment."""
@@ -445,9 +455,10 @@ def close_together(
             pf._retired = pf._retired or retire
         processes = [w for w in workers if isinstance(w, ProcessWorkers)]
         stop_together(processes, wait=False, grace=grace)
-        for w in workers:
+        for pf, w in zip(held, workers, strict=True):
             if w is not None and not isinstance(w, ProcessWorkers):
                 w.stop(wait=False)
+                pf._release_here(w)
     finally:
         for pf in held:
             pf._lock.release()

@@ -369,3 +369,24 @@ def test_batches_read_by_index_leave_no_file_open_after_close(tmp_path, epochs):
     assert loader[3].data.shape == (3, 8)  # (read again after, opened again)
     loader.close()
     assert open_files(tmp_path) == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/fd")
+@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("stop", ["end", "early"])
+def test_thread_workers_leave_no_file_open_after_a_pass_and_close(tmp_path, persistent, stop):
+    streams = token_files(tmp_path, range(40, 140, 10))
+    loader = StreamLoader(
+        streams, 3, 8, num_workers=2, method="thread", persistent_workers=persistent
+    )
+    if stop == "end":
+        assert len(list(loader)) == len(loader)
+    else:
+        it = iter(loader)
+        next(it)
+        next(it)
+        it.close()
+    if not persistent:  # (the workers of the pass are gone: so are their files)
+        assert open_files(tmp_path) == []
+    loader.close()
+    assert open_files(tmp_path) == []
