@@ -229,7 +229,14 @@ class ProcessWorkers:
         except OSError:  # the worker is gone: wait() reports it
             pass
 
-    def _gone(self, index: int) -> WorkerGone:
+    def _gone(self, index: int) -> WorkerGone | Cancelled:
+        """Worker ``index`` is gone: by itself, or stopped under a wait (a cancellation).
+
+        Once the workers were ended (their finalizer ran, at interpreter exit, while a
+        daemon thread waits; or a stop), a worker killed for being stuck is no failure.
+        """
+        if not self._finalizer.alive:
+            return Cancelled("the workers were stopped while a result was awaited")
         pending = self.pending[index]
         return WorkerGone(index, pending[0][0] if pending else None)
 
