@@ -127,23 +127,25 @@ class ProcessWorkers:
         self.result_pipes: list[Any] = []
         self.workers: list[Any] = []
         self.starting: list[float | None] = []  # when each worker started, until it says so
-        try:
+        try:  # (until the finalizer stops them: a Ctrl-C meanwhile stops them here)
             for index in range(num_workers):
                 self._start(seq, index)
+            self._results = Poller(self.result_pipes)
+            self._finalizer = weakref.finalize(
+                self,
+                end,
+                self.job_pipes,
+                self.result_pipes,
+                self.workers,
+                1.0,
+                owner=self.owner,
+                held=(self.pending, self.slots) if self.shared else None,
+            )
         except BaseException:
+            if "_finalizer" in self.__dict__:  # (each set of workers is ended once)
+                self._finalizer.detach()
             end(self.job_pipes, self.result_pipes, self.workers, 1.0, owner=self.owner)
             raise
-        self._results = Poller(self.result_pipes)
-        self._finalizer = weakref.finalize(
-            self,
-            end,
-            self.job_pipes,
-            self.result_pipes,
-            self.workers,
-            1.0,
-            owner=self.owner,
-            held=(self.pending, self.slots) if self.shared else None,
-        )
         ownership.track(self)
 
     def _start(self, seq: Sequence[Any], index: int) -> None:

@@ -228,3 +228,20 @@ def test_a_wait_when_the_finalizer_killed_a_worker_stuck_in_a_read_is_cancelled(
     assert not thread.is_alive()
     assert len(caught) == 1 and isinstance(caught[0], Cancelled), caught
     assert reaper.wait(10)
+
+
+def test_an_interrupt_right_after_the_workers_started_leaves_none_running(monkeypatch):
+    """Ctrl-C once every worker started, before they are set to stop with the object."""
+    import streamseq.workers.processes as processes
+
+    def interrupted(pipes):
+        raise KeyboardInterrupt
+
+    before = {c.pid for c in psutil.Process().children()}
+    monkeypatch.setattr(processes, "Poller", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        ProcessWorkers(Squares(4), 2, slots=4, slot_size=256)
+    monkeypatch.undo()
+    assert reaper.wait(10)
+    left = [c for c in psutil.Process().children() if c.pid not in before]
+    assert [c for c in left if c.is_running() and c.status() != psutil.STATUS_ZOMBIE] == []
