@@ -415,6 +415,40 @@ def test_spawned_workers_get_pickled_streams_and_openers(tmp_path):
     assert "spawn spawn ok" in out.stdout
 
 
+SPAWNED_CHILD_FAILS = """
+import multiprocessing, sys
+import numpy as np
+import streamseq
+
+if multiprocessing.current_process().name != "MainProcess":  # (a spawned worker)
+    raise SystemExit("the worker fails as it imports the main module")
+
+if __name__ == "__main__":
+    multiprocessing.set_start_method("spawn")
+    streams = [np.zeros((2000, 64), np.float32) for _ in range(8)]  # (megabytes to pickle)
+    loader = streamseq.StreamLoader(streams, 4, 8, num_workers=2)
+    try:
+        list(loader)
+    except streamseq.WorkerError as e:
+        print("error:", e)
+"""
+
+
+@pytest.mark.timeout(240)
+def test_a_spawned_worker_that_dies_before_it_reads_its_streams_is_an_error_not_a_hang(tmp_path):
+    """Its streams (more than a pipe holds) are sent once it runs: its death breaks the pipe."""
+    script = tmp_path / "spawned.py"
+    script.write_text(SPAWNED_CHILD_FAILS)
+    run = [sys.executable, str(script)]
+    try:
+        done = subprocess.run(run, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired as e:
+        raise AssertionError("the main process hung while starting a worker") from e
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "error: a worker process died unexpectedly" in done.stdout, done.stdout
+    assert "exit code 1" in done.stdout, done.stdout
+
+
 def test_streams_and_openers_pickle():
     import pickle
 
