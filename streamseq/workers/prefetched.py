@@ -209,6 +209,7 @@ class Prefetched:
         try:
             self._retired = self._retired or retire
             self._stop(wait)
+            self._release_here()
         finally:
             self._lock.release()
 
@@ -229,15 +230,16 @@ class Prefetched:
         workers, self._workers, self._window = self._workers, None, None
         if workers is not None:
             workers.stop(wait=wait)
-            self._release_here(workers)
 
-    def _release_here(self, workers: Any) -> None:
-        """Close the files that stopped worker threads opened in this process.
+    def _release_here(self) -> None:
+        """Close the files that worker threads, closed or retired, opened in this process.
 
         Worker processes close theirs as they exit; threads read through ``seq`` here.
+        (Threads replaced at another item, or stopped by an error, keep them until the
+        close: the new ones read on.)
         """
         release = getattr(self.seq, "release", None)
-        if release is not None and not isinstance(workers, ProcessWorkers):
+        if release is not None and self.method == "thread":
             release()
 
     def _end(self, i: int) -> int:
@@ -455,10 +457,11 @@ def close_together(
             pf._retired = pf._retired or retire
         processes = [w for w in workers if isinstance(w, ProcessWorkers)]
         stop_together(processes, wait=False, grace=grace)
-        for pf, w in zip(held, workers, strict=True):
+        for w in workers:
             if w is not None and not isinstance(w, ProcessWorkers):
                 w.stop(wait=False)
-                pf._release_here(w)
+        for pf in held:
+            pf._release_here()
     finally:
         for pf in held:
             pf._lock.release()
