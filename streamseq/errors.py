@@ -250,6 +250,34 @@ def _showing(cls: type) -> type:
     )
 
 
+def mark_where(error: BaseException, where: str) -> None:
+    """Note on an exit (``SystemExit``, ``KeyboardInterrupt``) where it was raised, once.
+
+    An exit raised by a stream or a transform is not wrapped in a :class:`StreamError`
+    (in the main process it must go on as itself); a worker that stops it names the
+    stream and the steps from this note (:func:`where_marked`). The innermost place
+    wins: an outer one never replaces it.
+
+    Example:
+        >>> e = SystemExit(2)
+        >>> mark_where(e, "stream 3 (a.mp4), steps 8:16")
+        >>> mark_where(e, "stream 9 (b.mp4), steps 0:8")
+        >>> where_marked(e), where_marked(KeyboardInterrupt())
+        ('stream 3 (a.mp4), steps 8:16', None)
+    """
+    if where_marked(error) is None:
+        try:
+            error._streamseq_where = redact_urls(where)  # type: ignore[attr-defined]
+        except AttributeError:  # (an exception type that takes no attributes)
+            pass
+
+
+def where_marked(error: BaseException) -> str | None:
+    """Where :func:`mark_where` noted that ``error`` was raised, or ``None``."""
+    where = getattr(error, "_streamseq_where", None)
+    return where if isinstance(where, str) else None
+
+
 class WorkerError(RuntimeError):
     """A worker process died (killed, crashed) or a worker thread stopped unexpectedly."""
 

@@ -312,6 +312,32 @@ def test_a_thread_worker_that_exits_is_an_error_not_a_hang(clean):
         list(loader)
 
 
+class ExitOnStream:
+    """A transform that exits (``sys.exit``, Ctrl-C) on one stream, in a worker."""
+
+    def __init__(self, stream, error):
+        self.stream, self.error = stream, error
+
+    def __call__(self, steps, info):
+        if info.stream == self.stream and info.start >= 8:
+            raise self.error
+        return steps
+
+
+@pytest.mark.parametrize("method", ["thread", "process"])
+@pytest.mark.parametrize("error", [SystemExit(2), KeyboardInterrupt()])
+def test_an_exit_in_a_workers_transform_names_the_stream_and_the_steps(clean, method, error):
+    streams = [np.arange(n) for n in (40, 30, 50, 20)]
+    transform = ExitOnStream(2, error)
+    loader = StreamLoader(streams, 2, 4, num_workers=2, method=method, transform=transform)
+    with pytest.raises(WorkerError, match=type(error).__name__) as caught:
+        list(loader)
+    assert "stream 2 (" in str(caught.value)
+    assert "steps 8:12" in str(caught.value)
+    assert isinstance(caught.value.__cause__, type(error))
+    loader.close()
+
+
 def test_a_stream_error_in_a_worker_stops_every_worker(clean):
     streams = token_streams()
     openers = [functools.partial(np.array, s) for s in streams]  # opened in the workers
@@ -387,6 +413,40 @@ def test_spawned_workers_get_pickled_streams_and_openers(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "spawn spawn ok" in out.stdout
+
+
+SPAWNED_CHILD_FAILS = """
+import multiprocessing, sys
+import numpy as np
+import streamseq
+
+if multiprocessing.current_process().name != "MainProcess":  # (a spawned worker)
+    raise SystemExit("the worker fails as it imports the main module")
+
+if __name__ == "__main__":
+    multiprocessing.set_start_method("spawn")
+    streams = [np.zeros((2000, 64), np.float32) for _ in range(8)]  # (megabytes to pickle)
+    loader = streamseq.StreamLoader(streams, 4, 8, num_workers=2)
+    try:
+        list(loader)
+    except streamseq.WorkerError as e:
+        print("error:", e)
+"""
+
+
+@pytest.mark.timeout(240)
+def test_a_spawned_worker_that_dies_before_it_reads_its_streams_is_an_error_not_a_hang(tmp_path):
+    """Its streams (more than a pipe holds) are sent once it runs: its death breaks the pipe."""
+    script = tmp_path / "spawned.py"
+    script.write_text(SPAWNED_CHILD_FAILS)
+    run = [sys.executable, str(script)]
+    try:
+        done = subprocess.run(run, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired as e:
+        raise AssertionError("the main process hung while starting a worker") from e
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "error: a worker process died unexpectedly" in done.stdout, done.stdout
+    assert "exit code 1" in done.stdout, done.stdout
 
 
 def test_streams_and_openers_pickle():

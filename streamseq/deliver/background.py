@@ -41,7 +41,11 @@ class Background:
         self.poll = poll
         self.pid = os.getpid()  # a forked child has no thread: it leaves this one alone
         self.thread = threading.Thread(target=self._run, args=(make_iter,), daemon=True)
-        self.thread.start()
+        try:
+            self.thread.start()
+        except BaseException:  # (Ctrl-C as it starts): nobody will read it, it stops
+            self.stop.set()
+            raise
 
     def _put(self, item: Any) -> bool:
         while not self.stop.is_set():

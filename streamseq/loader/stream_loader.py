@@ -543,7 +543,7 @@ class StreamLoader:
         with self._lock.get():
             epoch = self._now().epoch
             if self._epochs.cached(epoch) is None:
-                self._whole = None
+                self._drop_whole()
             return self._epochs.plan(epoch)
 
     def __len__(self) -> int:
@@ -657,7 +657,8 @@ class StreamLoader:
             self._end_pass()  # an invalid state changes nothing: checked first
             if epochs.rest is not None or self._epochs.rest is not None:
                 self._workers.stop()  # they plan epochs from the rest they were given
-            self._epochs, self._whole = epochs, None
+            self._drop_whole()
+            self._epochs = epochs
             self._moved(lambda _: cursor)
 
     def row_map(self, state: dict[str, Any], *, weights_changed: bool = False) -> list[int]:
@@ -726,8 +727,15 @@ class StreamLoader:
             plan = self.plan()
             key = self._epochs.key(plan.epoch)
             if self._whole is None or self._whole[0] != key:
+                self._drop_whole()  # (another epoch's)
                 self._whole = (key, self._reading.group(plan, self._reading.rows(plan)))
             return bounded(self._whole[1], self._config.timeout)
+
+    def _drop_whole(self) -> None:
+        """Close the files that batches read by index opened here (opened again when read)."""
+        whole, self._whole = self._whole, None
+        if whole is not None:
+            whole[1].release()
 
     def __iter__(self) -> Iterator[Batch]:
         """A pass over the batches of the epoch, from the loaded position (or batch 0).
@@ -831,10 +839,15 @@ class StreamLoader:
         self._active = None
 
     def close(self) -> None:
-        """Stop the pass in progress and the workers, persistent ones included."""
+        """Stop the pass in progress and the workers, persistent ones included.
+
+        The files that batches read by index (``loader[i]``) opened are closed too: a
+        later read opens them again.
+        """
         with self._lock.get():  # (a pass opened meanwhile: before or after, not during)
             self._end_pass()
             self._workers.stop()
+            self._drop_whole()
 
     def __del__(self) -> None:
         try:

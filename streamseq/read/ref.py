@@ -20,7 +20,7 @@ from .._checks import check_int
 from .._redact import describe as _describe
 from .._redact import redact_urls
 from .._tree import leaves, num_steps, tree_map
-from ..errors import StreamError
+from ..errors import StreamError, mark_where
 from ..plan.identities import Identities
 from .handle import ProcessLocal, opening
 from .step_spec import step_spec
@@ -279,6 +279,14 @@ class StreamRef:
             raise self.error(
                 f"reading steps {start}:{stop} failed: {type(e).__name__}: {e}"
             ) from e
+        except BaseException as e:  # an exit: raised as it is, noting where
+            self.mark(e, (start, stop))
+            raise
+
+    def mark(self, error: BaseException, steps: tuple[int, int]) -> None:
+        """Note on an exit raised reading ``steps`` of this stream where it was raised."""
+        where = f"stream {self.index} ({describe(self.source)}), steps {steps[0]}:{steps[1]}"
+        mark_where(error, where)
 
     def read_into(self, start: int, stop: int, out: np.ndarray) -> bool:
         """Write steps ``start:stop`` into ``out`` when the stream can (its ``read_into``).

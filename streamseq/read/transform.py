@@ -161,6 +161,9 @@ class Transform:
             raise ref.error(
                 f"transform {self!r} failed on steps {start}:{stop}: {type(e).__name__}: {e}"
             ) from e
+        except BaseException as e:  # an exit (sys.exit, Ctrl-C): raised as it is, noting where
+            ref.mark(e, (start, stop))
+            raise
         if isinstance(out, list):
             out = np.asarray(out)
         try:

@@ -118,25 +118,36 @@ def _before() -> None:
     if getattr(_local, "worker", False):
         return
     pools = _mine()
-    for p in pools:
-        p.lock.acquire()  # (released after the fork, in the parent; new in the child)
-    held = [p.held_starts() for p in pools]
-    if not any(held):
+    locked = []
+    try:  # (a Ctrl-C as this runs leaves no set of slots locked: none given back again)
         for p in pools:
-            p.lock.release()
-        return
-    r, w = os.pipe()
-    _pending.append((r, w, pools, held))
+            p.lock.acquire()  # (released after the fork, in the parent; new in the child)
+            locked.append(p)
+        held = [p.held_starts() for p in pools]
+        if any(held):
+            _pending.append((*os.pipe(), pools, held))
+            return
+    except BaseException:
+        _release(locked)
+        raise
+    _release(locked)
+
+
+def _release(pools: list[Any]) -> None:
+    for p in pools:
+        p.lock.release()
 
 
 def _after_in_parent() -> None:
     while _pending:
         r, w, pools, held = _pending.pop()
-        os.close(w)
-        child = Inherited(r)
-        for p, starts in zip(pools, held, strict=True):
-            p.inherited(starts, child)
-            p.lock.release()
+        try:
+            os.close(w)
+            child = Inherited(r)
+            for p, starts in zip(pools, held, strict=True):
+                p.inherited(starts, child)
+        finally:  # (even on a Ctrl-C as this runs)
+            _release(pools)
 
 
 def _after_in_child() -> None:

@@ -17,7 +17,8 @@ from typing import Any, Protocol
 
 import seqtools
 
-from ..errors import WorkerError
+from ..errors import WorkerError, where_marked
+from .failures import describe_item
 
 STOP = -1
 """The job that tells a worker to stop."""
@@ -51,8 +52,9 @@ def evaluate(seq: Sequence[Any], item: int) -> tuple[bool, Any]:
     """``(True, seq[item])``, or ``(False, error)`` for the error it raised.
 
     An ``Exception`` is given as itself; anything else (``SystemExit``,
-    ``KeyboardInterrupt`` raised by the sequence) as a :class:`WorkerError` naming it,
-    so that it ends the evaluation, not the worker.
+    ``KeyboardInterrupt`` raised by the sequence) as a :class:`WorkerError` naming it
+    and where it was raised (the stream and the steps, or what the item is), so that it
+    ends the evaluation, not the worker.
 
     Example:
         >>> evaluate([10, 11], 1), evaluate([], 0)[0]
@@ -63,8 +65,9 @@ def evaluate(seq: Sequence[Any], item: int) -> tuple[bool, Any]:
     except Exception as e:
         return False, e
     except BaseException as e:
+        where = where_marked(e) or describe_item(seq, item)
         error = WorkerError(
-            f"evaluating item {item}, the worker was interrupted by {type(e).__name__}: {e}"
+            f"evaluating {where}, the worker was interrupted by {type(e).__name__}: {e}"
         )
         error.__cause__ = e
         return False, error

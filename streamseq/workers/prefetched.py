@@ -209,6 +209,7 @@ class Prefetched:
         try:
             self._retired = self._retired or retire
             self._stop(wait)
+            self._release_here()
         finally:
             self._lock.release()
 
@@ -229,6 +230,17 @@ class Prefetched:
         workers, self._workers, self._window = self._workers, None, None
         if workers is not None:
             workers.stop(wait=wait)
+
+    def _release_here(self) -> None:
+        """Close the files that worker threads, closed or retired, opened in this process.
+
+        Worker processes close theirs as they exit; threads read through ``seq`` here.
+        (Threads replaced at another item, or stopped by an error, keep them until the
+        close: the new ones read on.)
+        """
+        release = getattr(self.seq, "release", None)
+        if release is not None and self.method == "thread":
+            release()
 
     def _end(self, i: int) -> int:
         """Where the workers stop evaluating ahead of item ``i``: the end of its segment."""
@@ -448,6 +460,8 @@ def close_together(
         for w in workers:
             if w is not None and not isinstance(w, ProcessWorkers):
                 w.stop(wait=False)
+        for pf in held:
+            pf._release_here()
     finally:
         for pf in held:
             pf._lock.release()

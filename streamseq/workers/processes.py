@@ -29,6 +29,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import torch
@@ -127,23 +128,25 @@ class ProcessWorkers:
         self.result_pipes: list[Any] = []
         self.workers: list[Any] = []
         self.starting: list[float | None] = []  # when each worker started, until it says so
-        try:
+        try:  # (until the finalizer stops them: a Ctrl-C meanwhile stops them here)
             for index in range(num_workers):
                 self._start(seq, index)
+            self._results = Poller(self.result_pipes)
+            self._finalizer = weakref.finalize(
+                self,
+                end,
+                self.job_pipes,
+                self.result_pipes,
+                self.workers,
+                1.0,
+                owner=self.owner,
+                held=(self.pending, self.slots) if self.shared else None,
+            )
         except BaseException:
+            if "_finalizer" in self.__dict__:  # (each set of workers is ended once)
+                self._finalizer.detach()
             end(self.job_pipes, self.result_pipes, self.workers, 1.0, owner=self.owner)
             raise
-        self._results = Poller(self.result_pipes)
-        self._finalizer = weakref.finalize(
-            self,
-            end,
-            self.job_pipes,
-            self.result_pipes,
-            self.workers,
-            1.0,
-            owner=self.owner,
-            held=(self.pending, self.slots) if self.shared else None,
-        )
         ownership.track(self)
 
     def _start(self, seq: Sequence[Any], index: int) -> None:
@@ -158,8 +161,9 @@ class ProcessWorkers:
         # the worker's parent: this process, unless a fork server starts it
         parent = self.owner if method in ("fork", "spawn") else None
         deathsig = threading.current_thread() is threading.main_thread()
-        args = (seq, index, self.start_hook, jobs_rx, results_tx, memory, size, mine)
-        args += (parent, deathsig, rows)
+        given = None if method == "fork" else _pickled(seq)
+        args = (seq if given is None else None, index, self.start_hook, jobs_rx, results_tx)
+        args += (memory, size, mine, parent, deathsig, rows)
         worker = ctx.Process(target=_main, args=args, daemon=True)
         try:
             with forks.starting_worker():
@@ -176,6 +180,9 @@ class ProcessWorkers:
         self.workers.append(worker)
         self.starting.append(time.monotonic())
         self.pending.append(collections.deque())
+        if given is not None:  # (a worker gone meanwhile broke the pipe: wait() says so)
+            with contextlib.suppress(OSError):
+                jobs_tx.send_bytes(given)
 
     def forked(self) -> None:
         """In a forked child: let go of the parent's workers without touching them.
@@ -229,7 +236,14 @@ class ProcessWorkers:
         except OSError:  # the worker is gone: wait() reports it
             pass
 
-    def _gone(self, index: int) -> WorkerGone:
+    def _gone(self, index: int) -> WorkerGone | Cancelled:
+        """Worker ``index`` is gone: by itself, or stopped under a wait (a cancellation).
+
+        Once the workers were ended (their finalizer ran, at interpreter exit, while a
+        daemon thread waits; or a stop), a worker killed for being stuck is no failure.
+        """
+        if not self._finalizer.alive:
+            return Cancelled("the workers were stopped while a result was awaited")
         pending = self.pending[index]
         return WorkerGone(index, pending[0][0] if pending else None)
 
@@ -409,6 +423,21 @@ def end(
     return ended
 
 
+def _pickled(seq: Any) -> bytes | None:
+    """``seq`` pickled, to send a started worker down its job pipe (None: with its start).
+
+    A sequence given to ``Process`` is written to the new process by ``start()``, which
+    holds the other end of that pipe meanwhile: a worker that dies before it has read
+    it all (its import of the main module fails) would block ``start()`` for good. Sent
+    down the job pipe instead, whose other end only the worker holds, its death breaks
+    the pipe. What pickles only while a process is spawned goes with the start.
+    """
+    try:
+        return bytes(ForkingPickler.dumps(seq))
+    except Exception:
+        return None
+
+
 class _PipeChannel:
     """A worker process's channel: jobs and results on pipes, items built in slots."""
 
@@ -484,10 +513,18 @@ def _main(
     deathsig: bool,
     rows: tuple[int, int] | None = None,
 ) -> None:
-    """A worker process: set the process up, then run the worker loop."""
+    """A worker process: set the process up, then run the worker loop.
+
+    ``seq`` None: it comes first down the job pipe (:func:`_pickled`).
+    """
     watchdog.guard(os.getppid() if parent is None else parent, deathsig)
     for pipe in inherited:
         pipe.close()
+    if seq is None:
+        try:
+            seq = pickle.loads(jobs.recv_bytes())
+        except (EOFError, OSError):
+            return  # the main process is gone, or stopped this worker
     # The objects inherited through fork are left out of this process's collections:
     # a full collection writes to every object it walks, which would copy every page
     # of them here (about 70 ms in a process that imported torch and PyAV).

@@ -105,8 +105,12 @@ class ThreadWorkers:
             )
             for index in range(num_workers)
         ]
-        for w in self.workers:
-            w.start()
+        try:
+            for w in self.workers:
+                w.start()
+        except BaseException:  # (Ctrl-C meanwhile): those started stop after their item
+            self.stopping.set()
+            raise
         self._finalizer = weakref.finalize(self, end, self.jobs, self.workers, self.stopping, 0.0)
         self.owner = os.getpid()
         ownership.track(self)
@@ -164,9 +168,12 @@ class ThreadWorkers:
         Unlike processes, threads are waited for even without ``wait``: they may be
         reading the same streams as the threads that replace them.
         """
-        self._finalizer.detach()
         if os.getpid() == self.owner:  # (in a forked child there are no threads to stop)
+            self.stopping.set()  # (first: they stop even if this is interrupted, Ctrl-C)
+            self._finalizer.detach()
             end(self.jobs, self.workers, self.stopping, timeout)
+        else:
+            self._finalizer.detach()
 
 
 def end(

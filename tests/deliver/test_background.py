@@ -1,3 +1,4 @@
+import itertools
 import threading
 import time
 
@@ -44,3 +45,22 @@ def test_close_stops_a_blocked_producer():
     it.close()
     assert not it.thread.is_alive()
     assert threading.active_count() >= 1
+
+
+def test_an_interrupt_as_the_thread_starts_leaves_it_not_running(monkeypatch):
+    """Ctrl-C in ``start()`` once the thread runs: nobody will read it, so it stops."""
+    started = []
+    start = threading.Thread.start
+
+    def interrupted(self):
+        start(self)
+        started.append(self)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(threading.Thread, "start", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        Background(lambda: itertools.count())
+    monkeypatch.undo()
+    [thread] = started
+    thread.join(10)
+    assert not thread.is_alive()

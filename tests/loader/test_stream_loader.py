@@ -1,13 +1,16 @@
 """The loader's settings: every constructor argument read back, none written."""
 
 import inspect
+import os
 import pickle
 import re
+import sys
 import warnings
 
 import numpy as np
 import pytest
 
+import streamseq
 from streamseq import StreamLoader
 from tests.loader.threads import while_paused
 
@@ -330,3 +333,60 @@ def test_the_progress_read_while_another_thread_ends_the_pass_is_one_of_the_run(
     monkeypatch.setattr(Cursor, "settled", original)
     assert progress.done <= progress.total
     assert progress in (before, loader.progress)
+
+
+def open_files(folder):
+    """The files under ``folder`` that this process holds open (fds and memory maps)."""
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            out.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            pass
+    return sorted(p for p in out if p.startswith(str(folder)))
+
+
+def token_files(folder, lengths):
+    paths = []
+    for i, n in enumerate(lengths):
+        path = folder / f"s{i}.bin"
+        np.arange(n, dtype=np.int32).tofile(path)
+        paths.append(path)
+    return [streamseq.io.tokens(p, np.int32) for p in paths]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/fd")
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_batches_read_by_index_leave_no_file_open_after_close(tmp_path, epochs):
+    loader = StreamLoader(token_files(tmp_path, range(40, 140, 10)), 3, 8, shuffle=True)
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)
+        assert loader[3].data.shape == (3, 8)
+        assert loader[len(loader) - 1].data.shape == (3, 8)
+    assert open_files(tmp_path)  # (open while the loader may read on)
+    loader.close()
+    assert open_files(tmp_path) == []
+    assert loader[3].data.shape == (3, 8)  # (read again after, opened again)
+    loader.close()
+    assert open_files(tmp_path) == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/fd")
+@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("stop", ["end", "early"])
+def test_thread_workers_leave_no_file_open_after_a_pass_and_close(tmp_path, persistent, stop):
+    streams = token_files(tmp_path, range(40, 140, 10))
+    loader = StreamLoader(
+        streams, 3, 8, num_workers=2, method="thread", persistent_workers=persistent
+    )
+    if stop == "end":
+        assert len(list(loader)) == len(loader)
+    else:
+        it = iter(loader)
+        next(it)
+        next(it)
+        it.close()
+    if not persistent:  # (the workers of the pass are gone: so are their files)
+        assert open_files(tmp_path) == []
+    loader.close()
+    assert open_files(tmp_path) == []

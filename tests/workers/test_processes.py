@@ -205,3 +205,43 @@ def test_stop_after_the_finalizer_ended_the_workers_does_nothing():
     assert reaper.wait(10)
     workers.stop()
     workers.stop(wait=False)
+
+
+def test_a_wait_when_the_finalizer_killed_a_worker_stuck_in_a_read_is_cancelled():
+    """At interpreter exit the finalizer kills a worker that is stuck in a read (no
+    goodbye): the daemon thread waiting for it was stopped, no worker died by itself."""
+    workers = ProcessWorkers(Squares(4, delay=60), 1, slots=4, slot_size=256)
+    workers.submit(0)
+    caught = []
+
+    def waiting():
+        try:
+            workers.wait()
+        except BaseException as e:  # noqa: BLE001 (what the waiting thread sees)
+            caught.append(e)
+
+    thread = threading.Thread(target=waiting, daemon=True)
+    thread.start()
+    time.sleep(0.3)  # (the thread waits in the read's result)
+    workers._finalizer()  # (at exit: atexit runs it; the worker is killed after a second)
+    thread.join(10)
+    assert not thread.is_alive()
+    assert len(caught) == 1 and isinstance(caught[0], Cancelled), caught
+    assert reaper.wait(10)
+
+
+def test_an_interrupt_right_after_the_workers_started_leaves_none_running(monkeypatch):
+    """Ctrl-C once every worker started, before they are set to stop with the object."""
+    import streamseq.workers.processes as processes
+
+    def interrupted(pipes):
+        raise KeyboardInterrupt
+
+    before = {c.pid for c in psutil.Process().children()}
+    monkeypatch.setattr(processes, "Poller", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        ProcessWorkers(Squares(4), 2, slots=4, slot_size=256)
+    monkeypatch.undo()
+    assert reaper.wait(10)
+    left = [c for c in psutil.Process().children() if c.pid not in before]
+    assert [c for c in left if c.is_running() and c.status() != psutil.STATUS_ZOMBIE] == []

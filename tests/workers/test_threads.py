@@ -82,3 +82,59 @@ def test_threads_of_a_collected_backend_stop():
     while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert not any(t.is_alive() for t in threads)
+
+
+def alive_after(threads, seconds=10.0):
+    """The threads of ``threads`` still alive once they all ended, or ``seconds`` passed."""
+    deadline = time.monotonic() + seconds
+    while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return [t for t in threads if t.is_alive()]
+
+
+def test_an_interrupt_while_the_threads_start_leaves_none_running(monkeypatch):
+    """Ctrl-C while the second thread starts: the first one, started already, stops."""
+    started = []
+    start = threading.Thread.start
+
+    def interrupted(self):
+        if self.name == "streamseq-worker-1":
+            raise KeyboardInterrupt
+        start(self)
+        started.append(self)
+
+    monkeypatch.setattr(threading.Thread, "start", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        ThreadWorkers(Slow(0.01), 3)
+    monkeypatch.undo()
+    assert [t.name for t in started] == ["streamseq-worker-0"]
+    assert alive_after(started) == []
+
+
+class Interrupting:
+    """Stands for ``name`` of ``target``: raises ``KeyboardInterrupt`` (Ctrl-C right there)."""
+
+    def __init__(self, target, name):
+        self.target, self.name = target, name
+
+    def __getattr__(self, name):
+        if name == self.name:
+            raise KeyboardInterrupt
+        return getattr(self.target, name)
+
+
+@pytest.mark.parametrize("at", ["detach", "join"])
+def test_an_interrupt_while_the_threads_stop_leaves_none_running(at):
+    """Ctrl-C inside stop(): the threads stop all the same (none polls its queue forever)."""
+    workers = ThreadWorkers(Slow(0.01), 2)
+    threads = list(workers.workers)
+    if at == "detach":
+        finalizer = workers._finalizer
+        workers._finalizer = Interrupting(finalizer, "detach")
+    else:
+        workers.workers[0] = Interrupting(threads[0], "join")
+    with pytest.raises(KeyboardInterrupt):
+        workers.stop()
+    assert alive_after(threads) == []
+    if at == "detach":
+        finalizer.detach()
