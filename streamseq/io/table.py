@@ -314,8 +314,9 @@ class _Reader:
     def check(self, opening: bool = False) -> None:
         """Raise when the local file read is not the one the table was made of.
 
-        Opening, its size, times and inode must be those of the stamp taken when the
-        table was made (a file replaced or rewritten since is refused); then, before a
+        Opening, its size, modification time and inode must be those of the stamp taken
+        when the table was made (a file replaced or rewritten since is refused; not one
+        whose metadata alone changed: its mode, its links, its access time); then, before a
         row group is decoded, the open file's size and modification time (a rewrite in
         place under the reader; a file replaced by a rename leaves the open one, the
         rows planned).
@@ -326,8 +327,8 @@ class _Reader:
         if self.watch is None or self.stamp is None:
             return
         st = os.fstat(self.watch)
-        names = ("size", "mtime_ns", "inode", "ctime_ns")[: 4 if opening else 2]
-        measured = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+        names = ("size", "mtime_ns", "inode")[: 3 if opening else 2]  # (not the ctime)
+        measured = (st.st_size, st.st_mtime_ns, st.st_ino)
         was = dict(zip(names, self.stamp, strict=False))
         now = dict(zip(names, measured, strict=False))
         changes = state_changes(was, now)

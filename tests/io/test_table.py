@@ -584,3 +584,20 @@ def test_a_file_rewritten_in_place_under_an_open_reader_is_an_error_not_other_ro
     with pytest.raises(SourceError, match="changed since the source was made") as e:
         last[0:9]  # (row groups 1 and 2: decoded now)
     assert e.value.path == path
+
+
+@pytest.mark.parametrize("how", ["chmod", "hard link", "atime"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_file_whose_metadata_changed_but_not_its_content_is_read(tmp_path, how, workers):
+    path = str(tmp_path / "d.parquet")
+    _x_table(path, np.arange(21), "in place")
+    episodes = table(path, columns=["x"])
+    if how == "chmod":
+        os.chmod(path, 0o444)
+    elif how == "hard link":
+        os.link(path, tmp_path / "linked.parquet")
+    else:
+        os.utime(path, ns=(1, os.stat(path).st_mtime_ns))
+    assert episodes[1][0:5]["x"].tolist() == [7.0, 8.0, 9.0, 10.0, 11.0]
+    got = list(StreamLoader(table(path, columns=["x"]), 2, 4, num_workers=workers))
+    assert sum(int(b.valid.sum()) for b in got) == 21
