@@ -1,3 +1,4 @@
+import gc
 import multiprocessing
 import operator
 import os
@@ -247,3 +248,35 @@ def test_a_file_changed_in_place_during_a_pass_is_an_error_naming_it_not_other_t
     assert error.path in {str(p) for p in paths} and error.path in text
     assert "changed since the source was made" in text
     assert error.index is not None and error.steps is not None and "steps" in text
+
+
+def _open_files():
+    gc.collect()  # (files of sources dropped before)
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/self/fd")
+def test_many_files_read_directly_keep_a_bounded_number_of_files_open(tmp_path, monkeypatch):
+    from streamseq.io import _mapped
+
+    monkeypatch.setattr(_mapped, "OPEN_FILES", 4)
+    paths = [str(tmp_path / f"{i}.npy") for i in range(30)]
+    for i, path in enumerate(paths):
+        np.save(path, np.arange(i, i + 10, dtype=np.int32))
+    before = _open_files()
+    streams = [tokens(path) for path in paths]
+    assert [s[2:4].tolist() for s in streams] == [[i + 2, i + 3] for i in range(30)]
+    assert _open_files() - before <= len(streams) + 4  # (a map holds a descriptor)
+    # a map beyond those kept open is measured through its path: a rewrite in place is
+    # refused, a file replaced by a rename leaves the map on the former one (planned)
+    np.save(paths[-1], np.arange(100, 110, dtype=np.int64))
+    with pytest.raises(SourceError, match="changed since the source was made"):
+        streams[-1][0:2]
+    np.save(paths[-2] + ".new.npy", np.arange(7))
+    os.replace(paths[-2] + ".new.npy", paths[-2])
+    assert streams[-2][0:2].tolist() == [28, 29]
+    out = np.zeros(3, np.int32)
+    assert streams[-3].read_into(0, 3, out) == 3 and out.tolist() == [27, 28, 29]
+    for s in streams:
+        s.close()
+    assert _open_files() <= before
