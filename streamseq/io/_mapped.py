@@ -43,6 +43,16 @@ _kept = [os.getpid(), 0]  # the process, and its maps that keep their file open 
 _kept_lock = threading.Lock()
 
 
+def _after_fork_in_child() -> None:
+    """A child counts its own maps, with a lock of its own (a thread may hold the parent's)."""
+    global _kept_lock
+    _kept_lock = threading.Lock()
+    _kept[:] = [os.getpid(), 0]
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _keep(n: int) -> bool:
     """Count a map of this process keeping its file open (``n=1``: if fewer than allowed).
 

@@ -3,6 +3,7 @@ import multiprocessing
 import operator
 import os
 import pickle
+import time
 import tokenize
 
 import numpy as np
@@ -280,3 +281,25 @@ def test_many_files_read_directly_keep_a_bounded_number_of_files_open(tmp_path, 
     for s in streams:
         s.close()
     assert _open_files() <= before
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forks")
+def test_a_child_forked_while_a_thread_opens_a_map_opens_its_own(tmp_path):
+    from streamseq.io import _mapped
+
+    path = str(tmp_path / "a.npy")
+    np.save(path, np.arange(10, dtype=np.int32))
+    with _mapped._kept_lock:  # (a thread of the parent making a map when the child forks)
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if tokens(path)[2:4].tolist() == [2, 3] else 1)
+    for _ in range(600):  # (a child waiting for the parent's lock never ends: killed)
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the child waited for a lock held by the parent")
+    assert os.waitstatus_to_exitcode(status) == 0
