@@ -164,8 +164,12 @@ def _locate(path: str, options: Mapping[str, Any] | None) -> remote.Remote | Non
         raise SourceError(path, "no such file") from None
 
 
-def _open_file(key: _Key) -> tuple[Any, remote.RemoteFile | None]:
-    """A ``pyarrow.parquet.ParquetFile`` of a path or URL, and the remote file it reads."""
+def _open_file(key: _Key) -> tuple[Any, Any]:
+    """A ``pyarrow.parquet.ParquetFile`` of a path or URL, and the file it reads.
+
+    The file is a :class:`~streamseq.io.remote.RemoteFile`, or a local file opened by
+    pyarrow (a ``pyarrow.OSFile``: its descriptor is the one measured); the caller closes it.
+    """
     pq = _pyarrow()
     file = None
     if remote.is_url(key.path):
@@ -173,7 +177,11 @@ def _open_file(key: _Key) -> tuple[Any, remote.RemoteFile | None]:
     elif not os.path.isfile(key.path):
         raise SourceError(key.path, "no such file")
     try:
-        return pq.ParquetFile(key.path if file is None else file), file
+        if file is None:
+            import pyarrow as pa
+
+            file = pa.OSFile(key.path)
+        return pq.ParquetFile(file), file
     except Exception as e:  # pyarrow's errors: ArrowInvalid, OSError
         if file is not None:
             file.close()
@@ -300,12 +308,12 @@ class _Reader:
 
     def __init__(self, key: _Key):
         self.path, self.columns, self.stamp = key.path, key.columns, key.stamp
-        self.file, self.remote = _open_file(key)
+        self.file, self.opened = _open_file(key)
         self.groups: OrderedDict[int, dict[str, np.ndarray | _Flawed]] = OrderedDict()
-        self.watch: int | None = None  # a descriptor of the local file read, to measure it
+        self.watch: int | None = None  # the descriptor of the local file read, measured
         if self.stamp is not None:
-            try:  # (opened after the reader's: a file replaced in between is refused)
-                self.watch = os.open(self.path, os.O_RDONLY)
+            try:  # (the file read: one replaced since the table was made is refused)
+                self.watch = self.opened.fileno()
                 self.check(opening=True)
             except BaseException:
                 self.close()
@@ -345,11 +353,8 @@ class _Reader:
         try:
             self.file.close()
         finally:
-            if self.remote is not None:
-                self.remote.close()
-            if self.watch is not None:
-                os.close(self.watch)
-                self.watch = None
+            self.watch = None
+            self.opened.close()
 
     def row_group(self, i: int) -> dict[str, np.ndarray | _Flawed]:
         """Row group ``i``: one numpy array per column (or a :class:`_Flawed` column).

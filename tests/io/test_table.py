@@ -601,3 +601,23 @@ def test_a_file_whose_metadata_changed_but_not_its_content_is_read(tmp_path, how
     assert episodes[1][0:5]["x"].tolist() == [7.0, 8.0, 9.0, 10.0, 11.0]
     got = list(StreamLoader(table(path, columns=["x"]), 2, 4, num_workers=workers))
     assert sum(int(b.valid.sum()) for b in got) == 21
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/self/fd")
+def test_a_local_file_read_holds_one_descriptor_that_is_also_measured(tmp_path):
+    import gc
+
+    paths = [str(tmp_path / f"{i}.parquet") for i in range(12)]
+    for i, path in enumerate(paths):
+        _x_table(path, np.arange(21) + i, "in place")
+    gc.collect()
+    before = len(os.listdir("/proc/self/fd"))
+    tables = [table(path, columns=["x"]) for path in paths]
+    assert [t[1][0:1]["x"].tolist() for t in tables] == [[7.0 + i] for i in range(12)]
+    assert len(os.listdir("/proc/self/fd")) - before <= len(paths)
+    _x_table(paths[0], -np.arange(21), "in place")  # (under the open reader)
+    with pytest.raises(SourceError, match="changed since the source was made"):
+        tables[0][2][0:2]
+    del tables
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) <= before
