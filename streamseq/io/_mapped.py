@@ -7,20 +7,64 @@ file (``fstat``, and the bytes of a ``.npy`` header) against what it was when th
 made. A file replaced by a rename is not a change of the file open: the map reads the
 former one, the data planned (the next handle, in another process or pass, finds the new
 file). A rewrite in place of the same size within one tick of the clock that stamps
-modification times, that leaves a ``.npy`` header as it was, is not seen.
+modification times (or with its time set back), that leaves a ``.npy`` header as it was,
+is not seen.
+
+At most :data:`OPEN_FILES` maps of a process (a quarter of its limit on open files) keep
+their file open (a map holds a descriptor of its own already): one made beyond them
+measures its file through its path, opened at each check, as long as the path names the
+file mapped (the same inode); once the file is replaced by a rename or removed, the map
+reads the former one, which is no longer measured.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from typing import IO, Any
 
 import numpy as np
 
+try:
+    import resource
+except ImportError:  # (not on Windows)
+    resource = None  # type: ignore[assignment]
+
 from streamseq.errors import SourceError
 from streamseq.io._base import state_changes
 from streamseq.io._npy import read_npy_header
+
+#: how many maps of a process keep their file open to measure it (each map holds a
+#: descriptor too); ``None``: a quarter of the process's limit on open files
+OPEN_FILES: int | None = None
+
+_kept = [os.getpid(), 0]  # the process, and its maps that keep their file open now
+_kept_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    """A child counts its own maps, with a lock of its own (a thread may hold the parent's)."""
+    global _kept_lock
+    _kept_lock = threading.Lock()
+    _kept[:] = [os.getpid(), 0]
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _keep(n: int) -> bool:
+    """Count a map of this process keeping its file open (``n=1``: if fewer than allowed).
+
+    A map inherited through a fork counts in the process that made it, not in the child.
+    """
+    with _kept_lock:
+        if _kept[0] != os.getpid():
+            _kept[:] = [os.getpid(), 0]
+        if n > 0 and _kept[1] >= _open_files():
+            return False
+        _kept[1] += n
+        return True
 
 
 def npy_state(
@@ -39,6 +83,16 @@ def npy_state(
         "order": "F" if fortran else "C",
         "offset": int(offset),
     }
+
+
+def _open_files() -> int:
+    """:data:`OPEN_FILES`, or a quarter of the soft limit on open files (at least 16)."""
+    if OPEN_FILES is not None:
+        return OPEN_FILES
+    if resource is None:  # (no such limit here)
+        return 256
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return 1 << 30 if soft == resource.RLIM_INFINITY else max(16, soft // 4)
 
 
 class MappedFile:
@@ -65,29 +119,34 @@ class MappedFile:
         >>> m.close()
     """
 
-    __slots__ = ("array", "fd", "file", "header", "path", "stamp", "state")
+    __slots__ = ("array", "file", "header", "inode", "kept", "path", "stamp", "state")
 
     def __init__(self, path: str, map: Callable[[IO[bytes]], Any], header: bytes = b""):
-        self.path, self.header = path, header
-        self.file = open(path, "rb")
+        self.path, self.header, self.kept = path, header, None
+        self.file: IO[bytes] | None = open(path, "rb")
         try:
-            self.fd = self.file.fileno()
-            self.state = self._state(recorded=True)
+            st = os.fstat(self.file.fileno())
+            self.inode = (st.st_dev, st.st_ino)
+            self.state = self._state(self.file, recorded=True)
             self.stamp = (self.state["size"], self.state["mtime_ns"])  # (checked first)
             self.file.seek(0)
             self.array = map(self.file)
         except BaseException:
             self.file.close()
             raise
+        self.kept = os.getpid() if _keep(1) else None
+        if self.kept is None:  # measured through its path (the map holds a descriptor)
+            self.file.close()
+            self.file = None
 
-    def _state(self, recorded: bool = False) -> dict[str, Any]:
-        fd = self.file.fileno()
+    def _state(self, file: IO[bytes], recorded: bool = False) -> dict[str, Any]:
+        fd = file.fileno()
         st = os.fstat(fd)
         state: dict[str, Any] = {"size": int(st.st_size), "mtime_ns": int(st.st_mtime_ns)}
         if self.header and (recorded or os.pread(fd, len(self.header), 0) != self.header):
-            self.file.seek(0)
+            file.seek(0)
             try:
-                state.update(npy_state(*read_npy_header(self.path, self.file)))
+                state.update(npy_state(*read_npy_header(self.path, file)))
             except SourceError:
                 state["npy"] = False
             state["header"] = os.pread(fd, len(self.header), 0) == self.header
@@ -105,12 +164,26 @@ class MappedFile:
             SourceError: naming the file and what changed (its size, its time, its
                 ``.npy`` header).
         """
-        st = os.fstat(self.fd)  # (every read: the usual case in two system calls)
+        if self.file is not None:
+            self._check(self.file, header)
+            return
+        try:  # (never waiting: a FIFO put in its place is not opened for a writer)
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        except FileNotFoundError:
+            return  # removed: the map reads the former file
+        with os.fdopen(fd, "rb") as file:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) == self.inode:  # (else replaced: the former one is read)
+                self._check(file, header)
+
+    def _check(self, file: IO[bytes], header: bool) -> None:
+        fd = file.fileno()
+        st = os.fstat(fd)  # (every read: the usual case in two system calls)
         if (st.st_size, st.st_mtime_ns) == self.stamp and (
-            not (header and self.header) or os.pread(self.fd, len(self.header), 0) == self.header
+            not (header and self.header) or os.pread(fd, len(self.header), 0) == self.header
         ):
             return
-        now = self._state()
+        now = self._state(file)
         if now == self.state:
             return
         changes = [c for c in state_changes(self.state, now) if not c.startswith("header ")]
@@ -123,4 +196,13 @@ class MappedFile:
 
     def close(self) -> None:
         """Close the file (the map stays readable while anything holds a view of it)."""
-        self.file.close()
+        file, self.file = self.file, None
+        if file is not None:
+            file.close()
+        kept, self.kept = self.kept, None
+        if kept == os.getpid():
+            _keep(-1)
+
+    def __del__(self) -> None:
+        if getattr(self, "kept", None) is not None:  # (dropped unclosed: counted no more)
+            self.close()

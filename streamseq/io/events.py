@@ -226,7 +226,8 @@ def events(
             cannot be reached (after a few attempts); on a read, the file changed since
             the source was made (each process checks when it opens the file, and a local
             file's map before and after every read: a file cut short or written again in
-            place is refused, never read as zeros or as other events).
+            place is refused, never read as zeros or as other events; not a rewrite
+            that keeps its size, its time and its ``.npy`` header).
 
     Example:
         >>> ev = np.zeros(4, EVENT_DTYPE)

@@ -165,8 +165,12 @@ def _locate(path: str, options: Mapping[str, Any] | None) -> remote.Remote | Non
         raise SourceError(path, "no such file") from None
 
 
-def _open_file(key: _Key) -> tuple[Any, remote.RemoteFile | None]:
-    """A ``pyarrow.parquet.ParquetFile`` of a path or URL, and the remote file it reads."""
+def _open_file(key: _Key) -> tuple[Any, Any]:
+    """A ``pyarrow.parquet.ParquetFile`` of a path or URL, and the file it reads.
+
+    The file is a :class:`~streamseq.io.remote.RemoteFile`, or a local file opened by
+    pyarrow (a ``pyarrow.OSFile``: its descriptor is the one measured); the caller closes it.
+    """
     pq = _pyarrow()
     file = None
     if remote.is_url(key.path):
@@ -174,7 +178,11 @@ def _open_file(key: _Key) -> tuple[Any, remote.RemoteFile | None]:
     elif not os.path.isfile(key.path):
         raise SourceError(key.path, missing(key.path))
     try:
-        return pq.ParquetFile(key.path if file is None else file), file
+        if file is None:
+            import pyarrow as pa
+
+            file = pa.OSFile(key.path)
+        return pq.ParquetFile(file), file
     except Exception as e:  # pyarrow's errors: ArrowInvalid, OSError
         if file is not None:
             file.close()
@@ -301,12 +309,12 @@ class _Reader:
 
     def __init__(self, key: _Key):
         self.path, self.columns, self.stamp = key.path, key.columns, key.stamp
-        self.file, self.remote = _open_file(key)
+        self.file, self.opened = _open_file(key)
         self.groups: OrderedDict[int, dict[str, np.ndarray | _Flawed]] = OrderedDict()
-        self.watch: int | None = None  # a descriptor of the local file read, to measure it
+        self.watch: int | None = None  # the descriptor of the local file read, measured
         if self.stamp is not None:
-            try:  # (opened after the reader's: a file replaced in between is refused)
-                self.watch = os.open(self.path, os.O_RDONLY)
+            try:  # (the file read: one replaced since the table was made is refused)
+                self.watch = self.opened.fileno()
                 self.check(opening=True)
             except BaseException:
                 self.close()
@@ -315,8 +323,9 @@ class _Reader:
     def check(self, opening: bool = False) -> None:
         """Raise when the local file read is not the one the table was made of.
 
-        Opening, its size, times and inode must be those of the stamp taken when the
-        table was made (a file replaced or rewritten since is refused); then, before a
+        Opening, its size, modification time and inode must be those of the stamp taken
+        when the table was made (a file replaced or rewritten since is refused; not one
+        whose metadata alone changed: its mode, its links, its access time); then, before a
         row group is decoded, the open file's size and modification time (a rewrite in
         place under the reader; a file replaced by a rename leaves the open one, the
         rows planned).
@@ -327,8 +336,8 @@ class _Reader:
         if self.watch is None or self.stamp is None:
             return
         st = os.fstat(self.watch)
-        names = ("size", "mtime_ns", "inode", "ctime_ns")[: 4 if opening else 2]
-        measured = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+        names = ("size", "mtime_ns", "inode")[: 3 if opening else 2]  # (not the ctime)
+        measured = (st.st_size, st.st_mtime_ns, st.st_ino)
         was = dict(zip(names, self.stamp, strict=False))
         now = dict(zip(names, measured, strict=False))
         changes = state_changes(was, now)
@@ -345,11 +354,8 @@ class _Reader:
         try:
             self.file.close()
         finally:
-            if self.remote is not None:
-                self.remote.close()
-            if self.watch is not None:
-                os.close(self.watch)
-                self.watch = None
+            self.watch = None
+            self.opened.close()
 
     def row_group(self, i: int) -> dict[str, np.ndarray | _Flawed]:
         """Row group ``i``: one numpy array per column (or a :class:`_Flawed` column).

@@ -228,7 +228,8 @@ def tokens(
     slices are views of it (no copy). The file it maps is measured before every read (its
     size and time, a ``.npy`` header) and, when a loader copies steps into a batch, after
     the copy: a file cut short or written again in place under the map is an error, never
-    zeros or other tokens (a view already taken reads what the file holds when it is read).
+    zeros or other tokens (a view already taken reads what the file holds when it is read;
+    a rewrite that keeps the size, the time and a ``.npy`` header is not seen).
 
     A file at a URL cannot be memory-mapped: each slice is read as a byte range, through a
     cache that reads ahead (:data:`streamseq.io.remote.BLOCK_SIZE` bytes a request), so

@@ -593,3 +593,40 @@ def test_a_path_that_is_not_a_regular_file_is_named_so_not_missing(tmp_path, wha
     with pytest.raises(SourceError, match="not a regular file") as info:
         table(str(path), columns=["x"])
     assert "no such file" not in str(info.value)
+
+
+@pytest.mark.parametrize("how", ["chmod", "hard link", "atime"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_file_whose_metadata_changed_but_not_its_content_is_read(tmp_path, how, workers):
+    path = str(tmp_path / "d.parquet")
+    _x_table(path, np.arange(21), "in place")
+    episodes = table(path, columns=["x"])
+    if how == "chmod":
+        os.chmod(path, 0o444)
+    elif how == "hard link":
+        os.link(path, tmp_path / "linked.parquet")
+    else:
+        os.utime(path, ns=(1, os.stat(path).st_mtime_ns))
+    assert episodes[1][0:5]["x"].tolist() == [7.0, 8.0, 9.0, 10.0, 11.0]
+    got = list(StreamLoader(table(path, columns=["x"]), 2, 4, num_workers=workers))
+    assert sum(int(b.valid.sum()) for b in got) == 21
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/self/fd")
+def test_a_local_file_read_holds_one_descriptor_that_is_also_measured(tmp_path):
+    import gc
+
+    paths = [str(tmp_path / f"{i}.parquet") for i in range(12)]
+    for i, path in enumerate(paths):
+        _x_table(path, np.arange(21) + i, "in place")
+    gc.collect()
+    before = len(os.listdir("/proc/self/fd"))
+    tables = [table(path, columns=["x"]) for path in paths]
+    assert [t[1][0:1]["x"].tolist() for t in tables] == [[7.0 + i] for i in range(12)]
+    assert len(os.listdir("/proc/self/fd")) - before <= len(paths)
+    _x_table(paths[0], -np.arange(21), "in place")  # (under the open reader)
+    with pytest.raises(SourceError, match="changed since the source was made"):
+        tables[0][2][0:2]
+    del tables
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) <= before

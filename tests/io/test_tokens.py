@@ -1,7 +1,9 @@
+import gc
 import multiprocessing
 import operator
 import os
 import pickle
+import time
 import tokenize
 
 import numpy as np
@@ -247,3 +249,57 @@ def test_a_file_changed_in_place_during_a_pass_is_an_error_naming_it_not_other_t
     assert error.path in {str(p) for p in paths} and error.path in text
     assert "changed since the source was made" in text
     assert error.index is not None and error.steps is not None and "steps" in text
+
+
+def _open_files():
+    gc.collect()  # (files of sources dropped before)
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/self/fd")
+def test_many_files_read_directly_keep_a_bounded_number_of_files_open(tmp_path, monkeypatch):
+    from streamseq.io import _mapped
+
+    monkeypatch.setattr(_mapped, "OPEN_FILES", 4)
+    paths = [str(tmp_path / f"{i}.npy") for i in range(30)]
+    for i, path in enumerate(paths):
+        np.save(path, np.arange(i, i + 10, dtype=np.int32))
+    before = _open_files()
+    streams = [tokens(path) for path in paths]
+    assert [s[2:4].tolist() for s in streams] == [[i + 2, i + 3] for i in range(30)]
+    assert _open_files() - before <= len(streams) + 4  # (a map holds a descriptor)
+    # a map beyond those kept open is measured through its path: a rewrite in place is
+    # refused, a file replaced by a rename leaves the map on the former one (planned)
+    np.save(paths[-1], np.arange(100, 110, dtype=np.int64))
+    with pytest.raises(SourceError, match="changed since the source was made"):
+        streams[-1][0:2]
+    np.save(paths[-2] + ".new.npy", np.arange(7))
+    os.replace(paths[-2] + ".new.npy", paths[-2])
+    assert streams[-2][0:2].tolist() == [28, 29]
+    out = np.zeros(3, np.int32)
+    assert streams[-3].read_into(0, 3, out) == 3 and out.tolist() == [27, 28, 29]
+    for s in streams:
+        s.close()
+    assert _open_files() <= before
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forks")
+def test_a_child_forked_while_a_thread_opens_a_map_opens_its_own(tmp_path):
+    from streamseq.io import _mapped
+
+    path = str(tmp_path / "a.npy")
+    np.save(path, np.arange(10, dtype=np.int32))
+    with _mapped._kept_lock:  # (a thread of the parent making a map when the child forks)
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if tokens(path)[2:4].tolist() == [2, 3] else 1)
+    for _ in range(600):  # (a child waiting for the parent's lock never ends: killed)
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the child waited for a lock held by the parent")
+    assert os.waitstatus_to_exitcode(status) == 0
