@@ -149,3 +149,13 @@ def raised_in_thread(fn, hang, bound=60):
     thread.join(bound)
     assert not thread.is_alive(), hang
     return got[0] if got else None
+
+
+def assert_changed_during_a_pass(error, paths):
+    """``error`` (a SourceError, or None) is that of a file of ``paths`` changed during a
+    pass: it names the file, the stream and the steps."""
+    assert error is not None
+    text = str(error)
+    assert error.path in {str(p) for p in paths} and error.path in text
+    assert "changed since the source was made" in text
+    assert error.index is not None and error.steps is not None and "steps" in text
