@@ -24,7 +24,9 @@ import multiprocessing
 import os
 import pickle
 import queue
+import select
 import signal
+import struct
 import threading
 import time
 import weakref
@@ -128,9 +130,13 @@ class ProcessWorkers:
         self.result_pipes: list[Any] = []
         self.workers: list[Any] = []
         self.starting: list[float | None] = []  # when each worker started, until it says so
+        method = multiprocessing.get_context().get_start_method()
+        given = None if method == "fork" else _pickled(seq)  # (once for all the workers)
         try:  # (until the finalizer stops them: a Ctrl-C meanwhile stops them here)
             for index in range(num_workers):
-                self._start(seq, index)
+                self._start(seq, given, index)
+            if given is not None:
+                self._feed(given)
             self._results = Poller(self.result_pipes)
             self._finalizer = weakref.finalize(
                 self,
@@ -149,7 +155,8 @@ class ProcessWorkers:
             raise
         ownership.track(self)
 
-    def _start(self, seq: Sequence[Any], index: int) -> None:
+    def _start(self, seq: Sequence[Any], given: bytes | None, index: int) -> None:
+        """Start worker ``index``: given ``seq`` pickled (``given``), it reads it later."""
         ctx = multiprocessing.get_context()
         jobs_rx, jobs_tx = ctx.Pipe(duplex=False)
         results_rx, results_tx = ctx.Pipe(duplex=False)
@@ -161,7 +168,6 @@ class ProcessWorkers:
         # the worker's parent: this process, unless a fork server starts it
         parent = self.owner if method in ("fork", "spawn") else None
         deathsig = threading.current_thread() is threading.main_thread()
-        given = None if method == "fork" else _pickled(seq)
         args = (seq if given is None else None, index, self.start_hook, jobs_rx, results_tx)
         args += (memory, size, mine, parent, deathsig, rows)
         worker = ctx.Process(target=_main, args=args, daemon=True)
@@ -180,9 +186,54 @@ class ProcessWorkers:
         self.workers.append(worker)
         self.starting.append(time.monotonic())
         self.pending.append(collections.deque())
-        if given is not None:  # (a worker gone meanwhile broke the pipe: wait() says so)
-            with contextlib.suppress(OSError):
-                jobs_tx.send_bytes(given)
+
+    def _feed(self, given: bytes) -> None:
+        """Send every started worker its pickled sequence, together, within :data:`STARTUP`.
+
+        The writes do not block: a worker reads its sequence once it has imported what
+        it needs (seconds, for a spawned one), the workers do so at the same time, and
+        one stuck before it reads (more than a pipe holds) is an error, not a hang. A
+        worker gone meanwhile broke its pipe: :meth:`wait` says so.
+
+        Raises:
+            NotStarted: a worker has not read its sequence within :data:`STARTUP` seconds.
+        """
+        n = len(given)
+        header = struct.pack("!i", n) if n <= 0x7FFFFFFF else struct.pack("!iQ", -1, n)
+        left = {
+            pipe.fileno(): (index, [memoryview(header), memoryview(given)])
+            for index, pipe in enumerate(self.job_pipes)
+        }
+        for fd in left:
+            os.set_blocking(fd, False)
+        try:
+            while left:
+                for fd, (index, _) in list(left.items()):
+                    if not self.workers[index].is_alive():
+                        del left[fd]  # (wait() reports it)
+                    elif time.monotonic() - self.starting[index] > STARTUP:
+                        for stuck, _ in left.values():  # (a full pipe: no stop marker fits)
+                            self.workers[stuck].kill()
+                        raise NotStarted(index, self.workers[index].pid, STARTUP)
+                writable = select.poll()
+                for fd in left:
+                    writable.register(fd, select.POLLOUT)
+                for fd, _ in writable.poll(POLL * 1000):
+                    chunks = left[fd][1]
+                    try:
+                        while chunks:
+                            chunks[0] = chunks[0][os.write(fd, chunks[0]) :]
+                            if not chunks[0]:
+                                chunks.pop(0)
+                    except BlockingIOError:
+                        continue  # the pipe is full: the worker reads on
+                    except OSError:
+                        pass  # gone: its pipe is broken (wait() reports it)
+                    del left[fd]
+        finally:
+            for pipe in self.job_pipes:
+                with contextlib.suppress(OSError, ValueError):
+                    os.set_blocking(pipe.fileno(), True)
 
     def forked(self) -> None:
         """In a forked child: let go of the parent's workers without touching them.

@@ -245,3 +245,40 @@ def test_an_interrupt_right_after_the_workers_started_leaves_none_running(monkey
     assert reaper.wait(10)
     left = [c for c in psutil.Process().children() if c.pid not in before]
     assert [c for c in left if c.is_running() and c.status() != psutil.STATUS_ZOMBIE] == []
+
+
+STUCK_AT_IMPORT = """
+import multiprocessing, time
+import numpy as np
+from streamseq.workers import processes
+
+if multiprocessing.current_process().name != "MainProcess":  # (a spawned worker)
+    time.sleep(100)  # stuck as it imports the main module, before it reads its sequence
+
+if __name__ == "__main__":
+    multiprocessing.set_start_method("spawn")
+    processes.STARTUP = 2.0
+    try:
+        workers = processes.ProcessWorkers([np.zeros(100_000)], 2, slots=4, slot_size=0)
+        workers.submit(0)
+        workers.wait()
+    except processes.NotStarted as e:
+        print("error:", e)
+"""
+
+
+def test_a_spawned_worker_stuck_before_it_reads_a_large_sequence_is_not_started(tmp_path):
+    """A sequence larger than a pipe holds is sent within the startup bound, never a hang."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "stuck.py"
+    script.write_text(STUCK_AT_IMPORT)
+    try:
+        done = subprocess.run(
+            [sys.executable, str(script)], capture_output=True, text=True, timeout=40
+        )
+    except subprocess.TimeoutExpired as e:
+        raise AssertionError("the main process hung sending a worker its sequence") from e
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "did not start within 2 s" in done.stdout, done.stdout
