@@ -43,7 +43,7 @@ from . import (
     threadlocals,  # noqa: F401 (its fork hooks: what other threads keep is kept)
     watchdog,
 )
-from .failures import Cancelled, HookFailed, NotStarted, WorkerGone
+from .failures import Cancelled, HookFailed, NotStarted, NotUnpickled, WorkerGone
 from .loop import HOOK, STARTED, STOP, run
 from .poll import poll
 from .shm import Pages
@@ -54,6 +54,8 @@ from .wire import Poller, dump_error, load_error, message
 logger = logging.getLogger("streamseq")
 
 GOODBYE = b"streamseq: worker done"
+UNPICKLED_NOT = -4
+"""The result of a worker process that could not unpickle its sequence (its error)."""
 POLL = 0.1  # seconds between liveness checks while waiting
 STARTUP = 120.0
 """Seconds a worker process may take from its start to its start hook: importing and
@@ -313,8 +315,8 @@ class ProcessWorkers:
             NotStarted: a worker has not said it started within :data:`STARTUP` seconds.
         """
         for index, w in enumerate(self.workers):
-            if not w.is_alive():
-                raise self._gone(index)
+            if not w.is_alive() and not self.result_pipes[index].poll(0):
+                raise self._gone(index)  # (what it said before it exited is read first)
         now = time.monotonic()
         for index, since in enumerate(self.starting):
             if since is not None and now - since > STARTUP:
@@ -327,6 +329,7 @@ class ProcessWorkers:
             WorkerGone: a worker died (its result pipe ended, or it exited).
             NoResult: nothing came within ``timeout`` seconds.
             HookFailed: a worker's start hook raised (its error chained).
+            NotUnpickled: a worker could not unpickle its sequence (its error chained).
             NotStarted: a worker did not start within :data:`STARTUP` seconds.
             Cancelled: :meth:`cancel` was called meanwhile, or the workers were stopped
                 (their finalizer ran: at interpreter exit, while another thread waits).
@@ -348,6 +351,9 @@ class ProcessWorkers:
         if item == HOOK:
             error = load_error(payload)
             raise HookFailed(self.start_hook, index, "process", error) from error
+        if item == UNPICKLED_NOT:
+            error = load_error(payload)
+            raise NotUnpickled(index, error) from error
         self.timing.add(index, read, idle)
         if self.pending[index] and self.pending[index][0][0] == item:
             self.pending[index].popleft()
@@ -576,6 +582,10 @@ def _main(
             seq = pickle.loads(jobs.recv_bytes())
         except (EOFError, OSError):
             return  # the main process is gone, or stopped this worker
+        except Exception as e:  # (said to the main process, which raises NotUnpickled)
+            with contextlib.suppress(OSError):
+                results.send_bytes(message((UNPICKLED_NOT, False, None, [], dump_error(e), 0, 0)))
+            return
     # The objects inherited through fork are left out of this process's collections:
     # a full collection writes to every object it walks, which would copy every page
     # of them here (about 70 ms in a process that imported torch and PyAV).

@@ -282,3 +282,46 @@ def test_a_spawned_worker_stuck_before_it_reads_a_large_sequence_is_not_started(
         raise AssertionError("the main process hung sending a worker its sequence") from e
     assert done.returncode == 0, done.stderr[-3000:]
     assert "did not start within 2 s" in done.stdout, done.stdout
+
+
+UNPICKLES_NOT = """
+import multiprocessing
+import numpy as np
+from streamseq.errors import WorkerError
+from streamseq.workers import processes
+
+class Refuses:
+    def __init__(self):
+        self.n = 1
+    def __len__(self):
+        return 1
+    def __getitem__(self, item):
+        return np.zeros(2)
+    def __setstate__(self, state):
+        if multiprocessing.current_process().name != "MainProcess":
+            raise ValueError("no such device in a worker")
+
+if __name__ == "__main__":
+    multiprocessing.set_start_method("spawn")
+    workers = processes.ProcessWorkers(Refuses(), 1, slots=4, slot_size=0)
+    workers.submit(0)
+    try:
+        workers.wait()
+    except WorkerError as e:
+        print("error:", type(e).__name__, e)
+    workers.stop()
+"""
+
+
+def test_a_spawned_worker_whose_sequence_fails_to_unpickle_says_why(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "refuses.py"
+    script.write_text(UNPICKLES_NOT)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=40
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "failed to start" in done.stdout, done.stdout
+    assert "ValueError: no such device in a worker" in done.stdout, done.stdout
