@@ -214,8 +214,6 @@ class ProcessWorkers:
                     if not self.workers[index].is_alive():
                         del left[fd]  # (wait() reports it)
                     elif time.monotonic() - self.starting[index] > STARTUP:
-                        for stuck, _ in left.values():  # (a full pipe: no stop marker fits)
-                            self.workers[stuck].kill()
                         raise NotStarted(index, self.workers[index].pid, STARTUP)
                 writable = select.poll()
                 for fd in left:
@@ -232,6 +230,10 @@ class ProcessWorkers:
                     except OSError:
                         pass  # gone: its pipe is broken (wait() reports it)
                     del left[fd]
+        except BaseException:  # (stuck, or Ctrl-C): a part sent, no stop marker would fit
+            for index, _ in left.values():
+                self.workers[index].kill()
+            raise
         finally:
             for pipe in self.job_pipes:
                 with contextlib.suppress(OSError, ValueError):

@@ -325,3 +325,32 @@ def test_a_spawned_worker_whose_sequence_fails_to_unpickle_says_why(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "failed to start" in done.stdout, done.stdout
     assert "ValueError: no such device in a worker" in done.stdout, done.stdout
+
+
+INTERRUPTED_SENDING = STUCK_AT_IMPORT.replace(
+    "processes.STARTUP = 2.0", "processes.STARTUP = 100.0"
+)
+INTERRUPTED_SENDING = INTERRUPTED_SENDING.replace(
+    "    try:\n",
+    "    import signal\n    signal.setitimer(signal.ITIMER_REAL, 2.0)\n"
+    "    signal.signal(signal.SIGALRM, signal.default_int_handler)\n    try:\n",
+    1,
+).replace(
+    "except processes.NotStarted as e:", "except KeyboardInterrupt as e:\n        print('stopped')"
+)
+
+
+def test_an_interrupt_while_a_large_sequence_is_sent_stops_the_workers_without_a_hang(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "interrupted.py"
+    script.write_text(INTERRUPTED_SENDING)
+    try:
+        done = subprocess.run(
+            [sys.executable, str(script)], capture_output=True, text=True, timeout=40
+        )
+    except subprocess.TimeoutExpired as e:
+        raise AssertionError("the main process hung stopping the workers") from e
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "stopped" in done.stdout, done.stdout
