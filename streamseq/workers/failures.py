@@ -75,6 +75,23 @@ class HookFailed(WorkerError):
         )
 
 
+class NotUnpickled(HookFailed):
+    """A worker process could not unpickle the sequence it was given; the error is its cause.
+
+    Example:
+        >>> str(NotUnpickled(0, ValueError("gone")))
+        'worker process 0 failed to start: its sequence failed to unpickle: ValueError: gone'
+    """
+
+    def __init__(self, worker: int, error: Any):
+        self.worker = worker
+        what = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else error
+        WorkerError.__init__(
+            self,
+            f"worker process {worker} failed to start: its sequence failed to unpickle: {what}",
+        )
+
+
 def describe_hook(hook: Any) -> str:
     """A start hook's qualified name (a function's) or its description.
 

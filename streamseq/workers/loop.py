@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import seqtools
 
-from ..errors import WorkerError, where_marked
+from ..errors import WorkerError, redact_error, redact_urls, where_marked
 from .failures import describe_item
 
 STOP = -1
@@ -53,8 +53,8 @@ def evaluate(seq: Sequence[Any], item: int) -> tuple[bool, Any]:
 
     An ``Exception`` is given as itself; anything else (``SystemExit``,
     ``KeyboardInterrupt`` raised by the sequence) as a :class:`WorkerError` naming it
-    and where it was raised (the stream and the steps, or what the item is), so that it
-    ends the evaluation, not the worker.
+    and where it was raised (the stream and the steps, or what the item is), credentials
+    hidden, so that it ends the evaluation, not the worker.
 
     Example:
         >>> evaluate([10, 11], 1), evaluate([], 0)[0]
@@ -66,8 +66,11 @@ def evaluate(seq: Sequence[Any], item: int) -> tuple[bool, Any]:
         return False, e
     except BaseException as e:
         where = where_marked(e) or describe_item(seq, item)
+        redact_error(e)  # (its text, and what it chains, shows no credential)
         error = WorkerError(
-            f"evaluating {where}, the worker was interrupted by {type(e).__name__}: {e}"
+            redact_urls(
+                f"evaluating {where}, the worker was interrupted by {type(e).__name__}: {e}"
+            )
         )
         error.__cause__ = e
         return False, error

@@ -24,7 +24,9 @@ import multiprocessing
 import os
 import pickle
 import queue
+import select
 import signal
+import struct
 import threading
 import time
 import weakref
@@ -41,7 +43,7 @@ from . import (
     threadlocals,  # noqa: F401 (its fork hooks: what other threads keep is kept)
     watchdog,
 )
-from .failures import Cancelled, HookFailed, NotStarted, WorkerGone
+from .failures import Cancelled, HookFailed, NotStarted, NotUnpickled, WorkerGone
 from .loop import HOOK, STARTED, STOP, run
 from .poll import poll
 from .shm import Pages
@@ -52,6 +54,8 @@ from .wire import Poller, dump_error, load_error, message
 logger = logging.getLogger("streamseq")
 
 GOODBYE = b"streamseq: worker done"
+UNPICKLED_NOT = -4
+"""The result of a worker process that could not unpickle its sequence (its error)."""
 POLL = 0.1  # seconds between liveness checks while waiting
 STARTUP = 120.0
 """Seconds a worker process may take from its start to its start hook: importing and
@@ -128,9 +132,13 @@ class ProcessWorkers:
         self.result_pipes: list[Any] = []
         self.workers: list[Any] = []
         self.starting: list[float | None] = []  # when each worker started, until it says so
+        method = multiprocessing.get_context().get_start_method()
+        given = None if method == "fork" else _pickled(seq)  # (once for all the workers)
         try:  # (until the finalizer stops them: a Ctrl-C meanwhile stops them here)
             for index in range(num_workers):
-                self._start(seq, index)
+                self._start(seq, given, index)
+            if given is not None:
+                self._feed(given)
             self._results = Poller(self.result_pipes)
             self._finalizer = weakref.finalize(
                 self,
@@ -149,7 +157,8 @@ class ProcessWorkers:
             raise
         ownership.track(self)
 
-    def _start(self, seq: Sequence[Any], index: int) -> None:
+    def _start(self, seq: Sequence[Any], given: bytes | None, index: int) -> None:
+        """Start worker ``index``: given ``seq`` pickled (``given``), it reads it later."""
         ctx = multiprocessing.get_context()
         jobs_rx, jobs_tx = ctx.Pipe(duplex=False)
         results_rx, results_tx = ctx.Pipe(duplex=False)
@@ -161,7 +170,6 @@ class ProcessWorkers:
         # the worker's parent: this process, unless a fork server starts it
         parent = self.owner if method in ("fork", "spawn") else None
         deathsig = threading.current_thread() is threading.main_thread()
-        given = None if method == "fork" else _pickled(seq)
         args = (seq if given is None else None, index, self.start_hook, jobs_rx, results_tx)
         args += (memory, size, mine, parent, deathsig, rows)
         worker = ctx.Process(target=_main, args=args, daemon=True)
@@ -180,9 +188,56 @@ class ProcessWorkers:
         self.workers.append(worker)
         self.starting.append(time.monotonic())
         self.pending.append(collections.deque())
-        if given is not None:  # (a worker gone meanwhile broke the pipe: wait() says so)
-            with contextlib.suppress(OSError):
-                jobs_tx.send_bytes(given)
+
+    def _feed(self, given: bytes) -> None:
+        """Send every started worker its pickled sequence, together, within :data:`STARTUP`.
+
+        The writes do not block: a worker reads its sequence once it has imported what
+        it needs (seconds, for a spawned one), the workers do so at the same time, and
+        one stuck before it reads (more than a pipe holds) is an error, not a hang. A
+        worker gone meanwhile broke its pipe: :meth:`wait` says so.
+
+        Raises:
+            NotStarted: a worker has not read its sequence within :data:`STARTUP` seconds.
+        """
+        n = len(given)
+        header = struct.pack("!i", n) if n <= 0x7FFFFFFF else struct.pack("!iQ", -1, n)
+        left = {
+            pipe.fileno(): (index, [memoryview(header), memoryview(given)])
+            for index, pipe in enumerate(self.job_pipes)
+        }
+        for fd in left:
+            os.set_blocking(fd, False)
+        try:
+            while left:
+                for fd, (index, _) in list(left.items()):
+                    if not self.workers[index].is_alive():
+                        del left[fd]  # (wait() reports it)
+                    elif time.monotonic() - self.starting[index] > STARTUP:
+                        raise NotStarted(index, self.workers[index].pid, STARTUP)
+                writable = select.poll()
+                for fd in left:
+                    writable.register(fd, select.POLLOUT)
+                for fd, _ in writable.poll(POLL * 1000):
+                    chunks = left[fd][1]
+                    try:
+                        while chunks:
+                            chunks[0] = chunks[0][os.write(fd, chunks[0]) :]
+                            if not chunks[0]:
+                                chunks.pop(0)
+                    except BlockingIOError:
+                        continue  # the pipe is full: the worker reads on
+                    except OSError:
+                        pass  # gone: its pipe is broken (wait() reports it)
+                    del left[fd]
+        except BaseException:  # (stuck, or Ctrl-C): a part sent, no stop marker would fit
+            for index, _ in left.values():
+                self.workers[index].kill()
+            raise
+        finally:
+            for pipe in self.job_pipes:
+                with contextlib.suppress(OSError, ValueError):
+                    os.set_blocking(pipe.fileno(), True)
 
     def forked(self) -> None:
         """In a forked child: let go of the parent's workers without touching them.
@@ -262,8 +317,8 @@ class ProcessWorkers:
             NotStarted: a worker has not said it started within :data:`STARTUP` seconds.
         """
         for index, w in enumerate(self.workers):
-            if not w.is_alive():
-                raise self._gone(index)
+            if not w.is_alive() and not self.result_pipes[index].poll(0):
+                raise self._gone(index)  # (what it said before it exited is read first)
         now = time.monotonic()
         for index, since in enumerate(self.starting):
             if since is not None and now - since > STARTUP:
@@ -276,6 +331,7 @@ class ProcessWorkers:
             WorkerGone: a worker died (its result pipe ended, or it exited).
             NoResult: nothing came within ``timeout`` seconds.
             HookFailed: a worker's start hook raised (its error chained).
+            NotUnpickled: a worker could not unpickle its sequence (its error chained).
             NotStarted: a worker did not start within :data:`STARTUP` seconds.
             Cancelled: :meth:`cancel` was called meanwhile, or the workers were stopped
                 (their finalizer ran: at interpreter exit, while another thread waits).
@@ -297,6 +353,9 @@ class ProcessWorkers:
         if item == HOOK:
             error = load_error(payload)
             raise HookFailed(self.start_hook, index, "process", error) from error
+        if item == UNPICKLED_NOT:
+            error = load_error(payload)
+            raise NotUnpickled(index, error) from error
         self.timing.add(index, read, idle)
         if self.pending[index] and self.pending[index][0][0] == item:
             self.pending[index].popleft()
@@ -525,6 +584,10 @@ def _main(
             seq = pickle.loads(jobs.recv_bytes())
         except (EOFError, OSError):
             return  # the main process is gone, or stopped this worker
+        except Exception as e:  # (said to the main process, which raises NotUnpickled)
+            with contextlib.suppress(OSError):
+                results.send_bytes(message((UNPICKLED_NOT, False, None, [], dump_error(e), 0, 0)))
+            return
     # The objects inherited through fork are left out of this process's collections:
     # a full collection writes to every object it walks, which would copy every page
     # of them here (about 70 ms in a process that imported torch and PyAV).

@@ -93,3 +93,24 @@ def test_seqtools_sequences_raise_their_own_errors_in_a_worker():
     ((_, ok, error),) = channel.results
     assert not ok and type(error) is KeyError and "frame 1" in str(error)
     assert seqtools.seterr() == "wrap"  # (the calling thread's setting is its own)
+
+
+ADDRESS = "https://alice:hunter2@host.example/a.bin?token=SECRET1"
+
+
+class ExitsWithAddress:
+    def __len__(self):
+        return 1
+
+    def __getitem__(self, item):
+        raise SystemExit(f"cannot reach {ADDRESS}")
+
+
+def test_an_exit_in_the_sequence_shows_no_credential_in_the_error_or_its_chain():
+    import traceback
+
+    ok, error = evaluate(ExitsWithAddress(), 0)
+    assert not ok and isinstance(error, WorkerError)
+    shown = "".join(traceback.format_exception(error))
+    assert "SystemExit" in str(error) and "host.example" in str(error), str(error)
+    assert "hunter2" not in shown and "SECRET1" not in shown, shown

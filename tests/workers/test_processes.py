@@ -245,3 +245,112 @@ def test_an_interrupt_right_after_the_workers_started_leaves_none_running(monkey
     assert reaper.wait(10)
     left = [c for c in psutil.Process().children() if c.pid not in before]
     assert [c for c in left if c.is_running() and c.status() != psutil.STATUS_ZOMBIE] == []
+
+
+STUCK_AT_IMPORT = """
+import multiprocessing, time
+import numpy as np
+from streamseq.workers import processes
+
+if multiprocessing.current_process().name != "MainProcess":  # (a spawned worker)
+    time.sleep(100)  # stuck as it imports the main module, before it reads its sequence
+
+if __name__ == "__main__":
+    multiprocessing.set_start_method("spawn")
+    processes.STARTUP = 2.0
+    try:
+        workers = processes.ProcessWorkers([np.zeros(100_000)], 2, slots=4, slot_size=0)
+        workers.submit(0)
+        workers.wait()
+    except processes.NotStarted as e:
+        print("error:", e)
+"""
+
+
+def test_a_spawned_worker_stuck_before_it_reads_a_large_sequence_is_not_started(tmp_path):
+    """A sequence larger than a pipe holds is sent within the startup bound, never a hang."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "stuck.py"
+    script.write_text(STUCK_AT_IMPORT)
+    try:
+        done = subprocess.run(
+            [sys.executable, str(script)], capture_output=True, text=True, timeout=40
+        )
+    except subprocess.TimeoutExpired as e:
+        raise AssertionError("the main process hung sending a worker its sequence") from e
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "did not start within 2 s" in done.stdout, done.stdout
+
+
+UNPICKLES_NOT = """
+import multiprocessing
+import numpy as np
+from streamseq.errors import WorkerError
+from streamseq.workers import processes
+
+class Refuses:
+    def __init__(self):
+        self.n = 1
+    def __len__(self):
+        return 1
+    def __getitem__(self, item):
+        return np.zeros(2)
+    def __setstate__(self, state):
+        if multiprocessing.current_process().name != "MainProcess":
+            raise ValueError("no such device in a worker")
+
+if __name__ == "__main__":
+    multiprocessing.set_start_method("spawn")
+    workers = processes.ProcessWorkers(Refuses(), 1, slots=4, slot_size=0)
+    workers.submit(0)
+    try:
+        workers.wait()
+    except WorkerError as e:
+        print("error:", type(e).__name__, e)
+    workers.stop()
+"""
+
+
+def test_a_spawned_worker_whose_sequence_fails_to_unpickle_says_why(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "refuses.py"
+    script.write_text(UNPICKLES_NOT)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=40
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "failed to start" in done.stdout, done.stdout
+    assert "ValueError: no such device in a worker" in done.stdout, done.stdout
+
+
+INTERRUPTED_SENDING = STUCK_AT_IMPORT.replace(
+    "processes.STARTUP = 2.0", "processes.STARTUP = 100.0"
+)
+INTERRUPTED_SENDING = INTERRUPTED_SENDING.replace(
+    "    try:\n",
+    "    import signal\n    signal.setitimer(signal.ITIMER_REAL, 2.0)\n"
+    "    signal.signal(signal.SIGALRM, signal.default_int_handler)\n    try:\n",
+    1,
+).replace(
+    "except processes.NotStarted as e:", "except KeyboardInterrupt as e:\n        print('stopped')"
+)
+
+
+def test_an_interrupt_while_a_large_sequence_is_sent_stops_the_workers_without_a_hang(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "interrupted.py"
+    script.write_text(INTERRUPTED_SENDING)
+    try:
+        done = subprocess.run(
+            [sys.executable, str(script)], capture_output=True, text=True, timeout=40
+        )
+    except subprocess.TimeoutExpired as e:
+        raise AssertionError("the main process hung stopping the workers") from e
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "stopped" in done.stdout, done.stdout
