@@ -191,6 +191,30 @@ def _open_file(key: _Key) -> tuple[Any, Any]:
         raise SourceError(key.path, f"cannot open as Parquet: {type(e).__name__}: {e}") from e
 
 
+def _descriptor(opened: Any, path: str) -> tuple[int, bool]:
+    """The descriptor of the local file ``opened`` reads, and whether it was opened here.
+
+    Its own (``fileno()``), or, where pyarrow's ``OSFile`` cannot tell it (``fileno()``
+    fails in pyarrow 16), the path opened again: the same file while nothing replaced it,
+    which the first check, against the table's stamp, tells.
+
+    Example:
+        >>> import tempfile
+        >>> class NoFileno:  # (pyarrow 16's OSFile)
+        ...     def fileno(self):
+        ...         raise AttributeError("'pyarrow.lib.OSFile' object has no attribute 'handle'")
+        >>> path = tempfile.mkstemp()[1]
+        >>> fd, owned = _descriptor(NoFileno(), path)
+        >>> owned, os.fstat(fd).st_ino == os.stat(path).st_ino
+        (True, True)
+        >>> os.close(fd)
+    """
+    try:
+        return opened.fileno(), False
+    except (AttributeError, OSError, NotImplementedError):
+        return os.open(path, os.O_RDONLY), True
+
+
 def _to_numpy(array: Any, path: str, name: str) -> np.ndarray:
     """A column as numpy: lists of one length become a 2-d array ``[rows, k, ...]``."""
     import pyarrow as pa
@@ -312,9 +336,10 @@ class _Reader:
         self.file, self.opened = _open_file(key)
         self.groups: OrderedDict[int, dict[str, np.ndarray | _Flawed]] = OrderedDict()
         self.watch: int | None = None  # the descriptor of the local file read, measured
+        self.owned = False  # whether ``watch`` was opened here (closed with the reader)
         if self.stamp is not None:
             try:  # (the file read: one replaced since the table was made is refused)
-                self.watch = self.opened.fileno()
+                self.watch, self.owned = _descriptor(self.opened, self.path)
                 self.check(opening=True)
             except BaseException:
                 self.close()
@@ -354,7 +379,9 @@ class _Reader:
         try:
             self.file.close()
         finally:
-            self.watch = None
+            if self.owned and self.watch is not None:
+                os.close(self.watch)
+            self.watch, self.owned = None, False
             self.opened.close()
 
     def row_group(self, i: int) -> dict[str, np.ndarray | _Flawed]:
