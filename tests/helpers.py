@@ -131,6 +131,22 @@ def run_python(code, *args, timeout):
     )
 
 
+def run_script(folder, code, *, timeout, hang=None):
+    """Run ``code`` as the script ``folder/script.py`` (a file: spawned workers import
+    its ``__main__``), its output captured as text. Past ``timeout``: an AssertionError
+    saying ``hang`` when given, else ``TimeoutExpired``."""
+    script = folder / "script.py"
+    script.write_text(code)
+    try:
+        return subprocess.run(
+            [sys.executable, str(script)], capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired as e:
+        if hang is None:
+            raise
+        raise AssertionError(hang) from e
+
+
 def raised_in_thread(fn, hang, bound=60):
     """What ``fn()`` raised in a daemon thread (None: nothing), which must end within
     ``bound`` seconds (a bound on a hang, not a measure of speed; ``hang`` says it)."""

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import psutil
 import pytest
-from helpers import default_sigint
+from helpers import default_sigint, run_script
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -406,11 +406,7 @@ if __name__ == "__main__":
 
 
 def test_spawned_workers_get_pickled_streams_and_openers(tmp_path):
-    script = tmp_path / "spawned.py"
-    script.write_text(SPAWN)
-    out = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
-    )
+    out = run_script(tmp_path, SPAWN, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "spawn spawn ok" in out.stdout
 
@@ -437,13 +433,8 @@ if __name__ == "__main__":
 @pytest.mark.timeout(240)
 def test_a_spawned_worker_that_dies_before_it_reads_its_streams_is_an_error_not_a_hang(tmp_path):
     """Its streams (more than a pipe holds) are sent once it runs: its death breaks the pipe."""
-    script = tmp_path / "spawned.py"
-    script.write_text(SPAWNED_CHILD_FAILS)
-    run = [sys.executable, str(script)]
-    try:
-        done = subprocess.run(run, capture_output=True, text=True, timeout=120)
-    except subprocess.TimeoutExpired as e:
-        raise AssertionError("the main process hung while starting a worker") from e
+    hang = "the main process hung while starting a worker"
+    done = run_script(tmp_path, SPAWNED_CHILD_FAILS, timeout=120, hang=hang)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "error: a worker process died unexpectedly" in done.stdout, done.stdout
     assert "exit code 1" in done.stdout, done.stdout
@@ -482,9 +473,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 
 
 def test_workers_end_when_the_main_process_is_killed_mid_write(tmp_path):
-    script = tmp_path / "killed.py"
-    script.write_text(KILLED_MAIN)
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    out = run_script(tmp_path, KILLED_MAIN, timeout=60)
     assert out.returncode == -signal.SIGKILL, out.stderr[-3000:]
     pids = [int(p) for p in out.stdout.split()]
     assert pids

@@ -6,6 +6,7 @@ import time
 import numpy as np
 import psutil
 import pytest
+from helpers import run_script
 
 from streamseq.workers import reaper
 from streamseq.workers.failures import Cancelled, HookFailed, NoResult, WorkerGone
@@ -269,17 +270,8 @@ if __name__ == "__main__":
 
 def test_a_spawned_worker_stuck_before_it_reads_a_large_sequence_is_not_started(tmp_path):
     """A sequence larger than a pipe holds is sent within the startup bound, never a hang."""
-    import subprocess
-    import sys
-
-    script = tmp_path / "stuck.py"
-    script.write_text(STUCK_AT_IMPORT)
-    try:
-        done = subprocess.run(
-            [sys.executable, str(script)], capture_output=True, text=True, timeout=40
-        )
-    except subprocess.TimeoutExpired as e:
-        raise AssertionError("the main process hung sending a worker its sequence") from e
+    hang = "the main process hung sending a worker its sequence"
+    done = run_script(tmp_path, STUCK_AT_IMPORT, timeout=40, hang=hang)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "did not start within 2 s" in done.stdout, done.stdout
 
@@ -314,14 +306,7 @@ if __name__ == "__main__":
 
 
 def test_a_spawned_worker_whose_sequence_fails_to_unpickle_says_why(tmp_path):
-    import subprocess
-    import sys
-
-    script = tmp_path / "refuses.py"
-    script.write_text(UNPICKLES_NOT)
-    done = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=40
-    )
+    done = run_script(tmp_path, UNPICKLES_NOT, timeout=40)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "failed to start" in done.stdout, done.stdout
     assert "ValueError: no such device in a worker" in done.stdout, done.stdout
@@ -341,16 +326,7 @@ INTERRUPTED_SENDING = INTERRUPTED_SENDING.replace(
 
 
 def test_an_interrupt_while_a_large_sequence_is_sent_stops_the_workers_without_a_hang(tmp_path):
-    import subprocess
-    import sys
-
-    script = tmp_path / "interrupted.py"
-    script.write_text(INTERRUPTED_SENDING)
-    try:
-        done = subprocess.run(
-            [sys.executable, str(script)], capture_output=True, text=True, timeout=40
-        )
-    except subprocess.TimeoutExpired as e:
-        raise AssertionError("the main process hung stopping the workers") from e
+    hang = "the main process hung stopping the workers"
+    done = run_script(tmp_path, INTERRUPTED_SENDING, timeout=40, hang=hang)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "stopped" in done.stdout, done.stdout
