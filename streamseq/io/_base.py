@@ -111,6 +111,23 @@ def state_changes(before: Mapping[str, Any], now: Mapping[str, Any]) -> list[str
     return [_change(k, before[k], now[k]) for k in changed]
 
 
+def changed_error(where: str, changes: list[str], during: str = "") -> SourceError:
+    """The error of a file that changed since its source was made (``changes`` in words).
+
+    ``during``: when it was seen, told after the changes (``"while it was decoded"``).
+
+    Example:
+        >>> changed_error("a.bin", ["size 4 -> 2 bytes"], "while it was read").detail[:60]
+        'changed since the source was made (size 4 -> 2 bytes, while '
+    """
+    told = ", ".join([*changes, during] if during else changes)
+    return SourceError(
+        where,
+        f"changed since the source was made ({told}): its steps would not be the ones "
+        "planned; make the source again to read the new file",
+    )
+
+
 def _change(field: str, old: Any, new: Any) -> str:
     """How a change of one field of a file's state is told."""
     tell = _CHANGES.get(field)
@@ -299,11 +316,7 @@ class Source:
             return None
         remote = getattr(self, "_remote", None)
         where = remote.public_url if remote is not None else self.path  # type: ignore[attr-defined]
-        return SourceError(
-            where,
-            f"changed since the source was made ({', '.join(changes)}): its steps would not "
-            "be the ones planned; make the source again to read the new file",
-        )
+        return changed_error(where, changes)
 
     def _lock(self) -> Any:
         """The lock of this process's handle.

@@ -32,7 +32,7 @@ except ImportError:  # (not on Windows)
     resource = None  # type: ignore[assignment]
 
 from streamseq.errors import SourceError
-from streamseq.io._base import state_changes
+from streamseq.io._base import changed_error, state_changes
 from streamseq.io._npy import read_npy_header
 
 #: how many maps of a process keep their file open to measure it (each map holds a
@@ -188,11 +188,7 @@ class MappedFile:
             return
         changes = [c for c in state_changes(self.state, now) if not c.startswith("header ")]
         changes = changes or ["its .npy header was written again"]
-        raise SourceError(
-            self.path,
-            f"changed since the source was made ({', '.join(changes)}): its steps would not "
-            "be the ones planned; make the source again to read the new file",
-        )
+        raise changed_error(self.path, changes)
 
     def close(self) -> None:
         """Close the file (the map stays readable while anything holds a view of it)."""

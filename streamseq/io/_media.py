@@ -28,7 +28,7 @@ import av
 from streamseq._redact import redacted_repr
 from streamseq.errors import SourceError
 from streamseq.io._av_compat import open_input
-from streamseq.io._base import Source, check_file, state_changes
+from streamseq.io._base import Source, changed_error, check_file, state_changes
 from streamseq.io.remote import Remote, locate
 from streamseq.read.handle import current_pid, keep_forever
 
@@ -321,12 +321,7 @@ class MediaSource(Source, ABC):
         """Raise the change of the file the decoder reads (or, after ``cause``, of the path)."""
         changes = reader.changes()
         if changes:
-            raise SourceError(
-                self.path,
-                f"changed since the source was made ({', '.join(changes)}, while it was "
-                "decoded): its steps would not be the ones planned; make the source again "
-                "to read the new file",
-            ) from cause
+            raise changed_error(self.path, changes, "while it was decoded") from cause
         if cause is not None:
             try:
                 changed = self._change()

@@ -39,7 +39,7 @@ from streamseq._files import missing
 from streamseq._redact import redacted_repr
 from streamseq.errors import SourceError
 from streamseq.io import remote
-from streamseq.io._base import Source, state_changes
+from streamseq.io._base import Source, changed_error, state_changes
 from streamseq.plan.identities import read_code
 from streamseq.read.handle import ProcessLocal
 
@@ -367,11 +367,7 @@ class _Reader:
         now = dict(zip(names, measured, strict=False))
         changes = state_changes(was, now)
         if changes:
-            raise SourceError(
-                self.path,
-                f"changed since the source was made ({', '.join(changes)}): its steps would "
-                "not be the ones planned; make the source again to read the new file",
-            )
+            raise changed_error(self.path, changes)
 
     def close(self) -> None:
         """Close the file (and its connection, for a URL); drop the decoded row groups."""
