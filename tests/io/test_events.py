@@ -1,8 +1,10 @@
+import importlib
 import math
 import multiprocessing
 import operator
 import os
 import pickle
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -202,15 +204,34 @@ def test_a_file_changed_in_place_during_a_pass_is_an_error_naming_it_not_other_e
     assert_changed_during_a_pass(error, paths)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="only the events a read takes are checked to be sorted: one event out of order "
-    "can end a bisection early, and the events after it are left out of every window",
-)
 def test_events_out_of_order_are_an_error_not_left_out():
     recording = np.zeros(1000, EVENT_DTYPE)
     recording["t"], recording["x"], recording["p"] = np.arange(1000) * 100, 1, 1
     recording["t"][500] = 10**7  # one event out of order: the rest are sorted
-    source = events(recording, window_us=1000, height=2, width=2, t0=0, length=100)
-    with pytest.raises(ValueError, match="not sorted"):
-        source[0:100]
+    with pytest.raises(ValueError, match="not sorted by t: event 501 .* event 500 "):
+        events(recording, window_us=1000, height=2, width=2, t0=0, length=100)
+
+
+@pytest.mark.parametrize("where", [1, 499, 500, 999])
+def test_a_file_of_events_out_of_order_is_refused_naming_it_and_the_events(tmp_path, where):
+    # one event out of order anywhere (a block's first or last included): refused when
+    # the source is made, naming the file and the two events, not left out of windows
+    recording = np.zeros(1000, EVENT_DTYPE)
+    recording["t"], recording["x"], recording["p"] = np.arange(1000) * 100, 1, 1
+    recording["t"][where] = recording["t"][where - 1] - 1
+    path = tmp_path / "rec.npy"
+    np.save(path, recording)
+    events_module = importlib.import_module("streamseq.io.events")
+    with mock.patch.object(events_module, "_ORDER_BLOCK", 500):  # (several blocks)
+        with pytest.raises(SourceError, match=rf"rec.npy: .*not sorted by t: event {where} "):
+            events(path, window_us=1000, height=2, width=2)
+        recording["t"][where] = recording["t"][where - 1]  # (equal times are in order)
+        np.save(path, recording)
+        assert len(events(path, window_us=1000, height=2, width=2)) > 0
+
+
+def test_a_file_that_is_not_a_recording_of_events_is_named(tmp_path):
+    path = tmp_path / "numbers.npy"
+    np.save(path, np.zeros(5))
+    with pytest.raises(SourceError, match="numbers.npy: .*fields"):
+        events(path, window_us=1000, height=2, width=2)

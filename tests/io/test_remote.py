@@ -38,6 +38,9 @@ def files(http_folder, s3_server):  # noqa: F811
         np.save(folder / name, (np.arange(2 * n, dtype=np.int32) + 1000 * i).reshape(n, 2))
     np.arange(999, dtype=np.uint16).tofile(folder / "flat.bin")
     np.save(folder / "ev.npy", synthetic_events(height=16, width=24, duration_us=200_000))
+    late = synthetic_events(height=16, width=24, duration_us=200_000)
+    late["t"][len(late) // 2] = late["t"][-1] + 1  # one event out of order
+    np.save(folder / "late.npy", late)
     for path in sorted(folder.iterdir()):
         s3_server.upload(path)
     return folder
@@ -105,6 +108,14 @@ def test_audio_and_events_batches_equal_local(served, workers):
     batches = list(StreamLoader(remote * 2, 2, 7, num_workers=workers))
     check_continuity(batches, [40, 40], sources=local * 2)
     assert_same(batches, list(StreamLoader(local * 2, 2, 7)))
+
+
+def test_remote_events_out_of_order_are_refused_naming_the_file(served):
+    base, options, folder = served
+    kw = {"window_us": 5000, "height": 16, "width": 24, "storage_options": options}
+    half = len(np.load(folder / "late.npy")) // 2
+    with pytest.raises(SourceError, match=rf"late.npy: .*not sorted by t: event {half + 1} "):
+        events(f"{base}/late.npy", **kw)
 
 
 @pytest.mark.parametrize("kind", SERVERS)
