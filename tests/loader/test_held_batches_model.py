@@ -12,7 +12,10 @@ size), forks children that check their batches after the parent dropped and reus
 them and children that read on in the parent's pass (a store's next batch copied ahead),
 indexes the loader from another thread during a pass, closes and deletes loaders. After
 every step, every batch delivered equals the reference's, and everything held equals its
-copy taken at delivery (invariant 8).
+copy taken at delivery (invariant 8). Every pass read to its end from the start of an
+epoch, or from a state loaded, is checked on its own by
+:func:`~streamseq.testing.check_continuity` against the arrays (every step once, in its
+row, each stream or segment marked where it starts: invariants 1 to 3).
 """
 
 import atexit
@@ -31,7 +34,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import streamseq.loader.reading
-from streamseq import StreamLoader, materialize, mix
+from streamseq import Batch, StreamLoader, materialize, mix
+from streamseq.testing import check_continuity
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -97,6 +101,16 @@ def view_of(batch, kind):
     return batch.reset
 
 
+def arrays_of(batch):
+    """A copy of a batch as numpy arrays (dict data too)."""
+    data, *fields = batch
+    if isinstance(data, dict):
+        data = {k: v.numpy().copy() for k, v in data.items()}
+    else:
+        data = data.numpy().copy()
+    return Batch(data, *(f.numpy().copy() for f in fields))
+
+
 def copy_of(held):
     if isinstance(held, np.ndarray):
         return held.copy()
@@ -130,10 +144,13 @@ class HostileUser(RuleBasedStateMachine):
             ["plain", "dict", "mix", "store", "store dict", "wide", "store wide"]
         ),
         pad=st.sampled_from(["zeros", "zeros", "pack"]),  # (pack: rests laid out anew)
+        segment_length=st.sampled_from([None, None, 6, 8]),
     )
-    def start(self, workers, persistent, data, pad):
+    def start(self, workers, persistent, data, pad, segment_length):
         self.data, self.workers, self.persistent = data, workers, persistent and workers > 0
-        self.pad = pad
+        self.pad, self.segment_length = pad, segment_length
+        self.loaded = None  # the state the next pass goes on from (a pass checked whole)
+        self.delivered = None  # the batches of the pass in progress, when it is checked
         self.here_bytes = streamseq.loader.reading.COPY_HERE_BYTES
         if data.startswith("store") and workers:  # (else read here whatever the workers)
             streamseq.loader.reading.COPY_HERE_BYTES = 0
@@ -153,6 +170,7 @@ class HostileUser(RuleBasedStateMachine):
             shuffle=True,
             seed=3,
             pad=self.pad,
+            segment_length=self.segment_length,
             num_workers=workers,
             max_buffered=4,
             persistent_workers=self.persistent and workers > 0,
@@ -171,17 +189,46 @@ class HostileUser(RuleBasedStateMachine):
         """The next batch of the loader and of the reference (None at the end of a pass)."""
         if self.it is None:
             self.it, self.ref_it = iter(self.loader), iter(self.ref)
+            self.delivered = self.pass_checked()
         got, want = next(self.it, None), next(self.ref_it, None)
         assert (got is None) == (want is None), "the passes have different lengths"
         if got is None:
             self.it = self.ref_it = None
+            if self.delivered is not None:
+                self.check_pass(*self.delivered)
+            self.delivered = None
             return None
+        if self.delivered is not None:
+            self.delivered[0].append(arrays_of(want))
         assert same_batch(got, want), "a batch differs from the reference's"
         valid, stats = int(got.valid.sum()), self.loader.stats
         self.steps = (self.steps if stats.batches > 1 else 0) + valid  # (a pass's first)
         assert stats.steps == self.steps, "the pass's figures are not those of its batches"
         assert stats.padding_steps == got.valid.numel() * stats.batches - stats.steps
         return got
+
+    def pass_checked(self):
+        """``([], state)`` where the pass starting is checked whole, else None.
+
+        A pass from the start of an epoch (``state`` None), or from the state just loaded;
+        not a mixture's (its streams are drawn, some more than once).
+        """
+        state, self.loaded = self.loaded, None
+        if self.data == "mix" or (state is None and self.ref.progress.done):
+            return None
+        return [], state
+
+    def check_pass(self, batches, state):
+        source = streams(reference(self.data))
+        lengths = [len(s["x"]) if isinstance(s, dict) else len(s) for s in source]
+        check_continuity(
+            batches,
+            lengths,
+            sources=source,
+            pack=self.pad == "pack",
+            segment_length=self.segment_length,
+            state=state,
+        )
 
     @rule(
         new_pass=st.booleans(),
@@ -227,6 +274,7 @@ class HostileUser(RuleBasedStateMachine):
             changed = weights != self.weights  # (a mixture's state of other weights)
             self.loader.load_state_dict(state, weights_changed=changed)
             self.ref.load_state_dict(ref_state, weights_changed=changed)
+            self.loaded = ref_state
         elif action in ("load", "load other"):  # a state of a loader of another batch size
             batch_size, count = data.draw(st.sampled_from([2, 3])), data.draw(st.integers(0, 5))
             for loader, ref in ((self.loader, False), (self.ref, True)):
@@ -234,7 +282,10 @@ class HostileUser(RuleBasedStateMachine):
                 it = iter(other)
                 for _ in range(count):
                     next(it, None)
-                loader.load_state_dict(other.state_dict())
+                state = other.state_dict()
+                loader.load_state_dict(state)
+                if ref:
+                    self.loaded = state
         elif action == "close":
             self.loader.close()
             self.ref.close()
