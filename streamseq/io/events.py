@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from streamseq._checks import check_int
 from streamseq._redact import redacted_repr
 from streamseq.errors import SourceError
 from streamseq.io._base import Source, check_file
@@ -36,30 +37,24 @@ _ORDER_BLOCK = 1 << 20
 _INT64 = np.iinfo(np.int64)
 
 
-def whole(name: str, value: Any, least: int | None = None) -> int:
-    """``value`` as an int: a whole number (``1000.0`` is 1000) of ``int64``, ``>= least``.
+def _whole(name: str, value: Any, least: int | None = None) -> int:
+    """``value`` as an int of ``int64`` (:func:`~streamseq._checks.check_int`: 1000.0 is 1000).
 
     Raises:
-        ValueError: naming the option: not a whole number (``2.5``, NaN, a string), out
-            of ``int64``, or smaller than ``least``.
+        TypeError: not a whole number (``2.5``, NaN, a string).
+        ValueError: smaller than ``least``, or out of ``int64``.
 
     Example:
-        >>> whole("window_us", 1000.0), whole("t0", np.int32(-5))
+        >>> _whole("window_us", 1000.0), _whole("t0", np.int32(-5))
         (1000, -5)
-        >>> whole("window_us", 0.5, least=1)
+        >>> _whole("t0", 2**70)
         Traceback (most recent call last):
         ...
-        ValueError: window_us must be a whole number >= 1 of int64, got 0.5
+        ValueError: t0 must be within int64, got 1180591620717411303424
     """
-    number = None
-    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
-        number = int(value)
-    elif isinstance(value, (float, np.floating)) and float(value).is_integer():
-        number = int(value)
-    low = _INT64.min if least is None else least
-    if number is None or not low <= number <= _INT64.max:
-        at_least = "" if least is None else f" >= {least}"
-        raise ValueError(f"{name} must be a whole number{at_least} of int64, got {value!r}")
+    number = check_int(value, name, least)
+    if not _INT64.min <= number <= _INT64.max:
+        raise ValueError(f"{name} must be within int64, got {number}")
     return number
 
 
@@ -108,10 +103,10 @@ class _Events(Source):
         storage_options: dict[str, Any] | None = None,
     ):
         super().__init__(close=_close)
-        window_us = whole("window_us", window_us, least=1)
-        height, width = whole("height", height, least=1), whole("width", width, least=1)
-        t0 = None if t0 is None else whole("t0", t0)
-        length = None if length is None else whole("length", length, least=0)
+        window_us = _whole("window_us", window_us, least=1)
+        height, width = _whole("height", height, least=1), _whole("width", width, least=1)
+        t0 = None if t0 is None else _whole("t0", t0)
+        length = None if length is None else _whole("length", length, least=0)
         self._remote = None
         if isinstance(source, np.ndarray):
             self.path = None
@@ -366,9 +361,10 @@ def events(
 
     Raises:
         FileNotFoundError: ``source`` is a path that does not exist.
-        ValueError: ``window_us``, ``height``, ``width`` (positive), ``t0`` or ``length``
-            (non-negative) is not a whole number of ``int64`` (``1000.0`` is 1000; ``2.5``
-            or NaN is refused, never cut); an array given lacks a field, has a field of
+        TypeError: ``window_us``, ``height``, ``width``, ``t0`` or ``length`` is not a
+            whole number (``1000.0`` is 1000; ``2.5`` or NaN is refused, never cut).
+        ValueError: one of them out of ``int64``, ``window_us``, ``height`` or ``width``
+            below 1, ``length`` below 0; an array given lacks a field, has a field of
             another kind (``t``, ``x``, ``y`` numbers; a float rounded down), or its times
             are not sorted numbers within ``int64`` once rounded down (the first event out
             of order, NaN or out of range named); an event read lies outside the sensor.
