@@ -39,6 +39,36 @@ class _Cursor:
         self.at = -1
 
 
+def _one_a_stream(name: str, values: Any, streams: int, least: int | None = None) -> np.ndarray:
+    """``values`` as ``int64``, one whole number (``>= least``) for each of ``streams``.
+
+    Raises:
+        ValueError: naming ``Row(name=...)``: another shape, a number that is not whole
+            (``2.5``, NaN), or one smaller than ``least``.
+
+    Example:
+        >>> _one_a_stream("lengths", [3, 4.0], 2).tolist()
+        [3, 4]
+    """
+    array = np.asarray(values)
+    if array.shape != (streams,):
+        problem = f"one a stream: {streams} streams, got shape {array.shape}"
+    elif array.size and array.dtype.kind not in "iuf":
+        problem = f"whole numbers, got dtype {array.dtype}"
+    else:
+        bad = np.zeros(array.shape, bool)
+        if array.dtype.kind == "f":
+            bad |= ~(np.isfinite(array) & (array == np.round(array)))
+        if least is not None:
+            bad |= array < least
+        if not bad.any():
+            return array.astype(np.int64)
+        i = int(np.flatnonzero(bad)[0])
+        at_least = "" if least is None else f" >= {least}"
+        problem = f"whole numbers{at_least}, got {name}[{i}] = {array[i]}"
+    raise ValueError(f"Row({name}=...) takes {problem}")
+
+
 class Row:
     """The lazy concatenation of the streams assigned to one row.
 
@@ -59,7 +89,10 @@ class Row:
             flag a stream, or None): packed (``pad="pack"``), each starts a chunk.
 
     Raises:
-        ValueError: ``resumed`` is not one flag a stream.
+        ValueError: ``resumed`` is not one flag a stream; ``lengths``, ``starts`` (both
+            non-negative) or ``stream_ids`` are not one whole number a stream (a length
+            past the end of its stream is found when it is read: an error, never
+            other steps).
 
     Example:
         >>> import numpy as np
@@ -90,14 +123,16 @@ class Row:
         self.transform = transform
         if lengths is None:
             lengths = [len(r) for r in self.refs]
-        self.lengths = np.asarray(lengths, dtype=np.int64)
+        self.lengths = _one_a_stream("lengths", lengths, len(self.refs), least=0)
         if stream_ids is None:
             stream_ids = [r.index for r in self.refs]
-        self.stream_ids = np.asarray(stream_ids, dtype=np.int64)
+        self.stream_ids = _one_a_stream("stream_ids", stream_ids, len(self.refs))
         self.offsets = np.concatenate([[0], np.cumsum(self.lengths)]).astype(np.int64)
-        self.starts = np.asarray(
-            np.zeros(len(self.refs)) if starts is None else starts, dtype=np.int64
-        )  # where each stream of the row starts in its source
+        self.starts = (  # where each stream of the row starts in its source
+            np.zeros(len(self.refs), np.int64)
+            if starts is None
+            else _one_a_stream("starts", starts, len(self.refs), least=0)
+        )
         self._cursor: ProcessLocal[_Cursor] = ProcessLocal(_Cursor)
 
     def __repr__(self) -> str:

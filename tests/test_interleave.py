@@ -219,3 +219,29 @@ def test_a_row_refuses_resumed_flags_that_are_not_one_a_stream(flags):
     refs = interleave_streams(coded_streams([3, 4, 2]), 1)[0].refs
     with pytest.raises(ValueError, match=r"resumed.* one flag a stream: 3 streams"):
         Row(refs, resumed=flags)
+
+
+@pytest.mark.parametrize(
+    "options, problem",
+    [
+        ({"lengths": [-1, 4]}, "lengths"),
+        ({"lengths": [2.5, 4]}, "lengths"),
+        ({"lengths": [np.nan, 4]}, "lengths"),
+        ({"lengths": [3]}, "lengths"),
+        ({"lengths": [[3, 4]]}, "lengths"),
+        ({"stream_ids": [0]}, "stream_ids"),
+        ({"starts": [0]}, "starts"),
+        ({"starts": [-1, 0]}, "starts"),
+        ({"starts": [0.5, 0]}, "starts"),
+    ],
+)
+def test_a_row_refuses_lengths_starts_or_ids_that_are_not_one_whole_number_a_stream(
+    options, problem
+):
+    # (a negative length read other steps, a length of 2.5 was cut to 2, a list one
+    # short left the last stream out, all silently; starts one short failed unnamed)
+    streams = [np.arange(3), np.arange(10, 14)]
+    with pytest.raises(ValueError, match=rf"Row\({problem}="):
+        Row(as_refs(streams), **options)
+    row = Row(as_refs(streams), lengths=np.array([3, 4.0]), starts=[0, 0], stream_ids=[0, 1])
+    assert row[0:7].tolist() == [0, 1, 2, 10, 11, 12, 13]

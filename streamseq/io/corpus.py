@@ -356,9 +356,35 @@ def _layout(path: str, dtype: npt.DTypeLike | None, size: int) -> tuple[np.dtype
             raise SourceError(path, f"truncated: {size} bytes, {expected} expected")
         return file_dtype, offset, count
     dtype = np.dtype(np.uint16 if dtype is None else dtype)
+    if dtype.kind not in "iu":
+        raise SourceError(path, f"a corpus holds integer tokens, not {dtype}")
     if size % dtype.itemsize:
         raise SourceError(path, f"size {size} is not a multiple of {dtype} ({dtype.itemsize})")
     return dtype, 0, size // dtype.itemsize
+
+
+def _eod_token(path: str, eod: Any, dtype: np.dtype) -> int:
+    """``eod`` as an int that a token of ``dtype`` can be (``3.0`` is 3).
+
+    Raises:
+        ValueError: naming the file: ``eod`` is not a whole number (``3.5``, NaN, a
+            string) or out of the range of ``dtype`` (no document would end).
+
+    Example:
+        >>> _eod_token("a.bin", 50256.0, np.dtype(np.uint16))
+        50256
+        >>> _eod_token("a.bin", -1, np.dtype(np.uint16))
+        Traceback (most recent call last):
+        ...
+        ValueError: a.bin: eod -1 is no token of uint16 (0 to 65535)
+    """
+    info = np.iinfo(dtype)
+    whole = isinstance(eod, (int, np.integer)) and not isinstance(eod, (bool, np.bool_))
+    if isinstance(eod, (float, np.floating)) and float(eod).is_integer():
+        eod, whole = int(eod), True
+    if not whole or not info.min <= int(eod) <= info.max:
+        raise ValueError(f"{path}: eod {eod!r} is no token of {dtype} ({info.min} to {info.max})")
+    return int(eod)
 
 
 def _eod_bounds(tokens: np.ndarray, eod: int) -> tuple[np.ndarray, np.ndarray]:
@@ -521,10 +547,12 @@ def token_corpus(
         lengths, one array; ``docs[a:b]`` a smaller table).
 
     Raises:
-        ValueError: neither or both of ``eod`` and ``index``, or a ``dtype`` that
-            contradicts the file.
+        ValueError: neither or both of ``eod`` and ``index``, a ``dtype`` that
+            contradicts the file, or an ``eod`` that no token of the file's dtype can be
+            (not a whole number, or out of its range).
         streamseq.errors.SourceError: naming the file: it is missing, empty, not a whole
-            number of tokens, a ``.npy`` array that is not 1-d integers, or the index is
+            number of tokens, a flat file of a ``dtype`` that is not integers, a ``.npy``
+            array that is not 1-d integers, or the index is
             out of range, decreasing or (``.idx``) damaged.
 
     Example:
@@ -558,7 +586,8 @@ def token_corpus(
     files: _Files = ((path, stamp),)
     if not megatron:
         if eod is not None:
-            starts, stops = _eod_bounds(_MAPS.of(key).get(lambda: _map(key)), int(eod))
+            token = _eod_token(path, eod, file_dtype)
+            starts, stops = _eod_bounds(_MAPS.of(key).get(lambda: _map(key)), token)
         else:
             starts, stops = _index_bounds(path, index, count)
             if isinstance(index, (str, os.PathLike)) and _mapped(starts):

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from streamseq._checks import check_int
 from streamseq._redact import redacted_repr
 from streamseq.errors import SourceError
 from streamseq.io._base import Source, check_file
@@ -32,13 +33,42 @@ _FIELDS = ("t", "x", "y", "p")
 #: of the ``t`` column: 8 MiB of ``int64`` times, 13 MiB of :data:`EVENT_DTYPE` rows read)
 _ORDER_BLOCK = 1 << 20
 
+#: the times a window's arithmetic holds (microseconds, as ``int64``)
+_INT64 = np.iinfo(np.int64)
+
+
+def _whole(name: str, value: Any, least: int | None = None) -> int:
+    """``value`` as an int of ``int64`` (:func:`~streamseq._checks.check_int`: 1000.0 is 1000).
+
+    Raises:
+        TypeError: not a whole number (``2.5``, NaN, a string).
+        ValueError: smaller than ``least``, or out of ``int64``.
+
+    Example:
+        >>> _whole("window_us", 1000.0), _whole("t0", np.int32(-5))
+        (1000, -5)
+        >>> _whole("t0", 2**70)
+        Traceback (most recent call last):
+        ...
+        ValueError: t0 must be within int64, got 1180591620717411303424
+    """
+    number = check_int(value, name, least)
+    if not _INT64.min <= number <= _INT64.max:
+        raise ValueError(f"{name} must be within int64, got {number}")
+    return number
+
+
+def _time(t: Any) -> int:
+    """An event's time as an int, a float one rounded down (the window that holds it)."""
+    return int(math.floor(t)) if isinstance(t, (float, np.floating)) else int(t)
+
 
 def first_out_of_order(recording: Any) -> int | None:
     """The first event whose ``t`` is smaller than the one before it; None if sorted.
 
     One pass over the ``t`` column, a block of :data:`_ORDER_BLOCK` events at a time (a
     memory-mapped or remote recording is read once, never held whole). Equal times are
-    in order.
+    in order; a NaN is in order with nothing (the event after it, or it, is named).
 
     Example:
         >>> rec = np.zeros(4, EVENT_DTYPE)
@@ -52,9 +82,9 @@ def first_out_of_order(recording: Any) -> int | None:
     last = None  # the time of the event before the block
     for a in range(0, len(recording), _ORDER_BLOCK):
         t = np.asarray(recording[a : a + _ORDER_BLOCK]["t"])
-        if last is not None and t[0] < last:
+        if last is not None and not t[0] >= last:
             return a
-        late = np.flatnonzero(t[1:] < t[:-1])
+        late = np.flatnonzero(~(t[1:] >= t[:-1]))
         if len(late):
             return a + 1 + int(late[0])
         last = t[-1]
@@ -73,8 +103,10 @@ class _Events(Source):
         storage_options: dict[str, Any] | None = None,
     ):
         super().__init__(close=_close)
-        if window_us <= 0:
-            raise ValueError(f"window_us must be positive, got {window_us}")
+        window_us = _whole("window_us", window_us, least=1)
+        height, width = _whole("height", height, least=1), _whole("width", width, least=1)
+        t0 = None if t0 is None else _whole("t0", t0)
+        length = None if length is None else _whole("length", length, least=0)
         self._remote = None
         if isinstance(source, np.ndarray):
             self.path = None
@@ -92,22 +124,21 @@ class _Events(Source):
         except BaseException:
             _close(recording)
             raise
-        self.window_us = int(window_us)
-        self.height = int(height)
-        self.width = int(width)
+        self.window_us, self.height, self.width = window_us, height, width
         #: how it reads (:func:`~streamseq.io._options.read_options`): the options given
         self.read_options = read_options(
             "events", {"window_us": window_us, "height": height, "width": width, "t0": t0}
         )
         n = len(recording)
-        t_first = int(recording["t"][0]) if n else 0
-        self.t0 = t_first if t0 is None else int(t0)
+        t_first = _time(recording["t"][0]) if n else 0
+        self.t0 = t_first if t0 is None else t0
         if length is not None:
-            self.length = int(length)
+            self.length = length
         elif n == 0:
             self.length = 0
         else:
-            self.length = max(0, math.ceil((int(recording["t"][-1]) - self.t0 + 1) / window_us))
+            last = _time(recording["t"][-1])
+            self.length = max(0, -(-(last - self.t0 + 1) // window_us))
 
     def _check(self, recording: np.ndarray | RemoteArray) -> None:
         """Refuse a recording that is not events sorted by ``t`` (one pass over ``t``).
@@ -129,13 +160,7 @@ class _Events(Source):
                 f"got shape {recording.shape} and fields {names}"
             )
         else:
-            late = first_out_of_order(recording)
-            if late is not None:
-                before, at = recording[late - 1]["t"], recording[late]["t"]
-                problem = (
-                    f"events are not sorted by t: event {late} (t={at}) comes after event "
-                    f"{late - 1} (t={before})"
-                )
+            problem = _fields_problem(recording.dtype) or _times_problem(recording)
         if problem is not None:
             if self.path is None:
                 raise ValueError(problem)
@@ -218,11 +243,14 @@ class _Events(Source):
         i0 = bisect.bisect_left(t, start)  # O(log n) reads: never copies the column
         i1 = bisect.bisect_left(t, stop, lo=i0)
         chunk = np.asarray(recording[i0:i1])
-        ts = chunk["t"].astype(np.int64)
+        ts = _floor(chunk["t"])
         if len(ts) > 1 and np.any(ts[1:] < ts[:-1]):
             raise ValueError(f"{self!r}: events are not sorted by t")
-        window = (ts - start) // self.window_us
-        x, y = chunk["x"].astype(np.int64), chunk["y"].astype(np.int64)
+        # t - start is in [0, (b - a) * window_us): exact in uint64, where int64 may wrap
+        # (times far apart); start >= t0 >= the least int64, and <= t when an event is read
+        since = ts.astype(np.uint64) - np.uint64(start % (1 << 64))
+        window = (since // np.uint64(self.window_us)).astype(np.int64)
+        x, y = _floor(chunk["x"]), _floor(chunk["y"])
         if len(ts) and (
             x.min() < 0 or y.min() < 0 or x.max() >= self.width or y.max() >= self.height
         ):
@@ -235,6 +263,54 @@ class _Events(Source):
         size = (b - a) * 2 * self.height * self.width
         counts = np.bincount(index, minlength=size)
         return counts.astype(np.float32).reshape(b - a, 2, self.height, self.width)
+
+
+def _floor(values: np.ndarray) -> np.ndarray:
+    """``values`` as ``int64``, floats rounded down (toward zero, -0.5 would read as 0)."""
+    if values.dtype.kind == "f":
+        values = np.floor(values)
+    return values.astype(np.int64)
+
+
+def _fields_problem(dtype: np.dtype) -> str | None:
+    """What makes the fields ``t, x, y, p`` of ``dtype`` not those of events, if anything.
+
+    ``t`` is integers or floats (microseconds), ``x`` and ``y`` too (a float pixel
+    rounded down), ``p`` those or booleans; each one value an event.
+    """
+    kinds = {"t": "iuf", "x": "iuf", "y": "iuf", "p": "biuf"}
+    for name in _FIELDS:
+        field = dtype.fields[name][0]
+        if field.shape != ():
+            return f"the field {name} must hold one value an event, got {field.shape}"
+        if field.kind not in kinds[name]:
+            return f"{name} of dtype {field} is not a number of microseconds or pixels"
+    return None
+
+
+def _times_problem(recording: np.ndarray | RemoteArray) -> str | None:
+    """What makes the times of ``recording`` unfit for windows, if anything (one pass).
+
+    Times must be sorted (an event out of order ends a bisection early: the events after
+    it would be left out of every window), numbers (a NaN is sorted with nothing), and
+    within ``int64`` once rounded down (the first and the last, the recording sorted).
+    """
+    late = first_out_of_order(recording)
+    if late is not None:
+        before, at = recording[late - 1]["t"], recording[late]["t"]
+        for i, t in ((late - 1, before), (late, at)):
+            if t != t:
+                return f"event {i} has t={t}, not a time"
+        return (
+            f"events are not sorted by t: event {late} (t={at}) comes after event "
+            f"{late - 1} (t={before})"
+        )
+    n = len(recording)
+    for i in (0, n - 1) if n else ():
+        t = recording[i]["t"]
+        if not (np.isfinite(t) and _INT64.min <= _time(t) <= _INT64.max):
+            return f"event {i} has t={t}, out of int64 microseconds"
+    return None
 
 
 def _close(recording: Any) -> None:
@@ -269,7 +345,8 @@ def events(
         source: a ``.npy`` file (memory-mapped, in each process that reads; at a URL,
             ``s3://``, ``https://`` or any fsspec protocol, read in ranges through a
             block cache) or an array, 1-d, structured with fields ``t`` (microseconds,
-            sorted), ``x``, ``y``, ``p``.
+            sorted; integers, or floats each counted in the window that holds it),
+            ``x``, ``y``, ``p``.
         window_us: duration of a step, in microseconds.
         height: sensor height (``y < height``).
         width: sensor width (``x < width``).
@@ -284,12 +361,17 @@ def events(
 
     Raises:
         FileNotFoundError: ``source`` is a path that does not exist.
-        ValueError: an array given lacks a field, or its events are not sorted by ``t``
-            (the first out of order named); an event read lies outside the sensor.
+        TypeError: ``window_us``, ``height``, ``width``, ``t0`` or ``length`` is not a
+            whole number (``1000.0`` is 1000; ``2.5`` or NaN is refused, never cut).
+        ValueError: one of them out of ``int64``, ``window_us``, ``height`` or ``width``
+            below 1, ``length`` below 0; an array given lacks a field, has a field of
+            another kind (``t``, ``x``, ``y`` numbers; a float rounded down), or its times
+            are not sorted numbers within ``int64`` once rounded down (the first event out
+            of order, NaN or out of range named); an event read lies outside the sensor.
         ImportError: ``source`` is a URL and fsspec (or the package of its protocol) is
             missing: ``pip install 'streamseq[remote]'``.
         streamseq.errors.SourceError: the file is not a readable ``.npy`` array of events
-            sorted by ``t`` (the first event out of order named); a URL
+            sorted by ``t`` (what the ValueError of an array says, naming the file); a URL
             cannot be reached (after a few attempts); on a read, the file changed since
             the source was made (each process checks when it opens the file, and a local
             file's map before and after every read: a file cut short or written again in

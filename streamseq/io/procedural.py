@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from streamseq._checks import check_int
 from streamseq.io._base import Source
 from streamseq.io._noise import value_noise
 
@@ -35,21 +36,22 @@ class _VirtualCamera(Source):
     ):
         super().__init__()
         image = np.asarray(image)
-        if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
+        if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8 or not image.size:
             raise ValueError(
-                f"image must be a uint8 array [H, W, 3], got {image.dtype} {image.shape}"
+                f"image must be a non-empty uint8 array [H, W, 3], got {image.dtype} {image.shape}"
             )
-        if length < 0:
-            raise ValueError(f"length must be >= 0, got {length}")
         self.image = image
-        self.length = int(length)
-        self.size = (int(size[0]), int(size[1]))
+        self.length = check_int(length, "length", 0)
+        if len(size) != 2:
+            raise ValueError(f"size must be (height, width), got {size!r}")
+        self.size = (check_int(size[0], "size[0]", 1), check_int(size[1], "size[1]", 1))
         self.seed = seed
-        self.speed = float(speed)
-        self.view = float(view)
-        self.zoom = float(zoom)
-        self.rotation = float(rotation)
-        self.tilt = float(tilt)
+        self.speed, self.rotation, self.tilt = (
+            _finite(speed, "speed"),
+            _finite(rotation, "rotation"),
+            _finite(tilt, "tilt"),
+        )
+        self.view, self.zoom = _finite(view, "view", 0), _finite(zoom, "zoom", 0)
         rng = np.random.default_rng(seed)
         # per degree of freedom (x, y, zoom, angle, tilt x, tilt y): frequencies in cycles
         # per step (a slow random walk look) and phases
@@ -115,6 +117,26 @@ class _VirtualCamera(Source):
         return out
 
 
+def _finite(value: float, name: str, above: float | None = None) -> float:
+    """``value`` as a float: a finite number (``> above`` if given), else a ValueError.
+
+    (A NaN draws black frames, an infinite one or a zoom of 0 fails the first read.)
+
+    Example:
+        >>> _finite(1, "zoom", 0)
+        1.0
+        >>> _finite(0.0, "zoom", 0)
+        Traceback (most recent call last):
+        ...
+        ValueError: zoom must be a finite number > 0, got 0.0
+    """
+    number = float(value)  # (a string: its ValueError)
+    if not math.isfinite(number) or (above is not None and not number > above):
+        more = "" if above is None else f" > {above}"
+        raise ValueError(f"{name} must be a finite number{more}, got {value!r}")
+    return number
+
+
 def _reflect(x: np.ndarray, n: int) -> np.ndarray:
     """Integer coordinates mirrored into ``[0, n)`` (edge pixels not repeated twice)."""
     if n == 1:
@@ -171,6 +193,12 @@ def virtual_camera(
 
     Returns:
         A stream: ``s[a:b]`` is a uint8 array ``[b - a, height, width, 3]``.
+
+    Raises:
+        TypeError: ``length`` or a side of ``size`` is not a whole number.
+        ValueError: ``image`` is not a non-empty uint8 array ``[H, W, 3]``, ``length`` is
+            negative, a side of ``size`` below 1, ``speed``, ``rotation`` or ``tilt`` not
+            finite, ``view`` or ``zoom`` not finite and positive.
 
     Example:
         >>> cam = virtual_camera(texture(128, 128, seed=0), length=100, size=(24, 32), seed=3)

@@ -51,6 +51,8 @@ _AUDIO_EXT = (".wav", ".flac", ".mp3", ".m4a", ".aac", ".ogg", ".opus")
 
 def _whole(x: float, what: str) -> int:
     """``x`` as an integer, if it is one within :data:`STEP_TOLERANCE` (else ValueError)."""
+    if not math.isfinite(x):
+        raise ValueError(what)
     k = round(x)
     if abs(x - k) > STEP_TOLERANCE * max(1.0, abs(x)):
         raise ValueError(what)
@@ -148,6 +150,10 @@ class _Windows(_Modality):
                 f"mismatched rates that cannot divide a step: a step of {step:g} s is not "
                 "a whole number of microseconds"
             ) from None
+        if window < 1:
+            raise ValueError(
+                f"a step of {step:g} s is shorter than a microsecond, the time unit of events"
+            )
         self.covered_us = len(source) * source.window_us
         if source.window_us == window:
             self.source = source
@@ -246,8 +252,8 @@ class _Recording(Source):
         name: str | None,
     ):
         super().__init__()
-        if not step > 0:
-            raise ValueError(f"step must be positive, got {step}")
+        if not (step > 0 and math.isfinite(step)):
+            raise ValueError(f"step must be a positive number of seconds, got {step}")
         if not modalities:
             raise ValueError("a recording needs at least one modality")
         if "valid" in modalities:

@@ -714,3 +714,23 @@ def test_an_index_that_is_not_a_regular_file_is_refused_not_waited_for(tmp_path,
     with pytest.raises(SourceError, match="not a regular file") as e:
         token_corpus(path, dtype=np.uint16, index=where)
     assert e.value.path == str(where)
+
+
+@pytest.mark.parametrize("eod", [-1, 65536, 70000, 3.5, float("nan"), "0"])
+def test_an_eod_that_no_token_of_the_file_can_be_is_refused_naming_the_file(tmp_path, eod):
+    # (a token of uint16 is never -1 nor 70000: the file was one document; 3.5 was cut
+    # to 3), silently
+    path = tmp_path / "c.bin"
+    np.arange(10, dtype=np.uint16).tofile(path)
+    with pytest.raises(ValueError, match=r"c.bin: eod"):
+        token_corpus(path, eod=eod)
+    assert token_corpus(path, eod=3.0).lengths.tolist() == [4, 6]
+    assert token_corpus(path, eod=np.int64(65535)).lengths.tolist() == [10]
+
+
+def test_a_flat_file_of_tokens_that_are_not_integers_is_refused(tmp_path):
+    # (a .npy file of floats was refused; a flat one read as floats compared with eod)
+    path = tmp_path / "c.bin"
+    np.arange(10, dtype=np.uint16).tofile(path)
+    with pytest.raises(SourceError, match=r"c.bin: .*integer tokens.*float32"):
+        token_corpus(path, dtype=np.float32, eod=0)

@@ -235,3 +235,94 @@ def test_a_file_that_is_not_a_recording_of_events_is_named(tmp_path):
     np.save(path, np.zeros(5))
     with pytest.raises(SourceError, match="numbers.npy: .*fields"):
         events(path, window_us=1000, height=2, width=2)
+
+
+def _events_of(t, dtype="<i8", x=0):
+    rec = np.zeros(len(t), [("t", dtype), ("x", "<u2"), ("y", "<u2"), ("p", "i1")])
+    rec["t"], rec["x"], rec["p"] = t, x, 1
+    return rec
+
+
+def test_float_times_fall_in_the_window_that_holds_them_negative_ones_included():
+    # a float t is in window k when t0 + k * window_us <= t < t0 + (k + 1) * window_us:
+    # rounded toward zero, -15.5 would start the first window at -15 (leaving the event
+    # before it out) and -5.5 would count in the window of -5
+    t = [-15.5, -5.5, -0.25, 0.0, 12.2, 29.9]
+    e = events(_events_of(t, "<f8"), window_us=10, height=1, width=1)
+    assert e.t0 == -16 and len(e) == 5
+    got = e[0 : len(e)][:, 1, 0, 0].tolist()
+    assert got == [1, 3, 1, 0, 1]  # [-16,-6) [-6,4) [4,14) [14,24) [24,34)
+    assert sum(got) == len(t)
+
+
+@pytest.mark.parametrize(
+    "t, dtype, problem",
+    [
+        ([0.0, np.nan, 12.0], "<f8", "event 1 .*t=nan"),
+        ([np.nan, 5.0, 12.0], "<f8", "event 0 .*t=nan"),
+        ([0.0, 5.0, np.nan], "<f4", "event 2 .*t=nan"),
+        ([0.0, 5.0, np.inf], "<f8", "event 2 .*t=inf"),
+        ([-np.inf, 5.0], "<f8", "event 0 .*t=-inf"),
+        ([0.0, 2.0**70], "<f8", "event 1 .*int64"),
+        ([0, 2**63 + 5], "<u8", "event 1 .*int64"),
+        (np.array([0, 5], "datetime64[us]"), "datetime64[us]", "t of dtype datetime64"),
+        (["0", "5"], "U3", "t of dtype <U3"),
+        ([0, 5], "c16", "t of dtype complex128"),
+    ],
+)
+def test_times_that_are_not_int64_microseconds_are_refused_naming_the_file_and_event(
+    tmp_path, t, dtype, problem
+):
+    # (they read as an error without a name, events left out, or other windows)
+    recording = _events_of(t, dtype)
+    with pytest.raises(ValueError, match=problem):
+        events(recording, window_us=10, height=1, width=1)
+    path = tmp_path / "rec.npy"
+    np.save(path, recording)
+    with pytest.raises(SourceError, match=f"rec.npy: .*{problem}"):
+        events(path, window_us=10, height=1, width=1)
+
+
+def test_a_field_of_several_values_an_event_is_refused():
+    dtype = np.dtype([("t", "<i8", (2,)), ("x", "<u2"), ("y", "<u2"), ("p", "i1")])
+    with pytest.raises(ValueError, match="one value an event"):
+        events(np.zeros(3, dtype), window_us=10, height=1, width=1)
+
+
+@pytest.mark.parametrize(
+    "options, name",
+    [
+        ({"window_us": 2.5}, "window_us"),
+        ({"window_us": 0.5}, "window_us"),
+        ({"window_us": float("nan")}, "window_us"),
+        ({"window_us": float("inf")}, "window_us"),
+        ({"window_us": 2**70}, "window_us"),
+        ({"length": -3}, "length"),
+        ({"length": 2.7}, "length"),
+        ({"length": float("nan")}, "length"),
+        ({"t0": 2.5}, "t0"),
+        ({"t0": -(2**70)}, "t0"),
+        ({"height": 1.5}, "height"),
+        ({"height": -1}, "height"),
+        ({"width": 0}, "width"),
+        ({"width": "2"}, "width"),
+    ],
+)
+def test_options_that_are_not_whole_numbers_in_range_are_refused_when_made(options, name):
+    # (they were cut to whole numbers: a window of 0.5 us read as 0, every window empty,
+    # one of 2.5 us counted steps by 2.5 and read them by 2; or failed when read, unnamed)
+    recording = _events_of([0, 5, 12, 29])
+    kwargs = {"window_us": 10, "height": 1, "width": 2, **options}
+    with pytest.raises((TypeError, ValueError), match=rf"\b{name}\b"):
+        events(recording, **kwargs)
+    whole = {k: float(v) for k, v in kwargs.items()}  # (1000.0 is 1000)
+    assert len(events(recording, **{**whole, **{name: 10.0 if name == "window_us" else 1.0}}))
+
+
+def test_times_far_apart_are_counted_in_their_windows_without_overflow():
+    # t - t0 past int64 (2**64 - 1 here) wrapped, counted the last event in window -1
+    t = [-(2**63), -(2**63) + 7, 2**63 - 1]
+    e = events(_events_of(t), window_us=2**62, height=1, width=1)
+    assert len(e) == 4
+    assert e[0:4][:, 1, 0, 0].tolist() == [2, 0, 0, 1]
+    assert e[3:4][:, 1, 0, 0].tolist() == [1]

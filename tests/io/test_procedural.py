@@ -85,3 +85,30 @@ def test_a_virtual_camera_waits_on_no_network(image):
     # Its frames are drawn by this process (no file, no request): in a worker process its
     # first reads are the writer's, one by one, as those of a local file are.
     assert virtual_camera(image, length=4, size=(8, 8)).on_network is False
+
+
+@pytest.mark.parametrize(
+    "options, name",
+    [
+        ({"length": 2.5}, "length"),
+        ({"length": float("nan")}, "length"),
+        ({"length": float("inf")}, "length"),
+        ({"size": (2.5, 8)}, "size"),
+        ({"size": (0, 8)}, "size"),
+        ({"size": (-8, 8)}, "size"),
+        ({"speed": float("nan")}, "speed"),
+        ({"view": float("nan")}, "view"),
+        ({"view": 0}, "view"),
+        ({"zoom": 0}, "zoom"),
+        ({"zoom": -1.0}, "zoom"),
+        ({"rotation": float("inf")}, "rotation"),
+        ({"tilt": float("nan")}, "tilt"),
+        ({"image": np.zeros((0, 0, 3), np.uint8)}, "image"),
+    ],
+)
+def test_settings_that_draw_no_frame_are_refused_when_the_camera_is_made(options, name):
+    # (a NaN speed or view drew black frames, a length or size of 2.5 was cut to 2,
+    # silently; a zoom of 0 or an empty image failed when read, unnamed)
+    kwargs = {"image": texture(32, 32, seed=0), "length": 3, "size": (8, 8), **options}
+    with pytest.raises((TypeError, ValueError), match=name):
+        virtual_camera(**kwargs)

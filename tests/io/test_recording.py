@@ -215,3 +215,22 @@ def test_in_a_loader_same_batches_for_any_workers_and_after_resume(takes, worker
     assert set(batch.data) == {"video", "audio", "events", "label", "valid"}
     assert tuple(batch.data["audio"].shape) == (2, 6, 640, 1)
     assert batch.data["valid"]["audio"].dtype.is_floating_point is False
+
+
+@pytest.mark.parametrize(
+    "step, offsets, problem",
+    [
+        (float("inf"), None, "step must be"),
+        (1e-300, None, "microsecond"),
+        (0.001, {"events": float("inf")}, "offset inf s"),
+        (0.001, {"events": float("-inf")}, "offset -inf s"),
+    ],
+)
+def test_a_step_or_offset_that_is_no_number_of_microseconds_is_refused_naming_it(
+    step, offsets, problem
+):
+    # (they failed with an OverflowError or a ZeroDivisionError naming nothing)
+    ev = synthetic_events(height=8, width=8, duration_us=50_000, seed=1)
+    e = events(ev, window_us=1000, height=8, width=8)
+    with pytest.raises((ValueError, SourceError), match=problem):
+        recording(step=step, events=e, offsets=offsets)
