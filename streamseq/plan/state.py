@@ -28,7 +28,7 @@ import numpy as np
 from .._redact import redact_urls
 from .cursor import Cursor
 from .draws import encode_draw
-from .epoch import RESUMED_AT_CHUNKS, same_plans
+from .epoch import RESUMED_AT_CHUNKS, SEGMENTS_AT_CHUNKS, same_plans
 from .fields import short
 from .planner import EpochPlan, Epochs, epoch_units
 from .progress import Progress, progress_at
@@ -175,12 +175,25 @@ def make_state(
 
 def _progress_at(spec: PlanSpec, plan: EpochPlan, batches: int) -> Progress:
     """Where the units of ``plan``'s epoch stand after ``batches`` of its batches."""
-    lengths, pack = (spec.units if plan.units is None else plan.units)[2], spec.pad == "pack"
+    _, starts, lengths = spec.units if plan.units is None else plan.units
+    pack = spec.pad == "pack"
     done = None if plan.rest is None else plan.rest.done
     cap = spec.max_streams_per_chunk if pack else None
     at_chunks = spec.version >= RESUMED_AT_CHUNKS
+    segmented = spec.version >= SEGMENTS_AT_CHUNKS and spec.segment_length is not None
     pieces, rows, t = plan.pieces, plan.assignment, spec.tbins
-    return progress_at(lengths, pieces, rows, t, pack, batches, done, cap, at_chunks)
+    return progress_at(
+        lengths,
+        pieces,
+        rows,
+        t,
+        pack,
+        batches,
+        done,
+        cap,
+        at_chunks,
+        starts if segmented else None,
+    )
 
 
 def read_state(
@@ -354,7 +367,9 @@ def _resume(spec: PlanSpec, saved: SavedState, per_epoch: bool) -> tuple[Resumed
     progress = None
     if saved.progress is not None:
         progress = Progress.from_state(saved.progress, lengths, draw)
-    alike = same_plans(old.version, spec.version, spec.pad == "pack" and rest is not None)
+    pack = spec.pad == "pack"
+    segments = pack and spec.segment_length is not None
+    alike = same_plans(old.version, spec.version, pack and rest is not None, segments)
     same = old.rows == spec.rows and alike
     # on the same rows, the loader's plans: the state's plan is kept for the pass reading it
     at = None if rest is None else (epoch, rest)
