@@ -193,8 +193,8 @@ def most_chunks(
         >>> most_chunks(np.array([3, 3, 3]), 4, None), most_chunks(np.array([3, 3, 3]), 4, None,
         ...                                                        np.array([0, 1, 1], bool))
         (3, 3)
-        >>> most_chunks(np.array([1, 1, 1, 1]), 4, None, np.array([0, 1, 0, 1], bool))
-        2
+        >>> most_chunks(np.array([1, 1, 1, 1]), 4, None, np.array([0, 1, 1, 0], bool))
+        3
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     unpacked = int((-(-lengths // tbins)).sum())

@@ -148,9 +148,9 @@ def plan_resumed(
         >>> rest = Progress(np.array([False, False]), np.array([0]), np.array([2]), np.array([0]))
         >>> plan_resumed(spec, pieces, rest).tolist(), plan_resumed(spec, pieces, None)
         ([True, False], None)
-        >>> spec = spec.replace(segment_length=3)  # units: [0:3] and [3:6] of 0, 1
+        >>> spec = spec.replace(segment_length=3)  # units: steps 0:3, 3:6 of 0; 0:3, 3:4 of 1
         >>> plan_resumed(spec, whole_units(spec.units[2]), None).tolist()
-        [False, True, False]
+        [False, True, False, True]
         >>> plan_resumed(spec.replace(version=3), whole_units(spec.units[2]), None)
     """
     if spec.pad != "pack" or spec.version < RESUMED_AT_CHUNKS:

@@ -239,4 +239,4 @@ def test_a_state_of_a_packed_rest_of_plan_version_2_loads_and_delivers_the_rest_
         assert [b.reset.tolist() for b in batches] == [[True] + [False] * (rows - 1)] + [
             [False] * rows
         ]
-        assert loader.state_dict()["plan_version"] == 3
+        assert loader.state_dict()["plan_version"] == 4
