@@ -362,10 +362,10 @@ def make_rows(
     segments, and row r reads segment ``m`` from ``refs[source[m]]`` at ``start[m]``.
     ``carried[r] >= 0`` marks a row whose first stream goes on from a resumed state's row
     (see :meth:`streamseq.plan.planner.EpochPlan.continued`); ``resumed[r]`` flags the
-    streams of row r that go on with a stream from a step other than 0 (:meth:`~streamseq.plan.planner.EpochPlan.resumed_of`:
-    packed, each starts a chunk). ``unread`` rows are for
-    their plan only (lengths, stream ids: a picture of the plan): no stream is referenced
-    in them, and they cannot be read.
+    streams of row r that go on with a stream from a step other than 0
+    (:meth:`~streamseq.plan.planner.EpochPlan.resumed_of`: packed, each starts a chunk).
+    ``unread`` rows are for their plan only (lengths, stream ids: a picture of the
+    plan): no stream is referenced in them, and they cannot be read.
 
     Example:
         >>> refs = as_refs([np.arange(3), np.arange(2)])
