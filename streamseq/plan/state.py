@@ -28,9 +28,9 @@ import numpy as np
 from .._redact import redact_urls
 from .cursor import Cursor
 from .draws import encode_draw
-from .epoch import RESUMED_AT_CHUNKS, SEGMENTS_AT_CHUNKS, same_plans
+from .epoch import same_plans
 from .fields import short
-from .planner import EpochPlan, Epochs, epoch_units
+from .planner import EpochPlan, Epochs, epoch_units, plan_resumed
 from .progress import Progress, progress_at
 from .reweigh import HOW, mixture_differences, reweigh, spec_of_state
 from .saved import STATE_VERSION, SavedState
@@ -175,25 +175,12 @@ def make_state(
 
 def _progress_at(spec: PlanSpec, plan: EpochPlan, batches: int) -> Progress:
     """Where the units of ``plan``'s epoch stand after ``batches`` of its batches."""
-    _, starts, lengths = spec.units if plan.units is None else plan.units
-    pack = spec.pad == "pack"
+    lengths, pack = (spec.units if plan.units is None else plan.units)[2], spec.pad == "pack"
     done = None if plan.rest is None else plan.rest.done
     cap = spec.max_streams_per_chunk if pack else None
-    at_chunks = spec.version >= RESUMED_AT_CHUNKS
-    segmented = spec.version >= SEGMENTS_AT_CHUNKS and spec.segment_length is not None
+    flags = plan_resumed(spec, plan.pieces, plan.rest, plan.units)  # (start a chunk)
     pieces, rows, t = plan.pieces, plan.assignment, spec.tbins
-    return progress_at(
-        lengths,
-        pieces,
-        rows,
-        t,
-        pack,
-        batches,
-        done,
-        cap,
-        at_chunks,
-        starts if segmented else None,
-    )
+    return progress_at(lengths, pieces, rows, t, pack, batches, done, cap, False, flags)
 
 
 def read_state(
