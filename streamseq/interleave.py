@@ -85,8 +85,10 @@ class Row:
             stream, see ``segment_length``); steps are then counted in the source.
         carried: whether the row's first stream goes on from a row of a resumed state,
             whose recurrent state moves with it: its first step is then no reset.
-        resumed: which streams of the row go on with a stream begun before a resume (one
-            flag a stream, or None): packed (``pad="pack"``), each starts a chunk.
+        resumed: which streams of the row go on with a stream from a step other than 0
+            (one flag a stream, or None): a segment other than a stream's first, or the
+            rest of a stream begun before a resume. Packed (``pad="pack"``), each starts
+            a chunk, where ``reset`` marks it (no ``step == 0`` does).
 
     Raises:
         ValueError: ``resumed`` is not one flag a stream; ``lengths``, ``starts`` (both
@@ -395,10 +397,10 @@ def make_rows(
     segments, and row r reads segment ``m`` from ``refs[source[m]]`` at ``start[m]``.
     ``carried[r] >= 0`` marks a row whose first stream goes on from a resumed state's row
     (see :meth:`streamseq.plan.planner.EpochPlan.continued`); ``resumed[r]`` flags the
-    streams of row r begun before a resume (:meth:`~streamseq.plan.planner.EpochPlan.resumed_of`:
-    packed, each starts a chunk). ``unread`` rows are for
-    their plan only (lengths, stream ids: a picture of the plan): no stream is referenced
-    in them, and they cannot be read.
+    streams of row r that go on with a stream from a step other than 0
+    (:meth:`~streamseq.plan.planner.EpochPlan.resumed_of`: packed, each starts a chunk).
+    ``unread`` rows are for their plan only (lengths, stream ids: a picture of the
+    plan): no stream is referenced in them, and they cannot be read.
 
     Example:
         >>> refs = as_refs([np.arange(3), np.arange(2)])

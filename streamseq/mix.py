@@ -263,7 +263,7 @@ def _padding(spec: Any, plan: EpochPlan, group: np.ndarray, count: int) -> np.nd
     from .plan.packing import placed_cap, row_spans
     from .plan.planner import plan_resumed
 
-    resumed = plan_resumed(spec, plan.pieces, plan.rest)  # (begun before: start a chunk)
+    resumed = plan_resumed(spec, plan.pieces, plan.rest, plan.units)  # (start a chunk)
     if resumed is None:
         resumed = np.zeros(len(length), bool)
     if cap is None and not resumed.any():

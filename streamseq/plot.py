@@ -22,6 +22,7 @@ from .gather.chunkmap import ChunkMap
 from .gather.meta import write_resets
 from .gather.positions import Positions
 from .interleave import Row, make_rows
+from .plan.packing import placed_cap, row_spans
 from .plan.planner import EpochPlan, planned
 from .plan.spec import PlanSpec
 from .read.ref import as_refs
@@ -161,9 +162,10 @@ def global_rows(spec: PlanSpec, plan: EpochPlan) -> list[Row]:
     The streams are known by their lengths alone (``spec.lengths``): a row's cells need
     no more.
     """
-    carried = []
+    carried, resumed = [], []
     for rank in range(spec.world_size):
         carried += plan.continued(spec.replace(rank=rank))
+        resumed += plan.resumed_of(spec.replace(rank=rank)) or []
     return make_rows(
         as_refs(StreamTable(range, spec.lengths)),  # (no object per stream)
         plan.pieces[2],
@@ -171,6 +173,7 @@ def global_rows(spec: PlanSpec, plan: EpochPlan) -> list[Row]:
         units=plan.units_of(spec),
         carried=carried,
         unread=True,  # (a picture of the plan: no stream is referenced)
+        resumed=resumed or None,  # (packed, the pieces that start a chunk)
     )
 
 
@@ -204,7 +207,7 @@ def plan_cells(spec: Any, epoch: int | EpochPlan | None = None) -> PlanCells:
     spec, plan = plan_of(spec, epoch)
     rows = global_rows(spec, plan)
     if spec.pad == "pack":
-        arrays = _packed_cells(rows, plan.length, spec.tbins)
+        arrays = _packed_cells(rows, plan.length, spec.tbins, spec.max_streams_per_chunk)
     else:
         arrays = (*_chunk_cells(rows, plan.length, spec.tbins, spec.pad), None)
     mixture = spec.mixture
@@ -249,13 +252,35 @@ def _chunk_cells(rows: list[Row], batches: int, t: int, pad: str) -> tuple[np.nd
     return stream, valid, reset, cut
 
 
-def _packed_cells(rows: list[Row], batches: int, t: int) -> tuple[np.ndarray, ...]:
-    """``(stream, valid, reset, cut, runs)`` of packed rows: streams follow one another."""
+def _packed_cells(
+    rows: list[Row], batches: int, t: int, cap: int | None = None
+) -> tuple[np.ndarray, ...]:
+    """``(stream, valid, reset, cut, runs)`` of packed rows: streams follow one another.
+
+    Each starts where the loader's chunks place it (:func:`~streamseq.tbin.tbin`): right
+    after the one before, or at the next chunk after ``cap`` streams or where it goes on
+    with a stream from a step other than 0 (``Row.resumed``).
+    """
     shape = (len(rows), batches)
     sizes = np.array([len(r.lengths) for r in rows], dtype=np.int64)
     row = np.repeat(np.arange(len(rows), dtype=np.int64), sizes)
     j = np.concatenate([np.arange(n, dtype=np.int64) for n in sizes] + [np.zeros(0, np.int64)])
-    start = _cat([r.offsets[:-1] for r in rows])
+    flat = _cat([r.lengths for r in rows])
+    flags = [getattr(r, "resumed", None) for r in rows]
+    if cap is not None or any(f is not None and f.any() for f in flags):
+        fresh = np.concatenate(
+            [
+                np.zeros(n, bool) if f is None else f
+                for n, f in zip(sizes.tolist(), flags, strict=True)
+            ]
+            + [np.zeros(0, bool)]
+        )
+        start = row_spans(flat, sizes, t, placed_cap(cap, t), fresh)[0]
+        valid = _valid_cells(row, start, flat, shape, t)  # (padding inside rows too)
+    else:
+        start = _cat([r.offsets[:-1] for r in rows])
+        ends = np.array([len(r) for r in rows], dtype=np.int64)
+        valid = np.clip(ends[:, None] - np.arange(batches, dtype=np.int64) * t, 0, t)
     length = _cat([r.lengths for r in rows])
     ids = _cat([r.stream_ids for r in rows])
     shift = _cat([r.starts for r in rows])  # where each starts in its source
@@ -269,10 +294,34 @@ def _packed_cells(rows: list[Row], batches: int, t: int) -> tuple[np.ndarray, ..
     reset[row[starts_chunk], start[starts_chunk] // t] = True
     later = starts_chunk & (shift > 0)
     cut[row[later], start[later] // t] = True
-    ends = np.array([len(r) for r in rows], dtype=np.int64)
-    valid = np.clip(ends[:, None] - np.arange(batches, dtype=np.int64) * t, 0, t)
     stream = _majority(row, start, length, ids, shape, t)
     return stream, valid, reset, cut, (row, start, length, ids)
+
+
+def _valid_cells(
+    row: np.ndarray, start: np.ndarray, length: np.ndarray, shape: tuple[int, int], t: int
+) -> np.ndarray:
+    """Valid steps of every cell of rows whose pieces start at ``start`` (in steps).
+
+    Example:
+        >>> _valid_cells(np.array([0, 0]), np.array([1, 4]), np.array([2, 5]), (1, 3), 4)
+        array([[2, 4, 1]])
+    """
+    rows, batches = shape
+    keep = length > 0
+    row, start, length = row[keep], start[keep], length[keep]
+    end = start + length
+    a, b = start // t, (end - 1) // t  # the first and last cells of each piece
+    out = np.zeros((rows, batches + 1), np.int64)
+    full = np.zeros((rows, batches + 1), np.int64)  # (cells between a and b: t each)
+    one = a == b
+    np.add.at(out, (row[one], a[one]), length[one])
+    many = ~one
+    np.add.at(out, (row[many], a[many]), (a[many] + 1) * t - start[many])
+    np.add.at(out, (row[many], b[many]), end[many] - b[many] * t)
+    np.add.at(full, (row[many], a[many] + 1), t)
+    np.add.at(full, (row[many], b[many]), -t)
+    return (out + np.cumsum(full, axis=1))[:, :batches]
 
 
 def _cat(arrays: list[np.ndarray]) -> np.ndarray:

@@ -151,7 +151,10 @@ def tbin(
     set when a chunk starts with a stream's first step), and only the end of the row is
     padded. ``max_streams_per_chunk`` caps the streams one packed chunk holds: once it
     has that many, the rest of the chunk is padding and the next stream starts the next
-    chunk.
+    chunk. A stream of the row that goes on from a step other than 0 (a segment other
+    than its stream's first, or the rest of a stream begun before a resume: flagged in
+    ``Row(resumed=...)``, as the loader's rows are) has no step 0 to mark it: packed, it
+    starts the next chunk, after padding, where ``reset`` marks it.
 
     With ``lookahead=k`` every per-step field of a chunk (``data``, ``valid``,
     ``stream``, ``step``) holds ``tbins + k`` steps: the first ``tbins`` are the chunk

@@ -110,7 +110,10 @@ def check_continuity(
         pack: the batches come from ``pad="pack"``: a row goes on with its next stream
             inside a chunk (the new stream starts at its step 0; ``reset`` is set where
             a chunk starts with a stream's first step), and padding is left only at the
-            end of a row.
+            end of a row. A piece that goes on with a stream from a step other than 0 (a
+            segment other than a stream's first, or a stream begun before ``state``)
+            has no step 0 to mark it: it must start a chunk (after padding where the
+            row's piece before it ended inside a chunk), a segment with ``reset``.
         max_streams_per_chunk: with ``pack``, the loader's ``max_streams_per_chunk``: a
             chunk holds pieces of at most this many streams, and one that holds this many
             may end in padding, the row going on at the next chunk with a stream's first
@@ -189,6 +192,12 @@ def check_continuity(
         if goes_on:  # begun before the state: it goes on here, at a chunk
             del pending[unit]
             assert run == 0, f"{where}: {name(unit)} goes on at step {k0} inside the chunk"
+        if pack and starts and k0 > 0:  # a segment but a stream's first: nothing but
+            assert run == 0, (  # reset (at a chunk) marks where it starts
+                f"{where}: {name(unit)} starts at step {k0} inside the chunk, after "
+                f"{name(current[r]) if r in current else 'another stream'}: neither "
+                "step == 0 nor reset marks it"
+            )
         if starts or goes_on:
             if run == 0 and starts:
                 assert reset_r, f"{where}: {name(unit)} starts without reset"
@@ -241,9 +250,10 @@ def check_continuity(
             )
             for a in data:
                 assert not np.any(a[r, n:]), f"{where}: padding data is not zero"
-            if n and r in ended:  # (only a stream begun before the state goes on there)
-                unit = unit_of(int(s[0]), int(k[0]))
-                assert pending.get(unit) == int(k[0]), (
+            if n and r in ended:  # (only a piece that goes on with a stream, at a chunk:
+                unit = unit_of(int(s[0]), int(k[0]))  # begun before the state, or a
+                k0 = int(k[0])  # segment but a stream's first)
+                assert pending.get(unit) == k0 or 0 < k0 == first(unit), (
                     f"{where}: data after padding in a packed row"
                 )
                 ended.discard(r)

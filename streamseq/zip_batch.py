@@ -211,7 +211,8 @@ def zip_batch(
         pad: ``"zeros"`` runs until the longest part ends, padding rows that ended;
             ``"drop"`` stops before any row would be all padding; ``"wrap"`` restarts a
             row that ended from its first chunk (same length as ``"zeros"``); ``"pack"``
-            zips packed rows (``tbin(row, tbins, pack=True)``), padded at their ends.
+            zips packed rows (``tbin(row, tbins, pack=True)``), padded at their ends
+            (and inside them where :func:`tbin` pads a row).
         length: number of batches, overriding the one ``pad`` gives (the loader uses it to
             give every worker group and every rank the same length).
         spec: zero-step arrays with the data's dtype and step shape, for batches in which

@@ -886,3 +886,38 @@ def test_row_map_agrees_with_the_reset_after_a_state_saved_with_no_batch_on_new_
         if first.reset[0]:  # a row that continues one has no reset; one reset carries nothing
             assert carried[0] < 0, (r, carried, first.reset)
         assert carried[0] < 0 or bool(first.valid[0].any()), (r, carried)
+
+
+# --- packed segments ----------------------------------------------------------------
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    st.lists(st.integers(1, 30), min_size=1, max_size=4),
+    st.lists(st.integers(1, 30), min_size=1, max_size=4),
+    st.sampled_from([(1, 1), (1, 3), (2.5, 1), (1, 0.4)]),
+    st.integers(1, 9),
+    st.integers(1, 3),
+    st.integers(1, 5),
+    st.sampled_from([None, 2]),
+)
+def test_packed_segments_of_a_mixture_are_marked_where_they_start(a, b, w, seg, rows, t, cap):
+    # a segment but a stream's first starts a chunk, with reset, in every drawn epoch;
+    # every epoch has the length the loader says
+    m = mix({"a": coded_streams(a), "b": coded_streams(b)}, {"a": w[0], "b": w[1]})
+    kw = dict(pad="pack", segment_length=seg, shuffle=True, max_streams_per_chunk=cap)
+    loader = quiet(m, batch_size=rows, tbins=t, **kw)
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        batches = list(loader)
+        assert len(batches) == loader.epoch_length(epoch) == loader.epoch_length(0)
+        before = {}
+        for b_ in batches:
+            for r in range(b_.valid.shape[0]):
+                for k in np.flatnonzero(b_.valid[r].numpy()).tolist():
+                    at = (int(b_.stream[r, k]), int(b_.step[r, k]))
+                    last = before.get(r)
+                    goes_on = last is not None and at == (last[0], last[1] + 1)
+                    marked = at[1] == 0 or (k == 0 and bool(b_.reset[r]))
+                    assert goes_on or marked, (epoch, r, k, last, at)
+                    before[r] = at

@@ -54,6 +54,9 @@ SETTINGS = {
     "pack, segments, ranks, shuffle": dict(
         batch_size=2, world_size=2, rank=0, pad="pack", segment_length=9, shuffle=True, seed=1
     ),
+    "pack, segments, cap": dict(
+        batch_size=2, pad="pack", segment_length=5, max_streams_per_chunk=2
+    ),
 }
 
 

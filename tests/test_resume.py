@@ -633,3 +633,64 @@ def test_a_state_of_plan_version_2_goes_on_as_the_run_did_where_version_3_plans_
     loader = StreamLoader(streams, rows, tbins, **kw)
     loader.load_state_dict(old)
     assert_same([numpy_batch(b) for b in loader], rest)
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 30), min_size=1, max_size=7),
+    rows=st.integers(1, 3),
+    tbins=st.integers(1, 4),
+    stop=st.integers(1, 5),
+    pad=st.sampled_from(["zeros", "pack"]),
+    segment_length=st.sampled_from([None, 5]),
+)
+def test_a_state_of_plan_version_3_goes_on_as_the_run_did_where_version_4_plans_alike(
+    lengths, rows, tbins, stop, pad, segment_length
+):
+    # version 4 plans as 3 but for packed segments: a state of version 3 elsewhere goes
+    # on with exactly the batches the run would have read
+    assume(pad != "pack" or segment_length is None)
+    streams = coded_streams(lengths)
+    kw = dict(pad=pad, shuffle=True, seed=4, segment_length=segment_length)
+    run = StreamLoader(streams, rows, tbins, **kw)
+    it = iter(run)
+    for _ in range(min(stop, len(run) - 1)):
+        next(it)
+    state = run.state_dict()
+    rest = [numpy_batch(b) for b in it]
+    old = {**copy.deepcopy(state), "plan_version": 3}
+    loader = StreamLoader(streams, rows, tbins, **kw)
+    loader.load_state_dict(old)
+    assert_same([numpy_batch(b) for b in loader], rest)
+
+
+@pytest.mark.parametrize("rows", [1, 2])
+@pytest.mark.parametrize("stop", [1, 2, 3])
+def test_a_state_of_plan_version_3_with_packed_segments_loads_and_delivers_the_rest_once(
+    rows, stop
+):
+    # a state that streamseq planned with version 3 (segments packed as any stream) loads:
+    # its position is checked against its own plan, and the rest is planned again from
+    # where every segment stands: every step once, each segment marked where it starts
+    from streamseq.plan.planner import plan_epoch
+    from streamseq.plan.state import make_state
+    from streamseq.testing import check_continuity
+
+    lengths = [5, 10, 3]
+    streams = coded_streams(lengths)
+    kw = dict(pad="pack", segment_length=4, shuffle=True, seed=3)
+    spec = StreamLoader(streams, 1, 4, **kw).spec.replace(version=3)
+    plan = plan_epoch(spec, 0)
+    assert plan.length != plan_epoch(spec.replace(version=4), 0).length  # (plans differ)
+    state = make_state(spec, plan, stop)
+    assert state["plan_version"] == 3
+    loader = StreamLoader(streams, rows, 4, **kw)
+    loader.row_map(state)
+    loader.load_state_dict(state)
+    rest = list(loader)
+    check = dict(sources=streams, pack=True, segment_length=4)
+    assert check_continuity(rest, lengths, state=state, **check) == len(rest)
+    assert loader.state_dict()["plan_version"] == 4
+    same = StreamLoader(streams, 1, 4, **kw)  # (a version 3 state on its own rows too)
+    same.load_state_dict(state)
+    assert check_continuity(list(same), lengths, state=state, **check) >= 1

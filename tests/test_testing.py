@@ -278,3 +278,34 @@ def test_accepts_packed_rows_with_a_cap_on_the_streams_of_a_chunk(cap):
     with pytest.raises(AssertionError, match=r"batch 0, row 0: 2 streams in a chunk, at most 1"):
         check_continuity(row, lengths, sources=streams, pack=True, max_streams_per_chunk=1)
     assert check_continuity(row, lengths, sources=streams, pack=True, max_streams_per_chunk=2)
+
+
+def test_a_packed_segment_that_starts_inside_a_chunk_is_refused():
+    # segment 1 of stream 1 (steps 2:4, segment_length 2) packed right after stream 0:
+    # neither step == 0 nor reset marks where it starts, so a model carries stream 0's
+    # state into it
+    streams, lengths = coded_streams([2, 4]), [2, 4]
+    kw = dict(sources=streams, pack=True, segment_length=2)
+    inside = [
+        _one_row([0, 0, 1, 1], [0, 1, 2, 3], True),
+        _one_row([1, 1, -1, -1], [0, 1, -1, -1], True),
+    ]
+    with pytest.raises(
+        AssertionError, match=r"batch 0, row 0: stream 1 segment 1 starts at step 2 inside"
+    ):
+        check_continuity(inside, lengths, **kw)
+    # at the start of the next chunk, after padding, with reset: marked
+    marked = [
+        _one_row([0, 0, -1, -1], [0, 1, -1, -1], True),
+        _one_row([1, 1, 1, 1], [2, 3, 0, 1], True),
+    ]
+    assert check_continuity(marked, lengths, **kw) == 2
+    unmarked = [marked[0], _one_row([1, 1, 1, 1], [2, 3, 0, 1], False)]
+    with pytest.raises(AssertionError, match=r"batch 1, row 0: stream 1 segment 1 starts without"):
+        check_continuity(unmarked, lengths, **kw)
+    # a stream's first segment (step 0) still packs inside a chunk
+    first = [
+        _one_row([0, 0, 1, 1], [0, 1, 0, 1], True),
+        _one_row([1, 1, -1, -1], [2, 3, -1, -1], True),
+    ]
+    assert check_continuity(first, lengths, **kw) == 2

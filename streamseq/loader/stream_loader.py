@@ -99,7 +99,10 @@ class StreamLoader:
             ``"pack"`` (a row goes on with its next stream inside the chunk instead of
             padding it; ``step == 0`` marks where each stream starts, ``reset`` a chunk
             that starts with one; padding is left only at the ends of rows, and before a
-            stream begun before a resume on other rows: it starts a chunk, with ``reset``).
+            piece that goes on with a stream from a step other than 0, which has no
+            ``step == 0`` to mark it: a segment other than a stream's first
+            (``segment_length``), or a stream begun before a resume on other rows; it
+            starts a chunk, with ``reset``).
         pin_memory: deliver page-locked tensors, prepared by one background thread.
         lengths: declared stream lengths, sparing the probe of openers.
         rank: this process' rank; with ``world_size``, defaults to torch.distributed's.
@@ -127,10 +130,10 @@ class StreamLoader:
             batch, as many, of any dtype and step shape (the same for every stream);
             see :func:`map_steps`.
         segment_length: cut streams longer than this into segments of at most this many
-            steps, planned as streams of their own (each starts with ``reset``, but with
-            ``pad="pack"`` one that follows another stream inside a chunk; ``stream``
-            still names the source and ``step`` counts in it): rows, and ranks, end
-            closer together, with less padding.
+            steps, planned as streams of their own (each starts a chunk with ``reset``,
+            with ``pad="pack"`` too, but a stream's first segment, which ``step == 0``
+            marks; ``stream`` still names the source and ``step`` counts in it): rows,
+            and ranks, end closer together, with less padding.
         persistent_workers: keep the worker processes (or threads) for the whole run
             instead of starting them for every pass: the same workers read the next
             epoch (each plans it for its rows). :meth:`close`, or losing the last

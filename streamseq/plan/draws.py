@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from .epoch import SEGMENTS_AT_CHUNKS
 from .fields import short
 from .identities import as_identities
 from .rows import row_cost
@@ -151,6 +152,8 @@ class Shape(Protocol):
     pad: str
     tbins: int
     max_streams_per_chunk: int | None
+    segment_length: int | None
+    version: int
 
     @property
     def rows(self) -> int:
@@ -202,8 +205,9 @@ class Draws:
 
     def __init__(self, mix: MixSpec, seed: int, units: tuple[np.ndarray, ...]):
         self.mix, self.seed = mix, seed
-        source, _, length = units
+        source, start, length = units
         self.length = length
+        self.start = start  # (where each unit starts in its stream)
         self.group = mix.group_of(source)
         self.units = [np.flatnonzero(self.group == g) for g in range(len(mix.names))]
         self.sizes = [exact_sum(length[u]) for u in self.units]
@@ -335,7 +339,10 @@ class Draws:
         row reaches it).
         """
         pack, cap, tbins = spec.pad == "pack", spec.max_streams_per_chunk, spec.tbins
-        cost = row_cost(self.length, tbins, pack, cap)
+        resumed = None  # packed, a segment other than a stream's first starts a chunk
+        if pack and spec.segment_length is not None and spec.version >= SEGMENTS_AT_CHUNKS:
+            resumed = self.start > 0  # (costs the padding it may add: see row_cost)
+        cost = row_cost(self.length, tbins, pack, cap, resumed)
         drawn = [g for g in range(len(self.units)) if self.rounds[g] or self.rests[g]]
         levels = np.unique(
             np.concatenate([np.zeros(1, np.int64)] + [cost[self.units[g]] for g in drawn])

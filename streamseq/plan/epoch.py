@@ -8,27 +8,43 @@ from .packing import placed_cap, row_spans
 from .rows import assign_rows, balanced_rows, shuffle_rows
 
 #: the planning algorithms :func:`epoch_rows` knows
-PLAN_VERSIONS = (1, 2, 3)
+PLAN_VERSIONS = (1, 2, 3, 4)
 
 #: the first version whose packed rest of an epoch (resumed on other rows) starts each
 #: stream begun before the resume at a chunk (:mod:`~streamseq.plan.packing`)
 RESUMED_AT_CHUNKS = 3
 
+#: the first version whose packed epochs start at a chunk every piece that goes on with
+#: a stream from a step other than 0: a segment other than a stream's first, too
+#: (:mod:`~streamseq.plan.packing`)
+SEGMENTS_AT_CHUNKS = 4
 
-def same_plans(a: int, b: int, packed_rest: bool) -> bool:
+
+def same_plans(a: int, b: int, packed_rest: bool, packed_segments: bool = False) -> bool:
     """Whether plan versions ``a`` and ``b`` plan an epoch alike.
 
-    Versions 2 and 3 differ only in a packed rest of an epoch resumed on other rows
-    (``packed_rest``): version 2 packs a stream begun before the resume inside a chunk,
-    where nothing marks it; 3 starts it at a chunk.
+    Versions 2, 3 and 4 differ only where rows are packed. In a packed rest of an epoch
+    resumed on other rows (``packed_rest``), version 2 packs a stream begun before the
+    resume inside a chunk, where nothing marks it; 3 and 4 start it at a chunk. In packed
+    epochs of segments (``packed_segments``: ``pad="pack"`` with ``segment_length``),
+    fresh or resumed, versions 2 and 3 pack a segment other than a stream's first inside
+    a chunk, where nothing marks it; 4 starts it at a chunk (and balances its rows by
+    the padding that may cost, see :func:`~streamseq.plan.rows.balanced_rows`).
 
     Example:
         >>> same_plans(2, 3, False), same_plans(2, 3, True), same_plans(1, 3, False)
         (True, False, False)
+        >>> same_plans(3, 4, True), same_plans(3, 4, False, True), same_plans(2, 4, True)
+        (True, False, False)
     """
     if a == b:
         return True
-    return min(a, b) >= 2 and not (packed_rest and min(a, b) < RESUMED_AT_CHUNKS)
+    low, high = min(a, b), max(a, b)
+    if low < 2:
+        return False
+    if packed_rest and low < RESUMED_AT_CHUNKS:
+        return False
+    return not (packed_segments and low < SEGMENTS_AT_CHUNKS <= high)
 
 
 def row_chunks(
@@ -80,13 +96,15 @@ def start_order(
     tbins: int,
     pack: bool = False,
     cap: int | None = None,
+    resumed: np.ndarray | None = None,
 ) -> np.ndarray:
     """Every stream, in the order the plan starts reading them: by first step, then by row.
 
     Streams the plan does not hold (empty ones) come last, in index order. With a plan of
     :func:`epoch_rows` ``version=2`` this is the epoch's order of the streams, the one the
     rest of an epoch resumed on other rows takes its untouched streams in
-    (:func:`~streamseq.plan.progress.rest_of_epoch`).
+    (:func:`~streamseq.plan.progress.rest_of_epoch`). ``cap`` and ``resumed`` (one flag a
+    stream: those that start a chunk) lay packed rows out as :func:`row_chunks` does.
 
     Example:
         >>> rows = [np.array([2, 0]), np.array([1]), np.array([3])]
@@ -101,8 +119,10 @@ def start_order(
     ends = np.cumsum(cost[flat])
     first = np.repeat(np.cumsum(sizes) - sizes, sizes)
     start = ends - cost[flat] - (ends - cost[flat])[first] if len(flat) else ends
-    if pack and cap is not None:
-        start = row_spans(lengths[flat], sizes, tbins, cap)[0]
+    placed = resumed is not None and bool(np.any(resumed))
+    if pack and (cap is not None or placed):
+        fresh = np.asarray(resumed, bool)[flat] if placed else None
+        start = row_spans(lengths[flat], sizes, tbins, placed_cap(cap, tbins), fresh)[0]
     held = flat[np.lexsort((row, start))]
     rest = np.setdiff1d(np.arange(len(lengths)), held)
     return np.concatenate([held, rest])
@@ -143,13 +163,14 @@ def epoch_rows(
       shuffled from ``(seed, epoch)`` if ``shuffle``), each to the row with the fewest steps
       so far (:func:`~streamseq.plan.rows.assign_rows`). With ``shuffle`` the number of
       batches varies from epoch to epoch.
-    - ``2`` and ``3``: rows balanced once (:func:`~streamseq.plan.rows.balanced_rows`:
+    - ``2``, ``3`` and ``4``: rows balanced once (:func:`~streamseq.plan.rows.balanced_rows`:
       longest first onto the cheapest row, in chunks, or in steps for ``pad="pack"``;
       ``seed`` orders streams of equal cost if ``shuffle``); with ``shuffle``, each epoch
       then permutes the rows and the streams inside each row
       (:func:`~streamseq.plan.rows.shuffle_rows`). Each row holds the same streams every
       epoch, so every epoch has the same number of batches. ``3`` differs from ``2`` in a
-      packed rest of an epoch only (see :func:`same_plans`).
+      packed rest of an epoch only, ``4`` from ``3`` in packed epochs of segments only
+      (see :func:`same_plans`).
 
     ``order``: the order in which streams are dealt out to rows, instead of the epoch's
     (the rest of an epoch resumed on other rows: begun pieces first, one per row). Both
@@ -158,7 +179,9 @@ def epoch_rows(
 
     ``cap``: with ``pad="pack"``, the most streams a chunk may pack
     (:mod:`~streamseq.plan.packing`). ``resumed``: with ``pad="pack"``, the streams that
-    start a chunk (one flag a stream: the rest of a stream begun before a resume).
+    start a chunk (one flag a stream: those that go on with a stream from a step other
+    than 0, see :func:`~streamseq.plan.planner.plan_resumed`); version 4 balances rows
+    with the padding each may cost before it (:func:`~streamseq.plan.rows.row_cost`).
 
     Raises:
         ValueError: an unknown ``version``.
@@ -185,8 +208,15 @@ def epoch_rows(
             lengths, num_rows, shuffle=shuffle, seed=seed, epoch=epoch, order=order
         )
     else:
+        flagged = resumed if pack and version >= SEGMENTS_AT_CHUNKS else None
         assignment = balanced_rows(
-            lengths, num_rows, tbins=tbins, pack=pack, seed=seed if shuffle else None, cap=cap
+            lengths,
+            num_rows,
+            tbins=tbins,
+            pack=pack,
+            seed=seed if shuffle else None,
+            cap=cap,
+            resumed=flagged,
         )
         if shuffle:
             assignment = shuffle_rows(assignment, seed, epoch)

@@ -7,15 +7,19 @@ the next chunk. A stream never starts later than it would without packing (at th
 chunk), so a capped row has at most the chunks of an unpacked one, and at least those of
 a packed one.
 
-The rest of an epoch resumed on other rows holds streams begun before the resume: their
-rows' state went elsewhere (or nowhere), and their next step is not a first step, so
-nothing inside a chunk would mark where one starts. Packed, each of those starts a chunk
-(where ``reset`` marks it), capped or not (:func:`placed_cap`).
+A piece that goes on with a stream from a step other than 0 has no ``step == 0`` to mark
+where it starts inside a chunk: a segment other than a stream's first
+(``segment_length``), or the rest of a stream begun before a resume on other rows (its
+row's state went elsewhere, or nowhere). Packed, each of those starts a chunk, where
+``reset`` marks it, capped or not (:func:`placed_cap`): the ``resumed`` flags of
+:func:`row_spans` (plan version 4; version 3 flags the rest of a begun stream only).
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from .rows import row_cost
 
 
 def placed_cap(cap: int | None, tbins: int) -> int:
@@ -80,8 +84,8 @@ def row_spans(
     """``(start, end)`` in steps of every piece of rows laid out one after the other.
 
     ``lengths`` are the pieces of every row in order, ``sizes`` the pieces of each row;
-    ``resumed`` (one flag a piece, or None) the pieces that start a chunk: the rest of a
-    stream begun before a resume.
+    ``resumed`` (one flag a piece, or None) the pieces that start a chunk: those that go
+    on with a stream from a step other than 0 (see the module).
     Every row is laid out at once, as arrays over the rows: the ``j``-th pieces of all
     rows are placed together (the place of a piece depends on the pieces before it in
     its row), so the work is one array step per piece of the longest row.
@@ -153,20 +157,49 @@ def _lay_out(
     return starts
 
 
-def most_chunks(lengths: np.ndarray, tbins: int, cap: int) -> int:
-    """The most chunks a capped packed row of these streams takes, in any order.
+def most_chunks(
+    lengths: np.ndarray, tbins: int, cap: int | None, resumed: np.ndarray | None = None
+) -> int:
+    """The most chunks a packed row of these pieces takes, in any order.
 
-    A row never takes more chunks than unpacked (each stream its own chunks), nor more
-    than its :func:`~streamseq.plan.rows.row_cost` allows (a chunk padded after ``cap``
-    streams saw at least ``cap - 1`` of them start).
+    ``cap``: the most streams a chunk packs (None: no cap); ``resumed``: the pieces that
+    start a chunk (one flag a piece, or None; see :func:`row_spans`). Without shuffle a
+    row's chunks are exact (:func:`~streamseq.plan.epoch.row_chunks`); shuffled, they
+    depend on the order of its pieces, and this bound is the same for every order.
+
+    Proof. Let ``D = tbins``, ``K`` the cost of a chunk and ``c(n)`` that of a piece of
+    ``n > 0`` steps: ``K = D, c(n) = n`` without a cap; ``K = (cap - 1) * D``,
+    ``c(n) = n * (cap - 1) + D`` with ``cap > 1`` (:func:`~streamseq.plan.rows.row_cost`).
+
+    1. A row that starts at a chunk and has no flagged piece but its first takes at most
+       ``ceil(C / K)`` chunks, ``C`` the cost of its pieces: without a cap, its ``C``
+       steps follow one another from a chunk's start; with one, every chunk but the last
+       either is full or was padded after ``cap`` streams, ``cap - 1`` of which started
+       in it, so each chunk but the last costs at least ``K`` of ``C``.
+    2. The ``F`` flagged non-empty pieces of a row cut it into ``G <= F + 1`` groups,
+       each starting at a chunk (row 0, or a flagged piece) with no other flagged piece:
+       the row takes ``sum(ceil(C_g / K))`` chunks, the caps' counts starting afresh
+       at each chunk. As ``ceil(a / K) + ceil(b / K) <= ceil((a + b + K - 1) / K)``,
+       that is at most ``ceil((C + (G - 1) * (K - 1)) / K) <= ceil((C + F * (K - 1)) /
+       K)``, whatever the order: :func:`~streamseq.plan.rows.row_cost` charges each
+       flagged piece ``K - 1`` more, so this is ``ceil(sum(row_cost) / K)``.
+    3. No piece starts later than unpacked (each at the next chunk at the latest), so
+       the row never takes more than its pieces' own chunks, ``sum(ceil(n / D))``
+       (also the count with ``cap=1``).
 
     Example:
         >>> most_chunks(np.array([1, 7, 7]), 3, 2), most_chunks(np.array([1, 1, 1, 1]), 4, 4)
         (7, 3)
+        >>> most_chunks(np.array([3, 3, 3]), 4, None), most_chunks(np.array([3, 3, 3]), 4, None,
+        ...                                                        np.array([0, 1, 1], bool))
+        (3, 3)
+        >>> most_chunks(np.array([1, 1, 1, 1]), 4, None, np.array([0, 1, 1, 0], bool))
+        3
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     unpacked = int((-(-lengths // tbins)).sum())
     if cap == 1:
         return unpacked
-    cost = int(lengths.sum()) * (cap - 1) + tbins * int(np.count_nonzero(lengths))
-    return min(unpacked, -(-cost // ((cap - 1) * tbins)))
+    cost = int(row_cost(lengths, tbins, True, cap, resumed).sum())
+    chunk = tbins if cap is None else (cap - 1) * tbins
+    return min(unpacked, -(-cost // chunk))

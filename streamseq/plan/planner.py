@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .._checks import check_int
-from .epoch import RESUMED_AT_CHUNKS, epoch_rows, start_order
+from .epoch import RESUMED_AT_CHUNKS, SEGMENTS_AT_CHUNKS, epoch_rows, start_order
 from .packing import most_chunks
 from .progress import Pieces, Progress, rest_of_epoch, whole_units
 from .rows import stream_order
@@ -73,12 +73,12 @@ class EpochPlan:
         return self.assignment[spec.rank * b : (spec.rank + 1) * b]
 
     def resumed_of(self, spec: PlanSpec) -> list[np.ndarray] | None:
-        """For each row of ``spec.rank``, which of its pieces go on with a stream begun.
+        """For each row of ``spec.rank``, which of its pieces start a chunk.
 
-        Begun before the resume: packed, each starts a chunk
-        (:mod:`~streamseq.plan.packing`). None in a fresh epoch.
+        Packed, those that go on with a stream from a step other than 0 (see
+        :func:`plan_resumed`). None where no piece has to.
         """
-        begun = plan_resumed(spec, self.pieces, self.rest)
+        begun = plan_resumed(spec, self.pieces, self.rest, self.units)
         if begun is None:
             return None
         return [begun[m] for m in self.rows_of(spec)]
@@ -119,11 +119,28 @@ class EpochPlan:
         return out
 
 
-def plan_resumed(spec: PlanSpec, pieces: Pieces, rest: Progress | None) -> np.ndarray | None:
-    """The pieces of a packed rest of an epoch that start a chunk: streams begun before.
+def plan_resumed(
+    spec: PlanSpec, pieces: Pieces, rest: Progress | None, units: Units | None = None
+) -> np.ndarray | None:
+    """The pieces of a packed epoch that start a chunk: those that go on with a stream.
 
-    None where no piece has to (a fresh epoch, rows not packed, or a plan of a version
-    that packs them as any: :data:`~streamseq.plan.epoch.RESUMED_AT_CHUNKS`).
+    A piece whose first step in its stream is not 0 has no ``step == 0`` to mark where
+    it starts, so packed it starts a chunk, where ``reset`` marks it
+    (:mod:`~streamseq.plan.packing`): from plan version 4
+    (:data:`~streamseq.plan.epoch.SEGMENTS_AT_CHUNKS`), a segment other than a stream's
+    first and the rest of a stream begun before a resume on other rows; in version 3
+    (:data:`~streamseq.plan.epoch.RESUMED_AT_CHUNKS`), the latter only.
+
+    Args:
+        spec: the plan's settings.
+        pieces: the epoch's pieces.
+        rest: where the epoch was resumed on other rows, or None for a fresh epoch.
+        units: ``(source, start, length)`` of the units the pieces index (a mixture's
+            draw); None: the spec's.
+
+    Returns:
+        One flag a piece, or None where no piece starts a chunk (rows not packed, none
+        of them goes on with a stream, or a version that packs them as any).
 
     Example:
         >>> spec = PlanSpec(np.array([6, 4]), batch_size=1, tbins=2, pad="pack")
@@ -131,10 +148,18 @@ def plan_resumed(spec: PlanSpec, pieces: Pieces, rest: Progress | None) -> np.nd
         >>> rest = Progress(np.array([False, False]), np.array([0]), np.array([2]), np.array([0]))
         >>> plan_resumed(spec, pieces, rest).tolist(), plan_resumed(spec, pieces, None)
         ([True, False], None)
+        >>> spec = spec.replace(segment_length=3)  # units: steps 0:3, 3:6 of 0; 0:3, 3:4 of 1
+        >>> plan_resumed(spec, whole_units(spec.units[2]), None).tolist()
+        [False, True, False, True]
+        >>> plan_resumed(spec.replace(version=3), whole_units(spec.units[2]), None)
     """
-    if rest is None or spec.pad != "pack" or spec.version < RESUMED_AT_CHUNKS:
+    if spec.pad != "pack" or spec.version < RESUMED_AT_CHUNKS:
         return None
-    return pieces[1] > 0
+    if spec.version < SEGMENTS_AT_CHUNKS or spec.segment_length is None:
+        return None if rest is None else pieces[1] > 0
+    start = (spec.units if units is None else units)[1]
+    flags = start[pieces[0]] + pieces[1] > 0
+    return flags if flags.any() else None
 
 
 def plan_epoch(spec: PlanSpec, epoch: int, rest: Progress | None = None) -> EpochPlan:
@@ -156,6 +181,8 @@ def plan_epoch(spec: PlanSpec, epoch: int, rest: Progress | None = None) -> Epoc
     else:
         pieces = rest_of_epoch(rest, lengths, epoch_order(spec, epoch, draw))
         order = np.arange(len(pieces[0]))
+    cap = spec.max_streams_per_chunk if spec.pad == "pack" else None
+    resumed = plan_resumed(spec, pieces, rest, units)
     assignment, n = epoch_rows(
         pieces[2],
         spec.rows,
@@ -166,14 +193,19 @@ def plan_epoch(spec: PlanSpec, epoch: int, rest: Progress | None = None) -> Epoc
         epoch=epoch,
         order=order,
         version=spec.version,
-        cap=spec.max_streams_per_chunk if spec.pad == "pack" else None,
-        resumed=plan_resumed(spec, pieces, rest),
+        cap=cap,
+        resumed=resumed,
     )
     if rest is None and spec.draws is not None and not spec.draws.fixed:
         n = spec.draws.epoch_length(spec)  # the same for every draw
-    elif rest is None and spec.shuffle and spec.pad == "pack" and spec.max_streams_per_chunk:
-        cap = spec.max_streams_per_chunk  # capped rows take more or fewer chunks by order
-        n = max((most_chunks(lengths[r], spec.tbins, cap) for r in assignment), default=0)
+    elif rest is None and spec.shuffle and (cap is not None or resumed is not None):
+        # capped rows, or rows with pieces that start a chunk, take more or fewer chunks
+        # by the order of their pieces: the most any order takes, every epoch the same
+        # (invariant 6; rows keep their pieces, see epoch_rows)
+        flags = np.zeros(len(lengths), bool) if resumed is None else resumed
+        n = max(
+            (most_chunks(lengths[r], spec.tbins, cap, flags[r]) for r in assignment), default=0
+        )
     return EpochPlan(epoch, pieces, assignment, n, rest, None if units is spec.units else units)
 
 
@@ -193,12 +225,14 @@ def epoch_order(spec: PlanSpec, epoch: int, draw: np.ndarray | None = None) -> n
         return stream_order(len(lengths), shuffle=spec.shuffle, seed=spec.seed, epoch=epoch)
     pack = spec.pad == "pack"
     cap = spec.max_streams_per_chunk if pack else None
+    units = epoch_units(spec, epoch, draw)
+    flags = plan_resumed(spec, whole_units(lengths), None, units)  # (a fresh epoch's)
     if draw is None:
         assignment = plan_epoch(spec, epoch).assignment
     else:  # the units drawn anew, planned as a fresh epoch would be
         kw = dict(shuffle=spec.shuffle, seed=spec.seed, epoch=epoch, version=2, cap=cap)
         assignment = epoch_rows(lengths, spec.rows, spec.tbins, spec.pad, **kw)[0]
-    return start_order(lengths, assignment, spec.tbins, pack=pack, cap=cap)
+    return start_order(lengths, assignment, spec.tbins, pack=pack, cap=cap, resumed=flags)
 
 
 #: the last fresh plan :meth:`Epochs.plan` made for each spec (while the spec lives)

@@ -136,6 +136,7 @@ def progress_at(
     done_before: np.ndarray | None = None,
     cap: int | None = None,
     resumed_at_chunks: bool = True,
+    starts_chunk: np.ndarray | None = None,
 ) -> Progress:
     """Where the units stand after ``batches`` batches of a plan.
 
@@ -151,6 +152,9 @@ def progress_at(
         resumed_at_chunks: with ``pack``, a piece that goes on with a stream begun before
             (``offset > 0``) starts a chunk (:mod:`~streamseq.plan.packing`); False: it is
             packed as any (plans of version 2).
+        starts_chunk: with ``pack``, the pieces that start a chunk (one flag a piece,
+            :func:`~streamseq.plan.planner.plan_resumed`), instead of those
+            ``resumed_at_chunks`` says.
 
     Example:
         >>> lengths = np.array([5, 2, 3])
@@ -167,7 +171,11 @@ def progress_at(
     flat = flat.astype(np.int64, copy=False)
     bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     budget = batches * tbins if pack else batches
-    resumed = (offset > 0)[flat] if pack and resumed_at_chunks else None  # (begun before)
+    resumed = None  # (the pieces that start a chunk: see packing)
+    if pack and starts_chunk is not None:
+        resumed = np.asarray(starts_chunk, bool)[flat]
+    elif pack and resumed_at_chunks:
+        resumed = offset[flat] > 0  # (begun before)
     if pack and (cap is not None or (resumed is not None and resumed.any())):
         start, end = row_spans(length[flat], sizes, tbins, placed_cap(cap, tbins), resumed)
         finished = end <= budget

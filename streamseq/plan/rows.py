@@ -146,7 +146,11 @@ def assign_rows(
 
 
 def row_cost(
-    lengths: np.ndarray, tbins: int, pack: bool = False, cap: int | None = None
+    lengths: np.ndarray,
+    tbins: int,
+    pack: bool = False,
+    cap: int | None = None,
+    resumed: np.ndarray | None = None,
 ) -> np.ndarray:
     """What each stream adds to its row: its chunks of ``tbins`` steps, or steps if ``pack``.
 
@@ -158,6 +162,12 @@ def row_cost(
     so a row of total cost ``c`` takes at most ``ceil(c / ((cap - 1) * tbins))`` chunks
     (``cap=1``: each stream its own chunks, as unpacked).
 
+    ``resumed``: with ``pack``, the streams that start a chunk (one flag a stream, or
+    None; :mod:`~streamseq.plan.packing`): each costs ``K - 1`` more, ``K`` the cost of a
+    chunk (``tbins``, or ``(cap - 1) * tbins``), the most padding it adds before it, so
+    the bound above holds in any order
+    (:func:`~streamseq.plan.packing.most_chunks`).
+
     Example:
         >>> row_cost(np.array([5, 4, 0]), 2).tolist()
         [3, 2, 0]
@@ -165,12 +175,20 @@ def row_cost(
         [5, 4, 0]
         >>> row_cost(np.array([5, 4, 0]), 2, pack=True, cap=3).tolist()
         [12, 10, 0]
+        >>> row_cost(np.array([5, 4, 0]), 2, pack=True, resumed=np.array([0, 1, 1], bool))
+        array([5, 5, 0])
     """
     lengths = np.asarray(lengths, dtype=np.int64)
+    flagged = None
+    if pack and cap != 1 and resumed is not None:
+        flagged = np.asarray(resumed, bool) & (lengths > 0)
     if pack and cap is not None and cap > 1:
-        return np.where(lengths > 0, lengths * (cap - 1) + tbins, 0)
+        cost = np.where(lengths > 0, lengths * (cap - 1) + tbins, 0)
+        if flagged is not None:
+            cost += flagged * ((cap - 1) * tbins - 1)
+        return cost
     if pack and cap is None:
-        return lengths.copy()
+        return lengths.copy() if flagged is None else lengths + flagged * (tbins - 1)
     chunks = lengths // tbins  # ceil(n / tbins) of n >= 0, in one array (n + tbins - 1
     chunks += lengths % tbins != 0  # would wrap for n within tbins of the largest int64)
     return chunks
@@ -184,6 +202,7 @@ def balanced_rows(
     pack: bool = False,
     seed: int | None = None,
     cap: int | None = None,
+    resumed: np.ndarray | None = None,
 ) -> list[np.ndarray]:
     """Streams balanced over ``num_rows`` rows, once for every epoch: stream indices per row.
 
@@ -205,6 +224,11 @@ def balanced_rows(
         pack: the rows are packed (``pad="pack"``): balance steps, not chunks.
         seed: draws the order of streams of equal cost (None: index order).
         cap: with ``pack``, the most streams a chunk may pack (see :func:`row_cost`).
+        resumed: with ``pack``, the streams that start a chunk (one flag a stream, or
+            None): they cost the padding they may add before them (see
+            :func:`row_cost`), the cost the bound on a shuffled row's chunks counts
+            (:func:`~streamseq.plan.packing.most_chunks`), so that rows balanced in it
+            have the least such bound.
 
     Returns:
         The stream indices of each row, a list of ``num_rows`` arrays.
@@ -219,7 +243,7 @@ def balanced_rows(
     """
     # (each temporary is let go as soon as it is used: this runs on every stream at once)
     count = len(lengths)
-    drawn = row_cost(lengths, tbins, pack, cap)
+    drawn = row_cost(lengths, tbins, pack, cap, resumed)
     top = int(drawn.max(initial=0))
     if top < 1 << 16:  # (costs in 2 bytes: those of every stream, held while sorting)
         drawn = drawn.astype(np.uint16)

@@ -46,11 +46,13 @@ class PlanSpec:
         sources: what names each stream across runs (file paths, or types), as
             :class:`~streamseq.plan.identities.Identities` (a tuple of strings is
             taken as well).
-        version: the planning algorithm (:func:`~streamseq.plan.epoch.epoch_rows`): 3,
+        version: the planning algorithm (:func:`~streamseq.plan.epoch.epoch_rows`): 4,
             rows balanced once and shuffled every epoch, so that every epoch has the same
-            number of batches; 2, the same but for a packed rest of an epoch (see
-            :func:`~streamseq.plan.epoch.same_plans`), that of states saved by
-            streamseq 0.3; 1, the plan of states saved by streamseq 0.2.
+            number of batches, and packed, every piece that goes on with a stream from a
+            step other than 0 at a chunk; 3, the same but for packed segments (see
+            :func:`~streamseq.plan.epoch.same_plans`); 2, the same but for a packed rest
+            of an epoch too, that of states saved by streamseq 0.3; 1, the plan of
+            states saved by streamseq 0.2.
         mixture: the groups of a mixture and their weights (:mod:`~streamseq.plan.draws`),
             or None.
         max_streams_per_chunk: with ``pad="pack"``, the most streams one chunk may pack
@@ -74,7 +76,7 @@ class PlanSpec:
     rank: int = 0
     world_size: int = 1
     sources: Identities = dataclasses.field(default_factory=Identities.empty)
-    version: int = 3
+    version: int = 4
     mixture: MixSpec | None = None
     max_streams_per_chunk: int | None = None
 

@@ -28,9 +28,9 @@ import numpy as np
 from .._redact import redact_urls
 from .cursor import Cursor
 from .draws import encode_draw
-from .epoch import RESUMED_AT_CHUNKS, same_plans
+from .epoch import same_plans
 from .fields import short
-from .planner import EpochPlan, Epochs, epoch_units
+from .planner import EpochPlan, Epochs, epoch_units, plan_resumed
 from .progress import Progress, progress_at
 from .reweigh import HOW, mixture_differences, reweigh, spec_of_state
 from .saved import STATE_VERSION, SavedState
@@ -178,9 +178,9 @@ def _progress_at(spec: PlanSpec, plan: EpochPlan, batches: int) -> Progress:
     lengths, pack = (spec.units if plan.units is None else plan.units)[2], spec.pad == "pack"
     done = None if plan.rest is None else plan.rest.done
     cap = spec.max_streams_per_chunk if pack else None
-    at_chunks = spec.version >= RESUMED_AT_CHUNKS
+    flags = plan_resumed(spec, plan.pieces, plan.rest, plan.units)  # (start a chunk)
     pieces, rows, t = plan.pieces, plan.assignment, spec.tbins
-    return progress_at(lengths, pieces, rows, t, pack, batches, done, cap, at_chunks)
+    return progress_at(lengths, pieces, rows, t, pack, batches, done, cap, False, flags)
 
 
 def read_state(
@@ -354,7 +354,9 @@ def _resume(spec: PlanSpec, saved: SavedState, per_epoch: bool) -> tuple[Resumed
     progress = None
     if saved.progress is not None:
         progress = Progress.from_state(saved.progress, lengths, draw)
-    alike = same_plans(old.version, spec.version, spec.pad == "pack" and rest is not None)
+    pack = spec.pad == "pack"
+    segments = pack and spec.segment_length is not None
+    alike = same_plans(old.version, spec.version, pack and rest is not None, segments)
     same = old.rows == spec.rows and alike
     # on the same rows, the loader's plans: the state's plan is kept for the pass reading it
     at = None if rest is None else (epoch, rest)

@@ -126,3 +126,42 @@ def test_many_rows_are_laid_out_in_steps_of_their_longest_row_not_of_their_strea
     lines_few = _lines_run(few, np.full(4, per_row), 8, 2)
     lines_many = _lines_run(many, np.full(64, per_row), 8, 2)
     assert lines_many <= lines_few + 10  # 16 times the streams, not 16 times the steps
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 12), st.booleans()), max_size=10),
+    st.integers(1, 6),
+    st.sampled_from([None, 1, 2, 3]),
+    st.randoms(use_true_random=False),
+)
+def test_most_chunks_bounds_a_row_with_pieces_at_chunks_in_any_order(pieces, t, cap, rnd):
+    # pieces flagged start a chunk: the chunks a row takes depend on its order, never
+    # past the bound, which no order (among those tried) may pass and the unpacked row caps
+    from streamseq.plan.packing import most_chunks, placed_cap
+
+    lengths = np.array([n for n, _ in pieces], np.int64)
+    flags = np.array([f for _, f in pieces], bool)
+    bound = most_chunks(lengths, t, cap, flags)
+    assert bound <= int((-(-lengths // t)).sum())
+    assert most_chunks(lengths, t, cap) <= bound  # (flags never lower it)
+    orders = [np.arange(len(lengths))] + [
+        np.array(rnd.sample(range(len(lengths)), len(lengths)), np.int64) for _ in range(8)
+    ]
+    for order in orders:
+        n, f = lengths[order], flags[order]
+        sizes = np.array([len(n)], np.int64)
+        start, end = row_spans(n, sizes, t, placed_cap(cap, t), f)
+        chunks = -(-int(end.max(initial=0)) // t)
+        assert chunks <= bound, (order.tolist(), start.tolist())
+        for s, k, flagged in zip(start.tolist(), n.tolist(), f.tolist(), strict=True):
+            assert not (flagged and k) or s % t == 0  # a flagged piece starts a chunk
+
+
+def test_most_chunks_of_flagged_pieces_is_reached():
+    from streamseq.plan.packing import most_chunks
+
+    # 9, 9 (flagged), 1 (flagged) in chunks of 2: 5 + 5 + 1 in this order, the bound
+    lengths, flags = np.array([9, 9, 1]), np.array([False, True, True])
+    assert most_chunks(lengths, 2, None, flags) == 11
+    assert row_spans(lengths, np.array([3]), 2, 3, flags)[1].tolist() == [9, 19, 21]

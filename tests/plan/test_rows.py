@@ -274,7 +274,7 @@ def test_explicit_order_deals_as_version_1(lengths, num_rows, tbins, pad, data):
 
 def test_unknown_version():
     with pytest.raises(ValueError, match="plan version"):
-        epoch_rows(np.array([3]), 1, 2, "zeros", version=4)
+        epoch_rows(np.array([3]), 1, 2, "zeros", version=5)
 
 
 @given(lengths_st, rows_st, tbins_st, st.sampled_from(PADS), seeds, st.data())
