@@ -301,11 +301,13 @@ class HostileUser(RuleBasedStateMachine):
         elif action == "close":
             self.loader.close()
             self.ref.close()
+            self.loaded = None  # (a pass from where it stands is checked from an epoch's start)
         else:  # delete the loaders, held batches kept; new ones
             self.loader.close()
             del self.loader, self.ref
             gc.collect()
             self.new_loaders()
+            self.loaded = None  # (new loaders start afresh)
         self.it = self.ref_it = None
 
     @precondition(lambda self: self.held and hasattr(os, "fork"))
