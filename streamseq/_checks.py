@@ -27,12 +27,23 @@ def check_int(value: Any, name: str, minimum: int | None = None) -> int:
         ...
         TypeError: tbins must be an integer, got 2.5 (float)
     """
-    integral = isinstance(value, numbers.Integral) or (
-        isinstance(value, numbers.Real) and float(value).is_integer()
-    )
-    if isinstance(value, (bool, np.bool_)) or not integral:
+    whole = None
+    if isinstance(value, (bool, np.bool_)):
+        pass
+    elif isinstance(value, numbers.Integral):
+        whole = int(value)
+    elif isinstance(value, numbers.Real):
+        # the number itself compared with its int (exact: a fraction or a long double
+        # past 2**53 whose float is whole is not), never its float
+        try:
+            whole = int(value)
+        except (ValueError, OverflowError):  # (NaN, infinities)
+            pass
+        else:
+            whole = whole if whole == value else None
+    if whole is None:
         raise TypeError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
-    value = int(value)
+    value = whole
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return value

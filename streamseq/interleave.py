@@ -44,7 +44,7 @@ def _one_a_stream(name: str, values: Any, streams: int, least: int | None = None
 
     Raises:
         ValueError: naming ``Row(name=...)``: another shape, a number that is not whole
-            (``2.5``, NaN), or one smaller than ``least``.
+            (``2.5``, NaN), one smaller than ``least``, or one past ``int64`` (never wrapped).
 
     Example:
         >>> _one_a_stream("lengths", [3, 4.0], 2).tolist()
@@ -57,15 +57,17 @@ def _one_a_stream(name: str, values: Any, streams: int, least: int | None = None
         problem = f"whole numbers, got dtype {array.dtype}"
     else:
         bad = np.zeros(array.shape, bool)
-        if array.dtype.kind == "f":
-            bad |= ~(np.isfinite(array) & (array == np.round(array)))
+        if array.dtype.kind == "f":  # (2.0**63 is past int64; -2.0**63 its least)
+            bad |= ~((array == np.round(array)) & (array >= -(2.0**63)) & (array < 2.0**63))
+        elif array.dtype.kind == "u":
+            bad |= array > np.iinfo(np.int64).max
         if least is not None:
             bad |= array < least
         if not bad.any():
             return array.astype(np.int64)
         i = int(np.flatnonzero(bad)[0])
         at_least = "" if least is None else f" >= {least}"
-        problem = f"whole numbers{at_least}, got {name}[{i}] = {array[i]}"
+        problem = f"whole numbers{at_least} within int64, got {name}[{i}] = {array[i]}"
     raise ValueError(f"Row({name}=...) takes {problem}")
 
 
@@ -92,7 +94,7 @@ class Row:
 
     Raises:
         ValueError: ``resumed`` is not one flag a stream; ``lengths``, ``starts`` (both
-            non-negative) or ``stream_ids`` are not one whole number a stream (a length
+            non-negative) or ``stream_ids`` are not one whole number of int64 a stream (a length
             past the end of its stream is found when it is read: an error, never
             other steps).
 

@@ -245,3 +245,22 @@ def test_a_row_refuses_lengths_starts_or_ids_that_are_not_one_whole_number_a_str
         Row(as_refs(streams), **options)
     row = Row(as_refs(streams), lengths=np.array([3, 4.0]), starts=[0, 0], stream_ids=[0, 1])
     assert row[0:7].tolist() == [0, 1, 2, 10, 11, 12, 13]
+
+
+@pytest.mark.parametrize(
+    "options, name, i",
+    [
+        ({"lengths": np.array([2**63, 4], np.uint64)}, "lengths", 0),
+        ({"lengths": [1e19, 4]}, "lengths", 0),
+        ({"starts": [0, 1e30]}, "starts", 1),
+        ({"starts": np.array([0, 2**64 - 1], np.uint64)}, "starts", 1),
+        ({"stream_ids": [0, 2**63]}, "stream_ids", 1),
+        ({"stream_ids": [-1e300, 1]}, "stream_ids", 0),
+    ],
+)
+def test_a_row_refuses_whole_numbers_past_int64_naming_them(options, name, i):
+    # (they wrapped when cast to int64: a start of 1e30 read from -2**63, an id of 2**63
+    # named stream -2**63, a length of 2**63 failed as "__len__() should return >= 0")
+    streams = [np.arange(3), np.arange(10, 14)]
+    with pytest.raises(ValueError, match=rf"Row\({name}=.*int64.*{name}\[{i}\]"):
+        Row(as_refs(streams), **options)

@@ -19,6 +19,7 @@ import contextlib
 import contextvars
 import functools
 import mmap
+import operator
 import os
 import struct
 from collections.abc import Iterator
@@ -366,25 +367,45 @@ def _layout(path: str, dtype: npt.DTypeLike | None, size: int) -> tuple[np.dtype
 def _eod_token(path: str, eod: Any, dtype: np.dtype) -> int:
     """``eod`` as an int that a token of ``dtype`` can be (``3.0`` is 3).
 
+    An integer of any kind (numpy's, a 0-d array or tensor of integers: what
+    :func:`operator.index` takes) or a whole float; never a bool.
+
     Raises:
         ValueError: naming the file: ``eod`` is not a whole number (``3.5``, NaN, a
-            string) or out of the range of ``dtype`` (no document would end).
+            string, a bool) or out of the range of ``dtype`` (no document would end).
 
     Example:
-        >>> _eod_token("a.bin", 50256.0, np.dtype(np.uint16))
-        50256
+        >>> u16 = np.dtype(np.uint16)
+        >>> _eod_token("a.bin", 50256.0, u16), _eod_token("a.bin", np.array(7), u16)
+        (50256, 7)
         >>> _eod_token("a.bin", -1, np.dtype(np.uint16))
         Traceback (most recent call last):
         ...
         ValueError: a.bin: eod -1 is no token of uint16 (0 to 65535)
+        >>> _eod_token("a.bin", False, np.dtype(np.uint16))
+        Traceback (most recent call last):
+        ...
+        ValueError: a.bin: eod False is not a whole number (a bool), no token of uint16
     """
+    token = None
+    if isinstance(eod, (bool, np.bool_)) or "bool" in str(getattr(eod, "dtype", "")):
+        kind = " (a bool)"
+    elif isinstance(eod, (float, np.floating)):
+        kind = ""
+        if float(eod).is_integer():
+            token = int(eod)
+    else:
+        kind = ""
+        try:
+            token = operator.index(eod)
+        except TypeError:
+            pass
+    if token is None:
+        raise ValueError(f"{path}: eod {eod!r} is not a whole number{kind}, no token of {dtype}")
     info = np.iinfo(dtype)
-    whole = isinstance(eod, (int, np.integer)) and not isinstance(eod, (bool, np.bool_))
-    if isinstance(eod, (float, np.floating)) and float(eod).is_integer():
-        eod, whole = int(eod), True
-    if not whole or not info.min <= int(eod) <= info.max:
+    if not info.min <= token <= info.max:
         raise ValueError(f"{path}: eod {eod!r} is no token of {dtype} ({info.min} to {info.max})")
-    return int(eod)
+    return token
 
 
 def _eod_bounds(tokens: np.ndarray, eod: int) -> tuple[np.ndarray, np.ndarray]:
@@ -535,7 +556,8 @@ def token_corpus(
         dtype: of the tokens of a flat file (default ``uint16``, as nanoGPT writes);
             read from the header of a ``.npy`` file and from a Megatron ``.idx``, and
             checked against them when given.
-        eod: the end-of-document token id.
+        eod: the end-of-document token id (an integer, numpy's or a 0-d array or tensor of
+            one too, or a whole float; not a bool).
         index: the document start offsets (in tokens), as an array or a ``.npy`` file,
             or the path of a Megatron ``.idx`` file (ending in ``.idx``).
 

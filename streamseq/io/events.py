@@ -239,9 +239,9 @@ class _Events(Source):
     def _histograms(self, recording: np.ndarray | RemoteArray, a: int, b: int) -> np.ndarray:
         """The histograms of windows ``a`` to ``b`` of ``recording``."""
         start, stop = self.t0 + a * self.window_us, self.t0 + b * self.window_us
-        t = recording["t"]
-        i0 = bisect.bisect_left(t, start)  # O(log n) reads: never copies the column
-        i1 = bisect.bisect_left(t, stop, lo=i0)
+        t, column = recording["t"], recording.dtype["t"]
+        i0 = _first_at_least(t, start, column)  # O(log n) reads: never copies the column
+        i1 = _first_at_least(t, stop, column, lo=i0)
         chunk = np.asarray(recording[i0:i1])
         ts = _floor(chunk["t"])
         if len(ts) > 1 and np.any(ts[1:] < ts[:-1]):
@@ -263,6 +263,31 @@ class _Events(Source):
         size = (b - a) * 2 * self.height * self.width
         counts = np.bincount(index, minlength=size)
         return counts.astype(np.float32).reshape(b - a, 2, self.height, self.width)
+
+
+def _first_at_least(t: Any, time: int, column: np.dtype, lo: int = 0) -> int:
+    """The first index from ``lo`` of the sorted times ``t`` (of dtype ``column``) >= ``time``.
+
+    ``time`` is compared as the least value of ``column`` that is at least ``time``: a
+    bisection with the int itself compares it in the column's precision (in ``float32``,
+    ``2**24 + 1`` is ``2**24``: the events at ``2**24`` would fall in no window).
+
+    Example:
+        >>> t = np.array([0.0, 2.0**24, 2.0**24 + 2], np.float32)
+        >>> _first_at_least(t, 2**24 + 1, t.dtype), _first_at_least(t, 2**24, t.dtype)
+        (2, 1)
+    """
+    if column.kind == "f":
+        with np.errstate(over="ignore"):  # (past the dtype's range: an infinity, as it is)
+            key = column.type(time)
+        if np.isfinite(key) and int(key) < time:
+            key = np.nextafter(key, column.type(np.inf))
+    else:
+        info = np.iinfo(column)
+        if time > info.max:
+            return len(t)
+        key = column.type(max(time, info.min))
+    return bisect.bisect_left(t, key, lo=lo)
 
 
 def _floor(values: np.ndarray) -> np.ndarray:

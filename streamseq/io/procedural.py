@@ -42,9 +42,11 @@ class _VirtualCamera(Source):
             )
         self.image = image
         self.length = check_int(length, "length", 0)
-        if len(size) != 2:
-            raise ValueError(f"size must be (height, width), got {size!r}")
-        self.size = (check_int(size[0], "size[0]", 1), check_int(size[1], "size[1]", 1))
+        try:
+            height, width = size
+        except (TypeError, ValueError):  # (not a pair)
+            raise ValueError(f"size must be (height, width), got {size!r}") from None
+        self.size = (check_int(height, "size[0]", 1), check_int(width, "size[1]", 1))
         self.seed = seed
         self.speed, self.rotation, self.tilt = (
             _finite(speed, "speed"),
@@ -130,7 +132,10 @@ def _finite(value: float, name: str, above: float | None = None) -> float:
         ...
         ValueError: zoom must be a finite number > 0, got 0.0
     """
-    number = float(value)  # (a string: its ValueError)
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):  # (a string, None, an int past floats)
+        raise ValueError(f"{name} must be a finite number, got {value!r}") from None
     if not math.isfinite(number) or (above is not None and not number > above):
         more = "" if above is None else f" > {above}"
         raise ValueError(f"{name} must be a finite number{more}, got {value!r}")
@@ -197,8 +202,9 @@ def virtual_camera(
     Raises:
         TypeError: ``length`` or a side of ``size`` is not a whole number.
         ValueError: ``image`` is not a non-empty uint8 array ``[H, W, 3]``, ``length`` is
-            negative, a side of ``size`` below 1, ``speed``, ``rotation`` or ``tilt`` not
-            finite, ``view`` or ``zoom`` not finite and positive.
+            negative, ``size`` is not a pair or a side of it below 1, ``speed``,
+            ``rotation`` or ``tilt`` is not a finite number, ``view`` or ``zoom`` not a
+            finite positive number (each named).
 
     Example:
         >>> cam = virtual_camera(texture(128, 128, seed=0), length=100, size=(24, 32), seed=3)

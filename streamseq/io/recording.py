@@ -252,15 +252,17 @@ class _Recording(Source):
         name: str | None,
     ):
         super().__init__()
+        self.name = name or self._default_name(modalities)
         if not (step > 0 and math.isfinite(step)):
-            raise ValueError(f"step must be a positive number of seconds, got {step}")
+            raise ValueError(
+                f"recording {self.name!r}: step must be a positive number of seconds, got {step}"
+            )
         if not modalities:
             raise ValueError("a recording needs at least one modality")
         if "valid" in modalities:
             raise ValueError('"valid" names the validity masks: name the modality otherwise')
         self.step = float(step)
         self.ragged = bool(ragged)
-        self.name = name or self._default_name(modalities)
         self.offsets: dict[str, int] = {}
         for key, seconds in (offsets or {}).items():
             if key not in modalities:

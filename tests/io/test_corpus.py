@@ -734,3 +734,23 @@ def test_a_flat_file_of_tokens_that_are_not_integers_is_refused(tmp_path):
     np.arange(10, dtype=np.uint16).tofile(path)
     with pytest.raises(SourceError, match=r"c.bin: .*integer tokens.*float32"):
         token_corpus(path, dtype=np.float32, eod=0)
+
+
+def test_an_eod_given_as_a_numpy_or_torch_scalar_array_is_the_token_it_holds(tmp_path):
+    # (a 0-d array, as the id a tokenizer gives through numpy or torch, was refused as
+    # "no token of uint16 (0 to 65535)", 3 being one)
+    path = tmp_path / "c.bin"
+    np.arange(10, dtype=np.uint16).tofile(path)
+    torch = pytest.importorskip("torch")
+    for eod in (np.array(3), np.array(3, np.uint16), np.uint16(3), np.int64(3), torch.tensor(3)):
+        assert token_corpus(path, eod=eod).lengths.tolist() == [4, 6], repr(eod)
+
+
+@pytest.mark.parametrize("eod", [True, False, np.bool_(False), "0", 3.5, np.array([3])])
+def test_an_eod_that_is_not_a_whole_number_is_named_so_not_out_of_range(tmp_path, eod):
+    # (False was refused as "no token of uint16 (0 to 65535)", as if out of that range)
+    path = tmp_path / "c.bin"
+    np.arange(10, dtype=np.uint16).tofile(path)
+    with pytest.raises(ValueError, match=r"c.bin: eod .* is not a whole number") as e:
+        token_corpus(path, eod=eod)
+    assert "0 to 65535" not in str(e.value)

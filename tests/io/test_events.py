@@ -326,3 +326,24 @@ def test_times_far_apart_are_counted_in_their_windows_without_overflow():
     assert len(e) == 4
     assert e[0:4][:, 1, 0, 0].tolist() == [2, 0, 0, 1]
     assert e[3:4][:, 1, 0, 0].tolist() == [1]
+
+
+@given(
+    dtype=st.sampled_from(["<f4", ">f4", "<f8"]),
+    base=st.sampled_from([0, 2**24 - 3, 2**25 + 2, 2**53 - 2]),
+    offsets=st.lists(st.integers(0, 40), min_size=1, max_size=12),
+    frac=st.sampled_from([0.0, 0.5]),
+    window=st.integers(1, 5),
+)
+def test_float_times_past_their_exact_integers_are_each_counted_once_in_their_window(
+    dtype, base, offsets, frac, window
+):
+    # a window's bounds were compared with a float32 time in float32 (2**24 + 1 is 2**24
+    # there): the events at 2**24 fell in no window, silently; float64 past 2**53 too
+    t = np.sort(np.asarray([base + k + frac for k in offsets], np.float64).astype(dtype))
+    floor = np.floor(t.astype(np.float64)).astype(np.int64)  # float32 to float64: exact
+    e = events(_events_of(t, dtype), window_us=window, height=1, width=1)
+    want = np.bincount((floor - e.t0) // window, minlength=len(e))
+    got = e[0 : len(e)][:, 1, 0, 0]
+    assert got.tolist() == want.tolist()
+    assert got.sum() == len(t)

@@ -112,3 +112,22 @@ def test_settings_that_draw_no_frame_are_refused_when_the_camera_is_made(options
     kwargs = {"image": texture(32, 32, seed=0), "length": 3, "size": (8, 8), **options}
     with pytest.raises((TypeError, ValueError), match=name):
         virtual_camera(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "options, name",
+    [
+        ({"speed": "fast"}, "speed"),
+        ({"speed": None}, "speed"),
+        ({"zoom": [1.5]}, "zoom"),
+        ({"tilt": 10**400}, "tilt"),
+        ({"size": 64}, "size"),
+        ({"size": None}, "size"),
+    ],
+)
+def test_settings_of_another_kind_are_refused_naming_them(options, name):
+    # (float() or len() failed on them: "could not convert string to float: 'fast'",
+    # "object of type 'int' has no len()", naming no setting)
+    kwargs = {"image": texture(32, 32, seed=0), "length": 3, "size": (8, 8), **options}
+    with pytest.raises((TypeError, ValueError), match=rf"^{name}\b"):
+        virtual_camera(**kwargs)

@@ -234,3 +234,15 @@ def test_a_step_or_offset_that_is_no_number_of_microseconds_is_refused_naming_it
     e = events(ev, window_us=1000, height=8, width=8)
     with pytest.raises((ValueError, SourceError), match=problem):
         recording(step=step, events=e, offsets=offsets)
+
+
+@pytest.mark.parametrize("step", [float("nan"), float("inf"), -0.1, 0])
+def test_a_step_that_is_no_positive_number_of_seconds_names_the_recording(tmp_path, step):
+    # (the error named the step only: of which of a thousand recordings, it did not say)
+    path = tmp_path / "drive_0042.npy"
+    np.save(path, synthetic_events(height=8, width=8, duration_us=50_000, seed=1))
+    e = events(path, window_us=1000, height=8, width=8)
+    with pytest.raises(ValueError, match=r"recording 'drive_0042': step must be"):
+        recording(step=step, events=e)
+    with pytest.raises(ValueError, match=r"recording 'named': step must be"):
+        recording(step=step, events=e, name="named")
