@@ -245,3 +245,20 @@ def test_a_row_refuses_lengths_starts_or_ids_that_are_not_one_whole_number_a_str
         Row(as_refs(streams), **options)
     row = Row(as_refs(streams), lengths=np.array([3, 4.0]), starts=[0, 0], stream_ids=[0, 1])
     assert row[0:7].tolist() == [0, 1, 2, 10, 11, 12, 13]
+
+
+@pytest.mark.parametrize(
+    "flags", [[0.5, 0, 0], [2, 0, 0], [np.nan, 0, 0], ["no", "", "x"], [None, True, False]]
+)
+def test_a_row_refuses_resumed_flags_that_are_not_true_or_false(flags):
+    # a flag of 0.5, 2, NaN or "no" was taken as True ("" and None as False), silently:
+    # a piece it left unflagged packed inside a chunk, where nothing marks where it starts
+    refs = interleave_streams(coded_streams([3, 4, 2]), 1)[0].refs
+    with pytest.raises(ValueError, match=r"Row\(resumed=...\) takes True or False a stream"):
+        Row(refs, resumed=flags)
+
+
+def test_a_row_takes_resumed_flags_of_bools_or_zeros_and_ones():
+    refs = interleave_streams(coded_streams([3, 4, 2]), 1)[0].refs
+    for flags in ([False, True, False], [0, 1, 0], np.array([0, 1, 0], np.uint8)):
+        assert Row(refs, resumed=flags).resumed.tolist() == [False, True, False]
