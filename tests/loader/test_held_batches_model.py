@@ -308,6 +308,7 @@ class HostileUser(RuleBasedStateMachine):
             del self.loader, self.ref
             gc.collect()
             self.new_loaders()
+            self.loaded = None  # (the new loaders loaded nothing)
         self.it = self.ref_it = None
 
     @precondition(lambda self: self.held and hasattr(os, "fork"))
