@@ -71,6 +71,32 @@ def _one_a_stream(name: str, values: Any, streams: int, least: int | None = None
     raise ValueError(f"Row({name}=...) takes {problem}")
 
 
+def _flags(resumed: Sequence[bool], count: int) -> np.ndarray:
+    """``Row(resumed=...)`` checked: one True or False (or 1 or 0) a stream.
+
+    Example:
+        >>> _flags([0, 1], 2).tolist()
+        [False, True]
+    """
+    array = np.asarray(resumed)
+    if array.shape != (count,):
+        raise ValueError(
+            f"Row(resumed=...) takes one flag a stream: {count} streams, "
+            f"got flags of shape {array.shape}"
+        )
+    if array.dtype.kind == "b":
+        return array
+    bad = np.ones(count, bool)
+    if array.dtype.kind in "iuf":
+        bad = ~np.isin(array, (0, 1))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"Row(resumed=...) takes True or False a stream, got resumed[{i}] = {array[i]!r}"
+        )
+    return array.astype(bool)
+
+
 class Row:
     """The lazy concatenation of the streams assigned to one row.
 
@@ -118,12 +144,7 @@ class Row:
         # (a row of a table: its streams' indices, a reference made when it is read)
         self.refs = refs if isinstance(refs, RowRefs) else list(refs)
         self.carried = carried
-        self.resumed = None if resumed is None else np.asarray(resumed, dtype=bool)
-        if self.resumed is not None and self.resumed.shape != (len(self.refs),):
-            raise ValueError(
-                f"Row(resumed=...) takes one flag a stream: {len(self.refs)} streams, "
-                f"got flags of shape {self.resumed.shape}"
-            )
+        self.resumed = None if resumed is None else _flags(resumed, len(self.refs))
         self.transform = transform
         if lengths is None:
             lengths = [len(r) for r in self.refs]

@@ -264,3 +264,20 @@ def test_a_row_refuses_whole_numbers_past_int64_naming_them(options, name, i):
     streams = [np.arange(3), np.arange(10, 14)]
     with pytest.raises(ValueError, match=rf"Row\({name}=.*int64.*{name}\[{i}\]"):
         Row(as_refs(streams), **options)
+
+
+@pytest.mark.parametrize(
+    "flags", [[0.5, 0, 0], [2, 0, 0], [np.nan, 0, 0], ["no", "", "x"], [None, True, False]]
+)
+def test_a_row_refuses_resumed_flags_that_are_not_true_or_false(flags):
+    # a flag of 0.5, 2, NaN or "no" was taken as True ("" and None as False), silently:
+    # a piece it left unflagged packed inside a chunk, where nothing marks where it starts
+    refs = interleave_streams(coded_streams([3, 4, 2]), 1)[0].refs
+    with pytest.raises(ValueError, match=r"Row\(resumed=...\) takes True or False a stream"):
+        Row(refs, resumed=flags)
+
+
+def test_a_row_takes_resumed_flags_of_bools_or_zeros_and_ones():
+    refs = interleave_streams(coded_streams([3, 4, 2]), 1)[0].refs
+    for flags in ([False, True, False], [0, 1, 0], np.array([0, 1, 0], np.uint8)):
+        assert Row(refs, resumed=flags).resumed.tolist() == [False, True, False]

@@ -694,3 +694,29 @@ def test_a_state_of_plan_version_3_with_packed_segments_loads_and_delivers_the_r
     same = StreamLoader(streams, 1, 4, **kw)  # (a version 3 state on its own rows too)
     same.load_state_dict(state)
     assert check_continuity(list(same), lengths, state=state, **check) >= 1
+
+
+@pytest.mark.parametrize("pad, segment_length", [("zeros", None), ("pack", 3)])
+def test_a_position_loaded_then_another_epoch_set_reads_that_epoch_whole(pad, segment_length):
+    # a state of another batch size loaded, then set_epoch of another epoch: the position
+    # is left and the pass reads the epoch set from its start (set_epoch of the state's
+    # own epoch keeps it)
+    from streamseq.testing import check_continuity
+
+    lengths = [7, 3, 9, 4, 6]
+    streams = coded_streams(lengths)
+    kw = dict(pad=pad, shuffle=True, seed=3, segment_length=segment_length)
+    other = StreamLoader(streams, 3, 2, **kw)
+    it = iter(other)
+    for _ in range(3):
+        next(it)
+    state = other.state_dict()
+    check = dict(sources=streams, pack=pad == "pack", segment_length=segment_length)
+    loader = StreamLoader(streams, 4, 2, **kw)
+    loader.load_state_dict(state)
+    loader.set_epoch(1)
+    assert check_continuity(list(loader), lengths, **check) == len(loader)
+    again = StreamLoader(streams, 4, 2, **kw)
+    again.load_state_dict(state)
+    again.set_epoch(0)  # (the state's epoch: its position is kept)
+    assert check_continuity(list(again), lengths, state=state, **check) == len(again)

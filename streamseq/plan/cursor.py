@@ -181,13 +181,17 @@ class Cursor:
         """The cursor of a state at ``next_batch`` of its epoch's ``length`` batches.
 
         A state saved after the last batch of its epoch (as a trainer checkpoints after
-        its last step) stands at the start of the next epoch.
+        its last step) stands at the start of the next epoch. An epoch of no batches
+        (the empty rest of an epoch resumed on other rows, saved in the padding that
+        ends it) is not over before a pass reads it: the cursor stands in it.
 
         Example:
             >>> Cursor.from_state(2, 5, length=5)
             Cursor(epoch=3, pending=True)
+            >>> Cursor.from_state(2, 0, length=0)
+            Cursor(epoch=2, pending=True)
         """
-        if next_batch >= length:
+        if length and next_batch >= length:
             return cls(epoch + 1, 0, pending=True)
         return cls(epoch, next_batch, pending=True)
 

@@ -101,6 +101,9 @@ def row_spans(
     lengths = np.asarray(lengths, dtype=np.int64)
     fresh = np.zeros(len(lengths), bool) if resumed is None else np.asarray(resumed, bool)
     sizes = np.asarray(sizes, dtype=np.int64)
+    if cap > tbins:  # a chunk never holds more than tbins streams: no cap to count
+        start = _uncapped_starts(lengths, sizes, tbins, fresh)
+        return start, start + lengths
     start = np.zeros(len(lengths), np.int64)
     if len(lengths):
         order = np.argsort(-sizes, kind="stable")  # longest first: the rows still laid out
@@ -131,6 +134,37 @@ def row_spans(
             t[:] = np.where(placed, np.where(same, t + 1, 1), t)
             a[:] = np.where(placed, end, a)
     return start, start + lengths
+
+
+def _uncapped_starts(
+    lengths: np.ndarray, sizes: np.ndarray, tbins: int, resumed: np.ndarray
+) -> np.ndarray:
+    """The starts of :func:`row_spans` where no chunk reaches the cap, by arrays only.
+
+    The non-empty flagged pieces (and each row's first) cut the rows into runs that
+    start at a chunk and follow one another inside: a run of ``S`` steps takes
+    ``ceil(S / tbins)`` chunks, so where every run starts is a running sum.
+
+    Example:
+        >>> _uncapped_starts(np.array([1, 2, 3, 2]), np.array([3, 1]), 4,
+        ...                  np.array([False, True, False, False])).tolist()
+        [0, 4, 6, 0]
+    """
+    if not len(lengths):
+        return np.zeros(0, np.int64)
+    first = (np.cumsum(sizes) - sizes)[sizes > 0]  # (each row's first piece)
+    head = (lengths > 0) & resumed
+    head[first] = True
+    at = np.flatnonzero(head)  # where each run starts
+    run = np.cumsum(head) - 1  # the run of every piece
+    steps = np.add.reduceat(lengths, at)
+    chunks = -(-steps // tbins)
+    row_of_run = np.repeat(np.arange(len(sizes)), sizes)[at]
+    before = np.cumsum(chunks) - chunks  # chunks of the runs before, in every row
+    row_first = np.searchsorted(row_of_run, row_of_run, side="left")
+    run_start = (before - before[row_first]) * tbins
+    inside = np.cumsum(lengths) - lengths  # steps before each piece, all rows
+    return run_start[run] + inside - inside[at][run]
 
 
 def _lay_out(

@@ -372,6 +372,11 @@ def _resume(spec: PlanSpec, saved: SavedState, per_epoch: bool) -> tuple[Resumed
     _check_epoch_done(done, nxt, rest, lengths)
     if same:
         return Resumed(epoch, nxt, rest, old.rows, b, w, planned, before=done - nxt), progress
+    if nxt >= length:  # saved at the end of its epoch: the next one, on this loader's rows
+        fresh = Epochs(spec, None, per_epoch)
+        return Resumed(epoch + 1, 0, None, old.rows, b, w, fresh), progress
+    # not at its end: the rest stays in the state's epoch, even where every unit is done
+    # (the padding that ends a shuffled packed epoch): its rest then has no batch
     epochs = Epochs(spec, (epoch, progress), per_epoch, before=done)
     replan = not alike
     resumed = Resumed(epoch, 0, progress, old.rows, b, w, epochs, replan=replan, before=done)
@@ -497,6 +502,8 @@ def row_map(spec: PlanSpec, resumed: Resumed) -> list[int]:
     -1 where a row starts afresh (a stream from its first step, or one whose row had
     already moved on).
     """
+    if resumed.rest is None and resumed.rows != spec.rows:
+        return [-1] * spec.batch_size  # the state's epoch had ended: every row starts afresh
     if resumed.rest is None or (resumed.rows == spec.rows and not resumed.replan):
         first = spec.rank * spec.batch_size
         rows = list(range(first, first + spec.batch_size))

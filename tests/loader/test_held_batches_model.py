@@ -273,6 +273,8 @@ class HostileUser(RuleBasedStateMachine):
         """What a user does between passes; every one ends the pass in progress."""
         if action == "set_epoch":
             epoch = data.draw(st.integers(0, 3))
+            if epoch != self.ref.epoch:  # a position loaded is left: the epoch from its start
+                self.loaded = None
             self.loader.set_epoch(epoch)
             self.ref.set_epoch(epoch)
             return  # (a pass may go on after set_epoch)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
+from helpers import as_numpy, assert_same
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -274,13 +276,8 @@ def test_a_packed_state_of_segments_resumes_exactly_the_rest_marked_where_pieces
     loader = StreamLoader(streams, new_rows, tbins, **kw)
     rows = loader.row_map(state)
     loader.load_state_dict(state)
-    if loader.progress.epoch != state["epoch"]:
-        # the rest of the epoch is batches of padding only (a shuffled epoch has the most
-        # batches any order takes): on other rows, the state stands at the epoch's end,
-        # and the loader goes on with the next epoch, whole
-        assert new_rows != old_rows
-        assert not any(np.asarray(b[2]).any() for b in whole[len(seen) :])
-        state = None
+    # (a state saved in the padding that ends the epoch stays in it: a rest of no batch)
+    assert loader.progress.epoch == state["epoch"]
     rest = list(loader)
     if new_rows == old_rows:
         assert [_numpy(b) for b in rest] == whole[len(seen) :]
@@ -301,3 +298,62 @@ def test_a_packed_state_of_segments_resumes_exactly_the_rest_marked_where_pieces
 def _numpy(batch) -> list:
     """A batch's fields as lists, to compare batches."""
     return [np.asarray(f).tolist() for f in (batch.data, batch.reset, batch.valid, batch.step)]
+
+
+def _tail_state(streams, rows, tbins, kw, epoch):
+    """A state saved in the batches of padding only that end a shuffled packed epoch."""
+    run = StreamLoader(streams, rows, tbins, **kw)
+    run.set_epoch(epoch)
+    batches = list(run)
+    tail = [i for i, b in enumerate(batches) if not b.valid.any()]
+    assert tail and tail[-1] == len(batches) - 1  # (the epoch ends in padding only)
+    again = StreamLoader(streams, rows, tbins, **kw)
+    again.set_epoch(epoch)
+    it = iter(again)
+    for _ in range(tail[0]):
+        next(it)
+    return again.state_dict(), batches
+
+
+@pytest.mark.parametrize("new_rows", [1, 3])
+def test_a_state_saved_in_the_padding_that_ends_an_epoch_stays_in_it_on_other_rows(new_rows):
+    # every step of the epoch was delivered, batches of padding were left: on other rows
+    # the rest is empty, and the loader stands in the state's epoch, as the trainer does
+    # (set_epoch of that epoch keeps it); it used to start the next epoch, so that a
+    # trainer setting the epoch it resumed read that whole epoch again
+    lengths = [24, 8, 18, 6, 15, 29, 11, 7]
+    streams = [np.arange(n) + 1000 * (s + 1) for s, n in enumerate(lengths)]
+    kw = dict(pad="pack", shuffle=True, seed=1, segment_length=3, max_streams_per_chunk=2)
+    state, _ = _tail_state(streams, 2, 2, kw, epoch=1)
+    assert state["next_batch"] < state["length"]
+    loader = StreamLoader(streams, new_rows, 2, **kw)
+    assert loader.row_map(state) == [-1] * new_rows
+    loader.load_state_dict(state)
+    assert (loader.epoch, len(loader)) == (1, 0)
+    assert loader.progress.epoch == 1
+    assert list(loader) == []
+    assert loader.epoch == 2
+    trainer = StreamLoader(streams, new_rows, 2, **kw)
+    trainer.load_state_dict(state)
+    trainer.set_epoch(1)  # (the epoch it resumes)
+    assert len(trainer) == 0 and list(trainer) == []
+    fresh = StreamLoader(streams, new_rows, 2, **kw)
+    fresh.set_epoch(2)
+    assert_same(as_numpy(loader), as_numpy(fresh))
+
+
+@pytest.mark.parametrize("new_rows", [1, 3])
+def test_a_state_saved_at_the_end_of_its_epoch_starts_the_next_on_other_rows(new_rows):
+    lengths = [9, 4, 7]
+    streams = [np.arange(n) + 1000 * (s + 1) for s, n in enumerate(lengths)]
+    kw = dict(pad="pack", shuffle=True, seed=1, segment_length=4)
+    run = StreamLoader(streams, 2, 2, **kw)
+    list(run)
+    state = run.state_dict()
+    loader = StreamLoader(streams, new_rows, 2, **kw)
+    assert loader.row_map(state) == [-1] * new_rows  # (no row of the state's goes on)
+    loader.load_state_dict(state)
+    fresh = StreamLoader(streams, new_rows, 2, **kw)
+    fresh.set_epoch(1)
+    assert loader.epoch == 1 and len(loader) == len(fresh)
+    assert_same(as_numpy(loader), as_numpy(fresh))

@@ -165,3 +165,56 @@ def test_most_chunks_of_flagged_pieces_is_reached():
     lengths, flags = np.array([9, 9, 1]), np.array([False, True, True])
     assert most_chunks(lengths, 2, None, flags) == 11
     assert row_spans(lengths, np.array([3]), 2, 3, flags)[1].tolist() == [9, 19, 21]
+
+
+def _lines_flagged(lengths, sizes, t, flags):
+    """Lines of streamseq.plan.packing run to lay out uncapped rows with flagged pieces."""
+    count = [0]
+    where = packing.__file__
+
+    def trace(frame, event, arg):
+        if frame.f_code.co_filename != where:
+            return None
+        if event == "line":
+            count[0] += 1
+        return trace
+
+    sys.settrace(trace)
+    try:
+        row_spans(lengths, sizes, t, packing.placed_cap(None, t), flags)
+    finally:
+        sys.settrace(None)
+    return count[0]
+
+
+def test_uncapped_rows_with_pieces_at_chunks_are_laid_out_by_arrays_not_piece_by_piece():
+    # packed segments (every one but a stream's first starts a chunk), uncapped: planning
+    # millions of them must not step through the pieces of a row one at a time
+    rng = np.random.default_rng(0)
+    lines = []
+    for rows, per_row in ((1, 30), (1, 600), (8, 30), (8, 600)):
+        lengths = rng.integers(0, 9, rows * per_row)
+        flags = rng.random(rows * per_row) < 0.3
+        lines.append(_lines_flagged(lengths, np.full(rows, per_row), 4, flags))
+    assert max(lines) <= min(lines) + 10  # 20 times the pieces, not 20 times the steps
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.lists(st.tuples(st.integers(0, 12), st.booleans()), max_size=10), max_size=6),
+    st.integers(1, 6),
+    st.integers(1, 3),
+)
+def test_uncapped_rows_are_laid_out_as_piece_by_piece(rows, t, over):
+    # a cap above tbins is never reached: the layout by arrays is the one of the rule
+    lengths = np.array([n for r in rows for n, _ in r], np.int64)
+    flags = np.array([f for r in rows for _, f in r], bool)
+    sizes = np.array([len(r) for r in rows], np.int64)
+    start, end = row_spans(lengths, sizes, t, t + over, flags)
+    want = []
+    for r in rows:
+        n = np.array([k for k, _ in r], np.int64)
+        f = np.array([g for _, g in r], bool)
+        want += packing._lay_out(n, 0, 0, t, t + over, f)
+    assert start.tolist() == want
+    assert (end - start).tolist() == lengths.tolist()
