@@ -291,7 +291,7 @@ def _first_at_least(t: Any, time: int, column: np.dtype, lo: int = 0) -> int:
 
 
 def _floor(values: np.ndarray) -> np.ndarray:
-    """``values`` as ``int64``, floats rounded down (toward zero, -0.5 would read as 0)."""
+    """``values`` as ``int64``, floats rounded down (not toward zero: -0.5 is -1, not 0)."""
     if values.dtype.kind == "f":
         values = np.floor(values)
     return values.astype(np.int64)
