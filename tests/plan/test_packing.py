@@ -98,8 +98,9 @@ def test_rows_laid_out_together_are_laid_out_as_each_alone(rows, t, cap):
         )
 
 
-def _lines_run(lengths, sizes, t, cap):
-    """Lines of streamseq.plan.packing run to lay out the rows (a count, not a time)."""
+def _lines_run(lengths, sizes, t, cap, flags=None):
+    """Lines of streamseq.plan.packing run to lay out the rows (a count, not a time);
+    ``flags``: the pieces that start a chunk."""
     count = [0]
     where = packing.__file__
 
@@ -112,7 +113,7 @@ def _lines_run(lengths, sizes, t, cap):
 
     sys.settrace(trace)
     try:
-        row_spans(lengths, sizes, t, cap)
+        row_spans(lengths, sizes, t, cap, flags)
     finally:
         sys.settrace(None)
     return count[0]
@@ -167,26 +168,6 @@ def test_most_chunks_of_flagged_pieces_is_reached():
     assert row_spans(lengths, np.array([3]), 2, 3, flags)[1].tolist() == [9, 19, 21]
 
 
-def _lines_flagged(lengths, sizes, t, flags):
-    """Lines of streamseq.plan.packing run to lay out uncapped rows with flagged pieces."""
-    count = [0]
-    where = packing.__file__
-
-    def trace(frame, event, arg):
-        if frame.f_code.co_filename != where:
-            return None
-        if event == "line":
-            count[0] += 1
-        return trace
-
-    sys.settrace(trace)
-    try:
-        row_spans(lengths, sizes, t, packing.placed_cap(None, t), flags)
-    finally:
-        sys.settrace(None)
-    return count[0]
-
-
 def test_uncapped_rows_with_pieces_at_chunks_are_laid_out_by_arrays_not_piece_by_piece():
     # packed segments (every one but a stream's first starts a chunk), uncapped: planning
     # millions of them must not step through the pieces of a row one at a time
@@ -195,7 +176,8 @@ def test_uncapped_rows_with_pieces_at_chunks_are_laid_out_by_arrays_not_piece_by
     for rows, per_row in ((1, 30), (1, 600), (8, 30), (8, 600)):
         lengths = rng.integers(0, 9, rows * per_row)
         flags = rng.random(rows * per_row) < 0.3
-        lines.append(_lines_flagged(lengths, np.full(rows, per_row), 4, flags))
+        uncapped = packing.placed_cap(None, 4)
+        lines.append(_lines_run(lengths, np.full(rows, per_row), 4, uncapped, flags))
     assert max(lines) <= min(lines) + 10  # 20 times the pieces, not 20 times the steps
 
 
