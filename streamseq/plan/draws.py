@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from .epoch import SEGMENTS_AT_CHUNKS
+from .epoch import segments_at_chunks
 from .fields import short
 from .identities import as_identities
 from .rows import row_cost
@@ -340,7 +340,7 @@ class Draws:
         """
         pack, cap, tbins = spec.pad == "pack", spec.max_streams_per_chunk, spec.tbins
         resumed = None  # packed, a segment other than a stream's first starts a chunk
-        if pack and spec.segment_length is not None and spec.version >= SEGMENTS_AT_CHUNKS:
+        if segments_at_chunks(spec.pad, spec.segment_length, spec.version):
             resumed = self.start > 0  # (costs the padding it may add: see row_cost)
         cost = row_cost(self.length, tbins, pack, cap, resumed)
         drawn = [g for g in range(len(self.units)) if self.rounds[g] or self.rests[g]]

@@ -20,6 +20,18 @@ RESUMED_AT_CHUNKS = 3
 SEGMENTS_AT_CHUNKS = 4
 
 
+def segments_at_chunks(pad: str, segment_length: int | None, version: int) -> bool:
+    """Whether a plan starts at a chunk every segment but a stream's first (packed).
+
+    Example:
+        >>> segments_at_chunks("pack", 8, 4), segments_at_chunks("pack", 8, 3)
+        (True, False)
+        >>> segments_at_chunks("zeros", 8, 4), segments_at_chunks("pack", None, 4)
+        (False, False)
+    """
+    return pad == "pack" and segment_length is not None and version >= SEGMENTS_AT_CHUNKS
+
+
 def same_plans(a: int, b: int, packed_rest: bool, packed_segments: bool = False) -> bool:
     """Whether plan versions ``a`` and ``b`` plan an epoch alike.
 

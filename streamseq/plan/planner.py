@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .._checks import check_int
-from .epoch import RESUMED_AT_CHUNKS, SEGMENTS_AT_CHUNKS, epoch_rows, start_order
+from .epoch import RESUMED_AT_CHUNKS, epoch_rows, segments_at_chunks, start_order
 from .packing import most_chunks
 from .progress import Pieces, Progress, rest_of_epoch, whole_units
 from .rows import stream_order
@@ -155,7 +155,7 @@ def plan_resumed(
     """
     if spec.pad != "pack" or spec.version < RESUMED_AT_CHUNKS:
         return None
-    if spec.version < SEGMENTS_AT_CHUNKS or spec.segment_length is None:
+    if not segments_at_chunks(spec.pad, spec.segment_length, spec.version):
         return None if rest is None else pieces[1] > 0
     start = (spec.units if units is None else units)[1]
     flags = start[pieces[0]] + pieces[1] > 0
