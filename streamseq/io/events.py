@@ -232,7 +232,14 @@ class _Events(Source):
         if not isinstance(handle, MappedFile):
             return self._histograms(handle, a, b)
         handle.check()  # (a file cut short under the map: zeros, or a bus error)
-        out = self._histograms(handle.array, a, b)
+        try:
+            out = self._histograms(handle.array, a, b)
+        except ValueError as e:  # (the map read new bytes: told as the file's change)
+            try:
+                handle.check()
+            except SourceError as changed:
+                raise changed from e
+            raise
         handle.check()  # a change during the read: its steps refused
         return out
 

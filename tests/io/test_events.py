@@ -162,6 +162,31 @@ def test_a_state_of_events_is_resumed_by_the_same_options_spelled_otherwise(tmp_
     assert state_refused(table, listed(t0=500))
 
 
+def test_a_file_rewritten_during_a_read_is_named_as_changed_not_as_its_new_contents(tmp_path):
+    # the times of the file's new bytes, read by the map, are out of order: the read
+    # must say that the file changed, not that its events are not sorted
+    recording = np.zeros(250, EVENT_DTYPE)
+    recording["t"] = np.arange(250) * 100
+    path = tmp_path / "rec.npy"
+    np.save(path, recording)
+    source = events(path, window_us=1000, height=H, width=W, t0=0)
+    backwards = recording.copy()
+    backwards["t"] = backwards["t"][::-1]
+    original = type(source)._histograms
+
+    def rewritten_meanwhile(self, *args):
+        with open(path, "r+b") as f:  # the same size and header, written in place
+            np.save(f, backwards)
+        st_ = os.stat(path)
+        os.utime(path, ns=(st_.st_atime_ns, st_.st_mtime_ns + 1))
+        return original(self, *args)
+
+    with mock.patch.object(type(source), "_histograms", rewritten_meanwhile):
+        with pytest.raises(SourceError, match="rec.npy.*changed") as caught:
+            source[0:20]
+    assert "not sorted" not in str(caught.value)
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("change", ["truncate", "rewrite"])
 def test_a_file_changed_in_place_during_a_pass_is_an_error_naming_it_not_other_events(
